@@ -1,0 +1,809 @@
+package stats
+
+// Live statistics: exact live rows and live bytes per (table, vnode), kept
+// per pk bucket.
+//
+// CockroachDB keeps an exact LiveCount per range by reading before writing;
+// we keep the same exact counts, but resolved in space: each vnode's pk range
+// is cut into buckets [lower, next lower), each with the exact number of live
+// rows and live bytes (pk + row) in it. Counts change only at commit, from the
+// ops' live deltas (+1 insert, −1 delete, 0 update), so they are exact
+// whenever the ops were consistent (checked writers read before writing; an
+// unchecked writer flags the table as possibly containing estimates).
+//
+// Why buckets and not only the physical samples of each SST: a pk range's
+// live rows cannot be bounded tightly from per-SST counts. An update written
+// in a newer SST shadows a version in an older one, and no SST knows which of
+// its puts are shadowed, so from physical counts alone a range's live rows are
+// known only up to the number of such updates in the whole vnode (30% of it
+// under update churn). Buckets make every range query exact except for the
+// two buckets that hold its end points, which are bounded by [0, bucket rows]
+// and estimated by interpolating the pk inside the bucket.
+//
+// Bucket sizes follow the vnode: a bucket splits when it holds more than
+// max(MinSplitRows, rows(vnode)/SplitDivisor) rows, and neighbours merge when
+// together they hold less than half of that. A split needs the exact count of
+// each piece, which the store gets by scanning the bucket's rows once after
+// the commit that made it too big; each row is scanned O(log growth) times
+// over the life of a vnode, like a B-tree's splits. With SplitDivisor 96 no
+// bucket holds more than 1.04% of its vnode, so the bounds of any range are at
+// most 2.1% of the vnode wide.
+//
+// A Live value is an immutable snapshot, safe for concurrent use. LiveState
+// owns the current snapshot and the buckets not yet persisted; it is not safe
+// for concurrent use (the store serialises commits).
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/internal/keys"
+)
+
+const (
+	// SplitDivisor sets the largest bucket to 1/SplitDivisor of its vnode.
+	SplitDivisor = 96
+	// MinSplitRows keeps buckets of small vnodes from shrinking below this.
+	MinSplitRows = 32
+)
+
+// LiveCounts are live rows and live bytes (pk + row bytes of each live row).
+type LiveCounts struct {
+	Rows  int64
+	Bytes int64
+}
+
+// Add returns c + o.
+func (c LiveCounts) Add(o LiveCounts) LiveCounts {
+	return LiveCounts{Rows: c.Rows + o.Rows, Bytes: c.Bytes + o.Bytes}
+}
+
+type bucket struct {
+	lower []byte // nil for the first bucket
+	LiveCounts
+}
+
+type liveVnode struct {
+	buckets []bucket // sorted by lower; buckets[0].lower == nil
+	total   LiveCounts
+	// minPK and maxPK are the smallest and largest pk ever inserted: hints
+	// that let the first and last bucket interpolate. They may be stale after
+	// deletes, which only affects estimates, never bounds.
+	minPK, maxPK []byte
+}
+
+type liveTable struct {
+	vnodes    []*liveVnode // nil entries are vnodes that never had a row
+	total     LiveCounts
+	estimates bool
+}
+
+// Live is an immutable snapshot of the live statistics of every table.
+type Live struct {
+	tables map[uint32]*liveTable
+}
+
+var emptyVnode = &liveVnode{buckets: []bucket{{}}}
+
+func (l *Live) table(id uint32) *liveTable {
+	if l == nil {
+		return nil
+	}
+	return l.tables[id]
+}
+
+func (t *liveTable) vnode(v uint16) *liveVnode {
+	if t == nil || int(v) >= len(t.vnodes) || t.vnodes[v] == nil {
+		return emptyVnode
+	}
+	return t.vnodes[v]
+}
+
+// Vnode returns the live counts of one vnode.
+func (l *Live) Vnode(table uint32, vnode uint16) LiveCounts {
+	return l.table(table).vnode(vnode).total
+}
+
+// Table returns the live counts of a table.
+func (l *Live) Table(table uint32) LiveCounts {
+	if t := l.table(table); t != nil {
+		return t.total
+	}
+	return LiveCounts{}
+}
+
+// Sum returns the live counts of a set of vnodes of a table.
+func (l *Live) Sum(table uint32, vnodes *roaring.Bitmap) LiveCounts {
+	t := l.table(table)
+	var sum LiveCounts
+	if t == nil {
+		return sum
+	}
+	it := vnodes.Iterator()
+	for it.HasNext() {
+		v := it.Next()
+		if v >= uint32(len(t.vnodes)) {
+			break
+		}
+		sum = sum.Add(t.vnode(uint16(v)).total)
+	}
+	return sum
+}
+
+// ContainsEstimates reports whether a table's live counts were built from
+// unchecked ops since they were last recomputed.
+func (l *Live) ContainsEstimates(table uint32) bool {
+	t := l.table(table)
+	return t != nil && t.estimates
+}
+
+// Buckets returns the number of buckets of a vnode (for tests and metrics).
+func (l *Live) Buckets(table uint32, vnode uint16) int {
+	return len(l.table(table).vnode(vnode).buckets)
+}
+
+// BucketBounds returns the lower bounds of a vnode's buckets (the first is
+// nil), for verification.
+func (l *Live) BucketBounds(table uint32, vnode uint16) [][]byte {
+	v := l.table(table).vnode(vnode)
+	out := make([][]byte, len(v.buckets))
+	for i, b := range v.buckets {
+		out[i] = b.lower
+	}
+	return out
+}
+
+// BucketCounts returns the counts of a vnode's buckets, for verification.
+func (l *Live) BucketCounts(table uint32, vnode uint16) []LiveCounts {
+	v := l.table(table).vnode(vnode)
+	out := make([]LiveCounts, len(v.buckets))
+	for i, b := range v.buckets {
+		out[i] = b.LiveCounts
+	}
+	return out
+}
+
+// BucketCount returns the number of buckets over all tables.
+func (l *Live) BucketCount() int {
+	n := 0
+	if l == nil {
+		return 0
+	}
+	for _, t := range l.tables {
+		for _, v := range t.vnodes {
+			if v != nil {
+				n += len(v.buckets)
+			}
+		}
+	}
+	return n
+}
+
+// RowEstimate is an estimate of live rows with bounds that always contain
+// the true value, as long as the ops behind the counts were consistent.
+type RowEstimate struct {
+	Rows         float64
+	Lower, Upper int64
+}
+
+// EstimateRows estimates the live rows of a vnode whose pk lies in [lo, hi);
+// nil means unbounded. Buckets entirely inside the range count exactly; a
+// bucket holding an end point contributes [0, its rows] to the bounds and an
+// interpolated share to the estimate.
+func (l *Live) EstimateRows(table uint32, vnode uint16, lo, hi []byte) RowEstimate {
+	v := l.table(table).vnode(vnode)
+	below := v.cumulative(lo)
+	upTo := cumBound{lower: v.total.Rows, upper: v.total.Rows, est: float64(v.total.Rows)}
+	if hi != nil {
+		upTo = v.cumulative(hi)
+	}
+	est := RowEstimate{
+		Rows:  upTo.est - below.est,
+		Lower: max(0, upTo.lower-below.upper),
+		Upper: max(0, upTo.upper-below.lower),
+	}
+	est.Rows = math.Min(math.Max(est.Rows, float64(est.Lower)), float64(est.Upper))
+	return est
+}
+
+// cumBound brackets the live rows with pk < x.
+type cumBound struct {
+	lower, upper int64
+	est          float64
+}
+
+// cumulative brackets the live rows with pk < x; nil x is minus infinity.
+func (v *liveVnode) cumulative(x []byte) cumBound {
+	if x == nil {
+		return cumBound{}
+	}
+	// i: the bucket holding x (last bucket whose lower <= x).
+	i := sort.Search(len(v.buckets), func(i int) bool {
+		return i > 0 && bytes.Compare(v.buckets[i].lower, x) > 0
+	}) - 1
+	var before int64
+	for j := range i {
+		before += v.buckets[j].Rows
+	}
+	b := v.buckets[i]
+	if bytes.Equal(b.lower, x) && b.lower != nil {
+		return cumBound{lower: before, upper: before, est: float64(before)}
+	}
+	rows := max(b.Rows, 0)
+	lo := b.lower
+	if i == 0 {
+		lo = v.minPK
+	}
+	var hi []byte
+	if i+1 < len(v.buckets) {
+		hi = v.buckets[i+1].lower
+	} else {
+		hi = v.maxPK
+	}
+	f := fraction(lo, hi, x)
+	return cumBound{lower: before, upper: before + rows, est: float64(before) + f*float64(rows)}
+}
+
+// fraction estimates where x lies between lo and hi (bucket bounds, hi
+// exclusive) by reading the first 8 bytes after their common prefix as
+// numbers. Returns 0.5 when the bounds are unknown or degenerate.
+func fraction(lo, hi, x []byte) float64 {
+	if lo == nil || hi == nil {
+		return 0.5
+	}
+	if bytes.Compare(x, lo) <= 0 {
+		return 0
+	}
+	if bytes.Compare(x, hi) >= 0 {
+		return 1
+	}
+	n := 0
+	for n < len(lo) && n < len(hi) && lo[n] == hi[n] {
+		n++
+	}
+	a, b, c := num(lo, n), num(hi, n), num(x, n)
+	if b <= a {
+		return 0.5
+	}
+	return math.Min(1, math.Max(0, (c-a)/(b-a)))
+}
+
+func num(k []byte, from int) float64 {
+	var buf [8]byte
+	if from < len(k) {
+		copy(buf[:], k[from:])
+	}
+	return float64(binary.BigEndian.Uint64(buf[:]))
+}
+
+// ScanRange is one part of a Partition: the rows from (StartVnode, StartPK)
+// inclusive to (EndVnode, EndPK) exclusive, in (vnode, pk) order. A nil
+// StartPK is the start of StartVnode; a nil EndPK is the end of EndVnode.
+type ScanRange struct {
+	StartVnode uint16
+	StartPK    []byte
+	EndVnode   uint16
+	EndPK      []byte
+	// Rows is the exact number of live rows in the range.
+	Rows int64
+}
+
+// Partition cuts the live rows of a set of vnodes into at most n ranges of
+// about equal size, at bucket boundaries (as GreptimeDB balances scan
+// partitions by row counts), so each range's row count is exact and ranges
+// differ from the ideal size by at most about one bucket (≤ 1.04% of a vnode).
+func (l *Live) Partition(table uint32, vnodes *roaring.Bitmap, n int) []ScanRange {
+	t := l.table(table)
+	if t == nil {
+		return nil
+	}
+	n = max(n, 1)
+	var vs []uint16
+	var total int64
+	it := vnodes.Iterator()
+	for it.HasNext() {
+		v := it.Next()
+		if v >= uint32(len(t.vnodes)) {
+			break
+		}
+		vs = append(vs, uint16(v))
+		total += max(0, t.vnode(uint16(v)).total.Rows)
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	var out []ScanRange
+	cur := ScanRange{StartVnode: vs[0]}
+	var acc int64 // rows before the current bucket
+	for vi, v := range vs {
+		for bi, b := range t.vnode(v).buckets {
+			due := int64(len(out)+1) * total / int64(n)
+			if len(out) < n-1 && cur.Rows > 0 && acc >= due {
+				if bi == 0 {
+					cur.EndVnode = vs[vi-1]
+					out = append(out, cur)
+					cur = ScanRange{StartVnode: v}
+				} else {
+					cur.EndVnode, cur.EndPK = v, b.lower
+					out = append(out, cur)
+					cur = ScanRange{StartVnode: v, StartPK: b.lower}
+				}
+			}
+			rows := max(0, b.Rows)
+			cur.Rows += rows
+			acc += rows
+		}
+	}
+	cur.EndVnode = vs[len(vs)-1]
+	return append(out, cur)
+}
+
+// ---- Mutation --------------------------------------------------------------
+
+// BucketKey identifies a bucket for persistence.
+type bucketID struct {
+	table uint32
+	vnode uint16
+	lower string // "" is the first bucket
+	first bool
+}
+
+// LiveState owns the current Live snapshot and the set of buckets changed
+// since they were last persisted. Not safe for concurrent use.
+type LiveState struct {
+	cur   *Live
+	dirty map[bucketID]struct{}
+}
+
+// NewLiveState returns an empty state.
+func NewLiveState() *LiveState {
+	return &LiveState{cur: &Live{tables: map[uint32]*liveTable{}}, dirty: map[bucketID]struct{}{}}
+}
+
+// Current returns the current snapshot.
+func (s *LiveState) Current() *Live { return s.cur }
+
+// AddTable makes room for a table of the given vnode count.
+func (s *LiveState) AddTable(table uint32, vnodeCount int) {
+	if _, ok := s.cur.tables[table]; ok {
+		return
+	}
+	next := s.cur.cloneTables()
+	next.tables[table] = &liveTable{vnodes: make([]*liveVnode, vnodeCount)}
+	s.cur = next
+}
+
+func (l *Live) cloneTables() *Live {
+	return &Live{tables: maps(l.tables)}
+}
+
+func maps(m map[uint32]*liveTable) map[uint32]*liveTable {
+	out := make(map[uint32]*liveTable, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// LiveBatch accumulates the live deltas of one commit on a private copy of
+// the touched vnodes. Nothing is visible until Publish.
+type LiveBatch struct {
+	s       *LiveState
+	next    *Live
+	tables  map[uint32]*liveTable // copied tables
+	vnodes  map[vkey]*liveVnode   // copied vnodes
+	touched map[bucketID]struct{}
+	// cursor: last bucket index used per vnode, for sorted input.
+	last    vkey
+	lastIdx int
+}
+
+type vkey struct {
+	table uint32
+	vnode uint16
+}
+
+// Begin starts a batch on the current snapshot.
+func (s *LiveState) Begin() *LiveBatch {
+	return &LiveBatch{
+		s:       s,
+		next:    s.cur.cloneTables(),
+		tables:  map[uint32]*liveTable{},
+		vnodes:  map[vkey]*liveVnode{},
+		touched: map[bucketID]struct{}{},
+		lastIdx: -1,
+	}
+}
+
+func (b *LiveBatch) table(id uint32) (*liveTable, error) {
+	if t, ok := b.tables[id]; ok {
+		return t, nil
+	}
+	old, ok := b.next.tables[id]
+	if !ok {
+		return nil, errors.Newf("lsmstats/stats: live delta for unknown table %d", id)
+	}
+	t := &liveTable{vnodes: slices.Clone(old.vnodes), total: old.total, estimates: old.estimates}
+	b.tables[id] = t
+	b.next.tables[id] = t
+	return t, nil
+}
+
+func (b *LiveBatch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
+	k := vkey{table, vnode}
+	if v, ok := b.vnodes[k]; ok {
+		return v, nil
+	}
+	t, err := b.table(table)
+	if err != nil {
+		return nil, err
+	}
+	if int(vnode) >= len(t.vnodes) {
+		return nil, errors.Newf("lsmstats/stats: live delta for vnode %d of table %d with %d vnodes", vnode, table, len(t.vnodes))
+	}
+	old := t.vnode(vnode)
+	v := &liveVnode{buckets: slices.Clone(old.buckets), total: old.total, minPK: old.minPK, maxPK: old.maxPK}
+	t.vnodes[vnode] = v
+	b.vnodes[k] = v
+	return v, nil
+}
+
+// MarkEstimates flags a table's counts as possibly containing estimates.
+func (b *LiveBatch) MarkEstimates(table uint32) error {
+	t, err := b.table(table)
+	if err != nil {
+		return err
+	}
+	if !t.estimates {
+		t.estimates = true
+		b.touched[bucketID{table: table, first: true, lower: estimatesMarker}] = struct{}{}
+	}
+	return nil
+}
+
+const estimatesMarker = "\x00estimates"
+
+// Apply adds the live delta of one pk. Deltas are fastest in (table, vnode,
+// pk) order but any order is correct. inserted reports whether the pk's row
+// became (or stayed) live, to maintain the interpolation hints.
+func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, live bool) error {
+	v, err := b.vnode(table, vnode)
+	if err != nil {
+		return err
+	}
+	k := vkey{table, vnode}
+	i := 0
+	if k == b.last && b.lastIdx >= 0 && b.lastIdx < len(v.buckets) && (b.lastIdx == 0 || bytes.Compare(v.buckets[b.lastIdx].lower, pk) <= 0) {
+		i = b.lastIdx
+		for i+1 < len(v.buckets) && bytes.Compare(v.buckets[i+1].lower, pk) <= 0 {
+			i++
+		}
+	} else {
+		i = v.find(pk)
+	}
+	b.last, b.lastIdx = k, i
+	v.buckets[i].LiveCounts = v.buckets[i].Add(d)
+	v.total = v.total.Add(d)
+	t := b.tables[table]
+	t.total = t.total.Add(d)
+	b.touched[bucketID{table: table, vnode: vnode, lower: string(v.buckets[i].lower), first: i == 0}] = struct{}{}
+	if live {
+		if v.minPK == nil || bytes.Compare(pk, v.minPK) < 0 {
+			v.minPK = slices.Clone(pk)
+			b.touched[bucketID{table: table, vnode: vnode, first: true}] = struct{}{}
+		}
+		if v.maxPK == nil || bytes.Compare(pk, v.maxPK) > 0 {
+			v.maxPK = slices.Clone(pk)
+			b.touched[bucketID{table: table, vnode: vnode, first: true}] = struct{}{}
+		}
+	}
+	return nil
+}
+
+// find returns the index of the bucket holding pk.
+func (v *liveVnode) find(pk []byte) int {
+	return sort.Search(len(v.buckets), func(i int) bool {
+		return i > 0 && bytes.Compare(v.buckets[i].lower, pk) > 0
+	}) - 1
+}
+
+// MetaEntry is one metadata key to write (or delete) with a commit.
+type MetaEntry struct {
+	Key    []byte
+	Value  []byte
+	Delete bool
+}
+
+// MetaEntries returns the metadata keys that persist every bucket changed by
+// this batch or since the last publish (splits, merges), sorted by key. After
+// the merges of Normalize, buckets that no longer exist are deleted.
+func (b *LiveBatch) MetaEntries() []MetaEntry {
+	ids := make(map[bucketID]struct{}, len(b.touched)+len(b.s.dirty))
+	for id := range b.s.dirty {
+		ids[id] = struct{}{}
+	}
+	for id := range b.touched {
+		ids[id] = struct{}{}
+	}
+	out := make([]MetaEntry, 0, len(ids))
+	for id := range ids {
+		out = append(out, b.next.metaEntry(id))
+	}
+	slices.SortFunc(out, func(a, b MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
+	return out
+}
+
+func (l *Live) metaEntry(id bucketID) MetaEntry {
+	t := l.table(id.table)
+	if id.lower == estimatesMarker {
+		e := MetaEntry{Key: estimatesKey(id.table)}
+		if t != nil && t.estimates {
+			e.Value = []byte{1}
+		} else {
+			e.Delete = true
+		}
+		return e
+	}
+	key := BucketKey(id.table, id.vnode, []byte(id.lower), id.first)
+	v := t.vnode(id.vnode)
+	var i int
+	if id.first {
+		i = 0
+	} else {
+		i = v.find([]byte(id.lower))
+		if i <= 0 || string(v.buckets[i].lower) != id.lower {
+			return MetaEntry{Key: key, Delete: true}
+		}
+	}
+	b := v.buckets[i]
+	val := binary.AppendVarint(nil, b.Rows)
+	val = binary.AppendVarint(val, b.Bytes)
+	if i == 0 {
+		val = binary.AppendUvarint(val, uint64(len(v.minPK)))
+		val = append(val, v.minPK...)
+		val = binary.AppendUvarint(val, uint64(len(v.maxPK)))
+		val = append(val, v.maxPK...)
+	}
+	return MetaEntry{Key: key, Value: val}
+}
+
+// Normalize merges small neighbouring buckets of the touched vnodes and
+// returns the buckets that are too big and must be split by the caller, who
+// scans them at the committed epoch and calls ApplySplit.
+func (b *LiveBatch) Normalize() {
+	for k, v := range b.vnodes {
+		limit := splitLimit(v.total.Rows)
+		out := v.buckets[:1]
+		for _, bk := range v.buckets[1:] {
+			prev := &out[len(out)-1]
+			if prev.Rows+bk.Rows < limit/2 {
+				prev.LiveCounts = prev.Add(bk.LiveCounts)
+				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(prev.lower), first: len(out) == 1}] = struct{}{}
+				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(bk.lower)}] = struct{}{} // now deleted
+				continue
+			}
+			out = append(out, bk)
+		}
+		v.buckets = out
+	}
+}
+
+func splitLimit(rows int64) int64 {
+	return max(MinSplitRows, (rows+SplitDivisor-1)/SplitDivisor)
+}
+
+// Publish makes the batch the current snapshot; its entries are persisted.
+func (b *LiveBatch) Publish() {
+	b.s.cur = b.next
+	clear(b.s.dirty)
+}
+
+// SplitRequest names a bucket to split: the rows of a vnode with pk in
+// [Lower, Upper) (nil: unbounded), into pieces of about Target rows.
+type SplitRequest struct {
+	Table        uint32
+	Vnode        uint16
+	Lower, Upper []byte
+	Target       int64
+}
+
+// Oversized returns the buckets of the vnodes this batch touched that exceed
+// their vnode's split limit, in (table, vnode, pk) order.
+func (b *LiveBatch) Oversized() []SplitRequest {
+	var out []SplitRequest
+	for k, v := range b.vnodes {
+		limit := splitLimit(v.total.Rows)
+		for i, bk := range v.buckets {
+			if bk.Rows <= limit {
+				continue
+			}
+			r := SplitRequest{Table: k.table, Vnode: k.vnode, Lower: bk.lower, Target: max(1, limit/2)}
+			if i+1 < len(v.buckets) {
+				r.Upper = v.buckets[i+1].lower
+			}
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b SplitRequest) int {
+		if a.Table != b.Table {
+			return cmp.Compare(a.Table, b.Table)
+		}
+		if a.Vnode != b.Vnode {
+			return cmp.Compare(a.Vnode, b.Vnode)
+		}
+		return bytes.Compare(a.Lower, b.Lower)
+	})
+	return out
+}
+
+// Piece is a scanned part of a bucket: the rows with pk >= Lower up to the
+// next piece.
+type Piece struct {
+	Lower []byte
+	LiveCounts
+}
+
+// ApplySplit replaces the bucket [r.Lower, r.Upper) by the scanned pieces,
+// whose counts are exact at the committed epoch. pieces[0].Lower must equal
+// r.Lower. Publishes a new snapshot and marks the buckets for persistence.
+func (s *LiveState) ApplySplit(r SplitRequest, pieces []Piece) error {
+	if len(pieces) == 0 || !bytes.Equal(pieces[0].Lower, r.Lower) {
+		return errors.AssertionFailedf("split of table %d vnode %d must start at its lower bound", r.Table, r.Vnode)
+	}
+	b := s.Begin()
+	v, err := b.vnode(r.Table, r.Vnode)
+	if err != nil {
+		return err
+	}
+	i := v.find(r.Lower)
+	if !bytes.Equal(v.buckets[i].lower, r.Lower) {
+		return errors.AssertionFailedf("split of a bucket that no longer exists")
+	}
+	old := v.buckets[i].LiveCounts
+	repl := make([]bucket, len(pieces))
+	var sum LiveCounts
+	for j, p := range pieces {
+		repl[j] = bucket{lower: slices.Clone(p.Lower), LiveCounts: p.LiveCounts}
+		if j == 0 {
+			repl[j].lower = v.buckets[i].lower
+		}
+		sum = sum.Add(p.LiveCounts)
+		b.touched[bucketID{table: r.Table, vnode: r.Vnode, lower: string(repl[j].lower), first: i == 0 && j == 0}] = struct{}{}
+	}
+	v.buckets = slices.Concat(v.buckets[:i], repl, v.buckets[i+1:])
+	// A scan is the truth: correct the totals if trusted ops were off.
+	d := LiveCounts{Rows: sum.Rows - old.Rows, Bytes: sum.Bytes - old.Bytes}
+	v.total = v.total.Add(d)
+	b.tables[r.Table].total = b.tables[r.Table].total.Add(d)
+	s.cur = b.next
+	for id := range b.touched {
+		s.dirty[id] = struct{}{}
+	}
+	return nil
+}
+
+// ---- Persistence ----------------------------------------------------------
+
+// Metadata names of the live statistics (under keys.MetaTable):
+//
+//	live/<table u32 BE><vnode u16 BE>\x00              first bucket of a vnode:
+//	                                                     rows, bytes (zigzag varints),
+//	                                                     min pk, max pk (uvarint length + bytes)
+//	live/<table u32 BE><vnode u16 BE>\x01<lower pk>   other buckets: rows, bytes
+//	live_est/<table u32 BE>                            present (value 1) while the
+//	                                                     table's counts may contain estimates
+const (
+	livePrefix      = "live/"
+	estimatesPrefix = "live_est/"
+)
+
+// BucketKey returns the metadata key of a bucket.
+func BucketKey(table uint32, vnode uint16, lower []byte, first bool) []byte {
+	name := binary.BigEndian.AppendUint32([]byte(livePrefix), table)
+	name = binary.BigEndian.AppendUint16(name, vnode)
+	if first {
+		name = append(name, 0)
+	} else {
+		name = append(name, 1)
+		name = append(name, lower...)
+	}
+	return keys.MetaKey(name)
+}
+
+func estimatesKey(table uint32) []byte {
+	return keys.MetaKey(binary.BigEndian.AppendUint32([]byte(estimatesPrefix), table))
+}
+
+// LiveSpans are the metadata spans holding live statistics, for loading.
+func LiveSpans() [][2][]byte {
+	a, b := keys.MetaSpan(livePrefix)
+	c, d := keys.MetaSpan(estimatesPrefix)
+	return [][2][]byte{{a, b}, {c, d}}
+}
+
+// ErrCorruptLive marks undecodable live-statistics metadata.
+var ErrCorruptLive = errors.New("lsmstats/stats: corrupt live statistics metadata")
+
+// Load adds one persisted metadata entry (from the spans of LiveSpans, in key
+// order) to the state. Tables must have been added first.
+func (s *LiveState) Load(key, value []byte) error {
+	name, ok := keys.MetaName(key)
+	bad := func(what string) error {
+		return errors.Wrapf(ErrCorruptLive, "key %x: %s", key, what)
+	}
+	if !ok {
+		return bad("not a metadata key")
+	}
+	switch {
+	case bytes.HasPrefix(name, []byte(estimatesPrefix)):
+		if len(name) != len(estimatesPrefix)+4 {
+			return bad("bad length")
+		}
+		t := s.cur.tables[binary.BigEndian.Uint32(name[len(estimatesPrefix):])]
+		if t == nil {
+			return bad("unknown table")
+		}
+		t.estimates = true
+		return nil
+	case bytes.HasPrefix(name, []byte(livePrefix)):
+	default:
+		return bad("unknown name")
+	}
+	rest := name[len(livePrefix):]
+	if len(rest) < 7 || rest[6] > 1 {
+		return bad("truncated")
+	}
+	table, vnode := binary.BigEndian.Uint32(rest), binary.BigEndian.Uint16(rest[4:])
+	first := rest[6] == 0
+	if first && len(rest) != 7 {
+		return bad("first bucket with a lower bound")
+	}
+	t := s.cur.tables[table]
+	if t == nil || int(vnode) >= len(t.vnodes) {
+		return bad("unknown table or vnode")
+	}
+	rows, n := binary.Varint(value)
+	if n <= 0 {
+		return bad("rows")
+	}
+	value = value[n:]
+	byts, n := binary.Varint(value)
+	if n <= 0 {
+		return bad("bytes")
+	}
+	value = value[n:]
+	v := t.vnodes[vnode]
+	if v == nil {
+		v = &liveVnode{buckets: []bucket{{}}}
+		t.vnodes[vnode] = v
+	}
+	c := LiveCounts{Rows: rows, Bytes: byts}
+	if first {
+		v.buckets[0].LiveCounts = c
+		for _, dst := range []*[]byte{&v.minPK, &v.maxPK} {
+			l, n := binary.Uvarint(value)
+			if n <= 0 || uint64(len(value)-n) < l {
+				return bad("pk hint")
+			}
+			if l > 0 {
+				*dst = slices.Clone(value[n : n+int(l)])
+			}
+			value = value[n+int(l):]
+		}
+	} else {
+		lower := slices.Clone(rest[7:])
+		if bytes.Compare(v.buckets[len(v.buckets)-1].lower, lower) >= 0 && len(v.buckets) > 1 {
+			return bad("bucket out of order")
+		}
+		v.buckets = append(v.buckets, bucket{lower: lower, LiveCounts: c})
+	}
+	v.total = v.total.Add(c)
+	t.total = t.total.Add(c)
+	return nil
+}
