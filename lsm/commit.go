@@ -1,0 +1,346 @@
+package lsm
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/stats"
+)
+
+// Commit makes every sealed epoch <= epoch of every writer durable and
+// visible, atomically, and records epoch as the committed epoch.
+//
+// It merges the in-memory pieces and the staged spills of those epochs into
+// non-overlapping SSTs, followed by the metadata (committed epoch, high-water
+// mark, changed live-statistics buckets), and ingests them all in one Pebble
+// Ingest call: one MANIFEST edit, so a crash leaves either all of the
+// checkpoint or none of it. When Commit returns, the physical statistics
+// include the new SSTs. On error nothing is visible and the buffers are kept,
+// so Commit can be retried.
+func (s *Store) Commit(epoch uint64) error {
+	if err := s.checkWritable(); err != nil {
+		return err
+	}
+	s.ingestMu.Lock()
+	defer s.ingestMu.Unlock()
+	if err := s.checkWritable(); err != nil {
+		return err
+	}
+	if c := s.committed.Load(); epoch <= c || epoch > keys.MaxEpoch {
+		return errors.Wrapf(ErrEpochOrder, "commit of epoch %d, committed epoch is %d", epoch, c)
+	}
+	bufs, err := s.gather(epoch)
+	if err != nil {
+		return err
+	}
+	s.phase("committing")
+
+	s.mu.Lock()
+	live := s.mu.live
+	hwm := max(s.mu.hwm, epoch)
+	s.mu.Unlock()
+	batch := live.Begin()
+	out := s.newOutput()
+	if err := s.writeData(out, bufs, batch); err != nil {
+		out.abort()
+		return err
+	}
+	batch.Normalize()
+	meta := append(batch.MetaEntries(),
+		stats.MetaEntry{Key: keys.MetaKey([]byte(keys.CommittedEpochName)), Value: be64(epoch)},
+		stats.MetaEntry{Key: keys.MetaKey([]byte(hwmName)), Value: be64(hwm)},
+	)
+	slices.SortFunc(meta, func(a, b stats.MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
+	for _, e := range meta {
+		if err := out.addMeta(e); err != nil {
+			out.abort()
+			return err
+		}
+	}
+	paths, err := out.finish()
+	if err != nil {
+		return err
+	}
+	s.waitForL0()
+	err = s.db.Ingest(context.Background(), paths)
+	s.removeFiles(paths)
+	if err != nil {
+		return errors.Wrapf(err, "lsmstats: ingest checkpoint of epoch %d", epoch)
+	}
+
+	// The checkpoint is durable: publish it with its statistics. statsMu
+	// makes Stats see the physical and live sides of one checkpoint.
+	s.statsMu.Lock()
+	if err := s.tracker.Refresh(); err != nil {
+		s.logf("lsmstats: refresh statistics after commit %d: %v", epoch, err)
+	}
+	s.mu.Lock()
+	batch.Publish()
+	s.committed.Store(epoch)
+	s.pub.Store(&published{epoch: epoch, gen: s.pub.Load().gen + 1})
+	s.mu.hwm = hwm
+	s.mu.Unlock()
+	s.statsMu.Unlock()
+	s.iters.close() // pooled iterators predate the checkpoint: release their files
+	s.drop(bufs)
+	s.metrics.commits.Add(1)
+	s.splitBuckets(batch.Oversized())
+	return nil
+}
+
+// gather checks that every writer sealed epoch and returns the buffers to
+// commit.
+func (s *Store) gather(epoch uint64) ([]*epochBuf, error) {
+	s.mu.Lock()
+	writers := make([]*Writer, 0, len(s.mu.writers))
+	for w := range s.mu.writers {
+		writers = append(writers, w)
+	}
+	var bufs []*epochBuf
+	for _, b := range s.mu.orphans {
+		if b.epoch <= epoch {
+			bufs = append(bufs, b)
+		}
+	}
+	s.mu.Unlock()
+	for _, w := range writers {
+		w.mu.Lock()
+		if !w.closed && w.lastSealed < epoch {
+			w.mu.Unlock()
+			return nil, errors.Wrapf(ErrNotSealed, "commit of epoch %d: %s last sealed epoch %d", epoch, w.name, w.lastSealed)
+		}
+		for _, b := range w.sealed {
+			if b.epoch <= epoch {
+				bufs = append(bufs, b)
+			}
+		}
+		w.mu.Unlock()
+	}
+	return bufs, nil
+}
+
+// drop releases committed buffers.
+func (s *Store) drop(bufs []*epochBuf) {
+	committed := make(map[*epochBuf]bool, len(bufs))
+	for _, b := range bufs {
+		committed[b] = true
+		b.w.mu.Lock()
+		b.w.sealed = slices.DeleteFunc(b.w.sealed, func(x *epochBuf) bool { return x == b })
+		s.release(b)
+		b.w.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.mu.orphans = slices.DeleteFunc(s.mu.orphans, func(x *epochBuf) bool { return committed[x] })
+	s.mu.Unlock()
+}
+
+// writeData merges every piece of bufs into out in key order and adds each
+// entry's live delta to the batch.
+func (s *Store) writeData(out *output, bufs []*epochBuf, batch *stats.LiveBatch) error {
+	var h sourceHeap
+	defer func() {
+		for _, src := range h {
+			src.close()
+		}
+	}()
+	estimated := map[uint32]bool{}
+	for _, b := range bufs {
+		if b.unchecked {
+			estimated[b.w.def.ID] = true
+		}
+		for _, f := range b.spills {
+			src, err := newSpillSource(f)
+			if err != nil {
+				return err
+			}
+			if src.valid() {
+				h = append(h, src)
+			} else if err := src.err; err != nil {
+				return err
+			}
+		}
+		if len(b.entries) > 0 {
+			h = append(h, newMemSource(b))
+		}
+	}
+	for t := range estimated {
+		if err := batch.MarkEstimates(t); err != nil {
+			return err
+		}
+	}
+	heap.Init(&h)
+	for len(h) > 0 {
+		src := h[0]
+		key := src.key()
+		if err := out.set(key, src.row()); err != nil {
+			return err
+		}
+		k, err := keys.Decode(key)
+		if err != nil {
+			return errors.NewAssertionErrorWithWrappedErrf(err, "commit produced an invalid key")
+		}
+		if err := batch.Apply(k.Table, k.Vnode, k.PK, src.delta(len(k.PK)), k.Kind == keys.KindPut); err != nil {
+			return err
+		}
+		if src.next(); src.valid() {
+			heap.Fix(&h, 0)
+		} else {
+			if err := src.error(); err != nil {
+				return err
+			}
+			src.close()
+			heap.Pop(&h)
+		}
+	}
+	return nil
+}
+
+// waitForL0 is the store's write stall: ingestion bypasses Pebble's own, so
+// a commit waits while L0 is too deep for compactions to keep up.
+func (s *Store) waitForL0() {
+	limit := s.opts.L0StopSublevels
+	if limit < 0 {
+		return
+	}
+	start := time.Now()
+	stalled := false
+	for d := time.Millisecond; int(s.db.Metrics().Levels[0].Sublevels) >= limit; d = min(2*d, 50*time.Millisecond) {
+		if !stalled {
+			stalled = true
+			s.metrics.stalls.Add(1)
+		}
+		if time.Since(start) > 30*time.Second {
+			s.logf("lsmstats: L0 still has >= %d sublevels after 30s; committing anyway", limit)
+			break
+		}
+		time.Sleep(d)
+	}
+	if stalled {
+		s.metrics.stallNanos.Add(int64(time.Since(start)))
+	}
+}
+
+// ---- merge sources --------------------------------------------------------
+
+type source interface {
+	valid() bool
+	key() []byte
+	row() []byte
+	delta(pkLen int) stats.LiveCounts
+	next()
+	error() error
+	close()
+}
+
+type sourceHeap []source
+
+func (h sourceHeap) Len() int           { return len(h) }
+func (h sourceHeap) Less(i, j int) bool { return bytes.Compare(h[i].key(), h[j].key()) < 0 }
+func (h sourceHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *sourceHeap) Push(x any)        { *h = append(*h, x.(source)) }
+func (h *sourceHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// memSource iterates an in-memory piece in key order.
+type memSource struct {
+	entries []*entry
+	version keys.Version
+	i       int
+	buf     []byte
+}
+
+func newMemSource(b *epochBuf) *memSource {
+	m := &memSource{entries: b.sortedEntries(), version: keys.MakeVersion(b.epoch, b.offset)}
+	m.build()
+	return m
+}
+
+func (m *memSource) build() {
+	if m.i < len(m.entries) {
+		e := m.entries[m.i]
+		kind := keys.KindDelete
+		if e.put {
+			kind = keys.KindPut
+		}
+		m.buf = keys.AppendSuffix(append(m.buf[:0], e.prefix...), m.version, kind)
+	}
+}
+
+func (m *memSource) valid() bool { return m.i < len(m.entries) }
+func (m *memSource) key() []byte { return m.buf }
+func (m *memSource) row() []byte { return m.entries[m.i].value }
+func (m *memSource) delta(int) stats.LiveCounts {
+	return m.entries[m.i].delta()
+}
+func (m *memSource) next()        { m.i++; m.build() }
+func (m *memSource) error() error { return nil }
+func (m *memSource) close()       {}
+
+// spillSource iterates a staged piece.
+type spillSource struct {
+	f     *spillFile
+	it    sstable.Iterator
+	k     []byte
+	v     []byte
+	prior bool
+	pb    int64
+	err   error
+}
+
+func newSpillSource(f *spillFile) (*spillSource, error) {
+	it, err := f.iter()
+	if err != nil {
+		return nil, errors.Wrapf(err, "lsmstats: read spill %s", f.path)
+	}
+	s := &spillSource{f: f, it: it}
+	s.step(true)
+	return s, nil
+}
+
+// step moves to the first or next entry and loads it.
+func (s *spillSource) step(first bool) {
+	move := s.it.Next
+	if first {
+		move = s.it.First
+	}
+	kv := move()
+	s.k = nil
+	if kv == nil {
+		s.err = s.it.Error()
+		return
+	}
+	v, _, err := kv.Value(nil)
+	if err == nil {
+		s.prior, s.pb, s.v, err = decodeSpillValue(v)
+	}
+	if err != nil {
+		s.err = errors.Wrapf(err, "lsmstats: read spill %s", s.f.path)
+		return
+	}
+	s.k = kv.K.UserKey
+}
+
+func (s *spillSource) valid() bool  { return s.k != nil }
+func (s *spillSource) key() []byte  { return s.k }
+func (s *spillSource) row() []byte  { return s.v }
+func (s *spillSource) next()        { s.step(false) }
+func (s *spillSource) error() error { return s.err }
+func (s *spillSource) close() {
+	if s.it != nil {
+		_ = s.it.Close()
+		s.it = nil
+	}
+}
+func (s *spillSource) delta(pkLen int) stats.LiveCounts {
+	return liveDelta(s.k[len(s.k)-2] == keys.KindPut, pkLen+len(s.v), s.prior, s.pb)
+}

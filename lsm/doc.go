@@ -1,0 +1,74 @@
+// Package lsm is a Hummock-like MVCC state store on Pebble: tables split into
+// vnodes, writers that buffer row ops per epoch, atomic checkpoints, and reads
+// at an epoch. Statistics (package stats) are kept current with every
+// checkpoint.
+//
+// # Model
+//
+// A table has an id, a pk schema and a vnode count; each row lives in the
+// vnode its distribution key hashes to. A Writer is the local store of one
+// actor for one table and owns a set of vnodes. It takes Insert, Delete and
+// Update ops at its current epoch into an in-memory buffer, and Seal(e) closes
+// epoch e for it. Commit(e) needs every writer to have sealed e and makes every
+// sealed epoch <= e durable and visible at once. Reads are at an epoch: the
+// newest version at or below it wins, and a delete version hides the row.
+//
+// # Keys
+//
+// Every Pebble key has one of the shapes of package internal/keys (normative,
+// see design.md §3): a row version is table | vnode | pk | 0x00 | ^version |
+// kind | 0x0A with version = epoch<<16 | spill offset.
+//
+// # Spills and atomic checkpoints: why staging, and its cost
+//
+// design.md §4 names two ways to keep spilled data invisible until its epoch
+// commits. We stage spills outside Pebble and ingest them at commit, rather
+// than writing them into Pebble early and removing uncommitted versions at
+// open, because:
+//
+//   - atomicity is Pebble's: one Ingest call is one MANIFEST edit, so a
+//     checkpoint (data, committed epoch, high-water mark and live statistics)
+//     is all there or not at all after a crash, with no repair step at open;
+//   - physical statistics stay exact: SSTs in Pebble never hold uncommitted
+//     versions that the stats would count and a repair would later retract;
+//   - no Pebble range deletions or tombstones are needed to undo a spill.
+//
+// The price is that a spilled piece is written twice: once to the staging
+// directory, once more when Commit merges all pieces and buffers into
+// non-overlapping SSTs (Pebble refuses overlapping local SSTs in one Ingest).
+// Spills happen only above the memory watermark, so the extra write is paid
+// only by epochs too big for memory; BenchmarkCommit measures the store
+// against raw Pebble.
+//
+// Every commit ends in SSTs, so statistics are current when Commit returns.
+// Ingestion bypasses Pebble's write stalls (they guard memtable writes only);
+// one ingestion per checkpoint adds L0 files quickly, so Commit waits while L0
+// has Options.L0StopSublevels sublevels or more, and counts those stalls.
+//
+// # Epoch high-water mark
+//
+// Epochs only increase, across restarts too. A spill that writes data of an
+// epoch above the durable high-water mark raises the mark first, durably; at
+// Open the store refuses every epoch at or below max(committed epoch, mark),
+// so no epoch whose data may have reached the disk is used again (a reused
+// version key would break single-delete based garbage collection).
+//
+// # Live statistics
+//
+// Each op states the row's prior state (an insert: absent; a delete or
+// update: the old row), so each buffered pk knows its live delta, and commit
+// applies the deltas to the live-statistics buckets of package stats and
+// persists the changed buckets in the same ingestion. Checked writers (the
+// default) read before writing, as CockroachDB does, and refuse inconsistent
+// ops; unchecked writers trust them and flag the table's live statistics as
+// possibly containing estimates.
+//
+// # Bad input
+//
+// Every error names what was wrong and changes nothing: unknown tables,
+// vnodes out of range or not owned, pks that do not decode, epochs out of
+// order, ops on sealed epochs, commits of unsealed epochs, reads outside the
+// readable epochs, operations after Close, foreign keys met by a read (an
+// error for that read only), metadata that does not decode, and stores of a
+// newer format or another comparer.
+package lsm

@@ -1,0 +1,37 @@
+package lsm
+
+import "github.com/cockroachdb/errors"
+
+// Errors returned by the store. Test for them with errors.Is; the messages
+// carry the details (table, vnode, epoch, key).
+var (
+	// ErrClosed is returned by every operation after Close.
+	ErrClosed = errors.New("lsmstats: store is closed")
+	// ErrFailed is returned by writes after a fault left the store unable to
+	// tell what reached the disk; reads keep working. Reopen the store.
+	ErrFailed = errors.New("lsmstats: store refuses writes after a failure; reopen it")
+	// ErrUnknownTable names a table id missing from the catalog.
+	ErrUnknownTable = errors.New("lsmstats: unknown table")
+	// ErrInvalidVnode is an op on a vnode outside the table's vnode count,
+	// outside the writer's vnode set, or not matching the pk's hash.
+	ErrInvalidVnode = errors.New("lsmstats: invalid vnode")
+	// ErrEpochOrder is an epoch that does not increase: a seal not above the
+	// writer's last sealed epoch, a commit not above the committed epoch, or
+	// an epoch at or below the store's durable high-water mark.
+	ErrEpochOrder = errors.New("lsmstats: epoch out of order")
+	// ErrEpochSealed is an op on an epoch its writer already sealed.
+	ErrEpochSealed = errors.New("lsmstats: epoch is sealed")
+	// ErrNotSealed is a commit of an epoch some writer has not sealed.
+	ErrNotSealed = errors.New("lsmstats: epoch not sealed by every writer")
+	// ErrInconsistentOp is a checked op that contradicts the current state:
+	// an insert of a live pk, a delete or update of an absent one, or an old
+	// row that differs from the stored one.
+	ErrInconsistentOp = errors.New("lsmstats: op inconsistent with the stored row")
+	// ErrEpochUnavailable is a read at an epoch above the committed epoch or
+	// below the garbage-collection watermark.
+	ErrEpochUnavailable = errors.New("lsmstats: epoch not readable")
+	// ErrCorruptMetadata marks undecodable metadata keys.
+	ErrCorruptMetadata = errors.New("lsmstats: corrupt metadata")
+	// ErrFormatTooNew refuses a store written by a newer format version.
+	ErrFormatTooNew = errors.New("lsmstats: store format is newer than this library")
+)

@@ -1,0 +1,78 @@
+package lsm
+
+import (
+	"runtime"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Options configures a Store. A nil *Options is valid and means the defaults.
+type Options struct {
+	// FS is the file system of the store; nil means vfs.Default. Tests pass
+	// Pebble's errorfs to inject faults.
+	FS vfs.FS
+
+	// MemoryWatermark is the total size of all writers' buffers above which
+	// the sync manager spills the largest buffers to staged SSTs, until the
+	// total is below half of it. Zero means 64 MiB; negative disables spills.
+	MemoryWatermark int64
+
+	// TargetFileSize is the size at which the SSTs a commit writes are cut.
+	// Zero means 16 MiB.
+	TargetFileSize int64
+
+	// L0StopSublevels makes Commit wait for compactions while L0 has at least
+	// this many sublevels. Ingestion bypasses Pebble's own write stalls (they
+	// apply to memtable writes only), so without this back-pressure read
+	// amplification would grow without bound under a fast checkpoint cadence.
+	// Zero means 24; negative disables the wait.
+	L0StopSublevels int
+
+	// Logger receives Pebble's and the store's log lines; nil means Pebble's
+	// default logger. Pebble calls Fatalf on WAL and MANIFEST write errors.
+	Logger pebble.Logger
+
+	// EventListener, if set, receives Pebble's events in addition to the
+	// store's own listeners. Its callbacks run under Pebble's mutex.
+	EventListener *pebble.EventListener
+
+	// Pebble, if set, is called on the Pebble options after the store has set
+	// its own, to tune them further. It must not change the comparer or the
+	// block property collectors.
+	Pebble func(*pebble.Options)
+}
+
+func (o *Options) withDefaults() Options {
+	var out Options
+	if o != nil {
+		out = *o
+	}
+	if out.FS == nil {
+		out.FS = vfs.Default
+	}
+	if out.MemoryWatermark == 0 {
+		out.MemoryWatermark = 64 << 20
+	}
+	if out.TargetFileSize <= 0 {
+		out.TargetFileSize = 16 << 20
+	}
+	if out.L0StopSublevels == 0 {
+		out.L0StopSublevels = 24
+	}
+	return out
+}
+
+// WriterOptions configures one Writer.
+type WriterOptions struct {
+	// Unchecked skips the read-before-write consistency check of each row
+	// op. Ops are then trusted to describe the state they change (an Insert
+	// of an absent pk, a Delete or Update of the given old row), and the live
+	// statistics of the table are flagged as possibly containing estimates
+	// until they are recomputed, like CockroachDB's ContainsEstimates.
+	Unchecked bool
+}
+
+func compactionConcurrency() (int, int) {
+	return 1, max(2, runtime.GOMAXPROCS(0))
+}

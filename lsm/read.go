@@ -1,0 +1,405 @@
+package lsm
+
+import (
+	"bytes"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/stats"
+)
+
+// Reads happen at an epoch: the newest version of each pk at or below the
+// epoch wins, and a delete version hides the pk. Reads from the Store are at
+// the committed epoch when the read starts (a Pebble iterator is a consistent
+// view, so a read never sees half of a later checkpoint or of a later GC).
+// Reads at older epochs go through a Snapshot, which pins its epoch: garbage
+// collection keeps every version a pinned epoch can see. The smallest pinned
+// epoch (or the committed epoch, without pins) is the safe epoch.
+
+// Snapshot is a pinned read epoch. Safe for concurrent use; Close releases
+// the pin.
+type Snapshot struct {
+	s     *Store
+	epoch uint64
+	once  sync.Once
+}
+
+// Snapshot pins the committed epoch.
+func (s *Store) Snapshot() (*Snapshot, error) {
+	return s.Pin(s.committed.Load())
+}
+
+// Pin pins an epoch between the garbage-collection watermark and the
+// committed epoch.
+func (s *Store) Pin(epoch uint64) (*Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return nil, ErrClosed
+	}
+	if err := s.checkEpochLocked(epoch); err != nil {
+		return nil, err
+	}
+	s.mu.pins[epoch]++
+	return &Snapshot{s: s, epoch: epoch}, nil
+}
+
+func (s *Store) checkEpochLocked(epoch uint64) error {
+	if c := s.committed.Load(); epoch > c {
+		return errors.Wrapf(ErrEpochUnavailable, "epoch %d is above the committed epoch %d", epoch, c)
+	}
+	if epoch < s.mu.gcEpoch {
+		return errors.Wrapf(ErrEpochUnavailable, "epoch %d is below the garbage-collection watermark %d", epoch, s.mu.gcEpoch)
+	}
+	return nil
+}
+
+// Epoch returns the pinned epoch.
+func (sn *Snapshot) Epoch() uint64 { return sn.epoch }
+
+// Close releases the pin.
+func (sn *Snapshot) Close() {
+	sn.once.Do(func() {
+		sn.s.mu.Lock()
+		defer sn.s.mu.Unlock()
+		if sn.s.mu.pins[sn.epoch]--; sn.s.mu.pins[sn.epoch] == 0 {
+			delete(sn.s.mu.pins, sn.epoch)
+		}
+	})
+}
+
+// SafeEpoch is the smallest epoch a reader may still read: the smallest
+// pinned epoch, or the committed epoch. Garbage collection must keep every
+// version visible at it or above.
+func (s *Store) SafeEpoch() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	safe := s.committed.Load()
+	for e := range s.mu.pins {
+		safe = min(safe, e)
+	}
+	return safe
+}
+
+// Get reads a row at the committed epoch.
+func (s *Store) Get(table uint32, vnode uint16, pk []byte) ([]byte, bool, error) {
+	return s.get(table, vnode, pk, s.committed.Load())
+}
+
+// Get reads a row at the snapshot's epoch.
+func (sn *Snapshot) Get(table uint32, vnode uint16, pk []byte) ([]byte, bool, error) {
+	return sn.s.get(table, vnode, pk, sn.epoch)
+}
+
+// NewIter iterates the live rows of one vnode with pk in [lo, hi) (nil:
+// unbounded) at the committed epoch, in pk order.
+func (s *Store) NewIter(table uint32, vnode uint16, lo, hi []byte) (*Iter, error) {
+	return s.newIter(table, vnode, lo, hi, s.committed.Load())
+}
+
+// NewIter iterates at the snapshot's epoch.
+func (sn *Snapshot) NewIter(table uint32, vnode uint16, lo, hi []byte) (*Iter, error) {
+	return sn.s.newIter(table, vnode, lo, hi, sn.epoch)
+}
+
+func (s *Store) get(table uint32, vnode uint16, pk []byte, epoch uint64) ([]byte, bool, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, false, err
+	}
+	def, err := s.table(table)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := def.checkRow(vnode, pk); err != nil {
+		return nil, false, err
+	}
+	row, live, err := s.getPrefix(keys.AppendPrefix(nil, table, vnode, pk), epoch)
+	if err != nil || !live {
+		return nil, false, err
+	}
+	return slices.Clone(row), true, nil
+}
+
+// getCommitted reads a prefix at the committed epoch (a checked writer's
+// view below its buffers).
+func (s *Store) getCommitted(prefix []byte) ([]byte, bool, error) {
+	return s.getPrefix(prefix, math.MaxUint64)
+}
+
+// getPrefix finds the newest version of prefix at or below epoch; MaxUint64
+// means the committed epoch. It uses a pooled Pebble iterator: creating one
+// costs about as much as the seek itself.
+func (s *Store) getPrefix(prefix []byte, epoch uint64) ([]byte, bool, error) {
+	it, err := s.iters.acquire(s)
+	if err != nil {
+		return nil, false, err
+	}
+	defer s.iters.release(it)
+	if epoch == math.MaxUint64 {
+		epoch = it.epoch
+	}
+	seek := keys.AppendSeekKey(make([]byte, 0, len(prefix)+keys.SuffixLen), prefix, epoch)
+	if !it.SeekPrefixGE(seek) {
+		return nil, false, it.Error()
+	}
+	k, err := keys.Decode(it.Key())
+	if err != nil {
+		return nil, false, err
+	}
+	if k.Kind != keys.KindPut {
+		return nil, false, nil
+	}
+	v, err := it.ValueAndErr()
+	return slices.Clone(v), true, err
+}
+
+// published pairs the committed epoch with the generation of the ingestion
+// that committed it: an iterator created at that generation or later sees
+// the epoch's data.
+type published struct {
+	epoch, gen uint64
+}
+
+// iterPool keeps a few Pebble iterators for point reads. An iterator is a
+// snapshot of the LSM when it was created, so it is reused only while no
+// commit has happened since (same generation).
+type iterPool struct {
+	mu   sync.Mutex
+	free []*pooledIter
+}
+
+type pooledIter struct {
+	*pebble.Iterator
+	gen   uint64
+	epoch uint64 // the committed epoch it can read
+}
+
+const maxPooledIters = 8
+
+func (p *iterPool) acquire(s *Store) (*pooledIter, error) {
+	pub := s.pub.Load()
+	p.mu.Lock()
+	for len(p.free) > 0 {
+		it := p.free[len(p.free)-1]
+		p.free = p.free[:len(p.free)-1]
+		if it.gen >= pub.gen {
+			p.mu.Unlock()
+			return it, nil
+		}
+		_ = it.Close()
+	}
+	p.mu.Unlock()
+	// Read the generation before creating the iterator: the iterator sees
+	// at least that generation's ingestion, and so the matching epoch.
+	pub = s.pub.Load()
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return nil, err
+	}
+	return &pooledIter{Iterator: it, gen: pub.gen, epoch: pub.epoch}, nil
+}
+
+func (p *iterPool) release(it *pooledIter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) < maxPooledIters {
+		p.free = append(p.free, it)
+		return
+	}
+	_ = it.Close()
+}
+
+func (p *iterPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, it := range p.free {
+		_ = it.Close()
+	}
+	p.free = nil
+}
+
+// Iter iterates live rows of one vnode in pk order. PK and Row are valid
+// until the next positioning call. Not safe for concurrent use.
+type Iter struct {
+	it    *pebble.Iterator
+	table uint32
+	vnode uint16
+	epoch uint64
+	lower []byte
+
+	pk, row []byte
+	valid   bool
+	err     error
+	seek    []byte
+}
+
+func (s *Store) newIter(table uint32, vnode uint16, lo, hi []byte, epoch uint64) (*Iter, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	def, err := s.table(table)
+	if err != nil {
+		return nil, err
+	}
+	if int(vnode) >= def.VnodeCount {
+		return nil, errors.Wrapf(ErrInvalidVnode, "vnode %d of table %d (vnode count %d)", vnode, table, def.VnodeCount)
+	}
+	for _, b := range [][]byte{lo, hi} {
+		if b != nil {
+			if err := def.PK.Validate(b); err != nil {
+				return nil, errors.Wrapf(err, "iterator bound of table %d", table)
+			}
+		}
+	}
+	lower, upper := keys.VnodeSpan(table, vnode)
+	if lo != nil {
+		lower = keys.AppendPrefix(nil, table, vnode, lo)
+	}
+	if hi != nil {
+		upper = keys.AppendPrefix(nil, table, vnode, hi)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, err
+	}
+	return &Iter{it: it, table: table, vnode: vnode, epoch: epoch, lower: lower}, nil
+}
+
+// First positions at the first live row.
+func (i *Iter) First() bool {
+	i.it.First()
+	return i.settle()
+}
+
+// SeekGE positions at the first live row with pk >= pk.
+func (i *Iter) SeekGE(pk []byte) bool {
+	i.seek = keys.AppendPrefix(i.seek[:0], i.table, i.vnode, pk)
+	if bytes.Compare(i.seek, i.lower) < 0 {
+		i.seek = append(i.seek[:0], i.lower...)
+	}
+	i.it.SeekGE(i.seek)
+	return i.settle()
+}
+
+// Next moves to the next live row.
+func (i *Iter) Next() bool {
+	if !i.valid {
+		return false
+	}
+	i.it.NextPrefix()
+	return i.settle()
+}
+
+// settle moves forward from the current Pebble position to the first prefix
+// whose newest version at or below the epoch is a put.
+func (i *Iter) settle() bool {
+	i.valid = false
+	for i.it.Valid() {
+		key := i.it.Key()
+		k, err := keys.Decode(key)
+		if err != nil || k.Table != i.table || k.Vnode != i.vnode {
+			i.err = errors.Wrapf(keys.ErrMalformedKey, "reading vnode %d of table %d: key %x has none of the key shapes", i.vnode, i.table, key)
+			return false
+		}
+		if k.Version.Epoch() > i.epoch {
+			prefix := key[:keys.Split(key)]
+			i.seek = keys.AppendSeekKey(i.seek[:0], prefix, i.epoch)
+			// Re-evaluate: either the newest visible version of this prefix,
+			// or (none visible) the next prefix.
+			i.it.SeekGE(i.seek)
+			continue
+		}
+		if k.Kind != keys.KindPut {
+			i.it.NextPrefix()
+			continue
+		}
+		row, err := i.it.ValueAndErr()
+		if err != nil {
+			i.err = err
+			return false
+		}
+		i.pk, i.row, i.valid = k.PK, row, true
+		return true
+	}
+	if i.err == nil {
+		i.err = i.it.Error()
+	}
+	return false
+}
+
+// Valid reports whether the iterator is at a row.
+func (i *Iter) Valid() bool { return i.valid }
+
+// PK returns the current row's pk.
+func (i *Iter) PK() []byte { return i.pk }
+
+// Row returns the current row.
+func (i *Iter) Row() []byte { return i.row }
+
+// Error returns the error that stopped the iteration, if any. A key of none
+// of the shapes in the vnode's range stops it with keys.ErrMalformedKey.
+func (i *Iter) Error() error { return i.err }
+
+// Close releases the iterator.
+func (i *Iter) Close() error {
+	err := i.it.Close()
+	if i.err != nil {
+		return i.err
+	}
+	return err
+}
+
+// splitBuckets splits the live-statistics buckets that grew too big, by
+// scanning their rows at the committed epoch. A failure only leaves a bucket
+// big (bounds wider), so it is logged, not returned.
+func (s *Store) splitBuckets(reqs []stats.SplitRequest) {
+	epoch := s.committed.Load()
+	for _, r := range reqs {
+		pieces, err := s.scanPieces(r, epoch)
+		if err == nil {
+			s.mu.Lock()
+			err = s.mu.live.ApplySplit(r, pieces)
+			s.mu.Unlock()
+		}
+		if err != nil {
+			s.logf("lsmstats: split live bucket of table %d vnode %d: %v", r.Table, r.Vnode, err)
+		}
+	}
+}
+
+func (s *Store) scanPieces(r stats.SplitRequest, epoch uint64) ([]stats.Piece, error) {
+	it, err := s.newIter(r.Table, r.Vnode, r.Lower, r.Upper, epoch)
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	pieces := []stats.Piece{{Lower: r.Lower}}
+	cur := &pieces[0]
+	var n int64
+	for valid := it.First(); valid; valid = it.Next() {
+		if cur.Rows >= r.Target {
+			pieces = append(pieces, stats.Piece{Lower: slices.Clone(it.PK())})
+			cur = &pieces[len(pieces)-1]
+		}
+		cur.Rows++
+		cur.Bytes += int64(len(it.PK()) + len(it.Row()))
+		n++
+	}
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	s.metrics.splitScans.Add(1)
+	s.metrics.splitRows.Add(n)
+	return pieces, nil
+}
+
+// Live returns the current live statistics.
+func (s *Store) Live() *stats.Live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.live.Current()
+}

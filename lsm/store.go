@@ -1,0 +1,474 @@
+package lsm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/stats"
+)
+
+// FormatVersion is the store format this library writes. Open refuses a
+// store whose format_version is newer.
+const FormatVersion = 1
+
+const (
+	pebbleDir  = "db"
+	stagingDir = "staging"
+
+	hwmName = "epoch_hwm"
+)
+
+// Store is a Hummock-like MVCC state store on Pebble. It is safe for
+// concurrent use; each Writer is used by one goroutine at a time.
+type Store struct {
+	dir     string
+	opts    Options
+	fs      vfs.FS
+	staging string
+
+	db      *pebble.DB
+	popts   *pebble.Options
+	tracker *stats.Tracker
+	// wopts are the options of every SST the store writes for ingestion
+	// (with the stats collector); spillOpts those of staged spills.
+	wopts, spillOpts sstable.WriterOptions
+
+	// statsMu pairs the physical and live statistics of one checkpoint.
+	statsMu sync.RWMutex
+	// ingestMu serialises everything that ingests (commits, spills that raise
+	// the high-water mark, catalog changes) and every spill.
+	ingestMu sync.Mutex
+
+	mu struct {
+		sync.Mutex
+		closed  bool
+		failed  error
+		catalog map[uint32]*TableDef
+		writers map[*Writer]struct{}
+		// orphans are sealed epochs of closed writers, still to commit.
+		orphans []*epochBuf
+		pins    map[uint64]int
+		live    *stats.LiveState
+		// hwm is the durable epoch high-water mark.
+		hwm uint64
+		// gcEpoch is the garbage-collection watermark: reads below it are
+		// refused (a later issue's GC raises it).
+		gcEpoch uint64
+	}
+	committed atomic.Uint64
+	// pub is the committed epoch with the generation of its ingestion.
+	pub   atomic.Pointer[published]
+	iters iterPool
+	// floor is the epoch every new epoch must exceed: max(committed, hwm)
+	// as of Open.
+	floor uint64
+	// buffered is the memory held by all writers' buffers.
+	buffered atomic.Int64
+	fileSeq  atomic.Uint64
+	metrics  storeMetrics
+	// hooks let tests observe the store; nil functions are skipped.
+	hooks struct {
+		// phase is called when a spill starts ("spilling") and ends
+		// ("buffering"), and when a commit starts ("committing").
+		phase func(string)
+	}
+}
+
+func (s *Store) phase(p string) {
+	if s.hooks.phase != nil {
+		s.hooks.phase(p)
+	}
+}
+
+type storeMetrics struct {
+	commits, spills, spilledBytes, stalls atomic.Int64
+	stallNanos                            atomic.Int64
+	pebbleStalls, pebbleStallNanos        atomic.Int64
+	splitScans, splitRows                 atomic.Int64
+}
+
+// Open opens (or creates) the store in dir. A nil opts means the defaults.
+func Open(dir string, opts *Options) (*Store, error) {
+	o := opts.withDefaults()
+	s := &Store{dir: dir, opts: o, fs: o.FS, staging: o.FS.PathJoin(dir, stagingDir)}
+	s.mu.catalog = map[uint32]*TableDef{}
+	s.mu.writers = map[*Writer]struct{}{}
+	s.mu.pins = map[uint64]int{}
+	s.mu.live = stats.NewLiveState()
+
+	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, errors.Wrapf(err, "lsmstats: create %s", dir)
+	}
+	// Staged spills and unfinished commit outputs belong to epochs that did
+	// not commit: they must not survive a restart.
+	if err := s.resetStaging(); err != nil {
+		return nil, err
+	}
+
+	popts := &pebble.Options{
+		FS:                          s.fs,
+		Comparer:                    keys.Comparer,
+		Logger:                      o.Logger,
+		BlockPropertyCollectors:     []func() pebble.BlockPropertyCollector{stats.NewCollector},
+		FormatMajorVersion:          pebble.FormatNewest,
+		L0CompactionThreshold:       4,
+		L0StopWritesThreshold:       max(12, o.L0StopSublevels),
+		CompactionConcurrencyRange:  compactionConcurrency,
+		MaxOpenFiles:                1000,
+		DisableAutomaticCompactions: false,
+	}
+	popts.EnsureDefaults()
+	s.tracker = stats.NewTracker(stats.TrackerConfig{
+		Dir:           s.fs.PathJoin(dir, pebbleDir),
+		FS:            s.fs,
+		ReaderOptions: popts.MakeReaderOptions(),
+		Logger:        popts.Logger,
+	})
+	el := s.tracker.EventListener()
+	el.WriteStallBegin = func(pebble.WriteStallBeginInfo) { s.metrics.pebbleStalls.Add(1) }
+	popts.AddEventListener(el)
+	if o.EventListener != nil {
+		popts.AddEventListener(*o.EventListener)
+	}
+	if o.Pebble != nil {
+		o.Pebble(popts)
+	}
+	s.popts = popts
+
+	db, err := pebble.Open(s.fs.PathJoin(dir, pebbleDir), popts)
+	if err != nil {
+		return nil, errors.Wrapf(err, "lsmstats: open pebble in %s", dir)
+	}
+	s.db = db
+	s.wopts = popts.MakeWriterOptions(0, db.TableFormat())
+	s.spillOpts = s.wopts
+	s.spillOpts.BlockPropertyCollectors = nil
+	s.tracker.SetDB(db)
+
+	if err := s.load(); err != nil {
+		_ = s.tracker.Close()
+		_ = db.Close()
+		return nil, err
+	}
+	if err := s.tracker.Refresh(); err != nil {
+		_ = s.tracker.Close()
+		_ = db.Close()
+		return nil, errors.Wrap(err, "lsmstats: load statistics")
+	}
+	s.tracker.Start()
+	return s, nil
+}
+
+func (s *Store) resetStaging() error {
+	if err := s.fs.RemoveAll(s.staging); err != nil {
+		return errors.Wrapf(err, "lsmstats: clear staging directory %s", s.staging)
+	}
+	if err := s.fs.MkdirAll(s.staging, 0o755); err != nil {
+		return errors.Wrapf(err, "lsmstats: create staging directory %s", s.staging)
+	}
+	return nil
+}
+
+// load reads the metadata: format version, committed epoch, high-water
+// mark, catalog and live statistics. A new store is initialised.
+func (s *Store) load() error {
+	start, end := keys.TableSpan(keys.MetaTable)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	var formatSeen bool
+	liveEntries := [][2][]byte{}
+	for valid := it.First(); valid; valid = it.Next() {
+		name, ok := keys.MetaName(it.Key())
+		if !ok {
+			return errors.Wrapf(ErrCorruptMetadata, "key %x in the metadata table", it.Key())
+		}
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		switch n := string(name); {
+		case n == keys.FormatVersionName:
+			v, err := u64(name, val)
+			if err != nil {
+				return err
+			}
+			if v > FormatVersion {
+				return errors.Wrapf(ErrFormatTooNew, "store %s has format_version %d, this library writes %d", s.dir, v, FormatVersion)
+			}
+			formatSeen = true
+		case n == keys.CommittedEpochName:
+			v, err := u64(name, val)
+			if err != nil {
+				return err
+			}
+			s.committed.Store(v)
+		case n == hwmName:
+			if s.mu.hwm, err = u64(name, val); err != nil {
+				return err
+			}
+		case n == gcEpochName:
+			if s.mu.gcEpoch, err = u64(name, val); err != nil {
+				return err
+			}
+		case len(n) > len(keys.CatalogPrefix) && n[:len(keys.CatalogPrefix)] == keys.CatalogPrefix:
+			id, ok := keys.ParseCatalogKey(it.Key())
+			if !ok {
+				return errors.Wrapf(ErrCorruptMetadata, "catalog key %x", it.Key())
+			}
+			def, err := decodeCatalogEntry(id, val)
+			if err != nil {
+				return err
+			}
+			s.mu.catalog[id] = def
+			s.mu.live.AddTable(id, def.VnodeCount)
+		default:
+			liveEntries = append(liveEntries, [2][]byte{append([]byte(nil), it.Key()...), append([]byte(nil), val...)})
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	for _, e := range liveEntries {
+		if err := s.mu.live.Load(e[0], e[1]); err != nil {
+			return errors.Mark(err, ErrCorruptMetadata)
+		}
+	}
+	if !formatSeen {
+		if s.committed.Load() != 0 || len(s.mu.catalog) > 0 {
+			return errors.Wrapf(ErrCorruptMetadata, "store %s has metadata but no format_version", s.dir)
+		}
+		if err := s.ingestMeta([]stats.MetaEntry{
+			{Key: keys.MetaKey([]byte(keys.FormatVersionName)), Value: be64(FormatVersion)},
+			{Key: keys.MetaKey([]byte(keys.CommittedEpochName)), Value: be64(0)},
+		}); err != nil {
+			return err
+		}
+	}
+	s.floor = max(s.committed.Load(), s.mu.hwm)
+	s.pub.Store(&published{epoch: s.committed.Load()})
+	return nil
+}
+
+const gcEpochName = "gc_epoch"
+
+func u64(name, val []byte) (uint64, error) {
+	if len(val) != 8 {
+		return 0, errors.Wrapf(ErrCorruptMetadata, "metadata %q: want 8 bytes, have %x", name, val)
+	}
+	return binary.BigEndian.Uint64(val), nil
+}
+
+func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// Close closes the store. Uncommitted data is discarded.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.mu.closed = true
+	s.mu.Unlock()
+	// Wait for a commit or spill in progress.
+	s.ingestMu.Lock()
+	defer s.ingestMu.Unlock()
+	s.iters.close()
+	err := s.tracker.Close()
+	err = errors.CombineErrors(err, s.db.Close())
+	err = errors.CombineErrors(err, s.fs.RemoveAll(s.staging))
+	return err
+}
+
+// checkOpen returns ErrClosed or the failure that stopped writes.
+func (s *Store) checkWritable() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return ErrClosed
+	}
+	return s.mu.failed
+}
+
+func (s *Store) checkOpen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// fail stops all writes after a fault whose effect on disk is unknown.
+func (s *Store) fail(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.failed == nil {
+		s.mu.failed = errors.Mark(errors.Wrap(err, ErrFailed.Error()), ErrFailed)
+	}
+	return s.mu.failed
+}
+
+// CommittedEpoch returns the last committed epoch.
+func (s *Store) CommittedEpoch() uint64 { return s.committed.Load() }
+
+// EpochFloor returns the epoch that every epoch used from now on must
+// exceed: the larger of the committed epoch and the durable high-water mark
+// found at Open. After a restart, resume with an epoch above it.
+func (s *Store) EpochFloor() uint64 { return max(s.floor, s.committed.Load()) }
+
+// DB returns the underlying Pebble database, for tools and tests. Writing to
+// it directly bypasses the store's invariants.
+func (s *Store) DB() *pebble.DB { return s.db }
+
+// Dir returns the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// CreateTable adds a table to the catalog, durably. Creating a table that
+// exists with the same definition is a no-op.
+func (s *Store) CreateTable(def TableDef) error {
+	if err := def.normalize(); err != nil {
+		return err
+	}
+	if err := s.checkWritable(); err != nil {
+		return err
+	}
+	s.ingestMu.Lock()
+	defer s.ingestMu.Unlock()
+	s.mu.Lock()
+	if old, ok := s.mu.catalog[def.ID]; ok {
+		s.mu.Unlock()
+		if sameDef(old, &def) {
+			return nil
+		}
+		return errors.Newf("lsmstats: table %d exists with another definition", def.ID)
+	}
+	s.mu.Unlock()
+	if err := s.ingestMeta([]stats.MetaEntry{{Key: keys.CatalogKey(def.ID), Value: encodeCatalogEntry(&def)}}); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.mu.catalog[def.ID] = &def
+	s.mu.live.AddTable(def.ID, def.VnodeCount)
+	s.mu.Unlock()
+	return nil
+}
+
+// Table returns a table's definition.
+func (s *Store) Table(id uint32) (TableDef, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.mu.catalog[id]
+	if !ok {
+		return TableDef{}, errors.Wrapf(ErrUnknownTable, "table %d", id)
+	}
+	return *d, nil
+}
+
+// Tables returns every table definition, by id.
+func (s *Store) Tables() []TableDef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]TableDef, 0, len(s.mu.catalog))
+	for _, d := range s.mu.catalog {
+		out = append(out, *d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (s *Store) table(id uint32) (*TableDef, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.mu.catalog[id]
+	if !ok {
+		return nil, errors.Wrapf(ErrUnknownTable, "table %d", id)
+	}
+	return d, nil
+}
+
+// ingestMeta durably writes metadata entries in one ingestion. Callers hold
+// ingestMu.
+func (s *Store) ingestMeta(entries []stats.MetaEntry) error {
+	entries = slices.Clone(entries)
+	slices.SortFunc(entries, func(a, b stats.MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
+	out := s.newOutput()
+	for _, e := range entries {
+		if err := out.addMeta(e); err != nil {
+			out.abort()
+			return err
+		}
+	}
+	paths, err := out.finish()
+	if err != nil {
+		return err
+	}
+	defer s.removeFiles(paths)
+	return s.db.Ingest(context.Background(), paths)
+}
+
+func (s *Store) removeFiles(paths []string) {
+	for _, p := range paths {
+		if err := s.fs.Remove(p); err != nil && !errors.Is(err, errNotExist) {
+			s.logf("lsmstats: remove %s: %v", p, err)
+		}
+	}
+}
+
+func (s *Store) logf(format string, args ...any) {
+	s.popts.Logger.Infof(format, args...)
+}
+
+func (s *Store) stagingPath(kind string) string {
+	return s.fs.PathJoin(s.staging, fmt.Sprintf("%s-%06d.sst", kind, s.fileSeq.Add(1)))
+}
+
+// Metrics are the store's counters.
+type Metrics struct {
+	Commits, Spills, SpilledBytes int64
+	// CommitStalls counts commits that waited for L0 to drain, and
+	// CommitStallTime their total wait.
+	CommitStalls    int64
+	CommitStallTime time.Duration
+	// PebbleWriteStalls counts Pebble's own write stalls (memtable writes).
+	PebbleWriteStalls int64
+	// BufferedBytes is the memory held by writers' buffers now.
+	BufferedBytes int64
+	// SplitScans and SplitRows count the scans that split live buckets.
+	SplitScans, SplitRows int64
+	L0Sublevels           int
+	L0Files               int64
+}
+
+// Metrics returns the store's counters.
+func (s *Store) Metrics() Metrics {
+	m := Metrics{
+		Commits:           s.metrics.commits.Load(),
+		Spills:            s.metrics.spills.Load(),
+		SpilledBytes:      s.metrics.spilledBytes.Load(),
+		CommitStalls:      s.metrics.stalls.Load(),
+		CommitStallTime:   time.Duration(s.metrics.stallNanos.Load()),
+		PebbleWriteStalls: s.metrics.pebbleStalls.Load(),
+		BufferedBytes:     s.buffered.Load(),
+		SplitScans:        s.metrics.splitScans.Load(),
+		SplitRows:         s.metrics.splitRows.Load(),
+	}
+	pm := s.db.Metrics()
+	m.L0Sublevels = int(pm.Levels[0].Sublevels)
+	m.L0Files = pm.Levels[0].TablesCount
+	return m
+}

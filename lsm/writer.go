@@ -1,0 +1,397 @@
+package lsm
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/stats"
+)
+
+// Writer is the local store of one actor for one table: it buffers row ops
+// of its current epoch in memory, seals epochs, and hands sealed epochs to
+// the next Commit. Its vnodes are its own: no two open writers of a table
+// share a vnode. A Writer is used by one goroutine at a time.
+type Writer struct {
+	s       *Store
+	def     *TableDef
+	vnodes  *roaring.Bitmap
+	checked bool
+	name    string
+
+	mu         sync.Mutex
+	closed     bool
+	open       *epochBuf   // the epoch being written; nil between seal and the next op
+	sealed     []*epochBuf // sealed, uncommitted, by ascending epoch
+	lastSealed uint64
+	wroteAny   bool // an unchecked op reached a buffer
+}
+
+// NewWriter returns a writer for a table. vnodes is the set of vnodes it
+// owns; nil means all of the table's vnodes.
+func (s *Store) NewWriter(table uint32, vnodes *roaring.Bitmap, opts *WriterOptions) (*Writer, error) {
+	if err := s.checkWritable(); err != nil {
+		return nil, err
+	}
+	def, err := s.table(table)
+	if err != nil {
+		return nil, err
+	}
+	if vnodes == nil {
+		vnodes = roaring.New()
+		vnodes.AddRange(0, uint64(def.VnodeCount))
+	} else {
+		vnodes = vnodes.Clone()
+		if !vnodes.IsEmpty() && vnodes.Maximum() >= uint32(def.VnodeCount) {
+			return nil, errors.Wrapf(ErrInvalidVnode, "writer of table %d: vnode %d, vnode count %d", table, vnodes.Maximum(), def.VnodeCount)
+		}
+	}
+	w := &Writer{s: s, def: def, vnodes: vnodes, checked: opts == nil || !opts.Unchecked}
+	w.name = fmt.Sprintf("writer(table %d, vnodes %s)", table, vnodeSetString(vnodes))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for o := range s.mu.writers {
+		if o.def.ID == table && o.vnodes.Intersects(vnodes) {
+			v := roaring.And(o.vnodes, vnodes).Minimum()
+			return nil, errors.Wrapf(ErrInvalidVnode, "vnode %d of table %d is owned by %s", v, table, o.name)
+		}
+	}
+	s.mu.writers[w] = struct{}{}
+	return w, nil
+}
+
+func vnodeSetString(b *roaring.Bitmap) string {
+	if b.IsEmpty() {
+		return "{}"
+	}
+	if b.GetCardinality() == uint64(b.Maximum()-b.Minimum()+1) {
+		return fmt.Sprintf("%d-%d", b.Minimum(), b.Maximum())
+	}
+	return fmt.Sprintf("%d vnodes in %d-%d", b.GetCardinality(), b.Minimum(), b.Maximum())
+}
+
+// Table returns the writer's table id.
+func (w *Writer) Table() uint32 { return w.def.ID }
+
+// Vnodes returns the writer's vnode set (do not modify).
+func (w *Writer) Vnodes() *roaring.Bitmap { return w.vnodes }
+
+// epochBuf holds one writer's data of one epoch: spilled pieces (staged SSTs,
+// oldest first) and the piece in memory, whose version is (epoch, offset).
+type epochBuf struct {
+	w      *Writer
+	epoch  uint64
+	offset uint16
+	spills []*spillFile
+	piece
+	unchecked bool // some op of this epoch was unchecked
+}
+
+// piece is the in-memory part of an epochBuf: one entry per prefix with the
+// net effect of its ops since the last spill.
+type piece struct {
+	index   map[string]int32
+	entries []entry
+	bytes   int64
+}
+
+// entry is the net effect of the ops on one pk within one piece. prior is
+// the state before the piece (read when checked, implied by the first op
+// otherwise); the entry's live delta is its state minus prior.
+type entry struct {
+	prefix     []byte
+	value      []byte
+	put        bool
+	prior      bool
+	priorBytes int64
+}
+
+const entryOverhead = 96 // map slot, entry struct and slice headers
+
+func (e *entry) delta() stats.LiveCounts {
+	return liveDelta(e.put, len(e.prefix)-7+len(e.value), e.prior, e.priorBytes)
+}
+
+// liveDelta is the change of live rows and bytes of one pk from its prior
+// state to its new one. rowBytes counts pk and row.
+func liveDelta(put bool, rowBytes int, prior bool, priorBytes int64) stats.LiveCounts {
+	var d stats.LiveCounts
+	if put {
+		d.Rows++
+		d.Bytes += int64(rowBytes)
+	}
+	if prior {
+		d.Rows--
+		d.Bytes -= priorBytes
+	}
+	return d
+}
+
+func newEpochBuf(w *Writer, epoch uint64) *epochBuf {
+	return &epochBuf{w: w, epoch: epoch, piece: piece{index: map[string]int32{}}}
+}
+
+func (b *epochBuf) empty() bool { return len(b.entries) == 0 && len(b.spills) == 0 }
+
+// sortedEntries returns the piece's entries in key order.
+func (p *piece) sortedEntries() []*entry {
+	out := make([]*entry, len(p.entries))
+	for i := range p.entries {
+		out[i] = &p.entries[i]
+	}
+	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].prefix, out[j].prefix) < 0 })
+	return out
+}
+
+type opKind int
+
+const (
+	opInsert opKind = iota
+	opDelete
+	opUpdate
+)
+
+func (k opKind) String() string { return [...]string{"insert", "delete", "update"}[k] }
+
+// Insert adds a row that must not be live.
+func (w *Writer) Insert(epoch uint64, vnode uint16, pk, row []byte) error {
+	return w.apply(opInsert, epoch, vnode, pk, nil, row)
+}
+
+// Delete removes a live row; oldRow is its current value.
+func (w *Writer) Delete(epoch uint64, vnode uint16, pk, oldRow []byte) error {
+	return w.apply(opDelete, epoch, vnode, pk, oldRow, nil)
+}
+
+// Update replaces a live row's value.
+func (w *Writer) Update(epoch uint64, vnode uint16, pk, oldRow, newRow []byte) error {
+	return w.apply(opUpdate, epoch, vnode, pk, oldRow, newRow)
+}
+
+func (w *Writer) apply(op opKind, epoch uint64, vnode uint16, pk, oldRow, newRow []byte) error {
+	if err := w.s.checkWritable(); err != nil {
+		return err
+	}
+	if !w.vnodes.Contains(uint32(vnode)) {
+		return errors.Wrapf(ErrInvalidVnode, "%s does not own vnode %d", w.name, vnode)
+	}
+	if err := w.def.checkRow(vnode, pk); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	grew, err := w.applyLocked(op, epoch, vnode, pk, oldRow, newRow)
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if w.s.buffered.Add(grew) > w.s.opts.MemoryWatermark && w.s.opts.MemoryWatermark > 0 {
+		return w.s.maybeSpill()
+	}
+	return nil
+}
+
+func (w *Writer) applyLocked(op opKind, epoch uint64, vnode uint16, pk, oldRow, newRow []byte) (int64, error) {
+	if w.closed {
+		return 0, errors.Newf("lsmstats: %s is closed", w.name)
+	}
+	if err := w.beginLocked(epoch); err != nil {
+		return 0, err
+	}
+	b := w.open
+	prefix := keys.AppendPrefix(make([]byte, 0, len(pk)+7), w.def.ID, vnode, pk)
+	inconsistent := func(why string) error {
+		return errors.Wrapf(ErrInconsistentOp, "%s of pk %s in vnode %d of table %d at epoch %d: %s",
+			op, w.def.PK.Format(pk), vnode, w.def.ID, epoch, why)
+	}
+	if i, ok := b.index[string(prefix)]; ok {
+		// A later op on a pk of this piece: it must follow from the entry.
+		e := &b.entries[i]
+		switch {
+		case op == opInsert && e.put:
+			return 0, inconsistent("the row is live")
+		case op != opInsert && !e.put:
+			return 0, inconsistent("the row is not live")
+		case op != opInsert && !bytes.Equal(oldRow, e.value):
+			return 0, inconsistent("old row differs from the stored row")
+		}
+		grew := int64(len(newRow)) - int64(len(e.value))
+		e.put = op != opDelete
+		e.value = append(e.value[:0], newRow...)
+		b.bytes += grew
+		return grew, nil
+	}
+	e := entry{prefix: prefix, value: append([]byte(nil), newRow...), put: op != opDelete}
+	if w.checked {
+		cur, live, err := w.lookupLocked(prefix, b)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case op == opInsert && live:
+			return 0, inconsistent("the row is live")
+		case op != opInsert && !live:
+			return 0, inconsistent("the row is not live")
+		case op != opInsert && !bytes.Equal(oldRow, cur):
+			return 0, inconsistent("old row differs from the stored row")
+		}
+	} else {
+		b.unchecked = true
+	}
+	if op != opInsert {
+		e.prior = true
+		e.priorBytes = int64(len(pk) + len(oldRow))
+	}
+	b.index[string(prefix)] = int32(len(b.entries))
+	b.entries = append(b.entries, e)
+	grew := int64(2*len(prefix)+len(newRow)) + entryOverhead
+	b.bytes += grew
+	return grew, nil
+}
+
+// beginLocked makes epoch the open epoch, or checks that it is.
+func (w *Writer) beginLocked(epoch uint64) error {
+	if w.open != nil {
+		if epoch == w.open.epoch {
+			return nil
+		}
+		if epoch < w.open.epoch {
+			return errors.Wrapf(ErrEpochOrder, "%s: op at epoch %d, but epoch %d is open", w.name, epoch, w.open.epoch)
+		}
+		return errors.Wrapf(ErrEpochOrder, "%s: op at epoch %d while epoch %d is open; seal it first", w.name, epoch, w.open.epoch)
+	}
+	if err := w.checkNewEpoch(epoch); err != nil {
+		return err
+	}
+	w.open = newEpochBuf(w, epoch)
+	return nil
+}
+
+func (w *Writer) checkNewEpoch(epoch uint64) error {
+	if epoch <= w.lastSealed {
+		return errors.Wrapf(ErrEpochSealed, "%s: epoch %d, last sealed epoch %d", w.name, epoch, w.lastSealed)
+	}
+	if floor := w.s.EpochFloor(); epoch <= floor {
+		return errors.Wrapf(ErrEpochOrder, "%s: epoch %d is not above the store's epoch floor %d (committed epoch or high-water mark)", w.name, epoch, floor)
+	}
+	if epoch > keys.MaxEpoch {
+		return errors.Wrapf(ErrEpochOrder, "%s: epoch %d exceeds the maximum %d", w.name, epoch, uint64(keys.MaxEpoch))
+	}
+	return nil
+}
+
+// Seal closes epoch for this writer: no more ops at it or below. An epoch
+// with no ops can be sealed too (the writer took part in it).
+func (w *Writer) Seal(epoch uint64) error {
+	if err := w.s.checkWritable(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return errors.Newf("lsmstats: %s is closed", w.name)
+	}
+	if w.open != nil {
+		if epoch != w.open.epoch {
+			return errors.Wrapf(ErrEpochOrder, "%s: seal of epoch %d while epoch %d is open", w.name, epoch, w.open.epoch)
+		}
+		if !w.open.empty() {
+			w.sealed = append(w.sealed, w.open)
+		}
+		w.open = nil
+	} else if err := w.checkNewEpoch(epoch); err != nil {
+		return err
+	}
+	w.lastSealed = epoch
+	return nil
+}
+
+// LastSealed returns the writer's last sealed epoch.
+func (w *Writer) LastSealed() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastSealed
+}
+
+// Get reads a row as this writer sees it: its uncommitted ops first, then
+// the committed data.
+func (w *Writer) Get(vnode uint16, pk []byte) ([]byte, bool, error) {
+	if err := w.s.checkOpen(); err != nil {
+		return nil, false, err
+	}
+	if err := w.def.checkRow(vnode, pk); err != nil {
+		return nil, false, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	row, live, err := w.lookupLocked(keys.AppendPrefix(nil, w.def.ID, vnode, pk), nil)
+	if err != nil || !live {
+		return nil, false, err
+	}
+	return append([]byte(nil), row...), true, nil
+}
+
+// lookupLocked finds the newest state of prefix in the writer's view, below
+// the in-memory piece of skip (nil: include every piece).
+func (w *Writer) lookupLocked(prefix []byte, skip *epochBuf) ([]byte, bool, error) {
+	bufs := make([]*epochBuf, 0, len(w.sealed)+1)
+	bufs = append(bufs, w.sealed...)
+	if w.open != nil {
+		bufs = append(bufs, w.open)
+	}
+	for i := len(bufs) - 1; i >= 0; i-- {
+		b := bufs[i]
+		if b != skip {
+			if j, ok := b.index[string(prefix)]; ok {
+				e := &b.entries[j]
+				return e.value, e.put, nil
+			}
+		}
+		for k := len(b.spills) - 1; k >= 0; k-- {
+			row, put, found, err := b.spills[k].get(prefix)
+			if err != nil || found {
+				return row, put, err
+			}
+		}
+	}
+	return w.s.getCommitted(prefix)
+}
+
+// Close releases the writer's vnodes. Its open epoch is discarded; sealed
+// epochs are still committed by the next Commit that covers them.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	if w.open != nil {
+		w.s.release(w.open)
+		w.open = nil
+	}
+	sealed := w.sealed
+	w.sealed = nil
+	w.mu.Unlock()
+	s := w.s
+	s.mu.Lock()
+	delete(s.mu.writers, w)
+	s.mu.orphans = append(s.mu.orphans, sealed...)
+	s.mu.Unlock()
+	return nil
+}
+
+// release frees the memory and staged files of a buffer.
+func (s *Store) release(b *epochBuf) {
+	s.buffered.Add(-b.bytes)
+	b.bytes = 0
+	b.entries = nil
+	b.index = nil
+	for _, f := range b.spills {
+		f.close(s)
+	}
+	b.spills = nil
+}
