@@ -21,6 +21,10 @@ type TableDef struct {
 	// distribution key; 0 means the whole pk. Every op's vnode is checked
 	// against crc32(encoded distribution key) % VnodeCount.
 	DistKeyColumns int
+	// VnodeKeyed tables have a first pk column of type Uint64 that is the
+	// vnode itself (RisingWave's backfill state tables: one row per vnode,
+	// written by the actor that owns the vnode). DistKeyColumns is ignored.
+	VnodeKeyed bool
 }
 
 func (d *TableDef) normalize() error {
@@ -41,6 +45,9 @@ func (d *TableDef) normalize() error {
 	}
 	if d.DistKeyColumns == 0 {
 		d.DistKeyColumns = len(d.PK)
+	}
+	if d.VnodeKeyed && d.PK[0] != keys.Uint64 {
+		return errors.Newf("lsmstats: table %d is vnode-keyed but its first pk column is %s, not u64", d.ID, d.PK[0])
 	}
 	return nil
 }
@@ -66,8 +73,13 @@ func (d *TableDef) distKey(pk []byte) []byte {
 	return pk[:n]
 }
 
-// VnodeOf returns the vnode of a row with the given (valid) pk.
+// VnodeOf returns the vnode of a row with the given (valid) pk. For a
+// vnode-keyed table it is the first column, which may be out of range.
 func (d *TableDef) VnodeOf(pk []byte) uint16 {
+	if d.VnodeKeyed {
+		v, _, _ := keys.DecodeUint64(pk)
+		return uint16(min(v, uint64(1<<16-1)))
+	}
 	return keys.Vnode(d.distKey(pk), d.VnodeCount)
 }
 
@@ -80,7 +92,7 @@ func (d *TableDef) checkRow(vnode uint16, pk []byte) error {
 		return errors.Wrapf(err, "table %d", d.ID)
 	}
 	if want := d.VnodeOf(pk); want != vnode {
-		return errors.Wrapf(ErrInvalidVnode, "table %d: pk %s hashes to vnode %d, not %d", d.ID, d.PK.Format(pk), want, vnode)
+		return errors.Wrapf(ErrInvalidVnode, "table %d: pk %s belongs to vnode %d, not %d", d.ID, d.PK.Format(pk), want, vnode)
 	}
 	return nil
 }
@@ -91,7 +103,7 @@ const catalogEntryVersion = 1
 //
 //	version u8 (=1) | vnode_count u32 BE | dist_key_columns u16 BE |
 //	len u16 BE | pk schema (one byte per column: 'u', 'i', 'b') |
-//	len u16 BE | name
+//	len u16 BE | name | flags u8 (bit 0: vnode-keyed)
 func encodeCatalogEntry(d *TableDef) []byte {
 	b := []byte{catalogEntryVersion}
 	b = binary.BigEndian.AppendUint32(b, uint32(d.VnodeCount))
@@ -101,7 +113,12 @@ func encodeCatalogEntry(d *TableDef) []byte {
 		b = append(b, byte(t))
 	}
 	b = binary.BigEndian.AppendUint16(b, uint16(len(d.Name)))
-	return append(b, d.Name...)
+	b = append(b, d.Name...)
+	var flags byte
+	if d.VnodeKeyed {
+		flags |= 1
+	}
+	return append(b, flags)
 }
 
 func decodeCatalogEntry(id uint32, b []byte) (*TableDef, error) {
@@ -122,10 +139,17 @@ func decodeCatalogEntry(id uint32, b []byte) (*TableDef, error) {
 	}
 	b2 = b2[n:]
 	m := int(binary.BigEndian.Uint16(b2))
-	if len(b2) != m+2 {
-		return nil, bad("truncated name")
+	if len(b2) != m+3 {
+		return nil, bad("truncated name or flags")
 	}
-	d.Name = string(b2[2:])
+	d.Name = string(b2[2 : 2+m])
+	switch b2[2+m] {
+	case 0:
+	case 1:
+		d.VnodeKeyed = true
+	default:
+		return nil, bad("unknown flags")
+	}
 	if err := d.normalize(); err != nil {
 		return nil, errors.Mark(errors.Wrapf(err, "catalog entry of table %d", id), ErrCorruptMetadata)
 	}
@@ -133,7 +157,8 @@ func decodeCatalogEntry(id uint32, b []byte) (*TableDef, error) {
 }
 
 func sameDef(a, b *TableDef) bool {
-	if a.ID != b.ID || a.Name != b.Name || a.VnodeCount != b.VnodeCount || a.DistKeyColumns != b.DistKeyColumns || len(a.PK) != len(b.PK) {
+	if a.ID != b.ID || a.Name != b.Name || a.VnodeCount != b.VnodeCount || a.DistKeyColumns != b.DistKeyColumns ||
+		a.VnodeKeyed != b.VnodeKeyed || len(a.PK) != len(b.PK) {
 		return false
 	}
 	for i := range a.PK {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -38,4 +40,28 @@ func (quietLogger) Errorf(format string, args ...any) {
 func (quietLogger) Fatalf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, format+"\n", args...)
 	os.Exit(4)
+}
+
+func TestCatalogEntryRoundTrip(t *testing.T) {
+	for _, d := range []TableDef{
+		{ID: 1, Name: "t", PK: keys.Schema{keys.Uint64, keys.Bytes}, DistKeyColumns: 1},
+		{ID: 7, Name: "backfill_state", VnodeCount: 16, PK: keys.Schema{keys.Uint64}, VnodeKeyed: true},
+	} {
+		require.NoError(t, d.normalize())
+		got, err := decodeCatalogEntry(d.ID, encodeCatalogEntry(&d))
+		require.NoError(t, err)
+		require.True(t, sameDef(&d, got), "%+v vs %+v", d, *got)
+		b := encodeCatalogEntry(&d)
+		for i := range b {
+			_, err := decodeCatalogEntry(d.ID, b[:i])
+			require.ErrorIs(t, err, ErrCorruptMetadata, "truncated at %d", i)
+		}
+	}
+	bad := TableDef{ID: 2, PK: keys.Schema{keys.Bytes}, VnodeKeyed: true}
+	require.Error(t, bad.normalize())
+	d := TableDef{ID: 3, VnodeCount: 8, PK: keys.Schema{keys.Uint64}, VnodeKeyed: true}
+	require.NoError(t, d.normalize())
+	require.NoError(t, d.checkRow(5, keys.AppendUint64(nil, 5)))
+	require.ErrorIs(t, d.checkRow(4, keys.AppendUint64(nil, 5)), ErrInvalidVnode)
+	require.ErrorIs(t, d.checkRow(9, keys.AppendUint64(nil, 9)), ErrInvalidVnode)
 }

@@ -32,7 +32,7 @@ var Comparer = &pebble.Comparer{
 	// Pebble's ValidateKey stays nil: CheckComparer validates the tails of
 	// prefixes (for synthetic prefixes), which are not keys of ours. The
 	// store checks shapes itself with Validate.
-	Name:                 ComparerName,
+	Name: ComparerName,
 }
 
 // Compare orders keys by prefix, then suffix. On keys of the valid shapes it

@@ -151,7 +151,7 @@ func TestDecodeRejects(t *testing.T) {
 		AppendPrefix(nil, 1, 1, AppendUint64(nil, 3)),
 		MetaKey([]byte(CommittedEpochName)),
 		AppendSuffix(AppendTableBound(nil, MetaTable), MakeVersion(1, 0), KindPut), // versioned metadata
-		AppendSuffix([]byte{0x00}, MakeVersion(1, 0), KindPut),                    // too short for a table key
+		AppendSuffix([]byte{0x00}, MakeVersion(1, 0), KindPut),                     // too short for a table key
 	} {
 		_, err := Decode(k)
 		require.True(t, errors.Is(err, ErrMalformedKey), "%x: %v", k, err)

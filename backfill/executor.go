@@ -1,0 +1,368 @@
+package backfill
+
+import (
+	"bytes"
+	"context"
+	"slices"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/replicated"
+	"golang.org/x/time/rate"
+)
+
+// ActorConfig configures one backfill actor.
+type ActorConfig struct {
+	ID    int
+	Store *lsm.Store
+	// Upstream, MV and State are table ids: the upstream table (read through
+	// a replicated table), the MV the output is materialized into (same
+	// schema and vnodes), and the backfill state table.
+	Upstream, MV, State uint32
+	// Vnodes are the actor's vnodes.
+	Vnodes *roaring.Bitmap
+	// ChunkSize is the number of rows per output chunk; 0 means 256.
+	ChunkSize int
+	// BarrierRows is the number of snapshot rows read per barrier (at least
+	// one, so that vnodes full of tombstones still progress); 0 means 2048.
+	BarrierRows int
+	// Limiter, if set, limits snapshot rows per second.
+	Limiter *rate.Limiter
+	// RowCount persists each vnode's row count (the row-count approach).
+	RowCount bool
+	// Reporter receives the actor's state at every barrier.
+	Reporter *Reporter
+}
+
+// Actor is an arrangement backfill executor for a set of vnodes. Between two
+// barriers it applies upstream chunks to its replicated table and buffers
+// them, and reads a snapshot of all its unfinished vnodes interleaved (one
+// row of each in turn, as RisingWave's select_all over one stream per vnode)
+// at the previous barrier's epoch. At a barrier it forwards the buffered
+// upstream ops of finished vnodes and those at or below their vnode's cursor
+// (the rest will be read by later snapshots), writes its output into the MV,
+// persists each changed vnode state, seals its writers and reports.
+type Actor struct {
+	cfg   ActorConfig
+	table *replicated.Table
+	mv    *Materialize
+	state *lsm.Writer
+
+	vnodes  []VnodeState // by vnode
+	dirty   []bool       // state changed since the last barrier
+	saved   [][]byte     // the persisted state row of each vnode, nil if none
+	index   map[uint16]int
+	buffer  []RowOp
+	snapAt  uint64 // snapshot reads are at this epoch (the previous barrier's)
+	curr    uint64 // the epoch being written
+	started bool   // the first barrier arrived
+	done    bool   // reported finished
+}
+
+// NewActor creates an actor and loads its vnodes' state at the committed
+// epoch (after a restart or rescale, whatever actor wrote it).
+func NewActor(cfg ActorConfig) (*Actor, error) {
+	if cfg.ChunkSize <= 0 {
+		cfg.ChunkSize = 256
+	}
+	if cfg.BarrierRows <= 0 {
+		cfg.BarrierRows = 2048
+	}
+	upstream, err := cfg.Store.Table(cfg.Upstream)
+	if err != nil {
+		return nil, err
+	}
+	table, err := replicated.New(cfg.Store, cfg.Upstream, cfg.Vnodes)
+	if err != nil {
+		return nil, err
+	}
+	mvw, err := cfg.Store.NewWriter(cfg.MV, cfg.Vnodes, nil)
+	if err != nil {
+		return nil, err
+	}
+	sw, err := cfg.Store.NewWriter(cfg.State, cfg.Vnodes, nil)
+	if err != nil {
+		_ = mvw.Close()
+		return nil, err
+	}
+	vs := make([]uint16, 0, cfg.Vnodes.GetCardinality())
+	it := cfg.Vnodes.Iterator()
+	for it.HasNext() {
+		vs = append(vs, uint16(it.Next()))
+	}
+	states, err := LoadStates(cfg.Store, cfg.State, upstream, vs)
+	if err != nil {
+		_ = mvw.Close()
+		_ = sw.Close()
+		return nil, err
+	}
+	a := &Actor{cfg: cfg, table: table, mv: &Materialize{w: mvw}, state: sw, vnodes: states,
+		dirty: make([]bool, len(states)), saved: make([][]byte, len(states)), index: map[uint16]int{}}
+	for i, s := range states {
+		a.index[s.Vnode] = i
+		if s.Started() {
+			a.saved[i] = EncodeState(s, cfg.RowCount)
+		}
+	}
+	return a, nil
+}
+
+// States returns a copy of the actor's vnode states.
+func (a *Actor) States() []VnodeState { return slices.Clone(a.vnodes) }
+
+// Finished reports whether every vnode of the actor finished.
+func (a *Actor) Finished() bool {
+	for _, s := range a.vnodes {
+		if !s.Finished {
+			return false
+		}
+	}
+	return true
+}
+
+// Close releases the actor's writers (uncommitted ops are discarded).
+func (a *Actor) Close() error {
+	return errors.CombineErrors(a.mv.w.Close(), a.state.Close())
+}
+
+// Run handles messages until in is closed or ctx is done. Each barrier is
+// acknowledged on acks after the actor sealed its writers at barrier.Prev.
+func (a *Actor) Run(ctx context.Context, in <-chan Message, acks chan<- Ack) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case m, ok := <-in:
+			if !ok {
+				return nil
+			}
+			var err error
+			switch m := m.(type) {
+			case Chunk:
+				err = a.OnChunk(m)
+			case Barrier:
+				err = a.OnBarrier(ctx, m)
+				acks <- Ack{Actor: a.cfg.ID, Epoch: m.Prev, Err: err}
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Ack acknowledges a barrier.
+type Ack struct {
+	Actor int
+	Epoch uint64
+	Err   error
+}
+
+// OnChunk applies an upstream chunk of the current epoch.
+func (a *Actor) OnChunk(c Chunk) error {
+	if !a.started {
+		return errors.New("lsmstats/backfill: chunk before the first barrier")
+	}
+	mine := c.Ops[:0:0]
+	for _, op := range c.Ops {
+		if a.cfg.Vnodes.Contains(uint32(op.Vnode)) {
+			mine = append(mine, op)
+		}
+	}
+	a.table.Apply(a.curr, replicatedOps(mine))
+	a.buffer = append(a.buffer, mine...)
+	return nil
+}
+
+// OnBarrier reads the snapshot quota of the ending epoch, forwards the
+// buffered upstream ops by the cursor rule, persists state and seals.
+func (a *Actor) OnBarrier(ctx context.Context, b Barrier) error {
+	if !a.started {
+		// The first barrier only sets the epochs: snapshots read at Prev,
+		// the committed epoch, and the report gives a figure right away.
+		a.started, a.snapAt, a.curr = true, b.Prev, b.Curr
+		if a.Finished() {
+			a.done = true
+			return a.cfg.Reporter.Finish(b.Prev, a.vnodes)
+		}
+		return a.cfg.Reporter.Update(b.Prev, a.vnodes)
+	}
+	if b.Prev != a.curr {
+		return errors.Newf("lsmstats/backfill: actor %d at epoch %d got barrier %d->%d", a.cfg.ID, a.curr, b.Prev, b.Curr)
+	}
+	if err := a.readSnapshot(ctx); err != nil {
+		return err
+	}
+	if err := a.forward(); err != nil {
+		return err
+	}
+	if err := a.persist(); err != nil {
+		return err
+	}
+	if err := a.mv.w.Seal(a.curr); err != nil {
+		return err
+	}
+	if err := a.state.Seal(a.curr); err != nil {
+		return err
+	}
+	var err error
+	if a.Finished() {
+		a.done = true
+		err = a.cfg.Reporter.Finish(a.curr, a.vnodes)
+	} else {
+		err = a.cfg.Reporter.Update(a.curr, a.vnodes)
+	}
+	a.snapAt, a.curr = b.Prev, b.Curr
+	return err
+}
+
+// readSnapshot reads up to BarrierRows rows of the unfinished vnodes, one
+// row of each in turn, at the previous barrier's epoch.
+func (a *Actor) readSnapshot(ctx context.Context) error {
+	snap, err := a.table.Snapshot(a.snapAt)
+	if err != nil {
+		return err
+	}
+	defer snap.Close()
+	type stream struct {
+		i  int
+		it *replicated.Iter
+	}
+	var streams []stream
+	defer func() {
+		for _, s := range streams {
+			_ = s.it.Close()
+		}
+	}()
+	for i, s := range a.vnodes {
+		if s.Finished {
+			continue
+		}
+		it, err := snap.Iter(s.Vnode, s.Cursor)
+		if err != nil {
+			return err
+		}
+		streams = append(streams, stream{i, it})
+	}
+	chunk := make([]RowOp, 0, a.cfg.ChunkSize)
+	flush := func() error {
+		if len(chunk) == 0 {
+			return nil
+		}
+		if a.cfg.Limiter != nil {
+			if err := a.cfg.Limiter.WaitN(ctx, len(chunk)); err != nil {
+				return err
+			}
+		}
+		if err := a.mv.Apply(a.curr, chunk); err != nil {
+			return err
+		}
+		chunk = chunk[:0]
+		return nil
+	}
+	quota := a.cfg.BarrierRows
+	for quota > 0 && len(streams) > 0 {
+		live := streams[:0]
+		for _, s := range streams {
+			if quota == 0 {
+				live = append(live, s)
+				continue
+			}
+			st := &a.vnodes[s.i]
+			if !s.it.Next() {
+				if err := s.it.Close(); err != nil {
+					return errors.Wrapf(err, "backfill actor %d: snapshot of vnode %d", a.cfg.ID, st.Vnode)
+				}
+				st.Finished = true
+				a.dirty[s.i] = true
+				continue
+			}
+			st.Cursor = append(st.Cursor[:0], s.it.PK()...)
+			st.RowCount++
+			a.dirty[s.i] = true
+			chunk = append(chunk, RowOp{Kind: Insert, Vnode: st.Vnode, PK: slices.Clone(s.it.PK()), Row: slices.Clone(s.it.Row())})
+			quota--
+			if len(chunk) == a.cfg.ChunkSize {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			live = append(live, s)
+		}
+		streams = live
+	}
+	return flush()
+}
+
+// forward writes the buffered upstream ops that the snapshot will not read:
+// those of finished vnodes and those at or below their vnode's cursor.
+func (a *Actor) forward() error {
+	out := a.buffer[:0]
+	for _, op := range a.buffer {
+		st := a.vnodes[a.index[op.Vnode]]
+		if st.Finished || st.Cursor != nil && bytes.Compare(op.PK, st.Cursor) <= 0 {
+			out = append(out, op)
+		}
+	}
+	err := a.mv.Apply(a.curr, out)
+	a.buffer = nil
+	return err
+}
+
+// persist writes the changed vnode states at the current epoch.
+func (a *Actor) persist() error {
+	for i, s := range a.vnodes {
+		if !a.dirty[i] {
+			continue
+		}
+		a.dirty[i] = false
+		row := EncodeState(s, a.cfg.RowCount)
+		var err error
+		if a.saved[i] != nil {
+			err = a.state.Update(a.curr, s.Vnode, statePK(s.Vnode), a.saved[i], row)
+		} else {
+			err = a.state.Insert(a.curr, s.Vnode, statePK(s.Vnode), row)
+		}
+		if err != nil {
+			return err
+		}
+		a.saved[i] = row
+	}
+	return nil
+}
+
+// Materialize writes a stream of row ops into an MV table: inserts, deletes,
+// and update pairs as updates.
+type Materialize struct {
+	w *lsm.Writer
+}
+
+// NewMaterialize returns a materialize step writing through w.
+func NewMaterialize(w *lsm.Writer) *Materialize { return &Materialize{w: w} }
+
+// Apply writes ops at epoch.
+func (m *Materialize) Apply(epoch uint64, ops []RowOp) error {
+	for i := 0; i < len(ops); i++ {
+		op := ops[i]
+		var err error
+		switch op.Kind {
+		case Insert:
+			err = m.w.Insert(epoch, op.Vnode, op.PK, op.Row)
+		case Delete:
+			err = m.w.Delete(epoch, op.Vnode, op.PK, op.Row)
+		case UpdateDelete:
+			if i+1 == len(ops) || ops[i+1].Kind != UpdateInsert || !bytes.Equal(ops[i+1].PK, op.PK) {
+				return errors.Newf("lsmstats/backfill: UpdateDelete of pk %x without its UpdateInsert", op.PK)
+			}
+			err = m.w.Update(epoch, op.Vnode, op.PK, op.Row, ops[i+1].Row)
+			i++
+		case UpdateInsert:
+			return errors.Newf("lsmstats/backfill: UpdateInsert of pk %x without its UpdateDelete", op.PK)
+		}
+		if err != nil {
+			return errors.Wrapf(err, "materialize %s", op.Kind)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,619 @@
+package backfill
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/lsm"
+	"golang.org/x/time/rate"
+)
+
+// Source is the upstream: a deterministic sequence of steps of row ops (one
+// step per epoch) that can be replayed in memory after a restart.
+type Source interface {
+	// Next returns the ops of the next step; an update is an UpdateDelete
+	// and UpdateInsert pair.
+	Next() []RowOp
+	// Step is the number of steps produced.
+	Step() uint64
+	// Replay advances to step k without producing ops.
+	Replay(k uint64)
+	// BackfillStep is the step at which the backfill job starts; earlier
+	// steps load the table.
+	BackfillStep() uint64
+}
+
+// Oracle knows the truth of design.md §6 at the committed epoch.
+type Oracle interface {
+	// Rows returns the live rows of a vnode with pk <= cursor (none for a
+	// nil cursor) and all its live rows.
+	Rows(vnode uint16, cursor []byte) (behind, total int64, err error)
+}
+
+// JobConfig configures a backfill job and the pipeline around it.
+type JobConfig struct {
+	Store *lsm.Store
+	// Upstream is the upstream table (created if missing); MV, State and
+	// Meta are the ids of the MV, the backfill state table and the job's
+	// metadata table (created if missing).
+	Upstream        lsm.TableDef
+	MV, State, Meta uint32
+	// Actors is the number of backfill actors; each gets a contiguous range
+	// of vnodes. A restart may use another count (rescale).
+	Actors int
+	// ChunkSize and BarrierRows: see ActorConfig.
+	ChunkSize, BarrierRows int
+	// CheckpointEvery makes every n-th barrier a checkpoint; 0 means 1.
+	CheckpointEvery int
+	// RateLimit limits snapshot rows per second per actor; 0 is unlimited.
+	RateLimit float64
+	Source    Source
+	// Oracle, if set, gives each checkpoint's truth.
+	Oracle Oracle
+	// TailSteps is the number of upstream steps after the job finished
+	// before Run returns; 0 means 2.
+	TailSteps int
+	// Estimators default to RowCount and Stats.
+	Estimators []Estimator
+	// OnCheckpoint is called after every checkpoint with its record.
+	OnCheckpoint func(Record)
+	// Unchecked makes the upstream writer skip its read-before-write check
+	// (the generator is consistent by construction); the live statistics of
+	// the upstream table are then flagged as possibly estimated.
+	Unchecked bool
+}
+
+// Record is the progress of one checkpoint barrier.
+type Record struct {
+	// Barrier counts checkpoints since the job started, across restarts.
+	Barrier uint64
+	Epoch   uint64
+	Step    uint64
+	// Truth is design.md §6's truth in percent; -1 without an oracle.
+	Truth    float64
+	Figures  []Figure
+	Finished bool
+	// VnodeErrMean and VnodeErrMax are the errors of the per-vnode
+	// estimates behind the stats figure (vnodes in progress), in percent of
+	// each vnode's live rows.
+	VnodeErrMean, VnodeErrMax float64
+	// ProgressTime is the time spent computing the figures (all
+	// estimators, not the oracle).
+	ProgressTime time.Duration
+}
+
+// Job runs an upstream workload and an arrangement backfill into an MV.
+type Job struct {
+	cfg      JobConfig
+	store    *lsm.Store
+	upstream *lsm.Writer
+	meta     *lsm.Writer
+	tracker  *Tracker
+	actors   []*Actor
+	metaRow  []byte // the persisted meta row, nil if none
+
+	step     uint64 // committed source step
+	epoch    uint64 // the next epoch
+	barrier  uint64 // checkpoints since the job started
+	started  bool
+	finished bool
+	tail     int
+	barriers int // barriers since the job started in this process
+	initial  *Record
+
+	// The actors' goroutines while Run runs.
+	inputs []chan Message
+	acks   chan Ack
+	wg     sync.WaitGroup
+}
+
+// jobMeta is the job's persisted metadata row.
+type jobMeta struct {
+	step, barrier     uint64
+	started, finished bool
+	hwm               []Figure
+}
+
+// OpenJob creates the tables if needed and recovers the job from the
+// committed state: the source is replayed to the committed step, and if the
+// backfill had started, actors are created over the current vnode split and
+// load their vnodes' states. The first progress figure is then available
+// (Initial) before any new barrier.
+func OpenJob(cfg JobConfig) (*Job, error) {
+	if cfg.Actors <= 0 {
+		cfg.Actors = 1
+	}
+	if cfg.CheckpointEvery <= 0 {
+		cfg.CheckpointEvery = 1
+	}
+	if cfg.TailSteps <= 0 {
+		cfg.TailSteps = 2
+	}
+	if len(cfg.Estimators) == 0 {
+		cfg.Estimators = []Estimator{RowCount{}, Stats{}}
+	}
+	s := cfg.Store
+	if err := s.CreateTable(cfg.Upstream); err != nil {
+		return nil, err
+	}
+	up, err := s.Table(cfg.Upstream.ID)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Upstream = up
+	mv := up
+	mv.ID, mv.Name = cfg.MV, "mv"
+	for _, def := range []lsm.TableDef{mv, StateTableDef(cfg.State, up.VnodeCount),
+		{ID: cfg.Meta, Name: "backfill_job", VnodeCount: 1, PK: keys.Schema{keys.Uint64}}} {
+		if err := s.CreateTable(def); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Actors > up.VnodeCount {
+		return nil, errors.Newf("lsmstats/backfill: %d actors for %d vnodes", cfg.Actors, up.VnodeCount)
+	}
+	j := &Job{cfg: cfg, store: s, tracker: NewTracker(up.ID, cfg.Estimators...)}
+	if j.upstream, err = s.NewWriter(up.ID, nil, &lsm.WriterOptions{Unchecked: cfg.Unchecked}); err != nil {
+		return nil, err
+	}
+	if j.meta, err = s.NewWriter(cfg.Meta, nil, nil); err != nil {
+		return nil, err
+	}
+	m, err := j.loadMeta()
+	if err != nil {
+		return nil, err
+	}
+	j.step, j.barrier, j.started, j.finished = m.step, m.barrier, m.started, m.finished
+	j.epoch = s.EpochFloor() + 1
+	j.tracker.Restore(m.hwm)
+	cfg.Source.Replay(j.step)
+	if j.started {
+		if err := j.startActors(); err != nil {
+			return nil, err
+		}
+		rec, err := j.progress(s.CommittedEpoch(), s.CommittedEpoch())
+		if err != nil {
+			return nil, err
+		}
+		j.initial = &rec
+	}
+	return j, nil
+}
+
+func (j *Job) metaPK() []byte { return keys.AppendUint64(nil, 1) }
+
+func (j *Job) loadMeta() (jobMeta, error) {
+	row, ok, err := j.store.Get(j.cfg.Meta, 0, j.metaPK())
+	if err != nil || !ok {
+		return jobMeta{}, err
+	}
+	j.metaRow = row
+	return decodeMeta(row)
+}
+
+// Initial returns the progress at the committed epoch when the job was
+// opened after a restart (nil for a job that had not started).
+func (j *Job) Initial() *Record { return j.initial }
+
+// Started reports whether the backfill started.
+func (j *Job) Started() bool { return j.started }
+
+// Tracker returns the job's progress tracker.
+func (j *Job) Tracker() *Tracker { return j.tracker }
+
+// vnodeRanges splits the vnodes into contiguous ranges, one per actor.
+func vnodeRanges(vnodes, actors int) []*roaring.Bitmap {
+	out := make([]*roaring.Bitmap, actors)
+	for i := range actors {
+		out[i] = roaring.New()
+		out[i].AddRange(uint64(i*vnodes/actors), uint64((i+1)*vnodes/actors))
+	}
+	return out
+}
+
+func (j *Job) startActors() error {
+	for i, vn := range vnodeRanges(j.cfg.Upstream.VnodeCount, j.cfg.Actors) {
+		var lim *rate.Limiter
+		if j.cfg.RateLimit > 0 {
+			lim = rate.NewLimiter(rate.Limit(j.cfg.RateLimit), max(j.cfg.ChunkSize, 256))
+		}
+		a, err := NewActor(ActorConfig{
+			ID: i, Store: j.store, Upstream: j.cfg.Upstream.ID, MV: j.cfg.MV, State: j.cfg.State,
+			Vnodes: vn, ChunkSize: j.cfg.ChunkSize, BarrierRows: j.cfg.BarrierRows, Limiter: lim,
+			RowCount: true, Reporter: j.tracker.Reporter(i),
+		})
+		if err != nil {
+			return err
+		}
+		j.actors = append(j.actors, a)
+	}
+	// The first barrier: snapshots read at the committed epoch.
+	prev, curr := j.store.CommittedEpoch(), j.epoch
+	for _, a := range j.actors {
+		if err := a.OnBarrier(context.Background(), Barrier{Prev: prev, Curr: curr, Checkpoint: true}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close releases the job's writers; uncommitted work is discarded.
+func (j *Job) Close() error {
+	var err error
+	for _, a := range j.actors {
+		err = errors.CombineErrors(err, a.Close())
+	}
+	err = errors.CombineErrors(err, j.upstream.Close())
+	return errors.CombineErrors(err, j.meta.Close())
+}
+
+// Result summarises a Run.
+type Result struct {
+	Records  []Record
+	Epoch    uint64
+	Finished bool
+}
+
+// Run drives the pipeline: one source step per epoch, written to the
+// upstream table and sent to the actors as chunks over their channels, then a
+// barrier; each actor runs in its own goroutine. Steps before the backfill
+// only load the upstream table. Run returns when the job has finished and
+// TailSteps more steps ran, or when ctx is done.
+func (j *Job) Run(ctx context.Context) (Result, error) {
+	var res Result
+	defer j.stopActors()
+	for !j.finished || j.tail < j.cfg.TailSteps {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		rec, ok, err := j.runStep(ctx)
+		if err != nil {
+			return res, err
+		}
+		if ok {
+			res.Records = append(res.Records, rec)
+		}
+		if j.finished {
+			j.tail++
+		}
+	}
+	res.Epoch, res.Finished = j.store.CommittedEpoch(), j.finished
+	return res, nil
+}
+
+// spawnActors starts one goroutine per actor.
+func (j *Job) spawnActors(ctx context.Context) {
+	j.acks = make(chan Ack, len(j.actors))
+	for _, a := range j.actors {
+		in := make(chan Message, 64)
+		j.inputs = append(j.inputs, in)
+		j.wg.Add(1)
+		go func() {
+			defer j.wg.Done()
+			if err := a.Run(ctx, in, j.acks); err != nil {
+				// The error was acknowledged with its barrier; drain the
+				// input so the job never blocks on a dead actor.
+				for range in {
+				}
+			}
+		}()
+	}
+}
+
+func (j *Job) stopActors() {
+	for _, in := range j.inputs {
+		close(in)
+	}
+	j.wg.Wait()
+	j.inputs = nil
+}
+
+// runStep runs one epoch; it returns a record at checkpoints of the job.
+func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
+	if !j.started && j.cfg.Source.Step()+1 >= j.cfg.Source.BackfillStep() {
+		j.started = true
+		if err := j.startActors(); err != nil {
+			return Record{}, false, err
+		}
+	}
+	if j.started && j.inputs == nil {
+		j.spawnActors(ctx)
+	}
+	epoch := j.epoch
+	j.epoch++
+	ops := j.cfg.Source.Next()
+	if err := j.writeUpstream(epoch, ops); err != nil {
+		return Record{}, false, err
+	}
+	checkpoint := true
+	if j.started {
+		j.barriers++
+		checkpoint = j.barriers%j.cfg.CheckpointEvery == 0
+		if err := j.runActors(ops, Barrier{Prev: epoch, Curr: epoch + 1, Checkpoint: checkpoint}); err != nil {
+			return Record{}, false, err
+		}
+		if checkpoint {
+			j.barrier++
+		}
+	}
+	if err := j.writeMeta(epoch); err != nil {
+		return Record{}, false, err
+	}
+	if err := j.upstream.Seal(epoch); err != nil {
+		return Record{}, false, err
+	}
+	if !checkpoint {
+		return Record{}, false, nil
+	}
+	if err := j.store.Commit(epoch); err != nil {
+		return Record{}, false, err
+	}
+	j.step = j.cfg.Source.Step()
+	if !j.started {
+		return Record{}, false, nil
+	}
+	rec, err := j.progress(epoch, epoch)
+	return rec, err == nil, err
+}
+
+// runActors sends the step's chunks (by vnode, in chunks of ChunkSize, update
+// pairs kept together) and the barrier to every actor, and waits for every
+// acknowledgement.
+func (j *Job) runActors(ops []RowOp, b Barrier) error {
+	per := make([][]RowOp, len(j.actors))
+	for _, op := range ops {
+		i := int(op.Vnode) * len(j.actors) / j.cfg.Upstream.VnodeCount
+		per[i] = append(per[i], op)
+	}
+	size := max(j.cfg.ChunkSize, 1)
+	for i, in := range j.inputs {
+		rest := per[i]
+		for len(rest) > 0 {
+			n := min(size, len(rest))
+			if n < len(rest) && rest[n].Kind == UpdateInsert {
+				n++
+			}
+			in <- Chunk{Ops: rest[:n]}
+			rest = rest[n:]
+		}
+		in <- b
+	}
+	var err error
+	for range j.inputs {
+		ack := <-j.acks
+		if ack.Err != nil {
+			err = errors.CombineErrors(err, errors.Wrapf(ack.Err, "actor %d at epoch %d", ack.Actor, ack.Epoch))
+		}
+	}
+	return err
+}
+
+func (j *Job) writeUpstream(epoch uint64, ops []RowOp) error {
+	w := j.upstream
+	for i := 0; i < len(ops); i++ {
+		op := ops[i]
+		var err error
+		switch op.Kind {
+		case Insert:
+			err = w.Insert(epoch, op.Vnode, op.PK, op.Row)
+		case Delete:
+			err = w.Delete(epoch, op.Vnode, op.PK, op.Row)
+		case UpdateDelete:
+			if i+1 == len(ops) || ops[i+1].Kind != UpdateInsert {
+				return errors.Newf("lsmstats/backfill: source produced an UpdateDelete without UpdateInsert")
+			}
+			err = w.Update(epoch, op.Vnode, op.PK, op.Row, ops[i+1].Row)
+			i++
+		default:
+			err = errors.Newf("lsmstats/backfill: source produced a lone %s", op.Kind)
+		}
+		if err != nil {
+			return errors.Wrapf(err, "upstream step %d", j.cfg.Source.Step())
+		}
+	}
+	return nil
+}
+
+func (j *Job) writeMeta(epoch uint64) error {
+	m := jobMeta{step: j.cfg.Source.Step(), barrier: j.barrier, started: j.started, finished: j.finished, hwm: j.tracker.HighWater()}
+	row := encodeMeta(m)
+	var err error
+	if j.metaRow == nil {
+		err = j.meta.Insert(epoch, 0, j.metaPK(), row)
+	} else {
+		err = j.meta.Update(epoch, 0, j.metaPK(), j.metaRow, row)
+	}
+	if err != nil {
+		return err
+	}
+	j.metaRow = row
+	return j.meta.Seal(epoch)
+}
+
+// progress computes the figures and the truth at a committed checkpoint.
+func (j *Job) progress(epoch, reported uint64) (Record, error) {
+	start := time.Now()
+	st := j.store.Stats()
+	p, err := j.tracker.Progress(reported, st)
+	if err != nil {
+		return Record{}, err
+	}
+	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Truth: -1, Figures: p.Figures, Finished: p.Finished}
+	rec.ProgressTime = time.Since(start)
+	if p.Finished {
+		j.finished = true
+	}
+	if j.cfg.Oracle != nil {
+		var behind, total int64
+		var errSum float64
+		n := 0
+		for _, v := range p.Vnodes {
+			b, t, err := j.cfg.Oracle.Rows(v.Vnode, v.Cursor)
+			if err != nil {
+				return rec, err
+			}
+			total += t
+			switch {
+			case v.Finished:
+				behind += t
+			case v.Cursor != nil:
+				behind += b
+				if t > 0 {
+					est := st.EstimateRows(j.cfg.Upstream.ID, v.Vnode, nil, pkSuccessor(v.Cursor)).Rows
+					e := 100 * math.Abs(est-float64(b)) / float64(t)
+					errSum += e
+					rec.VnodeErrMax = max(rec.VnodeErrMax, e)
+					n++
+				}
+			}
+		}
+		rec.Truth = percent(float64(behind), float64(total))
+		if n > 0 {
+			rec.VnodeErrMean = errSum / float64(n)
+		}
+	}
+	if j.cfg.OnCheckpoint != nil {
+		j.cfg.OnCheckpoint(rec)
+	}
+	return rec, nil
+}
+
+// Compare scans the upstream table and the MV at the committed epoch and
+// returns an error naming the first difference.
+func (j *Job) Compare() error {
+	snap, err := j.store.Snapshot()
+	if err != nil {
+		return err
+	}
+	defer snap.Close()
+	for v := 0; v < j.cfg.Upstream.VnodeCount; v++ {
+		a, err := snap.NewIter(j.cfg.Upstream.ID, uint16(v), nil, nil)
+		if err != nil {
+			return err
+		}
+		b, err := snap.NewIter(j.cfg.MV, uint16(v), nil, nil)
+		if err != nil {
+			_ = a.Close()
+			return err
+		}
+		okA, okB := a.First(), b.First()
+		for okA || okB {
+			if !okA || !okB || !bytes.Equal(a.PK(), b.PK()) || !bytes.Equal(a.Row(), b.Row()) {
+				diff := describe("upstream", okA, a) + " vs " + describe("mv", okB, b)
+				_ = a.Close()
+				_ = b.Close()
+				return errors.Newf("lsmstats/backfill: MV differs from upstream in vnode %d at epoch %d: %s", v, snap.Epoch(), diff)
+			}
+			okA, okB = a.Next(), b.Next()
+		}
+		if err := errors.CombineErrors(a.Close(), b.Close()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func describe(name string, ok bool, it *lsm.Iter) string {
+	if !ok {
+		return name + " has no more rows"
+	}
+	return fmt.Sprintf("%s has pk %x row %q", name, it.PK(), truncate(it.Row()))
+}
+
+func truncate(b []byte) []byte {
+	if len(b) > 16 {
+		return b[:16]
+	}
+	return b
+}
+
+// ---- metadata ----------------------------------------------------------
+
+const metaVersion = 1
+
+func encodeMeta(m jobMeta) []byte {
+	b := []byte{metaVersion}
+	b = binary.AppendUvarint(b, m.step)
+	b = binary.AppendUvarint(b, m.barrier)
+	var flags byte
+	if m.started {
+		flags |= 1
+	}
+	if m.finished {
+		flags |= 2
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(len(m.hwm)))
+	for _, f := range m.hwm {
+		b = binary.AppendUvarint(b, uint64(len(f.Approach)))
+		b = append(b, f.Approach...)
+		for _, x := range []float64{f.Pct, f.Consumed, f.Total} {
+			b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
+		}
+	}
+	return b
+}
+
+// ErrCorruptMeta marks a job metadata row that does not decode.
+var ErrCorruptMeta = errors.New("lsmstats/backfill: corrupt job metadata row")
+
+func decodeMeta(b []byte) (jobMeta, error) {
+	var m jobMeta
+	orig := b
+	bad := func(what string) (jobMeta, error) {
+		return jobMeta{}, errors.Wrapf(ErrCorruptMeta, "%s (%x)", what, orig)
+	}
+	if len(b) < 1 || b[0] != metaVersion {
+		return bad("unknown version")
+	}
+	b = b[1:]
+	uv := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	var ok bool
+	if m.step, ok = uv(); !ok {
+		return bad("step")
+	}
+	if m.barrier, ok = uv(); !ok {
+		return bad("barrier")
+	}
+	if len(b) < 1 || b[0]&^3 != 0 {
+		return bad("flags")
+	}
+	m.started, m.finished = b[0]&1 != 0, b[0]&2 != 0
+	b = b[1:]
+	n, ok := uv()
+	if !ok || n > uint64(len(b)) {
+		return bad("figures")
+	}
+	for range n {
+		l, ok := uv()
+		if !ok || l > uint64(len(b)) || uint64(len(b))-l < 24 {
+			return bad("figure")
+		}
+		f := Figure{Approach: string(b[:l])}
+		b = b[l:]
+		f.Pct = math.Float64frombits(binary.BigEndian.Uint64(b))
+		f.Consumed = math.Float64frombits(binary.BigEndian.Uint64(b[8:]))
+		f.Total = math.Float64frombits(binary.BigEndian.Uint64(b[16:]))
+		b = b[24:]
+		m.hwm = append(m.hwm, f)
+	}
+	if len(b) != 0 {
+		return bad("trailing bytes")
+	}
+	return m, nil
+}

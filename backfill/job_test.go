@@ -1,0 +1,78 @@
+package backfill_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/stretchr/testify/require"
+)
+
+type quiet struct{}
+
+func (quiet) Infof(string, ...any)      {}
+func (quiet) Errorf(f string, a ...any) { fmt.Printf(f+"\n", a...) }
+func (quiet) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+
+// bothOracles checks the generator's model against a scan at every call.
+type bothOracles struct {
+	t    *testing.T
+	fast backfill.Oracle
+	scan backfill.Oracle
+}
+
+func (o bothOracles) Rows(v uint16, cursor []byte) (int64, int64, error) {
+	b1, t1, err := o.fast.Rows(v, cursor)
+	require.NoError(o.t, err)
+	b2, t2, err := o.scan.Rows(v, cursor)
+	require.NoError(o.t, err)
+	require.Equal(o.t, [2]int64{b2, t2}, [2]int64{b1, t1}, "model oracle vs scan, vnode %d cursor %x", v, cursor)
+	return b1, t1, nil
+}
+
+func TestJobSmall(t *testing.T) {
+	for _, name := range workload.PresetNames() {
+		t.Run(name, func(t *testing.T) {
+			p, err := workload.Preset(name, 3000, 16, 42)
+			require.NoError(t, err)
+			p.BatchRows = 1000
+			p.DuringSteps = 10
+			g, err := workload.New(p)
+			require.NoError(t, err)
+			s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quiet{}})
+			require.NoError(t, err)
+			defer s.Close()
+			j, err := backfill.OpenJob(backfill.JobConfig{
+				Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
+				Actors: 2, ChunkSize: 32, BarrierRows: 100,
+				Source: workload.Source{G: g},
+				Oracle: bothOracles{t, workload.Oracle{G: g}, backfill.ScanOracle{Store: s, Table: 1}},
+			})
+			require.NoError(t, err)
+			res, err := j.Run(context.Background())
+			require.NoError(t, err)
+			require.True(t, res.Finished)
+			require.NoError(t, j.Compare())
+			var maxErr float64
+			for _, r := range res.Records {
+				st := r.Figures[1]
+				maxErr = max(maxErr, abs(st.Raw-r.Truth))
+			}
+			last := res.Records[len(res.Records)-1]
+			require.Equal(t, 100.0, last.Figures[0].Pct)
+			require.Equal(t, 100.0, last.Figures[1].Pct)
+			t.Logf("%s: %d checkpoints, stats max err %.3f pp", name, len(res.Records), maxErr)
+			require.NoError(t, j.Close())
+		})
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

@@ -1,0 +1,272 @@
+package backfill
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/lsm"
+)
+
+// Progress reporting follows RisingWave: each backfill actor reports its
+// state at every barrier through a Reporter (Update, then Finish once all its
+// vnodes are done; epochs strictly increasing), and a job-level Tracker (the
+// meta side) aggregates the reports of all actors of a job at each
+// checkpoint into a figure per Estimator.
+//
+// Two estimators compare the two ways of estimating progress on identical
+// work:
+//
+//   - RowCount is RisingWave today: consumed = Σ row_count persisted per
+//     vnode (snapshot rows read), total = the upstream table's physical key
+//     count (Hummock's total_key_count: every version and tombstone). It is
+//     pessimistic under churn and can pass 100%.
+//   - Stats is this project's: consumed = Σ live rows of finished vnodes +
+//     Σ estimated live rows <= cursor of vnodes in progress, total = Σ live
+//     rows of the job's vnodes. Its inputs are the cursors, the finished
+//     flags and the statistics API: it reads no table data and keeps no
+//     count of emitted rows.
+//
+// The displayed figure is "%.2f%% (consumed/total)". It never decreases
+// within a job (its high-water mark is persisted and survives crashes and
+// rescale), is never 100% before the job finished, and is exactly 100% when
+// it has.
+
+// Input is what an estimator sees at a checkpoint.
+type Input struct {
+	Epoch    uint64
+	Upstream uint32
+	// Vnodes are the states of every vnode of the job, by vnode.
+	Vnodes []VnodeState
+	// Stats are the store's statistics at the committed epoch.
+	Stats lsm.Stats
+}
+
+// Estimator turns a checkpoint's input into consumed and total rows.
+type Estimator interface {
+	Name() string
+	Estimate(in Input) (consumed, total float64)
+}
+
+// RowCount is RisingWave's estimator: persisted snapshot row counts over the
+// upstream table's physical key count.
+type RowCount struct{}
+
+// Name implements Estimator.
+func (RowCount) Name() string { return "rowcount" }
+
+// Estimate implements Estimator.
+func (RowCount) Estimate(in Input) (float64, float64) {
+	var consumed uint64
+	for _, v := range in.Vnodes {
+		consumed += v.RowCount
+	}
+	return float64(consumed), float64(in.Stats.Physical.Table(in.Upstream).TotalKeyCount)
+}
+
+// Stats is this project's estimator: live rows behind the cursors over live
+// rows of the job's vnodes, from storage statistics only.
+type Stats struct{}
+
+// Name implements Estimator.
+func (Stats) Name() string { return "stats" }
+
+// Estimate implements Estimator.
+func (Stats) Estimate(in Input) (float64, float64) {
+	var consumed, total float64
+	for _, v := range in.Vnodes {
+		live := float64(max(0, in.Stats.Live.Vnode(in.Upstream, v.Vnode).Rows))
+		total += live
+		switch {
+		case v.Finished:
+			consumed += live
+		case v.Cursor != nil:
+			consumed += in.Stats.EstimateRows(in.Upstream, v.Vnode, nil, pkSuccessor(v.Cursor)).Rows
+		}
+	}
+	return consumed, total
+}
+
+// pkSuccessor is the smallest key above pk: with prefix-free pk encodings,
+// [nil, pk+0x00) holds exactly the pks <= pk.
+func pkSuccessor(pk []byte) []byte { return append(slices.Clip(pk), 0) }
+
+// Figure is one approach's progress at a checkpoint.
+type Figure struct {
+	Approach string
+	// Consumed and Total are the estimator's raw numbers; Raw is
+	// 100*Consumed/Total (100 when Total is 0).
+	Consumed, Total, Raw float64
+	// Pct, Shown are what the tracker displays (high-water mark applied).
+	Pct   float64
+	Shown string
+}
+
+// Progress is the job's progress at one checkpoint.
+type Progress struct {
+	Epoch    uint64
+	Finished bool
+	Figures  []Figure
+	Vnodes   []VnodeState
+}
+
+// Figure returns the figure of an approach.
+func (p Progress) Figure(approach string) Figure {
+	for _, f := range p.Figures {
+		if f.Approach == approach {
+			return f
+		}
+	}
+	return Figure{Approach: approach}
+}
+
+// ErrEpochOrder is a progress report whose epoch does not increase.
+var ErrEpochOrder = errors.New("lsmstats/backfill: progress epochs must increase")
+
+// Tracker aggregates the reports of a job's actors (the meta side). Safe
+// for concurrent use.
+type Tracker struct {
+	upstream   uint32
+	estimators []Estimator
+
+	mu      sync.Mutex
+	reports map[int]*report
+	hwm     map[string]Figure
+}
+
+type report struct {
+	epoch    uint64
+	states   []VnodeState
+	finished bool
+}
+
+// NewTracker returns a tracker for a job reading upstream, with the given
+// estimators (at least one).
+func NewTracker(upstream uint32, estimators ...Estimator) *Tracker {
+	return &Tracker{upstream: upstream, estimators: estimators, reports: map[int]*report{}, hwm: map[string]Figure{}}
+}
+
+// Restore sets the persisted high-water marks (after a restart).
+func (t *Tracker) Restore(hwm []Figure) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, f := range hwm {
+		t.hwm[f.Approach] = f
+	}
+}
+
+// HighWater returns the displayed high-water marks, to persist.
+func (t *Tracker) HighWater() []Figure {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]Figure, 0, len(t.estimators))
+	for _, e := range t.estimators {
+		if f, ok := t.hwm[e.Name()]; ok {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Reporter is one actor's progress reporter.
+type Reporter struct {
+	t     *Tracker
+	actor int
+}
+
+// Reporter returns the reporter of an actor; an actor restarted under the
+// same id continues its report.
+func (t *Tracker) Reporter(actor int) *Reporter {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.reports[actor]; !ok {
+		t.reports[actor] = &report{}
+	}
+	return &Reporter{t: t, actor: actor}
+}
+
+// Forget drops an actor (rescale).
+func (t *Tracker) Forget(actor int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.reports, actor)
+}
+
+// Update reports the actor's vnode states at epoch.
+func (r *Reporter) Update(epoch uint64, states []VnodeState) error {
+	return r.t.record(r.actor, epoch, states, false)
+}
+
+// Finish reports that all the actor's vnodes finished at epoch. Further
+// reports keep it finished.
+func (r *Reporter) Finish(epoch uint64, states []VnodeState) error {
+	return r.t.record(r.actor, epoch, states, true)
+}
+
+func (t *Tracker) record(actor int, epoch uint64, states []VnodeState, finished bool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rep := t.reports[actor]
+	if rep == nil {
+		return errors.Newf("lsmstats/backfill: report of unknown actor %d", actor)
+	}
+	if epoch <= rep.epoch {
+		return errors.Wrapf(ErrEpochOrder, "actor %d reported epoch %d after %d", actor, epoch, rep.epoch)
+	}
+	rep.epoch, rep.finished = epoch, rep.finished || finished
+	rep.states = slices.Clone(states)
+	return nil
+}
+
+// Progress computes the job's figures at a checkpoint epoch, which every
+// actor must have reported, from the store's statistics.
+func (t *Tracker) Progress(epoch uint64, st lsm.Stats) (Progress, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := Progress{Epoch: epoch, Finished: len(t.reports) > 0}
+	for id, rep := range t.reports {
+		if rep.epoch != epoch {
+			return p, errors.Newf("lsmstats/backfill: progress at epoch %d: actor %d last reported epoch %d", epoch, id, rep.epoch)
+		}
+		p.Finished = p.Finished && rep.finished
+		p.Vnodes = append(p.Vnodes, rep.states...)
+	}
+	slices.SortFunc(p.Vnodes, func(a, b VnodeState) int { return int(a.Vnode) - int(b.Vnode) })
+	in := Input{Epoch: epoch, Upstream: t.upstream, Vnodes: p.Vnodes, Stats: st}
+	for _, e := range t.estimators {
+		consumed, total := e.Estimate(in)
+		f := Figure{Approach: e.Name(), Consumed: consumed, Total: total, Raw: percent(consumed, total)}
+		t.display(&f, p.Finished)
+		p.Figures = append(p.Figures, f)
+	}
+	return p, nil
+}
+
+// maxUnfinished is the largest figure shown before the job finished.
+const maxUnfinished = 99.99
+
+// display applies the display rules and the high-water mark.
+func (t *Tracker) display(f *Figure, finished bool) {
+	shownC, shownT := f.Consumed, f.Total
+	switch {
+	case finished:
+		f.Pct = 100
+		shownC = shownT
+	default:
+		f.Pct = math.Min(math.Floor(f.Raw*100)/100, maxUnfinished)
+		if h, ok := t.hwm[f.Approach]; ok && h.Pct > f.Pct && h.Pct < 100 {
+			f.Pct, shownC, shownT = h.Pct, h.Consumed, h.Total
+		}
+	}
+	f.Shown = fmt.Sprintf("%.2f%% (%d/%d)", f.Pct, int64(math.Round(shownC)), int64(math.Round(shownT)))
+	t.hwm[f.Approach] = Figure{Approach: f.Approach, Pct: f.Pct, Consumed: shownC, Total: shownT}
+}
+
+func percent(consumed, total float64) float64 {
+	if total <= 0 {
+		return 100
+	}
+	return 100 * consumed / total
+}

@@ -1,0 +1,473 @@
+// Package workload generates the deterministic upstream workloads of the
+// backfill benchmarks and tests, and keeps an exact model of the table they
+// produce.
+//
+// A workload is a sequence of steps; step k's ops depend only on the seed, k
+// and the table after step k-1, so a process that restarts from a committed
+// step replays the steps in memory (Replay) and continues with exactly the
+// ops it would have produced without the crash. Steps come in three phases:
+// the load (Rows inserts), the churn before the backfill (updates and
+// deletes), and the churn during the backfill (updates, deletes, inserts
+// spread over DuringSteps steps).
+//
+// The table's pk is (dist u64, id u64) and its distribution key is dist: for
+// a uniform workload dist is a hash of the row id, for a skewed one it is
+// drawn from a Zipf distribution, so that hot dist values pile rows into a few
+// vnodes. Every row that can ever exist is known up front, so the model keeps
+// each vnode's live rows in a Fenwick tree over the vnode's pk order: the
+// rows at or below any cursor are counted exactly in O(log n). That is the
+// truth the backfill's progress estimates are judged against.
+package workload
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/lsm"
+)
+
+// Params describe a workload. Fractions are of Rows.
+type Params struct {
+	Rows       int
+	VnodeCount int
+	Seed       uint64
+	// Zipf is the skew s of the distribution keys; 0 is uniform.
+	Zipf float64
+	// ValueSize is the row size in bytes; 0 means 100.
+	ValueSize int
+	// UpdateFrac and DeleteFrac are applied before the backfill, in
+	// DeleteOrder: "random", "prefix" (lowest pks of each vnode first) or
+	// "suffix".
+	UpdateFrac, DeleteFrac float64
+	DeleteOrder            string
+	// UpdateDuring, DeleteDuring and InsertDuring are applied during the
+	// backfill, evenly over DuringSteps steps.
+	UpdateDuring, DeleteDuring, InsertDuring float64
+	DuringSteps                              int
+	// BatchRows is the number of ops per step of the load and of the churn
+	// before the backfill; 0 means 20000.
+	BatchRows int
+}
+
+// Presets are the named workloads of the backfill issue.
+var Presets = map[string]Params{
+	"uniform":          {},
+	"skew":             {Zipf: 1.2},
+	"update-churn":     {UpdateFrac: 0.3, UpdateDuring: 0.3},
+	"delete-churn":     {DeleteFrac: 0.3, DeleteDuring: 0.3},
+	"tombstone-prefix": {DeleteFrac: 0.4, DeleteOrder: "prefix"},
+	"insert-during":    {InsertDuring: 0.5},
+	"mixed":            {UpdateFrac: 0.2, DeleteFrac: 0.2, UpdateDuring: 0.1, DeleteDuring: 0.1, InsertDuring: 0.2},
+}
+
+// PresetNames lists the presets in a stable order.
+func PresetNames() []string {
+	return []string{"uniform", "skew", "update-churn", "delete-churn", "tombstone-prefix", "insert-during", "mixed"}
+}
+
+// Preset returns a named preset with the sizes filled in.
+func Preset(name string, rows, vnodes int, seed uint64) (Params, error) {
+	p, ok := Presets[name]
+	if !ok {
+		return Params{}, errors.Newf("workload: unknown workload %q (known: %v)", name, PresetNames())
+	}
+	p.Rows, p.VnodeCount, p.Seed = rows, vnodes, seed
+	return p, nil
+}
+
+func (p *Params) normalize() error {
+	if p.Rows < 0 {
+		return errors.Newf("workload: rows %d < 0", p.Rows)
+	}
+	if p.VnodeCount == 0 {
+		p.VnodeCount = keys.DefaultVnodeCount
+	}
+	if err := keys.CheckVnodeCount(p.VnodeCount); err != nil {
+		return err
+	}
+	if p.ValueSize == 0 {
+		p.ValueSize = 100
+	}
+	if p.ValueSize < 12 {
+		return errors.Newf("workload: value size %d < 12", p.ValueSize)
+	}
+	if p.BatchRows == 0 {
+		p.BatchRows = 20000
+	}
+	if p.DuringSteps <= 0 {
+		p.DuringSteps = 1
+	}
+	if p.DeleteOrder == "" {
+		p.DeleteOrder = "random"
+	}
+	switch p.DeleteOrder {
+	case "random", "prefix", "suffix":
+	default:
+		return errors.Newf("workload: delete order %q is not random, prefix or suffix", p.DeleteOrder)
+	}
+	for name, f := range map[string]float64{"update-frac": p.UpdateFrac, "delete-frac": p.DeleteFrac,
+		"update-during": p.UpdateDuring, "delete-during": p.DeleteDuring, "insert-during": p.InsertDuring} {
+		if f < 0 || f > 10 || math.IsNaN(f) {
+			return errors.Newf("workload: %s %v out of range", name, f)
+		}
+	}
+	if p.DeleteFrac+p.DeleteDuring > 1 {
+		return errors.Newf("workload: delete fractions %v + %v delete more than every row", p.DeleteFrac, p.DeleteDuring)
+	}
+	if p.Zipf != 0 && p.Zipf <= 1 {
+		return errors.Newf("workload: zipf s must be > 1 (or 0 for uniform), got %v", p.Zipf)
+	}
+	return nil
+}
+
+// TableDef returns the definition of the upstream table: pk (dist, id),
+// distribution key dist.
+func (p Params) TableDef(id uint32) lsm.TableDef {
+	return lsm.TableDef{ID: id, Name: "upstream", VnodeCount: p.VnodeCount, PK: keys.Schema{keys.Uint64, keys.Uint64}, DistKeyColumns: 1}
+}
+
+// OpKind is the kind of an upstream op.
+type OpKind uint8
+
+const (
+	Insert OpKind = iota
+	Delete
+	Update
+)
+
+func (k OpKind) String() string { return [...]string{"insert", "delete", "update"}[k] }
+
+// Op is one upstream row op.
+type Op struct {
+	Kind   OpKind
+	Vnode  uint16
+	PK     []byte
+	OldRow []byte // Delete and Update
+	NewRow []byte // Insert and Update
+}
+
+// Phase of a step.
+type Phase uint8
+
+const (
+	Load Phase = iota
+	Churn
+	During
+)
+
+func (p Phase) String() string { return [...]string{"load", "churn", "during"}[p] }
+
+// Generator produces the steps and models the table. Not safe for
+// concurrent use.
+type Generator struct {
+	p    Params
+	step uint64
+
+	// Every row that can ever exist: ids [0, Rows) are loaded, the rest are
+	// inserted during the backfill.
+	pk    [][]byte
+	vnode []uint16
+	pos   []int32  // position of the row in its vnode's pk order
+	ver   []uint32 // 0: not live; else the row's version (value seed)
+
+	order [][]int32 // per vnode: row ids by pk
+	fen   []fenwick // per vnode: live rows by position
+	live  []int32   // live row ids, for random picks
+	where []int32   // index of a row id in live, -1 if not live
+	bytes []int64   // per vnode: live bytes (pk + row)
+
+	loadSteps, churnSteps uint64
+	quota                 []int // prefix/suffix deletes left per vnode
+	rr                    int   // next vnode to delete from
+	updates, deletes      int // churn before the backfill, not yet done
+	nextInsert            int // next id to insert during the backfill
+	duringOps             [3]float64
+	duringDone            [3]int
+}
+
+// New returns a generator at step 0 (empty table).
+func New(p Params) (*Generator, error) {
+	if err := p.normalize(); err != nil {
+		return nil, err
+	}
+	inserts := int(math.Round(p.InsertDuring * float64(p.Rows)))
+	n := p.Rows + inserts
+	g := &Generator{
+		p:     p,
+		pk:    make([][]byte, n),
+		vnode: make([]uint16, n),
+		pos:   make([]int32, n),
+		ver:   make([]uint32, n),
+		order: make([][]int32, p.VnodeCount),
+		fen:   make([]fenwick, p.VnodeCount),
+		where: make([]int32, n),
+		bytes: make([]int64, p.VnodeCount),
+	}
+	r := rand.New(rand.NewPCG(p.Seed, 0x5eed))
+	var zipf *rand.Zipf
+	if p.Zipf > 0 {
+		zipf = rand.NewZipf(r, p.Zipf, 1, uint64(max(1, p.Rows)))
+	}
+	for id := range n {
+		var dist uint64
+		if zipf != nil {
+			dist = zipf.Uint64()
+		} else {
+			dist = mix(uint64(id) ^ p.Seed)
+		}
+		g.pk[id] = keys.AppendUint64(keys.AppendUint64(make([]byte, 0, 16), dist), uint64(id))
+		g.vnode[id] = keys.Vnode(g.pk[id][:8], p.VnodeCount)
+		g.order[g.vnode[id]] = append(g.order[g.vnode[id]], int32(id))
+		g.where[id] = -1
+	}
+	for v := range g.order {
+		o := g.order[v]
+		sort.Slice(o, func(i, j int) bool { return bytes.Compare(g.pk[o[i]], g.pk[o[j]]) < 0 })
+		for i, id := range o {
+			g.pos[id] = int32(i)
+		}
+		g.fen[v] = make(fenwick, len(o)+1)
+	}
+	g.loadSteps = uint64((p.Rows + p.BatchRows - 1) / p.BatchRows)
+	g.updates = int(math.Round(p.UpdateFrac * float64(p.Rows)))
+	g.deletes = int(math.Round(p.DeleteFrac * float64(p.Rows)))
+	g.churnSteps = uint64((g.updates + g.deletes + p.BatchRows - 1) / p.BatchRows)
+	g.nextInsert = p.Rows
+	g.duringOps = [3]float64{p.UpdateDuring * float64(p.Rows), p.DeleteDuring * float64(p.Rows), float64(inserts)}
+	return g, nil
+}
+
+// mix is splitmix64's finaliser: a fixed permutation of uint64.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// Params returns the normalized parameters.
+func (g *Generator) Params() Params { return g.p }
+
+// Step returns the number of steps produced so far.
+func (g *Generator) Step() uint64 { return g.step }
+
+// BackfillStep is the first step of the During phase: the load and the churn
+// before the backfill are steps 1 to BackfillStep-1.
+func (g *Generator) BackfillStep() uint64 { return g.loadSteps + g.churnSteps + 1 }
+
+// PhaseOf returns the phase of step k.
+func (g *Generator) PhaseOf(k uint64) Phase {
+	switch {
+	case k <= g.loadSteps:
+		return Load
+	case k <= g.loadSteps+g.churnSteps:
+		return Churn
+	default:
+		return During
+	}
+}
+
+// Next produces the ops of the next step and applies them to the model.
+func (g *Generator) Next() []Op {
+	g.step++
+	k := g.step
+	r := rand.New(rand.NewPCG(g.p.Seed, k))
+	var ops []Op
+	switch g.PhaseOf(k) {
+	case Load:
+		lo := int(k-1) * g.p.BatchRows
+		for id := lo; id < min(lo+g.p.BatchRows, g.p.Rows); id++ {
+			ops = append(ops, g.insert(int32(id)))
+		}
+	case Churn:
+		n := g.p.BatchRows
+		for ; n > 0 && g.deletes > 0 && len(g.live) > 0; n-- {
+			g.deletes--
+			if id := g.pickDelete(r, g.p.DeleteOrder); id >= 0 {
+				ops = append(ops, g.delete(id))
+			}
+		}
+		for ; n > 0 && g.updates > 0 && len(g.live) > 0; n-- {
+			ops = append(ops, g.update(g.live[r.IntN(len(g.live))]))
+			g.updates--
+		}
+	case During:
+		i := k - g.BackfillStep() + 1 // 1-based step of the phase
+		for kind := range 3 {
+			want := int(math.Round(g.duringOps[kind] * float64(min(i, uint64(g.p.DuringSteps))) / float64(g.p.DuringSteps)))
+			for ; g.duringDone[kind] < want; g.duringDone[kind]++ {
+				switch {
+				case kind == 0 && len(g.live) > 0:
+					ops = append(ops, g.update(g.live[r.IntN(len(g.live))]))
+				case kind == 1 && len(g.live) > 0:
+					ops = append(ops, g.delete(g.pickDelete(r, "random")))
+				case kind == 2 && g.nextInsert < len(g.pk):
+					ops = append(ops, g.insert(int32(g.nextInsert)))
+					g.nextInsert++
+				}
+			}
+		}
+	}
+	return ops
+}
+
+// Replay runs the generator to step k without returning ops (after a
+// restart from a checkpoint of step k).
+func (g *Generator) Replay(k uint64) {
+	for g.step < k {
+		g.Next()
+	}
+}
+
+// pickDelete picks the next row to delete, or -1 if none is left.
+func (g *Generator) pickDelete(r *rand.Rand, order string) int32 {
+	if order == "random" {
+		return g.live[r.IntN(len(g.live))]
+	}
+	// prefix / suffix: each vnode loses the same share of its rows, lowest
+	// (highest) pks first; the vnodes take turns.
+	if g.quota == nil {
+		g.quota = make([]int, g.p.VnodeCount)
+		for v := range g.quota {
+			rows, _ := g.Live(uint16(v))
+			g.quota[v] = int(math.Round(g.p.DeleteFrac * float64(rows)))
+		}
+	}
+	for range g.p.VnodeCount {
+		v := g.rr
+		g.rr = (g.rr + 1) % g.p.VnodeCount
+		if g.quota[v] == 0 {
+			continue
+		}
+		g.quota[v]--
+		f := g.fen[v]
+		rank := 1
+		if order == "suffix" {
+			rank = f.sum(len(f) - 1)
+		}
+		return g.order[v][f.find(rank)]
+	}
+	return -1
+}
+
+func (g *Generator) value(id int32, ver uint32) []byte {
+	b := make([]byte, g.p.ValueSize)
+	binary.BigEndian.PutUint64(b, uint64(id))
+	binary.BigEndian.PutUint32(b[8:], ver)
+	x := uint64(id)<<32 | uint64(ver)
+	for i := 12; i < len(b); i += 8 {
+		x = mix(x)
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], x)
+		copy(b[i:], w[:])
+	}
+	return b
+}
+
+func (g *Generator) insert(id int32) Op {
+	g.ver[id] = 1
+	g.setLive(id, true)
+	return Op{Kind: Insert, Vnode: g.vnode[id], PK: g.pk[id], NewRow: g.value(id, 1)}
+}
+
+func (g *Generator) delete(id int32) Op {
+	op := Op{Kind: Delete, Vnode: g.vnode[id], PK: g.pk[id], OldRow: g.value(id, g.ver[id])}
+	g.setLive(id, false)
+	g.ver[id] = 0
+	return op
+}
+
+func (g *Generator) update(id int32) Op {
+	old := g.value(id, g.ver[id])
+	g.ver[id]++
+	return Op{Kind: Update, Vnode: g.vnode[id], PK: g.pk[id], OldRow: old, NewRow: g.value(id, g.ver[id])}
+}
+
+func (g *Generator) setLive(id int32, live bool) {
+	v := g.vnode[id]
+	d := int64(len(g.pk[id]) + g.p.ValueSize)
+	if live {
+		g.fen[v].add(int(g.pos[id])+1, 1)
+		g.where[id] = int32(len(g.live))
+		g.live = append(g.live, id)
+		g.bytes[v] += d
+		return
+	}
+	g.fen[v].add(int(g.pos[id])+1, -1)
+	i := g.where[id]
+	last := g.live[len(g.live)-1]
+	g.live[i] = last
+	g.where[last] = i
+	g.live = g.live[:len(g.live)-1]
+	g.where[id] = -1
+	g.bytes[v] -= d
+}
+
+// Live returns the live rows and bytes of a vnode.
+func (g *Generator) Live(vnode uint16) (rows, bytes int64) {
+	f := g.fen[vnode]
+	return int64(f.sum(len(f) - 1)), g.bytes[vnode]
+}
+
+// LiveRows returns the live rows of the whole table.
+func (g *Generator) LiveRows() int64 { return int64(len(g.live)) }
+
+// RowsAtOrBelow counts the live rows of a vnode with pk <= cursor.
+func (g *Generator) RowsAtOrBelow(vnode uint16, cursor []byte) int64 {
+	o := g.order[vnode]
+	n := sort.Search(len(o), func(i int) bool { return bytes.Compare(g.pk[o[i]], cursor) > 0 })
+	return int64(g.fen[vnode].sum(n))
+}
+
+// EachRow calls f for each live row of a vnode in pk order.
+func (g *Generator) EachRow(vnode uint16, f func(pk, row []byte)) {
+	for _, id := range g.order[vnode] {
+		if g.ver[id] != 0 {
+			f(g.pk[id], g.value(id, g.ver[id]))
+		}
+	}
+}
+
+func (g *Generator) String() string {
+	return fmt.Sprintf("workload(rows=%d vnodes=%d seed=%d step=%d live=%d)", g.p.Rows, g.p.VnodeCount, g.p.Seed, g.step, len(g.live))
+}
+
+// fenwick is a binary indexed tree over positions 1..n.
+type fenwick []int32
+
+func (f fenwick) add(i int, d int32) {
+	for ; i < len(f); i += i & -i {
+		f[i] += d
+	}
+}
+
+// sum returns the total of positions 1..i.
+func (f fenwick) sum(i int) int {
+	s := 0
+	for ; i > 0; i -= i & -i {
+		s += int(f[i])
+	}
+	return s
+}
+
+// find returns the 0-based position of the rank-th live row (1-based rank).
+func (f fenwick) find(rank int) int {
+	pos := 0
+	step := 1
+	for step*2 < len(f) {
+		step *= 2
+	}
+	for ; step > 0; step /= 2 {
+		if next := pos + step; next < len(f) && int(f[next]) < rank {
+			pos = next
+			rank -= int(f[next])
+		}
+	}
+	return pos
+}

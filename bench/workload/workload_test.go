@@ -1,0 +1,123 @@
+package workload
+
+import (
+	"bytes"
+	"math"
+	"testing"
+
+	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/stretchr/testify/require"
+)
+
+// brute counts live rows at or below cursor by walking the model's rows.
+func brute(g *Generator, v uint16, cursor []byte) int64 {
+	var n int64
+	g.EachRow(v, func(pk, _ []byte) {
+		if bytes.Compare(pk, cursor) <= 0 {
+			n++
+		}
+	})
+	return n
+}
+
+func run(t *testing.T, p Params, steps int) *Generator {
+	g, err := New(p)
+	require.NoError(t, err)
+	for range steps {
+		g.Next()
+	}
+	return g
+}
+
+// TestOrderStatistics checks RowsAtOrBelow against a walk of the rows, for
+// every workload preset.
+func TestOrderStatistics(t *testing.T) {
+	for _, name := range PresetNames() {
+		t.Run(name, func(t *testing.T) {
+			p, err := Preset(name, 3000, 16, 7)
+			require.NoError(t, err)
+			p.BatchRows = 500
+			p.DuringSteps = 4
+			g := run(t, p, 20)
+			var total int64
+			for v := uint16(0); v < 16; v++ {
+				rows, _ := g.Live(v)
+				total += rows
+				require.Equal(t, rows, brute(g, v, bytes.Repeat([]byte{0xFF}, 16)))
+				g.EachRow(v, func(pk, _ []byte) {
+					require.Equal(t, brute(g, v, pk), g.RowsAtOrBelow(v, pk))
+					require.Equal(t, v, keys.Vnode(pk[:8], 16))
+				})
+			}
+			require.Equal(t, g.LiveRows(), total)
+		})
+	}
+}
+
+// TestReplay checks that a generator replayed to step k then continued
+// produces the same ops as one that ran straight through.
+func TestReplay(t *testing.T) {
+	p, err := Preset("mixed", 2000, 8, 3)
+	require.NoError(t, err)
+	p.BatchRows = 300
+	p.DuringSteps = 5
+	a := run(t, p, 0)
+	var want [][]Op
+	for range 25 {
+		want = append(want, a.Next())
+	}
+	for k := range 25 {
+		b := run(t, p, 0)
+		b.Replay(uint64(k))
+		require.Equal(t, want[k], b.Next(), "step %d after replay", k+1)
+	}
+}
+
+// TestPrefixDeletes checks tombstone-prefix: each vnode loses the lowest 40%
+// of its pks before the backfill.
+func TestPrefixDeletes(t *testing.T) {
+	p, err := Preset("tombstone-prefix", 4000, 8, 11)
+	require.NoError(t, err)
+	p.BatchRows = 1000
+	g, err := New(p)
+	require.NoError(t, err)
+	g.Replay(g.BackfillStep() - 1)
+	for v := uint16(0); v < 8; v++ {
+		all := len(g.order[v])
+		rows, _ := g.Live(v)
+		require.InDelta(t, 0.6*float64(all), float64(rows), 1, "vnode %d", v)
+		// The survivors are exactly the highest pks.
+		survivors := g.order[v][all-int(rows):]
+		for _, id := range survivors {
+			require.NotZero(t, g.ver[id])
+		}
+	}
+}
+
+func TestSkew(t *testing.T) {
+	p, err := Preset("skew", 20000, 16, 5)
+	require.NoError(t, err)
+	g := run(t, p, 1)
+	var hi, lo int64 = 0, math.MaxInt64
+	for v := uint16(0); v < 16; v++ {
+		rows, _ := g.Live(v)
+		hi, lo = max(hi, rows), min(lo, rows)
+	}
+	require.Greater(t, hi, 3*lo, "zipf 1.2 must skew vnode sizes (max %d, min %d)", hi, lo)
+}
+
+func TestParamsRejected(t *testing.T) {
+	for _, p := range []Params{
+		{Rows: -1},
+		{Rows: 10, VnodeCount: 40000},
+		{Rows: 10, DeleteOrder: "middle"},
+		{Rows: 10, DeleteFrac: 0.8, DeleteDuring: 0.5},
+		{Rows: 10, Zipf: 0.5},
+		{Rows: 10, UpdateFrac: math.NaN()},
+	} {
+		_, err := New(p)
+		require.Error(t, err, "%+v", p)
+	}
+	_, err := Preset("nope", 1, 1, 1)
+	require.ErrorContains(t, err, "nope")
+}
