@@ -164,14 +164,15 @@ func (a *Actor) OnChunk(c Chunk) error {
 	if !a.started {
 		return errors.New("lsmstats/backfill: chunk before the first barrier")
 	}
-	mine := c.Ops[:0:0]
 	for _, op := range c.Ops {
-		if a.cfg.Vnodes.Contains(uint32(op.Vnode)) {
-			mine = append(mine, op)
+		// The upstream is shuffled by vnode: another vnode's op is a bug
+		// upstream, never to be dropped silently.
+		if _, ok := a.index[op.Vnode]; !ok {
+			return errors.Wrapf(lsm.ErrInvalidVnode, "backfill actor %d got an upstream op of vnode %d it does not own", a.cfg.ID, op.Vnode)
 		}
 	}
-	a.table.Apply(a.curr, replicatedOps(mine))
-	a.buffer = append(a.buffer, mine...)
+	a.table.Apply(a.curr, replicatedOps(c.Ops))
+	a.buffer = append(a.buffer, c.Ops...)
 	return nil
 }
 

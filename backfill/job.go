@@ -81,6 +81,8 @@ type Record struct {
 	Truth    float64
 	Figures  []Figure
 	Finished bool
+	// Vnodes are the states the figures were computed from.
+	Vnodes []VnodeState
 	// VnodeErrMean and VnodeErrMax are the errors of the per-vnode
 	// estimates behind the stats figure (vnodes in progress), in percent of
 	// each vnode's live rows.
@@ -98,6 +100,7 @@ type Job struct {
 	meta     *lsm.Writer
 	tracker  *Tracker
 	actors   []*Actor
+	owner    []int // the actor of each vnode
 	metaRow  []byte // the persisted meta row, nil if none
 
 	step     uint64 // committed source step
@@ -220,7 +223,11 @@ func vnodeRanges(vnodes, actors int) []*roaring.Bitmap {
 }
 
 func (j *Job) startActors() error {
+	j.owner = make([]int, j.cfg.Upstream.VnodeCount)
 	for i, vn := range vnodeRanges(j.cfg.Upstream.VnodeCount, j.cfg.Actors) {
+		for it := vn.Iterator(); it.HasNext(); {
+			j.owner[it.Next()] = i
+		}
 		var lim *rate.Limiter
 		if j.cfg.RateLimit > 0 {
 			lim = rate.NewLimiter(rate.Limit(j.cfg.RateLimit), max(j.cfg.ChunkSize, 256))
@@ -287,6 +294,13 @@ func (j *Job) Run(ctx context.Context) (Result, error) {
 	}
 	res.Epoch, res.Finished = j.store.CommittedEpoch(), j.finished
 	return res, nil
+}
+
+// Step runs one source step (one epoch and its barrier); ok reports whether
+// it ended in a checkpoint of the job, whose record is returned.
+func (j *Job) Step(ctx context.Context) (rec Record, ok bool, err error) {
+	defer j.stopActors()
+	return j.runStep(ctx)
 }
 
 // spawnActors starts one goroutine per actor.
@@ -370,7 +384,7 @@ func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
 func (j *Job) runActors(ops []RowOp, b Barrier) error {
 	per := make([][]RowOp, len(j.actors))
 	for _, op := range ops {
-		i := int(op.Vnode) * len(j.actors) / j.cfg.Upstream.VnodeCount
+		i := j.owner[op.Vnode]
 		per[i] = append(per[i], op)
 	}
 	size := max(j.cfg.ChunkSize, 1)
@@ -446,7 +460,7 @@ func (j *Job) progress(epoch, reported uint64) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Truth: -1, Figures: p.Figures, Finished: p.Finished}
+	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Truth: -1, Figures: p.Figures, Finished: p.Finished, Vnodes: p.Vnodes}
 	rec.ProgressTime = time.Since(start)
 	if p.Finished {
 		j.finished = true
@@ -616,4 +630,14 @@ func decodeMeta(b []byte) (jobMeta, error) {
 		return bad("trailing bytes")
 	}
 	return m, nil
+}
+
+// Figure returns the figure of an approach.
+func (r Record) Figure(approach string) Figure {
+	for _, f := range r.Figures {
+		if f.Approach == approach {
+			return f
+		}
+	}
+	return Figure{Approach: approach}
 }

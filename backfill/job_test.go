@@ -47,7 +47,7 @@ func TestJobSmall(t *testing.T) {
 			defer s.Close()
 			j, err := backfill.OpenJob(backfill.JobConfig{
 				Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
-				Actors: 2, ChunkSize: 32, BarrierRows: 100,
+				Actors: 2, ChunkSize: 32, BarrierRows: 100, CheckpointEvery: 2,
 				Source: workload.Source{G: g},
 				Oracle: bothOracles{t, workload.Oracle{G: g}, backfill.ScanOracle{Store: s, Table: 1}},
 			})

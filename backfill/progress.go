@@ -216,7 +216,12 @@ func (t *Tracker) record(actor int, epoch uint64, states []VnodeState, finished 
 		return errors.Wrapf(ErrEpochOrder, "actor %d reported epoch %d after %d", actor, epoch, rep.epoch)
 	}
 	rep.epoch, rep.finished = epoch, rep.finished || finished
-	rep.states = slices.Clone(states)
+	// Deep copy: the actor keeps advancing its cursors in place.
+	rep.states = make([]VnodeState, len(states))
+	for i, s := range states {
+		rep.states[i] = s
+		rep.states[i].Cursor = slices.Clone(s.Cursor)
+	}
 	return nil
 }
 

@@ -40,6 +40,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
@@ -50,7 +51,7 @@ const (
 	// SplitDivisor sets the largest bucket to 1/SplitDivisor of its vnode.
 	SplitDivisor = 96
 	// MinSplitRows keeps buckets of small vnodes from shrinking below this.
-	MinSplitRows = 32
+	MinSplitRows = 8
 )
 
 // LiveCounts are live rows and live bytes (pk + row bytes of each live row).
@@ -87,6 +88,8 @@ type liveTable struct {
 // Live is an immutable snapshot of the live statistics of every table.
 type Live struct {
 	tables map[uint32]*liveTable
+	// at is when the snapshot was published.
+	at time.Time
 }
 
 var emptyVnode = &liveVnode{buckets: []bucket{{}}}
@@ -108,6 +111,32 @@ func (t *liveTable) vnode(v uint16) *liveVnode {
 // Vnode returns the live counts of one vnode.
 func (l *Live) Vnode(table uint32, vnode uint16) LiveCounts {
 	return l.table(table).vnode(vnode).total
+}
+
+// Tables returns the ids of the tables the snapshot knows (every table of
+// the store's catalog, with rows or not), in increasing order.
+func (l *Live) Tables() []uint32 {
+	if l == nil {
+		return nil
+	}
+	out := make([]uint32, 0, len(l.tables))
+	for id := range l.tables {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// PublishedAt returns when the snapshot was published: by the commit whose
+// deltas it holds, by a bucket split, or when the store opened and loaded
+// it. Commits publish a snapshot even when they change no count, so the
+// age of the current snapshot says how long ago the statistics were last
+// brought up to date. Zero for a nil Live.
+func (l *Live) PublishedAt() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	return l.at
 }
 
 // Table returns the live counts of a table.
@@ -363,7 +392,7 @@ type LiveState struct {
 
 // NewLiveState returns an empty state.
 func NewLiveState() *LiveState {
-	return &LiveState{cur: &Live{tables: map[uint32]*liveTable{}}, dirty: map[bucketID]struct{}{}}
+	return &LiveState{cur: &Live{tables: map[uint32]*liveTable{}, at: time.Now()}, dirty: map[bucketID]struct{}{}}
 }
 
 // Current returns the current snapshot.
@@ -376,6 +405,7 @@ func (s *LiveState) AddTable(table uint32, vnodeCount int) {
 	}
 	next := s.cur.cloneTables()
 	next.tables[table] = &liveTable{vnodes: make([]*liveVnode, vnodeCount)}
+	next.at = time.Now()
 	s.cur = next
 }
 
@@ -600,6 +630,7 @@ func splitLimit(rows int64) int64 {
 
 // Publish makes the batch the current snapshot; its entries are persisted.
 func (b *LiveBatch) Publish() {
+	b.next.at = time.Now()
 	b.s.cur = b.next
 	clear(b.s.dirty)
 }
@@ -681,6 +712,7 @@ func (s *LiveState) ApplySplit(r SplitRequest, pieces []Piece) error {
 	d := LiveCounts{Rows: sum.Rows - old.Rows, Bytes: sum.Bytes - old.Bytes}
 	v.total = v.total.Add(d)
 	b.tables[r.Table].total = b.tables[r.Table].total.Add(d)
+	b.next.at = time.Now()
 	s.cur = b.next
 	for id := range b.touched {
 		s.dirty[id] = struct{}{}

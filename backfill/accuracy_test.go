@@ -1,0 +1,95 @@
+package backfill_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/stretchr/testify/require"
+)
+
+// errStats accumulates |figure - truth| over checkpoints, in pp.
+type errStats struct {
+	n         int
+	sum, max_ float64
+}
+
+func (e *errStats) add(x float64) {
+	e.n++
+	e.sum += x
+	e.max_ = math.Max(e.max_, x)
+}
+
+func (e errStats) mean() float64 {
+	if e.n == 0 {
+		return 0
+	}
+	return e.sum / float64(e.n)
+}
+
+func (e errStats) String() string { return fmt.Sprintf("mean %.3f max %.3f pp", e.mean(), e.max_) }
+
+// TestCanonicalAccuracy runs the canonical runs of the backfill issue: 2
+// actors, a checkpoint every 2,048 snapshot rows per actor, once with 256
+// vnodes and once with 16, on every named workload, with churn during the
+// backfill. Halfway, the job is dropped without closing (a crash) and
+// reopened; the figure it shows before its first new barrier counts too.
+// The stats approach must stay within a mean error of 0.5 pp and a max of
+// 2 pp of the truth at every checkpoint; the row-count approach's errors on
+// the same work are logged for comparison.
+func TestCanonicalAccuracy(t *testing.T) {
+	for _, vnodes := range []int{256, 16} {
+		for _, name := range []string{"uniform", "skew", "update-churn", "delete-churn", "tombstone-prefix", "insert-during"} {
+			t.Run(fmt.Sprintf("vnodes=%d/workload=%s", vnodes, name), func(t *testing.T) {
+				p, err := workload.Preset(name, canonicalRows, vnodes, 7)
+				require.NoError(t, err)
+				p.DuringSteps = 40
+				dir := t.TempDir()
+				var stats, rowcount errStats
+				var recs int
+				record := func(r backfill.Record) {
+					stats.add(math.Abs(r.Figure("stats").Raw - r.Truth))
+					rowcount.add(math.Abs(r.Figure("rowcount").Raw - r.Truth))
+					recs++
+				}
+				open := func() (*lsm.Store, *backfill.Job) {
+					s, err := lsm.Open(dir, &lsm.Options{Logger: quiet{}})
+					require.NoError(t, err)
+					g, err := workload.New(p)
+					require.NoError(t, err)
+					j, err := backfill.OpenJob(backfill.JobConfig{
+						Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
+						Actors: 2, ChunkSize: 256, BarrierRows: 2048,
+						Source: workload.Source{G: g}, Oracle: workload.Oracle{G: g},
+						OnCheckpoint: record,
+					})
+					require.NoError(t, err)
+					return s, j
+				}
+				s, j := open()
+				// Run to about half of the backfill, then crash.
+				for recs < canonicalRows/(2*2048)/2 {
+					_, _, err := j.Step(context.Background())
+					require.NoError(t, err)
+				}
+				require.NoError(t, s.Close()) // the job is dropped unclosed
+				before := recs
+				s, j = open()
+				require.Equal(t, before+1, recs, "a figure right after recovery")
+				res, err := j.Run(context.Background())
+				require.NoError(t, err)
+				require.True(t, res.Finished)
+				require.NoError(t, j.Compare())
+				require.NoError(t, j.Close())
+				require.NoError(t, s.Close())
+				t.Logf("%d checkpoints: stats %s; rowcount %s", stats.n, stats, rowcount)
+				require.LessOrEqual(t, stats.mean(), 0.5, "stats mean error")
+				require.LessOrEqual(t, stats.max_, 2.0, "stats max error")
+			})
+		}
+	}
+}

@@ -1,0 +1,251 @@
+package backfill_test
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+var (
+	seedFlag    = flag.Uint64("seed", 0, "seed for randomized tests (0: time based)")
+	crashesFlag = flag.Int("crashes", 10, "SIGKILLs of TestCrashRecovery")
+)
+
+const (
+	childDirEnv    = "LSMSTATS_BACKFILL_CHILD_DIR"
+	childActorsEnv = "LSMSTATS_BACKFILL_CHILD_ACTORS"
+	childSeedEnv   = "LSMSTATS_BACKFILL_CHILD_SEED"
+)
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(childDirEnv); dir != "" {
+		actors, _ := strconv.Atoi(os.Getenv(childActorsEnv))
+		seed, _ := strconv.ParseUint(os.Getenv(childSeedEnv), 10, 64)
+		*crashesFlag, _ = strconv.Atoi(os.Getenv("LSMSTATS_BACKFILL_CHILD_CRASHES"))
+		if err := crashChild(dir, actors, seed); err != nil {
+			fmt.Printf("E %v\n", err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func testSeed(t testing.TB) uint64 {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed: %d (rerun with -seed=%d)", seed, seed)
+	return seed
+}
+
+// crashParams is the workload of the crash test: churn before and during,
+// small enough for many restarts, long enough for the crashes asked for.
+func crashParams(seed uint64) workload.Params {
+	p, _ := workload.Preset("mixed", 12000*max(1, *crashesFlag/10), 32, seed)
+	p.BatchRows = 3000
+	p.DuringSteps = 30
+	return p
+}
+
+func openCrashJob(dir string, actors int, seed uint64) (*lsm.Store, *backfill.Job, *workload.Generator, error) {
+	s, err := lsm.Open(dir, &lsm.Options{Logger: quiet{}, MemoryWatermark: 256 << 10})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	p := crashParams(seed)
+	g, err := workload.New(p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	j, err := backfill.OpenJob(backfill.JobConfig{
+		Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
+		Actors: actors, ChunkSize: 16, BarrierRows: 40, CheckpointEvery: 2,
+		Source: workload.Source{G: g}, Oracle: workload.Oracle{G: g},
+		OnCheckpoint: func(r backfill.Record) {
+			fmt.Printf("R %d %s %s\n", r.Barrier, figure(r, "rowcount"), figure(r, "stats"))
+		},
+	})
+	if err != nil {
+		_ = s.Close()
+		return nil, nil, nil, err
+	}
+	return s, j, g, nil
+}
+
+func figure(r backfill.Record, approach string) string {
+	for _, f := range r.Figures {
+		if f.Approach == approach {
+			return strconv.FormatFloat(f.Pct, 'f', 2, 64)
+		}
+	}
+	return "-"
+}
+
+// crashChild runs the job until it finishes or is killed, printing each
+// checkpoint's displayed figures ("I" for the figure right after recovery).
+func crashChild(dir string, actors int, seed uint64) error {
+	s, j, _, err := openCrashJob(dir, actors, seed)
+	if err != nil {
+		return err
+	}
+	if r := j.Initial(); r != nil {
+		fmt.Printf("I %d %s %s\n", r.Barrier, figure(*r, "rowcount"), figure(*r, "stats"))
+	}
+	if _, err := j.Run(context.Background()); err != nil {
+		return err
+	}
+	fmt.Println("D")
+	return errorsCombine(j.Close(), s.Close())
+}
+
+func errorsCombine(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// TestCrashRecovery kills a child process running the job with SIGKILL at
+// random moments (at least -crashes times), restarts it (after the first
+// crash with another actor count: a rescale), and finally lets it finish.
+// The MV must equal the upstream table, the displayed figures must never
+// decrease across restarts, and each restart must show a figure before its
+// first new barrier.
+func TestCrashRecovery(t *testing.T) {
+	seed := testSeed(t)
+	r := rand.New(rand.NewPCG(seed, 5))
+	dir := t.TempDir()
+	actors := 2
+	last := map[string]float64{"rowcount": 0, "stats": 0}
+	check := func(line string) {
+		f := strings.Fields(line)
+		for i, name := range []string{"rowcount", "stats"} {
+			pct, err := strconv.ParseFloat(f[2+i], 64)
+			require.NoError(t, err, line)
+			require.GreaterOrEqual(t, pct, last[name], "displayed %s figure decreased: %s", name, line)
+			last[name] = pct
+		}
+	}
+	crashes, initials := 0, 0
+	for run := 0; ; run++ {
+		lines, done := runChild(t, dir, actors, seed, r, run < *crashesFlag)
+		for _, l := range lines {
+			switch l[0] {
+			case 'I':
+				initials++
+				check(l)
+			case 'R':
+				check(l)
+			}
+		}
+		if done {
+			break
+		}
+		crashes++
+		if crashes == 1 {
+			actors = 3 // rescale after the first crash
+		}
+		require.Less(t, run, 100, "the job does not finish")
+	}
+	require.GreaterOrEqual(t, crashes, *crashesFlag)
+	require.GreaterOrEqual(t, initials, 1, "no restart showed a figure before its first barrier")
+	require.Equal(t, 100.0, last["stats"])
+	require.Equal(t, 100.0, last["rowcount"])
+
+	s, j, g, err := openCrashJob(dir, actors, seed)
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, j.Compare())
+	rep, err := s.Verify()
+	require.NoError(t, err)
+	require.Empty(t, rep.Differences)
+	// The upstream table is exactly the workload replayed to the committed
+	// step.
+	var want int64
+	for v := uint16(0); v < 32; v++ {
+		n, _ := g.Live(v)
+		want += n
+	}
+	require.Equal(t, want, s.Live().Table(1).Rows)
+	require.NoError(t, j.Close())
+	t.Logf("%d crashes, %d restarts showed a figure at once", crashes, initials)
+}
+
+// runChild runs the child until it finishes, or kills it after a random
+// time if kill is set. It returns the child's report lines and whether the
+// job finished.
+func runChild(t *testing.T, dir string, actors int, seed uint64, r *rand.Rand, kill bool) ([]string, bool) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childDirEnv+"="+dir, childActorsEnv+"="+strconv.Itoa(actors),
+		childSeedEnv+"="+strconv.FormatUint(seed, 10), "LSMSTATS_BACKFILL_CHILD_CRASHES="+strconv.Itoa(*crashesFlag))
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	ch := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+		close(ch)
+	}()
+	var lines []string
+	var timeout <-chan time.Time
+	if kill {
+		// Let the run make 1 to 3 checkpoints, then kill it within 20ms: at
+		// a random point of a barrier, a commit or a recovery.
+		target := 1 + r.IntN(3)
+		for l := range ch {
+			lines = append(lines, l)
+			if l[0] == 'R' {
+				target--
+			}
+			if target == 0 || l[0] == 'D' || l[0] == 'E' {
+				break
+			}
+		}
+		timeout = time.After(time.Duration(r.IntN(20000)) * time.Microsecond)
+	}
+loop:
+	for {
+		select {
+		case l, ok := <-ch:
+			if !ok {
+				break loop
+			}
+			lines = append(lines, l)
+		case <-timeout:
+			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+			timeout = nil
+		}
+	}
+	err = cmd.Wait()
+	for _, l := range lines {
+		if strings.HasPrefix(l, "E ") {
+			t.Fatalf("child failed: %s", l)
+		}
+	}
+	finished := len(lines) > 0 && lines[len(lines)-1] == "D"
+	if finished {
+		require.NoError(t, err)
+	}
+	return lines, finished
+}

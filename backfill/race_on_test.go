@@ -1,0 +1,5 @@
+//go:build race
+
+package backfill_test
+
+const canonicalRows = 20000
