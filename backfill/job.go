@@ -100,7 +100,7 @@ type Job struct {
 	meta     *lsm.Writer
 	tracker  *Tracker
 	actors   []*Actor
-	owner    []int // the actor of each vnode
+	owner    []int  // the actor of each vnode
 	metaRow  []byte // the persisted meta row, nil if none
 
 	step     uint64 // committed source step

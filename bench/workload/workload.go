@@ -185,8 +185,8 @@ type Generator struct {
 	loadSteps, churnSteps uint64
 	quota                 []int // prefix/suffix deletes left per vnode
 	rr                    int   // next vnode to delete from
-	updates, deletes      int // churn before the backfill, not yet done
-	nextInsert            int // next id to insert during the backfill
+	updates, deletes      int   // churn before the backfill, not yet done
+	nextInsert            int   // next id to insert during the backfill
 	duringOps             [3]float64
 	duringDone            [3]int
 }
