@@ -58,6 +58,8 @@ type Actor struct {
 	curr    uint64 // the epoch being written
 	started bool   // the first barrier arrived
 	done    bool   // reported finished
+	// stateBytes counts the state rows written (pk + row bytes).
+	stateBytes int64
 }
 
 // NewActor creates an actor and loads its vnodes' state at the committed
@@ -329,6 +331,7 @@ func (a *Actor) persist() error {
 			return err
 		}
 		a.saved[i] = row
+		a.stateBytes += int64(8 + len(row))
 	}
 	return nil
 }

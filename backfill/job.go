@@ -235,7 +235,7 @@ func (j *Job) startActors() error {
 		a, err := NewActor(ActorConfig{
 			ID: i, Store: j.store, Upstream: j.cfg.Upstream.ID, MV: j.cfg.MV, State: j.cfg.State,
 			Vnodes: vn, ChunkSize: j.cfg.ChunkSize, BarrierRows: j.cfg.BarrierRows, Limiter: lim,
-			RowCount: true, Reporter: j.tracker.Reporter(i),
+			RowCount: j.persistRowCount(), Reporter: j.tracker.Reporter(i),
 		})
 		if err != nil {
 			return err
@@ -250,6 +250,27 @@ func (j *Job) startActors() error {
 		}
 	}
 	return nil
+}
+
+// persistRowCount reports whether an estimator needs per-vnode row counts:
+// only then do actors persist them (the row-count approach's extra state).
+func (j *Job) persistRowCount() bool {
+	for _, e := range j.cfg.Estimators {
+		if _, ok := e.(RowCount); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// StateBytes returns the bytes of backfill state rows (pk and row) the
+// actors of this process wrote.
+func (j *Job) StateBytes() int64 {
+	var n int64
+	for _, a := range j.actors {
+		n += a.stateBytes
+	}
+	return n
 }
 
 // Close releases the job's writers; uncommitted work is discarded.

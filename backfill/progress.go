@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -102,6 +103,8 @@ type Figure struct {
 	// Pct, Shown are what the tracker displays (high-water mark applied).
 	Pct   float64
 	Shown string
+	// Time is the time the estimator took.
+	Time time.Duration
 }
 
 // Progress is the job's progress at one checkpoint.
@@ -241,8 +244,9 @@ func (t *Tracker) Progress(epoch uint64, st lsm.Stats) (Progress, error) {
 	slices.SortFunc(p.Vnodes, func(a, b VnodeState) int { return int(a.Vnode) - int(b.Vnode) })
 	in := Input{Epoch: epoch, Upstream: t.upstream, Vnodes: p.Vnodes, Stats: st}
 	for _, e := range t.estimators {
+		start := time.Now()
 		consumed, total := e.Estimate(in)
-		f := Figure{Approach: e.Name(), Consumed: consumed, Total: total, Raw: percent(consumed, total)}
+		f := Figure{Approach: e.Name(), Consumed: consumed, Total: total, Raw: percent(consumed, total), Time: time.Since(start)}
 		t.display(&f, p.Finished)
 		p.Figures = append(p.Figures, f)
 	}

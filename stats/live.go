@@ -40,6 +40,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -73,6 +74,9 @@ type bucket struct {
 type liveVnode struct {
 	buckets []bucket // sorted by lower; buckets[0].lower == nil
 	total   LiveCounts
+	// prefix caches the rows before each bucket, built on first use: a vnode
+	// is immutable once published, so the cache never goes stale.
+	prefix atomic.Pointer[[]int64]
 	// minPK and maxPK are the smallest and largest pk ever inserted: hints
 	// that let the first and last bucket interpolate. They may be stale after
 	// deletes, which only affects estimates, never bounds.
@@ -256,10 +260,7 @@ func (v *liveVnode) cumulative(x []byte) cumBound {
 	i := sort.Search(len(v.buckets), func(i int) bool {
 		return i > 0 && bytes.Compare(v.buckets[i].lower, x) > 0
 	}) - 1
-	var before int64
-	for j := range i {
-		before += v.buckets[j].Rows
-	}
+	before := v.rowsBefore(i)
 	b := v.buckets[i]
 	if bytes.Equal(b.lower, x) && b.lower != nil {
 		return cumBound{lower: before, upper: before, est: float64(before)}
@@ -277,6 +278,20 @@ func (v *liveVnode) cumulative(x []byte) cumBound {
 	}
 	f := fraction(lo, hi, x)
 	return cumBound{lower: before, upper: before + rows, est: float64(before) + f*float64(rows)}
+}
+
+// rowsBefore returns the live rows of the buckets before bucket i.
+func (v *liveVnode) rowsBefore(i int) int64 {
+	p := v.prefix.Load()
+	if p == nil {
+		sums := make([]int64, len(v.buckets)+1)
+		for j, b := range v.buckets {
+			sums[j+1] = sums[j] + b.Rows
+		}
+		p = &sums
+		v.prefix.Store(p)
+	}
+	return (*p)[i]
 }
 
 // fraction estimates where x lies between lo and hi (bucket bounds, hi

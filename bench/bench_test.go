@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	benchRows   = flag.Int("bench-rows", 200000, "rows of the benchmark workloads")
+	benchVnodes = flag.Int("bench-vnodes", 256, "vnodes of the benchmark workloads")
+)
+
+type quiet struct{}
+
+func (quiet) Infof(string, ...any)      {}
+func (quiet) Errorf(f string, a ...any) { fmt.Printf(f+"\n", a...) }
+func (quiet) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+
+// canonical is the canonical run of the backfill issue: 2 actors, a
+// checkpoint every 2,048 snapshot rows per actor.
+func canonical(b *testing.B, name string, approach []string) Config {
+	p, err := workload.Preset(name, *benchRows, *benchVnodes, 7)
+	require.NoError(b, err)
+	p.DuringSteps = 40
+	return Config{Dir: b.TempDir(), Workload: p, Actors: 2, ChunkSize: 256, BarrierRows: 2048,
+		Approaches: approach, Store: &lsm.Options{Logger: quiet{}}}
+}
+
+// BenchmarkBackfill runs each workload once per approach and reports how
+// far the approach's raw figure was from the truth, what it persisted and
+// what its progress computation cost per checkpoint.
+func BenchmarkBackfill(b *testing.B) {
+	for _, name := range []string{"uniform", "skew", "update-churn", "delete-churn", "tombstone-prefix", "insert-during"} {
+		for _, approach := range []string{"rowcount", "stats"} {
+			b.Run(fmt.Sprintf("workload=%s/approach=%s", name, approach), func(b *testing.B) {
+				var last Summary
+				for range b.N {
+					cfg := canonical(b, name, []string{approach})
+					sum, err := Run(context.Background(), cfg)
+					require.NoError(b, err)
+					require.True(b, sum.MVMatches, sum.MVError)
+					last = sum
+				}
+				e := last.Errors[approach]
+				b.ReportMetric(e.MeanPP, "err-mean-pp")
+				b.ReportMetric(e.MaxPP, "err-max-pp")
+				b.ReportMetric(last.StateBytesPerBarrier, "state-bytes/barrier")
+				b.ReportMetric(last.ProgressNanos[approach], "progress-ns/barrier")
+				b.ReportMetric(float64(last.SnapshotRows)/last.Backfill.Seconds(), "rows/s")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
+// halfDone builds a store holding a job stopped halfway through the
+// backfill and returns its config.
+func halfDone(b *testing.B, approach []string) Config {
+	cfg := canonical(b, "update-churn", approach)
+	s, err := Open(cfg)
+	require.NoError(b, err)
+	for !s.Job.Started() {
+		_, _, err := s.Job.Step(context.Background())
+		require.NoError(b, err)
+	}
+	for range *benchRows / (2 * 2048) / 2 {
+		_, _, err := s.Job.Step(context.Background())
+		require.NoError(b, err)
+	}
+	require.NoError(b, s.Close())
+	return cfg
+}
+
+// BenchmarkRecovery measures the time from reopening a store with a job
+// halfway through its backfill until the first progress figure: opening the
+// store, replaying the workload model, loading every vnode's state and
+// computing the figure.
+func BenchmarkRecovery(b *testing.B) {
+	for _, approach := range []string{"rowcount", "stats"} {
+		b.Run("approach="+approach, func(b *testing.B) {
+			cfg := halfDone(b, []string{approach})
+			var total time.Duration
+			for range b.N {
+				start := time.Now()
+				s, err := Open(cfg)
+				require.NoError(b, err)
+				require.NotNil(b, s.Job.Initial())
+				total += time.Since(start)
+				require.NoError(b, s.Close())
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/first-figure")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkProgressVsScan compares the stats approach's progress
+// computation with an exact counting scan of the same table (the rows behind
+// each cursor and all rows), at a checkpoint where every vnode is in
+// progress.
+func BenchmarkProgressVsScan(b *testing.B) {
+	cfg := halfDone(b, nil)
+	s, err := Open(cfg)
+	require.NoError(b, err)
+	defer s.Close()
+	rec := s.Job.Initial()
+	require.NotNil(b, rec)
+	in := backfill.Input{Epoch: rec.Epoch, Upstream: UpstreamTable, Vnodes: rec.Vnodes, Stats: s.Store.Stats()}
+	scan := backfill.ScanOracle{Store: s.Store, Table: UpstreamTable}
+	var stats, scanned time.Duration
+	for range b.N {
+		start := time.Now()
+		backfill.Stats{}.Estimate(in)
+		stats += time.Since(start)
+		start = time.Now()
+		for _, v := range rec.Vnodes {
+			_, _, err := scan.Rows(v.Vnode, v.Cursor)
+			require.NoError(b, err)
+		}
+		scanned += time.Since(start)
+	}
+	b.ReportMetric(float64(stats.Nanoseconds())/float64(b.N), "stats-ns")
+	b.ReportMetric(float64(scanned.Nanoseconds())/float64(b.N), "scan-ns")
+	b.ReportMetric(float64(scanned)/float64(stats), "x-faster-than-scan")
+	b.ReportMetric(0, "ns/op")
+}

@@ -1,0 +1,215 @@
+// Package bench runs the backfill workloads end to end and summarises how
+// close each progress approach came to the truth and at what cost. The
+// benchmarks of bench_test.go, the lsmstats CLI and `make results` all use
+// it.
+package bench
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/lsm"
+)
+
+// Table ids of a run.
+const (
+	UpstreamTable = 1
+	MVTable       = 2
+	StateTable    = 3
+	MetaTable     = 4
+)
+
+// Config is one run.
+type Config struct {
+	Dir      string
+	Workload workload.Params
+	// Actors, ChunkSize, BarrierRows, CheckpointEvery, RateLimit: see
+	// backfill.JobConfig.
+	Actors, ChunkSize, BarrierRows, CheckpointEvery int
+	RateLimit                                       float64
+	// Approaches are "rowcount" and/or "stats"; empty means both.
+	Approaches []string
+	// Store options (nil: defaults).
+	Store *lsm.Options
+	// OnCheckpoint, if set, sees every checkpoint record.
+	OnCheckpoint func(backfill.Record)
+}
+
+// Estimators returns the estimators of the named approaches.
+func Estimators(names []string) ([]backfill.Estimator, error) {
+	if len(names) == 0 {
+		names = []string{"rowcount", "stats"}
+	}
+	var out []backfill.Estimator
+	for _, n := range names {
+		switch n {
+		case "rowcount":
+			out = append(out, backfill.RowCount{})
+		case "stats":
+			out = append(out, backfill.Stats{})
+		default:
+			return nil, errors.Newf("bench: unknown approach %q (rowcount or stats)", n)
+		}
+	}
+	return out, nil
+}
+
+// Session is an open run: the store, the generator and the job.
+type Session struct {
+	Store *lsm.Store
+	Gen   *workload.Generator
+	Job   *backfill.Job
+}
+
+// Open opens (or recovers) a run in cfg.Dir.
+func Open(cfg Config) (*Session, error) {
+	est, err := Estimators(cfg.Approaches)
+	if err != nil {
+		return nil, err
+	}
+	g, err := workload.New(cfg.Workload)
+	if err != nil {
+		return nil, err
+	}
+	s, err := lsm.Open(cfg.Dir, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	j, err := backfill.OpenJob(backfill.JobConfig{
+		Store: s, Upstream: g.Params().TableDef(UpstreamTable), MV: MVTable, State: StateTable, Meta: MetaTable,
+		Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
+		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit,
+		Source: workload.Source{G: g}, Oracle: workload.Oracle{G: g},
+		Estimators: est, OnCheckpoint: cfg.OnCheckpoint,
+	})
+	if err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return &Session{Store: s, Gen: g, Job: j}, nil
+}
+
+// Close closes the job and the store.
+func (s *Session) Close() error {
+	return errors.CombineErrors(s.Job.Close(), s.Store.Close())
+}
+
+// ErrorStats summarise one approach's |raw figure - truth| in pp.
+type ErrorStats struct {
+	MeanPP float64 `json:"mean_pp"`
+	MaxPP  float64 `json:"max_pp"`
+	n      int
+}
+
+func (e *ErrorStats) add(x float64) {
+	e.MeanPP = (e.MeanPP*float64(e.n) + x) / float64(e.n+1)
+	e.MaxPP = math.Max(e.MaxPP, x)
+	e.n++
+}
+
+// Summary is what a run measured.
+type Summary struct {
+	Records []backfill.Record
+	Errors  map[string]*ErrorStats
+	// SnapshotRows is the number of snapshot rows the backfill read.
+	SnapshotRows uint64
+	// Load is the time of the load and churn before the backfill; Backfill
+	// the time from the job's start to its end.
+	Load, Backfill time.Duration
+	// StateBytes is the backfill state written per checkpoint.
+	StateBytesPerBarrier float64
+	// ProgressNanos is the mean time per checkpoint of each approach's
+	// estimate.
+	ProgressNanos map[string]float64
+	MVMatches     bool
+	MVError       string
+	Epoch         uint64
+}
+
+// Summarize computes error statistics of records.
+func Summarize(records []backfill.Record) map[string]*ErrorStats {
+	out := map[string]*ErrorStats{}
+	for _, r := range records {
+		if r.Truth < 0 {
+			continue
+		}
+		for _, f := range r.Figures {
+			e := out[f.Approach]
+			if e == nil {
+				e = &ErrorStats{}
+				out[f.Approach] = e
+			}
+			e.add(math.Abs(f.Raw - r.Truth))
+		}
+	}
+	return out
+}
+
+// Run opens a fresh run and drives it to the end.
+func Run(ctx context.Context, cfg Config) (Summary, error) {
+	var sum Summary
+	start := time.Now()
+	var jobStart time.Time
+	user := cfg.OnCheckpoint
+	cfg.OnCheckpoint = func(r backfill.Record) {
+		sum.Records = append(sum.Records, r)
+		if user != nil {
+			user(r)
+		}
+	}
+	s, err := Open(cfg)
+	if err != nil {
+		return sum, err
+	}
+	defer s.Close()
+	for !s.Job.Started() {
+		if _, _, err := s.Job.Step(ctx); err != nil {
+			return sum, err
+		}
+	}
+	jobStart = time.Now()
+	sum.Load = jobStart.Sub(start)
+	res, err := s.Job.Run(ctx)
+	if err != nil {
+		return sum, err
+	}
+	sum.Backfill = time.Since(jobStart)
+	sum.Epoch = res.Epoch
+	finish(&sum, s)
+	return sum, nil
+}
+
+// finish fills the summary's derived fields from a finished session.
+func finish(sum *Summary, s *Session) {
+	sum.Errors = Summarize(sum.Records)
+	sum.ProgressNanos = map[string]float64{}
+	n := 0
+	for _, r := range sum.Records {
+		for _, f := range r.Figures {
+			sum.ProgressNanos[f.Approach] += float64(f.Time.Nanoseconds())
+		}
+		n++
+		if r.Finished {
+			var rows uint64
+			for _, v := range r.Vnodes {
+				rows += v.RowCount
+			}
+			sum.SnapshotRows = max(sum.SnapshotRows, rows)
+		}
+	}
+	for k := range sum.ProgressNanos {
+		sum.ProgressNanos[k] /= float64(max(n, 1))
+	}
+	if n > 0 {
+		sum.StateBytesPerBarrier = float64(s.Job.StateBytes()) / float64(n)
+	}
+	if err := s.Job.Compare(); err != nil {
+		sum.MVError = err.Error()
+	} else {
+		sum.MVMatches = true
+	}
+}
