@@ -77,9 +77,9 @@ func TestCanonicalAccuracy(t *testing.T) {
 					require.NoError(t, err)
 				}
 				require.NoError(t, s.Close()) // the job is dropped unclosed
-				before := recs
 				s, j = open()
-				require.Equal(t, before+1, recs, "a figure right after recovery")
+				require.NotNil(t, j.Initial(), "a figure right after recovery")
+				record(*j.Initial())
 				res, err := j.Run(context.Background())
 				require.NoError(t, err)
 				require.True(t, res.Finished)

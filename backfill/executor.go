@@ -58,8 +58,10 @@ type Actor struct {
 	curr    uint64 // the epoch being written
 	started bool   // the first barrier arrived
 	done    bool   // reported finished
-	// stateBytes counts the state rows written (pk + row bytes).
-	stateBytes int64
+	// stateBytes counts the state rows written (pk + row bytes), and
+	// statsOnlyBytes what they would have been without row counts (the
+	// stats approach's state).
+	stateBytes, statsOnlyBytes int64
 }
 
 // NewActor creates an actor and loads its vnodes' state at the committed
@@ -332,6 +334,7 @@ func (a *Actor) persist() error {
 		}
 		a.saved[i] = row
 		a.stateBytes += int64(8 + len(row))
+		a.statsOnlyBytes += int64(8 + len(EncodeState(s, false)))
 	}
 	return nil
 }

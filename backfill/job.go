@@ -186,7 +186,7 @@ func OpenJob(cfg JobConfig) (*Job, error) {
 		if err != nil {
 			return nil, err
 		}
-		j.initial = &rec
+		j.initial = &rec // not a new checkpoint: OnCheckpoint does not see it
 	}
 	return j, nil
 }
@@ -264,13 +264,14 @@ func (j *Job) persistRowCount() bool {
 }
 
 // StateBytes returns the bytes of backfill state rows (pk and row) the
-// actors of this process wrote.
-func (j *Job) StateBytes() int64 {
-	var n int64
+// actors of this process wrote, and what they would have been without row
+// counts (the stats approach persists none).
+func (j *Job) StateBytes() (written, statsOnly int64) {
 	for _, a := range j.actors {
-		n += a.stateBytes
+		written += a.stateBytes
+		statsOnly += a.statsOnlyBytes
 	}
-	return n
+	return written, statsOnly
 }
 
 // Close releases the job's writers; uncommitted work is discarded.
@@ -396,6 +397,9 @@ func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
 		return Record{}, false, nil
 	}
 	rec, err := j.progress(epoch, epoch)
+	if err == nil && j.cfg.OnCheckpoint != nil {
+		j.cfg.OnCheckpoint(rec)
+	}
 	return rec, err == nil, err
 }
 
@@ -514,9 +518,6 @@ func (j *Job) progress(epoch, reported uint64) (Record, error) {
 		if n > 0 {
 			rec.VnodeErrMean = errSum / float64(n)
 		}
-	}
-	if j.cfg.OnCheckpoint != nil {
-		j.cfg.OnCheckpoint(rec)
 	}
 	return rec, nil
 }

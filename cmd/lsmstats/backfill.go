@@ -1,0 +1,538 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/bench"
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/lsm"
+)
+
+// The backfill command is a supervisor and a worker. The supervisor starts
+// the worker — this binary again, with --worker — reads its progress as JSON
+// lines, draws the bars, kills it with SIGKILL at the barriers of --crash-at
+// and restarts it (with --rescale-to actors after the first crash) until the
+// job finishes. The worker opens the store, recovers the job from the
+// committed state and runs it.
+
+type intList []int
+
+func (l *intList) String() string { return fmt.Sprint(*l) }
+func (l *intList) Set(s string) error {
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return err
+		}
+		*l = append(*l, v)
+	}
+	return nil
+}
+
+type backfillFlags struct {
+	workload                                 string
+	rows, vnodes, actors                     int
+	seed                                     uint64
+	zipf                                     float64
+	updateFrac, deleteFrac                   float64
+	deleteOrder                              string
+	updateDuring, deleteDuring, insertDuring float64
+	chunkSize, barrierRows, checkpointEvery  int
+	duringSteps                              int
+	crashAt                                  intList
+	rescaleTo                                int
+	dir, jsonPath, plotPath                  string
+	bars                                     string
+	worker                                   bool
+}
+
+func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.FlagSet, error) {
+	f := &backfillFlags{}
+	fs := flag.NewFlagSet("backfill", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.workload, "workload", "mixed", "named workload: "+strings.Join(workload.PresetNames(), ", ")+" (the flags below override its fields)")
+	fs.IntVar(&f.rows, "rows", 1000000, "rows loaded into the upstream table")
+	fs.IntVar(&f.vnodes, "vnodes", 256, "vnodes of the upstream table")
+	fs.IntVar(&f.actors, "actors", 2, "backfill actors")
+	fs.Uint64Var(&f.seed, "seed", 1, "workload seed")
+	fs.Float64Var(&f.zipf, "zipf", 0, "zipf skew s of the distribution keys (0: uniform)")
+	fs.Float64Var(&f.updateFrac, "update-frac", 0, "fraction of rows updated before the backfill")
+	fs.Float64Var(&f.deleteFrac, "delete-frac", 0, "fraction of rows deleted before the backfill")
+	fs.StringVar(&f.deleteOrder, "delete-order", "random", "order of the deletes before the backfill: random, prefix or suffix")
+	fs.Float64Var(&f.updateDuring, "update-during", 0, "fraction of rows updated during the backfill")
+	fs.Float64Var(&f.deleteDuring, "delete-during", 0, "fraction of rows deleted during the backfill")
+	fs.Float64Var(&f.insertDuring, "insert-during", 0, "fraction of rows inserted during the backfill")
+	fs.IntVar(&f.chunkSize, "chunk-size", 256, "rows per chunk")
+	fs.IntVar(&f.barrierRows, "barrier-rows", 2048, "snapshot rows per actor between checkpoint barriers")
+	fs.IntVar(&f.checkpointEvery, "checkpoint-every", 1, "every n-th barrier is a checkpoint")
+	fs.IntVar(&f.duringSteps, "during-steps", 0, "epochs over which the churn during the backfill is spread (0: about the backfill's length)")
+	fs.Var(&f.crashAt, "crash-at", "SIGKILL the working process at this checkpoint barrier, then restart it (repeatable)")
+	fs.IntVar(&f.rescaleTo, "rescale-to", 0, "after the first crash, restart with this many actors")
+	fs.StringVar(&f.dir, "dir", "", "keep the store in this directory (default: a temporary directory, removed at the end)")
+	fs.StringVar(&f.jsonPath, "json", "", "write the run's JSON report to this file")
+	fs.StringVar(&f.plotPath, "plot", "", "write a PNG plot of progress per barrier to this file")
+	fs.StringVar(&f.bars, "bars", "auto", "live progress bars: auto (on a terminal), on, off")
+	fs.BoolVar(&f.worker, "worker", false, "internal: run as the supervised worker")
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, nil, errors.Newf("unexpected arguments %q", fs.Args())
+	}
+	return f, fs, nil
+}
+
+// params resolves the workload: the preset, then every flag given
+// explicitly.
+func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
+	p, err := workload.Preset(f.workload, f.rows, f.vnodes, f.seed)
+	if err != nil {
+		return p, err
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "zipf":
+			p.Zipf = f.zipf
+		case "update-frac":
+			p.UpdateFrac = f.updateFrac
+		case "delete-frac":
+			p.DeleteFrac = f.deleteFrac
+		case "delete-order":
+			p.DeleteOrder = f.deleteOrder
+		case "update-during":
+			p.UpdateDuring = f.updateDuring
+		case "delete-during":
+			p.DeleteDuring = f.deleteDuring
+		case "insert-during":
+			p.InsertDuring = f.insertDuring
+		}
+	})
+	p.DuringSteps = f.duringSteps
+	if p.DuringSteps == 0 {
+		// Spread the churn over about the backfill's length.
+		p.DuringSteps = max(1, p.Rows/(max(1, f.actors)*max(1, f.barrierRows))*max(1, f.checkpointEvery))
+	}
+	if f.chunkSize < 1 || f.barrierRows < 1 || f.actors < 1 || f.checkpointEvery < 1 {
+		return p, errors.New("--chunk-size, --barrier-rows, --actors and --checkpoint-every must be positive")
+	}
+	return p, nil
+}
+
+// event is one line of the worker's output.
+type event struct {
+	T string `json:"t"` // start, load, initial, ckpt, done
+	// load
+	Step, Of uint64 `json:",omitempty"`
+	// initial, ckpt
+	Rec *recordJSON `json:"rec,omitempty"`
+	// done
+	MVMatches      bool    `json:"mv_matches,omitempty"`
+	MVError        string  `json:"mv_error,omitempty"`
+	Epoch          uint64  `json:"epoch,omitempty"`
+	StateBytes     int64   `json:"state_bytes,omitempty"`
+	StatsOnlyBytes int64   `json:"stats_only_bytes,omitempty"`
+	LoadS          float64 `json:"load_s,omitempty"`
+	BackfillS      float64 `json:"backfill_s,omitempty"`
+	Rows           uint64  `json:"rows,omitempty"`
+}
+
+type figureJSON struct {
+	Approach string  `json:"approach"`
+	Raw      float64 `json:"raw"`
+	Pct      float64 `json:"pct"`
+	Shown    string  `json:"shown"`
+	Consumed float64 `json:"consumed"`
+	Total    float64 `json:"total"`
+	TimeNS   int64   `json:"time_ns"`
+}
+
+type recordJSON struct {
+	Barrier      uint64       `json:"barrier"`
+	Epoch        uint64       `json:"epoch"`
+	Truth        float64      `json:"truth"`
+	Finished     bool         `json:"finished"`
+	Figures      []figureJSON `json:"figures"`
+	VnodeErrMean float64      `json:"vnode_err_mean_pp"`
+	VnodeErrMax  float64      `json:"vnode_err_max_pp"`
+	Rows         uint64       `json:"snapshot_rows"`
+}
+
+func toJSON(r backfill.Record) *recordJSON {
+	out := &recordJSON{Barrier: r.Barrier, Epoch: r.Epoch, Truth: r.Truth, Finished: r.Finished,
+		VnodeErrMean: r.VnodeErrMean, VnodeErrMax: r.VnodeErrMax}
+	for _, f := range r.Figures {
+		out.Figures = append(out.Figures, figureJSON{f.Approach, f.Raw, f.Pct, f.Shown, f.Consumed, f.Total, f.Time.Nanoseconds()})
+	}
+	for _, v := range r.Vnodes {
+		out.Rows += v.RowCount
+	}
+	return out
+}
+
+func (r *recordJSON) figure(approach string) figureJSON {
+	for _, f := range r.Figures {
+		if f.Approach == approach {
+			return f
+		}
+	}
+	return figureJSON{Approach: approach}
+}
+
+func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
+	f, fs, err := parseBackfillFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, nil
+		}
+		return 2, err
+	}
+	p, err := f.params(fs)
+	if err != nil {
+		return 2, err
+	}
+	if f.worker {
+		return 0, runWorker(f, p, stdout)
+	}
+	return supervise(f, args, p, stdout, stderr)
+}
+
+// ---- worker ------------------------------------------------------------
+
+type quietLogger struct{ w io.Writer }
+
+func (l quietLogger) Infof(string, ...any) {}
+func (l quietLogger) Errorf(format string, args ...any) {
+	fmt.Fprintf(l.w, "pebble: "+format+"\n", args...)
+}
+func (l quietLogger) Fatalf(format string, args ...any) {
+	fmt.Fprintf(l.w, "pebble: fatal: "+format+"\n", args...)
+	os.Exit(4)
+}
+
+// runWorker opens (or recovers) the job in f.dir and runs it to the end,
+// reporting on stdout.
+func runWorker(f *backfillFlags, p workload.Params, stdout io.Writer) error {
+	enc := json.NewEncoder(stdout)
+	emit := func(e event) {
+		if err := enc.Encode(e); err != nil {
+			os.Exit(5) // the supervisor is gone
+		}
+	}
+	cfg := bench.Config{
+		Dir: f.dir, Workload: p, Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
+		CheckpointEvery: f.checkpointEvery,
+		Store:           &lsm.Options{Logger: quietLogger{os.Stderr}},
+		OnCheckpoint:    func(r backfill.Record) { emit(event{T: "ckpt", Rec: toJSON(r)}) },
+	}
+	start := time.Now()
+	s, err := bench.Open(cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if r := s.Job.Initial(); r != nil {
+		emit(event{T: "initial", Rec: toJSON(*r)})
+	}
+	ctx := context.Background()
+	last := s.Gen.BackfillStep() - 1
+	for !s.Job.Started() {
+		if _, _, err := s.Job.Step(ctx); err != nil {
+			return err
+		}
+		emit(event{T: "load", Step: s.Gen.Step(), Of: last})
+	}
+	load := time.Since(start)
+	jobStart := time.Now()
+	res, err := s.Job.Run(ctx)
+	if err != nil {
+		return err
+	}
+	done := event{T: "done", Epoch: res.Epoch, LoadS: load.Seconds(), BackfillS: time.Since(jobStart).Seconds()}
+	done.StateBytes, done.StatsOnlyBytes = s.Job.StateBytes()
+	if err := s.Job.Compare(); err != nil {
+		done.MVError = err.Error()
+	} else {
+		done.MVMatches = true
+	}
+	emit(done)
+	return nil
+}
+
+// ---- supervisor --------------------------------------------------------
+
+// report is the JSON file of a run.
+type report struct {
+	Parameters     map[string]any               `json:"parameters"`
+	Barriers       []barrierJSON                `json:"barriers"`
+	Recoveries     []barrierJSON                `json:"recoveries"`
+	MVMatches      bool                         `json:"mv_matches_upstream"`
+	MVError        string                       `json:"mv_error,omitempty"`
+	Crashes        int                          `json:"crashes"`
+	KilledBy       []string                     `json:"killed_by"`
+	CommittedEpoch uint64                       `json:"committed_epoch"`
+	Error          map[string]*bench.ErrorStats `json:"error"`
+	Cost           map[string]costJSON          `json:"cost"`
+	Timings        timingsJSON                  `json:"timings"`
+}
+
+type barrierJSON struct {
+	Barrier           uint64  `json:"barrier"`
+	Epoch             uint64  `json:"epoch"`
+	Truth             float64 `json:"truth"`
+	RowCount          float64 `json:"rowcount"`
+	Stats             float64 `json:"stats"`
+	DisplayedRowCount string  `json:"displayed_rowcount"`
+	DisplayedStats    string  `json:"displayed_stats"`
+	Finished          bool    `json:"finished"`
+	VnodeErrMeanPP    float64 `json:"vnode_err_mean_pp"`
+	VnodeErrMaxPP     float64 `json:"vnode_err_max_pp"`
+}
+
+type costJSON struct {
+	ProgressNSPerBarrier float64 `json:"progress_ns_per_barrier"`
+	StateBytesPerBarrier float64 `json:"state_bytes_per_barrier"`
+}
+
+type timingsJSON struct {
+	TotalS     float64   `json:"total_s"`
+	LoadS      float64   `json:"load_s"`
+	BackfillS  float64   `json:"backfill_s"`
+	RunsS      []float64 `json:"runs_s"`
+	RowsPerS   float64   `json:"snapshot_rows_per_s"`
+	RecoveryMS []float64 `json:"recovery_ms"`
+}
+
+func barrierOf(r *recordJSON) barrierJSON {
+	rc, st := r.figure("rowcount"), r.figure("stats")
+	return barrierJSON{Barrier: r.Barrier, Epoch: r.Epoch, Truth: r.Truth, RowCount: rc.Raw, Stats: st.Raw,
+		DisplayedRowCount: rc.Shown, DisplayedStats: st.Shown, Finished: r.Finished,
+		VnodeErrMeanPP: r.VnodeErrMean, VnodeErrMaxPP: r.VnodeErrMax}
+}
+
+func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stderr io.Writer) (int, error) {
+	dir := f.dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "lsmstats-backfill-")
+		if err != nil {
+			return 1, err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return 1, err
+	}
+	ui := newProgressUI(f.bars, stdout)
+	rep := &report{Parameters: parameters(f, p), Error: map[string]*bench.ErrorStats{}}
+	crashAt := append(intList(nil), f.crashAt...)
+	sort.Ints(crashAt)
+	actors := f.actors
+	start := time.Now()
+	var records []*recordJSON
+	var stateBytes, statsOnlyBytes int64
+	var done *event
+	for run := 0; done == nil; run++ {
+		if run > len(f.crashAt)+3 {
+			return 1, errors.New("the worker keeps dying without finishing")
+		}
+		// The workload must not change across restarts: pin what the
+		// supervisor resolved (--during-steps depends on --actors).
+		wargs := append(append([]string(nil), args...), "--worker", "--dir", dir, "--actors", strconv.Itoa(actors),
+			"--during-steps", strconv.Itoa(p.DuringSteps))
+		cmd := exec.Command(exe, append([]string{"backfill"}, wargs...)...)
+		cmd.Stderr = stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return 1, err
+		}
+		runStart := time.Now()
+		if err := cmd.Start(); err != nil {
+			return 1, err
+		}
+		killed := false
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<26)
+		for sc.Scan() {
+			var e event
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+				return 1, errors.Wrapf(err, "worker output %q", sc.Text())
+			}
+			switch e.T {
+			case "load":
+				ui.load(e.Step, e.Of)
+				if e.Step >= e.Of {
+					rep.Timings.LoadS = time.Since(start).Seconds()
+				}
+			case "initial":
+				rep.Recoveries = append(rep.Recoveries, barrierOf(e.Rec))
+				rep.Timings.RecoveryMS = append(rep.Timings.RecoveryMS, float64(time.Since(runStart).Milliseconds()))
+				ui.update(e.Rec, true)
+			case "ckpt":
+				records = append(records, e.Rec)
+				rep.Barriers = append(rep.Barriers, barrierOf(e.Rec))
+				ui.update(e.Rec, false)
+				if len(crashAt) > 0 && int(e.Rec.Barrier) >= crashAt[0] && !e.Rec.Finished {
+					crashAt = crashAt[1:]
+					// The worker goes on after reporting: the kill lands in
+					// the next barrier's work.
+					if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+						return 1, err
+					}
+					killed = true
+				}
+			case "done":
+				done = &e
+				stateBytes += e.StateBytes
+				statsOnlyBytes += e.StatsOnlyBytes
+			}
+			if killed {
+				break
+			}
+		}
+		werr := cmd.Wait()
+		rep.Timings.RunsS = append(rep.Timings.RunsS, time.Since(runStart).Seconds())
+		switch {
+		case killed:
+			var ee *exec.ExitError
+			if errors.As(werr, &ee) {
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					rep.KilledBy = append(rep.KilledBy, ws.Signal().String())
+				}
+			}
+			rep.Crashes++
+			ui.crash(rep.Crashes)
+			if rep.Crashes == 1 && f.rescaleTo > 0 {
+				actors = f.rescaleTo
+			}
+		case werr != nil:
+			return 1, errors.Wrap(werr, "worker failed")
+		case done == nil:
+			return 1, errors.New("worker ended without finishing")
+		}
+	}
+	ui.finish()
+	rep.MVMatches, rep.MVError, rep.CommittedEpoch = done.MVMatches, done.MVError, done.Epoch
+	rep.Timings.TotalS = time.Since(start).Seconds()
+	// The backfill's time includes its crashes and recoveries.
+	rep.Timings.BackfillS = rep.Timings.TotalS - rep.Timings.LoadS
+	var rows uint64
+	for _, r := range records {
+		rows = max(rows, r.Rows)
+	}
+	if rep.Timings.BackfillS > 0 {
+		rep.Timings.RowsPerS = float64(rows) / rep.Timings.BackfillS
+	}
+	rep.Error = summarize(records)
+	rep.Cost = cost(records, stateBytes, statsOnlyBytes)
+	printSummary(stdout, rep)
+	if f.jsonPath != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return 1, err
+		}
+		if err := os.WriteFile(f.jsonPath, append(b, '\n'), 0o644); err != nil {
+			return 1, err
+		}
+	}
+	if f.plotPath != "" {
+		if err := writePlot(f.plotPath, rep); err != nil {
+			return 1, err
+		}
+	}
+	if !rep.MVMatches {
+		fmt.Fprintf(stderr, "lsmstats backfill: the MV does not match the upstream table: %s\n", rep.MVError)
+		return 3, nil
+	}
+	return 0, nil
+}
+
+func summarize(records []*recordJSON) map[string]*bench.ErrorStats {
+	out := map[string]*bench.ErrorStats{}
+	n := map[string]int{}
+	for _, r := range records {
+		for _, f := range r.Figures {
+			e := out[f.Approach]
+			if e == nil {
+				e = &bench.ErrorStats{}
+				out[f.Approach] = e
+			}
+			d := math.Abs(f.Raw - r.Truth)
+			e.MeanPP = (e.MeanPP*float64(n[f.Approach]) + d) / float64(n[f.Approach]+1)
+			e.MaxPP = math.Max(e.MaxPP, d)
+			n[f.Approach]++
+		}
+	}
+	return out
+}
+
+func cost(records []*recordJSON, stateBytes, statsOnlyBytes int64) map[string]costJSON {
+	out := map[string]costJSON{}
+	ns := map[string]float64{}
+	for _, r := range records {
+		for _, f := range r.Figures {
+			ns[f.Approach] += float64(f.TimeNS)
+		}
+	}
+	n := float64(max(1, len(records)))
+	out["rowcount"] = costJSON{ProgressNSPerBarrier: ns["rowcount"] / n, StateBytesPerBarrier: float64(stateBytes) / n}
+	out["stats"] = costJSON{ProgressNSPerBarrier: ns["stats"] / n, StateBytesPerBarrier: float64(statsOnlyBytes) / n}
+	return out
+}
+
+func parameters(f *backfillFlags, p workload.Params) map[string]any {
+	return map[string]any{
+		"workload": f.workload, "rows": p.Rows, "vnodes": p.VnodeCount, "actors": f.actors, "seed": p.Seed,
+		"zipf": p.Zipf, "update_frac": p.UpdateFrac, "delete_frac": p.DeleteFrac, "delete_order": p.DeleteOrder,
+		"update_during": p.UpdateDuring, "delete_during": p.DeleteDuring, "insert_during": p.InsertDuring,
+		"during_steps": p.DuringSteps, "chunk_size": f.chunkSize, "barrier_rows": f.barrierRows,
+		"checkpoint_every": f.checkpointEvery, "crash_at": []int(f.crashAt), "rescale_to": f.rescaleTo,
+	}
+}
+
+func printSummary(w io.Writer, rep *report) {
+	fmt.Fprintf(w, "\n%-9s %12s %12s %22s %22s\n", "approach", "mean error", "max error", "progress cost/barrier", "state bytes/barrier")
+	for _, a := range []string{"rowcount", "stats"} {
+		e, c := rep.Error[a], rep.Cost[a]
+		if e == nil {
+			continue
+		}
+		fmt.Fprintf(w, "%-9s %9.3f pp %9.3f pp %19.1f µs %22.0f\n", a, e.MeanPP, e.MaxPP, c.ProgressNSPerBarrier/1e3, c.StateBytesPerBarrier)
+	}
+	rc, st := rep.Error["rowcount"], rep.Error["stats"]
+	if rc != nil && st != nil {
+		closer, other, a, b := "stats", "row-count", st, rc
+		if rc.MeanPP < st.MeanPP {
+			closer, other, a, b = "row-count", "stats", rc, st
+		}
+		ratio := "∞"
+		if a.MeanPP > 0 {
+			ratio = fmt.Sprintf("%.0f×", b.MeanPP/a.MeanPP)
+		}
+		fmt.Fprintf(w, "\nThe %s approach was closer to the truth: mean error %.3f pp vs %.3f pp (%s smaller), max %.3f pp vs %.3f pp, than the %s approach.\n",
+			closer, a.MeanPP, b.MeanPP, ratio, a.MaxPP, b.MaxPP, other)
+	}
+	match := "yes"
+	if !rep.MVMatches {
+		match = "NO: " + rep.MVError
+	}
+	fmt.Fprintf(w, "%d checkpoints, %d crashes (%d recoveries showed a figure before their first barrier); MV equals upstream: %s\n",
+		len(rep.Barriers), rep.Crashes, len(rep.Recoveries), match)
+	fmt.Fprintf(w, "time: %.1fs total, %.1fs load, %.1fs backfill with its crashes and recoveries, %.0f snapshot rows/s\n",
+		rep.Timings.TotalS, rep.Timings.LoadS, rep.Timings.BackfillS, rep.Timings.RowsPerS)
+}

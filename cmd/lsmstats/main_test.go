@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lsmstats/lsmstats/bench"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMain lets the test binary serve as the backfill worker: the
+// supervisor re-executes os.Executable() with "backfill --worker ...".
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "backfill" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func runCmd(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+// TestBackfillCommand runs the main job with a crash and a rescale, and
+// checks the JSON report against what the progress lines showed, the SIGKILL,
+// the plot, and then `stats` and `verify` on the store it left behind.
+func TestBackfillCommand(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	jsonPath := filepath.Join(t.TempDir(), "run.json")
+	plotPath := filepath.Join(t.TempDir(), "run.png")
+	out, errOut, code := runCmd(t, "backfill", "--workload", "delete-churn", "--rows", "30000", "--vnodes", "32",
+		"--actors", "2", "--seed", "9", "--delete-order", "prefix", "--insert-during", "0.1",
+		"--chunk-size", "64", "--barrier-rows", "512", "--crash-at", "4", "--crash-at", "8", "--rescale-to", "3",
+		"--dir", dir, "--json", jsonPath, "--plot", plotPath, "--bars", "off")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+
+	var rep report
+	b, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.True(t, rep.MVMatches)
+	require.Equal(t, 2, rep.Crashes)
+	require.Equal(t, []string{"killed", "killed"}, rep.KilledBy, "--crash-at must kill with SIGKILL")
+	require.Len(t, rep.Recoveries, 2)
+	require.Equal(t, "prefix", rep.Parameters["delete_order"])
+	require.Equal(t, 0.1, rep.Parameters["insert_during"])
+	require.EqualValues(t, 30000, rep.Parameters["rows"])
+	require.EqualValues(t, 3, rep.Parameters["rescale_to"])
+	require.NotZero(t, rep.CommittedEpoch)
+	require.Contains(t, rep.Error, "stats")
+	require.Contains(t, rep.Error, "rowcount")
+	require.Less(t, rep.Error["stats"].MaxPP, rep.Error["rowcount"].MaxPP)
+	last := rep.Barriers[len(rep.Barriers)-1]
+	require.True(t, last.Finished)
+	require.True(t, strings.HasPrefix(last.DisplayedStats, "100.00% ("), last.DisplayedStats)
+	// Every progress line printed shows exactly what the JSON holds.
+	shown := map[string]barrierJSON{}
+	for _, b := range rep.Barriers {
+		shown["barrier "+itoa(b.Barrier)] = b
+	}
+	lines := 0
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(l, "barrier ") {
+			continue
+		}
+		key := l[:strings.Index(l, ":")]
+		b, ok := shown[key]
+		require.True(t, ok, "line %q has no barrier in the JSON", l)
+		require.Contains(t, l, "rowcount "+b.DisplayedRowCount)
+		require.Contains(t, l, "stats "+b.DisplayedStats)
+		lines++
+	}
+	require.Positive(t, lines)
+	// Displayed figures never decrease, across the crashes too.
+	var prevRC, prevST string
+	for _, b := range rep.Barriers {
+		require.GreaterOrEqual(t, pct(b.DisplayedRowCount), pct(prevRC))
+		require.GreaterOrEqual(t, pct(b.DisplayedStats), pct(prevST))
+		prevRC, prevST = b.DisplayedRowCount, b.DisplayedStats
+	}
+	st, err := os.Stat(plotPath)
+	require.NoError(t, err)
+	require.Greater(t, st.Size(), int64(1000))
+
+	// stats --json agrees with an independent scan of the store.
+	sout, serr, code := runCmd(t, "stats", "--dir", dir, "--json")
+	require.Equal(t, 0, code, serr)
+	var sj statsJSON
+	require.NoError(t, json.Unmarshal([]byte(sout), &sj))
+	require.Equal(t, rep.CommittedEpoch, sj.CommittedEpoch)
+	s, err := openExisting(dir)
+	require.NoError(t, err)
+	for _, table := range sj.Tables {
+		byVnode := map[uint16]vnodeStatJSON{}
+		for _, v := range table.Vnodes {
+			byVnode[v.Vnode] = v
+		}
+		var total int64
+		for v := 0; v < table.VnodeCount; v++ {
+			it, err := s.NewIter(table.TableID, uint16(v), nil, nil)
+			require.NoError(t, err)
+			var rows, byts int64
+			for ok := it.First(); ok; ok = it.Next() {
+				rows++
+				byts += int64(len(it.PK()) + len(it.Row()))
+			}
+			require.NoError(t, it.Close())
+			require.Equal(t, rows, byVnode[uint16(v)].LiveRows, "table %d vnode %d", table.TableID, v)
+			require.Equal(t, byts, byVnode[uint16(v)].LiveBytes, "table %d vnode %d", table.TableID, v)
+			total += rows
+		}
+		require.Equal(t, total, table.Live.Rows)
+		if table.TableID == bench.UpstreamTable {
+			require.Greater(t, table.Physical.TotalKeyCount, uint64(total), "churn leaves more entries than rows")
+		}
+	}
+	require.NoError(t, s.Close())
+	tout, _, code := runCmd(t, "stats", "--dir", dir, "--table", "1")
+	require.Equal(t, 0, code)
+	require.Contains(t, tout, "total_key_count")
+	_, terr, code := runCmd(t, "stats", "--dir", dir, "--table", "77")
+	require.Equal(t, 1, code)
+	require.Contains(t, terr, "unknown table")
+
+	// verify passes on the store the run left behind.
+	vout, _, code := runCmd(t, "verify", "--dir", dir)
+	require.Equal(t, 0, code, vout)
+	require.Contains(t, vout, ": ok")
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"backfill", "--workload", "nope", "--bars", "off"},
+		{"backfill", "--delete-order", "middle", "--rows", "10", "--bars", "off"},
+		{"backfill", "--actors", "0", "--bars", "off"},
+		{"backfill", "stray"},
+		{"stats"},
+		{"verify"},
+		{"frobnicate"},
+	} {
+		_, errOut, code := runCmd(t, args...)
+		require.NotEqual(t, 0, code, "%v", args)
+		require.NotEmpty(t, errOut, "%v", args)
+	}
+}
+
+func itoa(v uint64) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func pct(shown string) float64 {
+	if shown == "" {
+		return 0
+	}
+	var p float64
+	_, _ = fmtSscan(shown, &p)
+	return p
+}
+
+func fmtSscan(s string, p *float64) (int, error) { return fmt.Sscanf(s, "%f%%", p) }

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+)
+
+// progressUI shows the run: live bars (mpb) for the load, the truth and both
+// approaches on a terminal, or a line per few checkpoints otherwise.
+type progressUI struct {
+	w    io.Writer
+	bars bool
+
+	p                            *mpb.Progress
+	loadBar, truth, rowcnt, stat *mpb.Bar
+	mu                           sync.Mutex
+	text                         map[string]string
+	lastLine                     time.Time
+}
+
+const barScale = 10000 // 0.01% resolution
+
+func newProgressUI(mode string, w io.Writer) *progressUI {
+	ui := &progressUI{w: w, text: map[string]string{}}
+	switch mode {
+	case "on":
+		ui.bars = true
+	case "off":
+	default:
+		if f, ok := w.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				ui.bars = true
+			}
+		}
+	}
+	if ui.bars {
+		ui.p = mpb.New(mpb.WithOutput(w), mpb.WithWidth(48), mpb.WithRefreshRate(120*time.Millisecond))
+	}
+	return ui
+}
+
+func (ui *progressUI) bar(name string, total int64) *mpb.Bar {
+	return ui.p.AddBar(total,
+		mpb.PrependDecorators(decor.Name(fmt.Sprintf("%-9s", name))),
+		mpb.AppendDecorators(decor.Any(func(decor.Statistics) string {
+			ui.mu.Lock()
+			defer ui.mu.Unlock()
+			return ui.text[name]
+		})),
+	)
+}
+
+func (ui *progressUI) setText(name, s string) {
+	ui.mu.Lock()
+	ui.text[name] = s
+	ui.mu.Unlock()
+}
+
+func (ui *progressUI) load(step, of uint64) {
+	if !ui.bars {
+		if step == of || time.Since(ui.lastLine) > 2*time.Second {
+			fmt.Fprintf(ui.w, "load: step %d of %d\n", step, of)
+			ui.lastLine = time.Now()
+		}
+		return
+	}
+	if ui.loadBar == nil {
+		ui.loadBar = ui.bar("load", int64(max(of, 1)))
+	}
+	ui.setText("load", fmt.Sprintf("step %d/%d", step, of))
+	ui.loadBar.SetCurrent(int64(step))
+}
+
+// update shows a checkpoint (or the figure right after a recovery).
+func (ui *progressUI) update(r *recordJSON, recovered bool) {
+	rc, st := r.figure("rowcount"), r.figure("stats")
+	if !ui.bars {
+		if recovered || r.Finished || time.Since(ui.lastLine) > time.Second {
+			tag := "barrier"
+			if recovered {
+				tag = "recovered at barrier"
+			}
+			fmt.Fprintf(ui.w, "%s %d: truth %.2f%%  rowcount %s  stats %s\n", tag, r.Barrier, r.Truth, rc.Shown, st.Shown)
+			ui.lastLine = time.Now()
+		}
+		return
+	}
+	if ui.truth == nil {
+		if ui.loadBar != nil {
+			ui.loadBar.SetTotal(-1, true)
+		}
+		ui.truth = ui.bar("truth", barScale)
+		ui.rowcnt = ui.bar("rowcount", barScale)
+		ui.stat = ui.bar("stats", barScale)
+	}
+	ui.setText("truth", fmt.Sprintf("%.2f%%  (barrier %d)", r.Truth, r.Barrier))
+	ui.setText("rowcount", fmt.Sprintf("%s  raw %.2f%%", rc.Shown, rc.Raw))
+	ui.setText("stats", fmt.Sprintf("%s  raw %.2f%%", st.Shown, st.Raw))
+	ui.truth.SetCurrent(int64(r.Truth * barScale / 100))
+	ui.rowcnt.SetCurrent(int64(rc.Pct * barScale / 100))
+	ui.stat.SetCurrent(int64(st.Pct * barScale / 100))
+}
+
+func (ui *progressUI) crash(n int) {
+	if !ui.bars {
+		fmt.Fprintf(ui.w, "crash %d: the worker was killed with SIGKILL; restarting\n", n)
+		return
+	}
+	ui.setText("truth", fmt.Sprintf("%s  — crash %d: SIGKILL, restarting", ui.text["truth"], n))
+}
+
+func (ui *progressUI) finish() {
+	if !ui.bars {
+		return
+	}
+	for _, b := range []*mpb.Bar{ui.loadBar, ui.truth, ui.rowcnt, ui.stat} {
+		if b != nil {
+			b.SetTotal(-1, true)
+		}
+	}
+	ui.p.Wait()
+}
