@@ -2,25 +2,54 @@
 GO       ?= go
 PKGS     := ./...
 FUZZTIME ?= 10s
+OUT      := out
 
-.PHONY: all build test race bench lint fuzz fuzz-long demo torture clean
+.PHONY: all build test race bench bench-compare results demo lint fuzz torture clean
 
 all: build test
 
 build:
 	$(GO) build $(PKGS)
 
-# The test command of README.md: unit, data-driven, randomized, crash and
-# short fuzz runs.
+# The main job: a 1M-row backfill with churn on an embedded store, live
+# progress bars for the truth and both approaches, one SIGKILL crash.
+demo:
+	$(GO) run ./cmd/lsmstats backfill --rows 1000000 --workload mixed --crash-at 60
+
+# The test command of README.md: unit, data-driven, randomized, crash
+# (SIGKILL) and short fuzz runs.
 test: build
-	$(GO) test -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -timeout 30m $(PKGS)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 race:
-	$(GO) test -count=1 -race -timeout 30m $(PKGS)
+	$(GO) test -count=1 -race -timeout 40m $(PKGS)
 
+# Every benchmark; the backfill ones run each workload once per approach.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m $(PKGS)
+	@mkdir -p $(OUT)
+	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m $(PKGS) | tee $(OUT)/bench.txt
+
+# benchstat over three runs of the backfill benchmarks (compared with the
+# previous run's file when there is one).
+bench-compare:
+	@mkdir -p $(OUT)
+	@if [ -f $(OUT)/bench-new.txt ]; then mv $(OUT)/bench-new.txt $(OUT)/bench-old.txt; fi
+	$(GO) test -run '^$$' -bench 'Backfill|Recovery|ProgressVsScan' -benchtime 1x -count 3 -timeout 60m ./bench/ | tee $(OUT)/bench-new.txt
+	@if [ -f $(OUT)/bench-old.txt ]; then \
+		$(GO) run golang.org/x/perf/cmd/benchstat@latest $(OUT)/bench-old.txt $(OUT)/bench-new.txt; \
+	else \
+		$(GO) run golang.org/x/perf/cmd/benchstat@latest $(OUT)/bench-new.txt; \
+	fi
+
+# Regenerates README.md's results table and docs/progress.png from a
+# benchmark run and a run of the main job.
+results:
+	@mkdir -p $(OUT) docs
+	$(GO) test -run '^$$' -bench 'Backfill|Recovery|ProgressVsScan' -benchtime 1x -timeout 60m ./bench/ | tee $(OUT)/bench-results.txt
+	$(GO) run ./internal/tools/results -bench $(OUT)/bench-results.txt -readme README.md
+	$(GO) run ./cmd/lsmstats backfill --rows 200000 --workload update-churn --crash-at 20 --bars off \
+		--json docs/progress.json --plot docs/progress.png
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
@@ -30,6 +59,7 @@ lint:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzComparer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/keys
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSummary$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./stats
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./backfill
 
 clean:
-	rm -rf bin out
+	rm -rf bin $(OUT)

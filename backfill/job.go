@@ -646,6 +646,14 @@ func decodeMeta(b []byte) (jobMeta, error) {
 		f.Consumed = math.Float64frombits(binary.BigEndian.Uint64(b[8:]))
 		f.Total = math.Float64frombits(binary.BigEndian.Uint64(b[16:]))
 		b = b[24:]
+		for _, x := range []float64{f.Pct, f.Consumed, f.Total} {
+			if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+				return bad("figure value out of range")
+			}
+		}
+		if f.Pct > 100 {
+			return bad("figure above 100%")
+		}
 		m.hwm = append(m.hwm, f)
 	}
 	if len(b) != 0 {

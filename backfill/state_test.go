@@ -1,0 +1,72 @@
+package backfill
+
+import (
+	"testing"
+
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStateRoundTrip(t *testing.T) {
+	pk := keys.AppendUint64(keys.AppendUint64(nil, 7), 9)
+	for _, s := range []VnodeState{
+		{Vnode: 3},
+		{Vnode: 3, Cursor: pk, RowCount: 12},
+		{Vnode: 3, Cursor: pk, Finished: true, RowCount: 1 << 40},
+	} {
+		for _, rc := range []bool{false, true} {
+			b := EncodeState(s, rc)
+			got, has, err := DecodeState(3, b)
+			require.NoError(t, err)
+			require.Equal(t, rc, has)
+			want := s
+			if !rc {
+				want.RowCount = 0
+			}
+			require.Equal(t, want, got)
+			for i := range b {
+				_, _, err := DecodeState(3, b[:i])
+				require.True(t, errors.Is(err, ErrCorruptState), "truncated at %d: %v", i, err)
+			}
+		}
+	}
+	for _, b := range [][]byte{{2, 0, 0}, {1, 0x80, 0}, {1, 0, 5, 1}, {1, 0, 0, 9}} {
+		_, _, err := DecodeState(1, b)
+		require.ErrorIs(t, err, ErrCorruptState, "%x", b)
+	}
+}
+
+func TestMetaRoundTrip(t *testing.T) {
+	m := jobMeta{step: 12, barrier: 7, started: true, hwm: []Figure{{Approach: "stats", Pct: 12.5, Consumed: 10, Total: 80}}}
+	b := encodeMeta(m)
+	got, err := decodeMeta(b)
+	require.NoError(t, err)
+	require.Equal(t, m, got)
+	for i := range b {
+		_, err := decodeMeta(b[:i])
+		require.ErrorIs(t, err, ErrCorruptMeta, "truncated at %d", i)
+	}
+}
+
+// FuzzDecodeState: no input may panic, and whatever decodes survives a
+// re-encoding unchanged (bytes may differ: varints have overlong forms).
+func FuzzDecodeState(f *testing.F) {
+	f.Add(EncodeState(VnodeState{Cursor: []byte{1, 2}, RowCount: 5}, true))
+	f.Add(EncodeState(VnodeState{Finished: true}, false))
+	f.Add(encodeMeta(jobMeta{step: 1, hwm: []Figure{{Approach: "rowcount"}}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, rc, err := DecodeState(0, b)
+		if err == nil {
+			s2, rc2, err := DecodeState(0, EncodeState(s, rc))
+			require.NoError(t, err)
+			require.Equal(t, s, s2)
+			require.Equal(t, rc, rc2)
+		}
+		if m, err := decodeMeta(b); err == nil {
+			m2, err := decodeMeta(encodeMeta(m))
+			require.NoError(t, err)
+			require.Equal(t, m, m2)
+		}
+	})
+}
