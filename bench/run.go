@@ -205,7 +205,8 @@ func finish(sum *Summary, s *Session) {
 		sum.ProgressNanos[k] /= float64(max(n, 1))
 	}
 	if n > 0 {
-		sum.StateBytesPerBarrier = float64(s.Job.StateBytes()) / float64(n)
+		written, _ := s.Job.StateBytes()
+		sum.StateBytesPerBarrier = float64(written) / float64(n)
 	}
 	if err := s.Job.Compare(); err != nil {
 		sum.MVError = err.Error()
