@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDataDriven runs backfill/testdata/*: a small job, barrier by barrier.
+// TestDataDriven runs backfill/testdata/jobs/*: a small job, barrier by barrier.
 //
 //	job workload=NAME rows=N vnodes=N actors=N barrier-rows=N chunk-size=N
 //	    [seed=N] [checkpoint-every=N] [during-steps=N]
@@ -28,7 +28,7 @@ import (
 //	finish             run to the end; print the last checkpoint and whether
 //	                   the MV equals the upstream table
 func TestDataDriven(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+	datadriven.Walk(t, "testdata/jobs", func(t *testing.T, path string) {
 		var (
 			dir  = t.TempDir()
 			s    *lsm.Store

@@ -30,11 +30,13 @@ import (
 //	raw [table=N]                every Pebble key of the table: version, kind, value
 //	live [table=N]               live rows and bytes per vnode with rows
 //	crash                        drop the store without Close (as a kill would)
+//	pin, unpin, gc, compact, stats   GC commands: see gc_datadriven_test.go
 func TestDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		dir := t.TempDir()
 		var s *Store
 		writers := map[string]*Writer{}
+		gcCmds := &ddGC{}
 		defer func() {
 			if s != nil {
 				_ = s.Close()
@@ -157,6 +159,9 @@ func TestDataDriven(t *testing.T) {
 				fmt.Fprintf(&out, "table %d: rows %d bytes %d estimates %t\n", table, c.Rows, c.Bytes, l.ContainsEstimates(table))
 				return out.String()
 			default:
+				if out, ok := gcCmds.run(t, s, td); ok { // gc_datadriven_test.go
+					return out
+				}
 				t.Fatalf("unknown command %q", td.Cmd)
 				return ""
 			}

@@ -63,6 +63,19 @@
 // ops; unchecked writers trust them and flag the table's live statistics as
 // possibly containing estimates.
 //
+// # Garbage collection (gc.go)
+//
+// GC removes, per (table, vnode range), every version that no reader at or
+// above the safe epoch (the committed epoch or the oldest pin) can see, by
+// ingesting Pebble SINGLEDELs (safe: each version key is written once)
+// together with the raised garbage-collection watermark, one atomic
+// ingestion per batch; reads below the watermark are refused. CompactRange
+// compacts a range to the bottom level so that SINGLEDELs and their SETs
+// drop out; then physical entries equal live rows. Reads at the committed
+// epoch take the epoch paired with their Pebble iterator's view, so a GC at
+// a newer committed epoch can never have collected below the epoch they
+// read at.
+//
 // # Bad input
 //
 // Every error names what was wrong and changes nothing: unknown tables,

@@ -14,7 +14,11 @@ import (
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(crashChildEnv); dir != "" {
 		seed, _ := strconv.ParseUint(os.Getenv(crashSeedEnv), 10, 64)
-		crashChild(dir, seed) // runs until killed
+		if os.Getenv(gcCrashChildEnv) != "" {
+			gcCrashChild(dir, seed) // runs until killed
+		} else {
+			crashChild(dir, seed) // runs until killed
+		}
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)

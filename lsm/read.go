@@ -30,7 +30,20 @@ type Snapshot struct {
 
 // Snapshot pins the committed epoch.
 func (s *Store) Snapshot() (*Snapshot, error) {
-	return s.Pin(s.committed.Load())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return nil, ErrClosed
+	}
+	// Read the committed epoch under the lock: a GC pass fixes its safe
+	// epoch (at most the committed epoch) under it too, so this pin is never
+	// below the pass's.
+	epoch := s.committed.Load()
+	if err := s.checkEpochLocked(epoch); err != nil {
+		return nil, err
+	}
+	s.mu.pins[epoch]++
+	return &Snapshot{s: s, epoch: epoch}, nil
 }
 
 // Pin pins an epoch between the garbage-collection watermark and the
@@ -52,8 +65,8 @@ func (s *Store) checkEpochLocked(epoch uint64) error {
 	if c := s.committed.Load(); epoch > c {
 		return errors.Wrapf(ErrEpochUnavailable, "epoch %d is above the committed epoch %d", epoch, c)
 	}
-	if epoch < s.mu.gcEpoch {
-		return errors.Wrapf(ErrEpochUnavailable, "epoch %d is below the garbage-collection watermark %d", epoch, s.mu.gcEpoch)
+	if wm := max(s.mu.gcEpoch, s.mu.gcPending); epoch < wm {
+		return errors.Wrapf(ErrEpochUnavailable, "epoch %d is below the garbage-collection watermark %d", epoch, wm)
 	}
 	return nil
 }
@@ -87,7 +100,10 @@ func (s *Store) SafeEpoch() uint64 {
 
 // Get reads a row at the committed epoch.
 func (s *Store) Get(table uint32, vnode uint16, pk []byte) ([]byte, bool, error) {
-	return s.get(table, vnode, pk, s.committed.Load())
+	// MaxUint64: the committed epoch paired with the iterator's view (see
+	// iterPool.acquire), not one loaded before it, which a GC at a newer
+	// committed epoch could have collected below.
+	return s.get(table, vnode, pk, math.MaxUint64)
 }
 
 // Get reads a row at the snapshot's epoch.
@@ -98,7 +114,7 @@ func (sn *Snapshot) Get(table uint32, vnode uint16, pk []byte) ([]byte, bool, er
 // NewIter iterates the live rows of one vnode with pk in [lo, hi) (nil:
 // unbounded) at the committed epoch, in pk order.
 func (s *Store) NewIter(table uint32, vnode uint16, lo, hi []byte) (*Iter, error) {
-	return s.newIter(table, vnode, lo, hi, s.committed.Load())
+	return s.newIter(table, vnode, lo, hi, math.MaxUint64)
 }
 
 // NewIter iterates at the snapshot's epoch.
@@ -193,14 +209,31 @@ func (p *iterPool) acquire(s *Store) (*pooledIter, error) {
 		_ = it.Close()
 	}
 	p.mu.Unlock()
-	// Read the generation before creating the iterator: the iterator sees
-	// at least that generation's ingestion, and so the matching epoch.
-	pub = s.pub.Load()
-	it, err := s.db.NewIter(nil)
+	it, pub, err := s.newPairedIter(nil)
 	if err != nil {
 		return nil, err
 	}
 	return &pooledIter{Iterator: it, gen: pub.gen, epoch: pub.epoch}, nil
+}
+
+// newPairedIter returns a Pebble iterator and the committed epoch it may
+// read at. The publication is read before the iterator is created, so the
+// iterator sees at least that checkpoint's ingestion; and it is read again
+// after: if a checkpoint was published in between, a GC pass at that newer
+// epoch may have landed too and collected versions below it, so the
+// iterator is created again.
+func (s *Store) newPairedIter(o *pebble.IterOptions) (*pebble.Iterator, *published, error) {
+	for {
+		pub := s.pub.Load()
+		it, err := s.db.NewIter(o)
+		if err != nil {
+			return nil, nil, err
+		}
+		if s.pub.Load() == pub {
+			return it, pub, nil
+		}
+		_ = it.Close()
+	}
 }
 
 func (p *iterPool) release(it *pooledIter) {
@@ -262,8 +295,16 @@ func (s *Store) newIter(table uint32, vnode uint16, lo, hi []byte, epoch uint64)
 	if hi != nil {
 		upper = keys.AppendPrefix(nil, table, vnode, hi)
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if err != nil {
+	o := &pebble.IterOptions{LowerBound: lower, UpperBound: upper}
+	var it *pebble.Iterator
+	if epoch == math.MaxUint64 {
+		// The committed epoch, paired with the iterator's view.
+		var pub *published
+		if it, pub, err = s.newPairedIter(o); err != nil {
+			return nil, err
+		}
+		epoch = pub.epoch
+	} else if it, err = s.db.NewIter(o); err != nil {
 		return nil, err
 	}
 	return &Iter{it: it, table: table, vnode: vnode, epoch: epoch, lower: lower}, nil

@@ -64,9 +64,15 @@ type Store struct {
 		// hwm is the durable epoch high-water mark.
 		hwm uint64
 		// gcEpoch is the garbage-collection watermark: reads below it are
-		// refused (a later issue's GC raises it).
+		// refused. GC raises it with each ingestion (gc.go).
 		gcEpoch uint64
+		// gcPending is the safe epoch of the GC pass in progress (0: none):
+		// pins below it are refused before its deletions land.
+		gcPending uint64
 	}
+	// gc serialises GC passes and manual compactions and lets Close stop
+	// them (gc.go).
+	gc        gcState
 	committed atomic.Uint64
 	// pub is the committed epoch with the generation of its ingestion.
 	pub   atomic.Pointer[published]
@@ -107,6 +113,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.mu.writers = map[*Writer]struct{}{}
 	s.mu.pins = map[uint64]int{}
 	s.mu.live = stats.NewLiveState()
+	s.gc.closing = make(chan struct{})
 
 	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, errors.Wrapf(err, "lsmstats: create %s", dir)
@@ -130,6 +137,11 @@ func Open(dir string, opts *Options) (*Store, error) {
 		DisableAutomaticCompactions: false,
 	}
 	popts.EnsureDefaults()
+	// An ingestion that overlaps the memtable (which holds only what was
+	// written through DB()) would be queued as a flushable, outside the LSM
+	// version until a flush: the statistics refresh at the end of Commit
+	// would miss the checkpoint's SSTs. Make Pebble flush the memtable first.
+	popts.Experimental.DisableIngestAsFlushable = func() bool { return true }
 	s.tracker = stats.NewTracker(stats.TrackerConfig{
 		Dir:           s.fs.PathJoin(dir, pebbleDir),
 		FS:            s.fs,
@@ -284,6 +296,7 @@ func (s *Store) Close() error {
 	}
 	s.mu.closed = true
 	s.mu.Unlock()
+	s.gc.stop() // cancel and wait for a GC pass or manual compaction
 	// Wait for a commit or spill in progress.
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()

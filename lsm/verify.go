@@ -33,6 +33,14 @@ func (s *Store) Stats() Stats {
 	return Stats{CommittedEpoch: s.committed.Load(), Physical: s.tracker.Current(), Live: live}
 }
 
+// Snapshot returns st as the stats package's Snapshot, which its Metrics
+// read:
+//
+//	stats.NewMetrics(func() stats.Snapshot { return store.Stats().Snapshot() }, nil)
+func (st Stats) Snapshot() stats.Snapshot {
+	return stats.Snapshot{CommittedEpoch: st.CommittedEpoch, Physical: st.Physical, Live: st.Live}
+}
+
 // VnodeStats are one vnode's physical and live statistics.
 type VnodeStats struct {
 	Physical stats.Counts

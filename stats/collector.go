@@ -66,7 +66,6 @@ package stats
 // the vnode are exact too.
 
 import (
-	"bytes"
 	"slices"
 
 	"github.com/cockroachdb/errors"
@@ -184,78 +183,79 @@ func (c *Collector) FinishTable(buf []byte) ([]byte, error) {
 	return s.appendPayload(buf), nil
 }
 
-// add classifies one point key.
+// add classifies one point key. It is the collector's hot path: one call
+// per key of every SST Pebble writes. The checks mirror keys.Decode (see
+// decodeTableKey), the prefix is compared with the current one once, and
+// the table, vnode, pk and kind are read in place.
 func (c *Collector) add(uk []byte, kind pebble.InternalKeyKind) {
 	table, ok := keys.TableOf(uk)
 	if ok && table == keys.MetaTable {
 		c.metaKeys++
 		return
 	}
-	// Mirror keys.Decode's conditions first: its error path allocates.
 	p := keys.Split(uk)
 	if !ok || p == len(uk) || p <= vnodeHeaderLen {
 		c.foreign++
 		return
 	}
-	if c.havePrefix && (kind == pebble.InternalKeyKindSet || kind == pebble.InternalKeyKindSetWithDelete) &&
-		bytes.Equal(uk[:p], c.curPrefix) {
-		// Another version of the current prefix (which decoded as a table
-		// key of c.cur): only its kind is new. It is the byte before the
-		// terminator (design §3).
-		a := c.cur
-		a.counts.Entries++
-		if uk[len(uk)-2] == keys.KindPut {
-			a.counts.Puts++
-		} else {
-			a.counts.Deletes++
-		}
-		a.counts.KeyBytes += uint64(len(uk))
-		c.entries++
-		return
-	}
-	dk := decodeTableKey(uk, p)
-	tombstone := false
+	prefix := uk[:p]
+	// The byte before the prefix's 0x00 (the pk's last) differs between
+	// most neighbouring prefixes: check it before comparing whole prefixes.
+	cur := c.curPrefix
+	same := c.havePrefix && len(cur) == p && cur[p-2] == uk[p-2] && string(prefix) == string(cur)
+	mvccKind := uk[len(uk)-2] // the byte before the terminator (design §3)
 	switch kind {
 	case sstable.InternalKeyKindSet, sstable.InternalKeyKindSetWithDelete:
+		if same {
+			// Another version of the current prefix (which decoded as a
+			// table key of c.cur): only its kind is new.
+			c.count(c.cur, mvccKind, len(uk))
+			return
+		}
 	case sstable.InternalKeyKindDelete, sstable.InternalKeyKindSingleDelete, sstable.InternalKeyKindDeleteSized:
-		tombstone = true
 	default:
 		c.foreign++
 		return
 	}
+	vnode := uint16(uk[4])<<8 | uint16(uk[5])
 	a := c.cur
-	if a == nil || a.table != dk.Table || a.vnode != dk.Vnode {
-		if a = c.startVnode(dk.Table, dk.Vnode); a == nil {
+	if a == nil || a.table != table || a.vnode != vnode {
+		if a = c.startVnode(table, vnode); a == nil {
 			return
 		}
 	}
-	if tombstone {
+	if kind != sstable.InternalKeyKindSet && kind != sstable.InternalKeyKindSetWithDelete {
 		a.counts.PebbleTombstones++
 		return
 	}
-	prefix := uk[:p]
-	if !c.havePrefix || !bytes.Equal(prefix, c.curPrefix) {
-		c.newPrefix(a, dk.PK, dk.Kind)
-		c.curPrefix = append(c.curPrefix[:0], prefix...)
-		c.havePrefix = true
-	}
+	// A new prefix (same is false: a prefix of another vnode differs in its
+	// header, and startVnode only clears havePrefix).
+	c.newPrefix(a, uk[vnodeHeaderLen:p-1], mvccKind)
+	c.curPrefix = append(c.curPrefix[:0], prefix...)
+	c.havePrefix = true
+	c.count(a, mvccKind, len(uk))
+}
+
+// count adds one MVCC entry of the given kind and key length to a.
+func (c *Collector) count(a *vnodeAcc, mvccKind byte, keyLen int) {
 	a.counts.Entries++
-	if dk.Kind == keys.KindPut {
+	if mvccKind == keys.KindPut {
 		a.counts.Puts++
 	} else {
 		a.counts.Deletes++
 	}
-	a.counts.KeyBytes += uint64(len(uk))
+	a.counts.KeyBytes += uint64(keyLen)
 	c.entries++
 }
 
 // decodeTableKey returns what keys.Decode returns (but the version) for a
-// key that passed the checks above, which are exactly the conditions under
-// which keys.Decode succeeds (TestDecodeTableKeyAgrees checks both on random
-// bytes). Calling keys.Decode itself cost a third of the collector's time
-// (a 64-byte result and an error per key); the layout is the normative one
-// of design §3: table u32 | vnode u16 | pk | 0x00 | suffix, and the kind is
-// the byte before the final 0x0A.
+// key that passed add's checks, which are exactly the conditions under
+// which keys.Decode succeeds; add reads the same fields in place
+// (TestDecodeTableKeyAgrees checks both on random bytes). Calling
+// keys.Decode itself cost a third of the collector's time (a 64-byte result
+// and an error per key), and building this struct per key still cost a
+// tenth; the layout is the normative one of design §3: table u32 | vnode
+// u16 | pk | 0x00 | suffix, and the kind is the byte before the final 0x0A.
 func decodeTableKey(uk []byte, p int) keys.Key {
 	table, vnode, _ := keys.Header(uk)
 	return keys.Key{Table: table, Vnode: vnode, PK: uk[vnodeHeaderLen : p-1], Kind: uk[len(uk)-2]}

@@ -35,10 +35,41 @@
 // several SSTs. Puts minus deletes below a pk tracks live rows far better
 // than entries do under churn, which is why the samples carry both.
 //
-// # Live statistics (live.go, estimate.go; written separately)
+// # Live statistics (live.go)
 //
-// The exact number of live rows and their bytes per (table, vnode) and pk
-// bucket, maintained from the store's write ops and committed with each
-// checkpoint, and the estimators on top (rows in a pk range, balanced
-// partitions) live in live.go and estimate.go of this package.
+// The exact number of live rows and their bytes per (table, vnode), kept per
+// pk bucket, maintained from the store's write ops (+1 insert, −1 delete, 0
+// update) and committed with each checkpoint. Live.EstimateRows answers the
+// live rows of a pk range of a vnode from the buckets: buckets inside the
+// range count exactly, the (at most two) buckets holding its ends add [0,
+// their rows] to the bounds and an interpolated share to the estimate. In
+// vnodes of more than MinSplitRows·SplitDivisor rows no bucket holds more
+// than about 1% of its vnode, so the bounds are at most about 2% of the
+// vnode wide, whatever the churn. Live.Partition cuts a vnode set into
+// ranges of about equal live rows at bucket boundaries.
+//
+// The physical samples estimate the same thing less well: puts minus
+// deletes below a pk counts each update that lives in another SST than the
+// version it shadows, so updates concentrated in part of the pk space bias
+// it by their share, until a compaction brings each prefix's versions into
+// one SST (TestEstimateRowsAccuracy measures both).
+//
+// # Metrics (metrics.go)
+//
+// Metrics is a Prometheus collector that reads one Snapshot (physical and
+// live statistics of one checkpoint) per scrape through a SnapshotFunc and
+// exports per-table live rows and bytes, physical entries, MVCC puts and
+// deletes, Pebble tombstones, whether the live counts may contain
+// estimates, and per store the live SSTs, rebuilt payloads and the age of
+// the statistics.
+//
+// # Compaction deltas (delta.go)
+//
+// For each Pebble compaction the Tracker computes the change it made per
+// table and vnode (entries, MVCC puts and deletes, key and value bytes,
+// Pebble tombstones; Hummock's table_stats_change) from the summaries of
+// its input and output files, delivers it to subscribers
+// (SubscribeCompactions) from its goroutine, never from Pebble's callback,
+// and exports per-table input and output counts through
+// CompactionCollector.
 package stats

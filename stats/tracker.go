@@ -50,6 +50,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/errors/oserror"
@@ -119,6 +120,9 @@ type Tracker struct {
 	stop   chan struct{}
 	done   chan struct{}
 	closed bool
+
+	// deltas computes and delivers compaction deltas (delta.go).
+	deltas deltaState
 }
 
 // NewTracker returns a Tracker whose Current Version is empty until the first
@@ -126,6 +130,7 @@ type Tracker struct {
 func NewTracker(cfg TrackerConfig) *Tracker {
 	cfg = cfg.withDefaults()
 	t := &Tracker{cfg: cfg, signal: make(chan struct{}, 1)}
+	t.deltas.init()
 	t.current.Store(&Version{})
 	if cfg.DB != nil {
 		t.db.Store(cfg.DB)
@@ -152,11 +157,15 @@ func (t *Tracker) notify() {
 
 // EventListener returns the callbacks to install in pebble.Options (combine
 // with others through pebble.TeeEventListener). They only signal the
-// background goroutine.
+// background goroutine (CompactionEnd also queues the compaction's file
+// numbers for its delta, see delta.go).
 func (t *Tracker) EventListener() pebble.EventListener {
 	return pebble.EventListener{
-		FlushEnd:      func(pebble.FlushInfo) { t.notify() },
-		CompactionEnd: func(pebble.CompactionInfo) { t.notify() },
+		FlushEnd: func(pebble.FlushInfo) { t.notify() },
+		CompactionEnd: func(info pebble.CompactionInfo) {
+			t.recordCompaction(info)
+			t.notify()
+		},
 		TableIngested: func(pebble.TableIngestInfo) { t.notify() },
 		TableDeleted:  func(pebble.TableDeleteInfo) { t.notify() },
 	}
@@ -176,27 +185,57 @@ func (t *Tracker) Start() {
 
 func (t *Tracker) run(stop, done chan struct{}) {
 	defer close(done)
+	// A compaction event whose result a refresh did not list yet asks for
+	// another refresh after a backoff (see delta.go).
+	var retry *time.Timer
+	var retryC <-chan time.Time
+	backoff := minRetryBackoff
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	refresh := func() {
+		if err := t.Refresh(); err != nil && !errors.Is(err, ErrNoDB) {
+			t.cfg.Logger.Errorf("lsmstats/stats: refresh: %v", err)
+		}
+		if t.deltas.pendingLen() == 0 {
+			backoff = minRetryBackoff
+		}
+	}
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.signal:
-			if err := t.Refresh(); err != nil && !errors.Is(err, ErrNoDB) {
-				t.cfg.Logger.Errorf("lsmstats/stats: refresh: %v", err)
+			refresh()
+		case <-retryC:
+			retryC = nil
+			refresh()
+		case <-t.deltas.retry:
+			if retryC == nil {
+				retry = time.NewTimer(backoff)
+				retryC = retry.C
+				backoff = min(2*backoff, maxRetryBackoff)
 			}
+		case <-t.deltas.deliver:
+			t.deliverDeltas()
 		}
 	}
 }
 
-// Close stops the background goroutine and waits for it. Close the Tracker
-// before the DB: a refresh lists the DB's tables. Close is idempotent and
-// always returns nil.
+// Close stops the background goroutine and waits for it, and closes the
+// channels of compaction subscribers. Close the Tracker before the DB: a
+// refresh lists the DB's tables. Close is idempotent and always returns nil.
 func (t *Tracker) Close() error {
 	t.lifeMu.Lock()
 	defer t.lifeMu.Unlock()
 	if t.stop != nil && !t.closed {
 		close(t.stop)
 		<-t.done
+	}
+	if !t.closed {
+		t.deltas.closeSubscribers()
 	}
 	t.closed = true
 	return nil
@@ -211,12 +250,23 @@ func (t *Tracker) Refresh() error {
 	if db == nil {
 		return ErrNoDB
 	}
+	// Compaction events queued before the listing are resolved against it.
+	n := t.deltas.pendingLen()
+	base := t.current.Load()
 	l := loader{cfg: &t.cfg, cache: map[uint64]*liveFile{}}
-	v, err := l.derive(context.Background(), db, t.current.Load())
+	v, err := l.derive(context.Background(), db, base)
 	if err != nil {
 		return err
 	}
 	t.current.Store(v)
+	if t.deltas.resolve(n, base, v) {
+		// A compaction's result is not listed yet: the goroutine lists
+		// again after a backoff.
+		select {
+		case t.deltas.retry <- struct{}{}:
+		default:
+		}
+	}
 	return nil
 }
 
