@@ -180,6 +180,13 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return nil, errors.Wrap(err, "lsmstats: load statistics")
 	}
 	s.tracker.Start()
+	// Redo the bucket splits that were pending persistence at the crash or
+	// close (see stats.LiveState.Oversized): the live statistics are then
+	// exactly what they were before it.
+	s.mu.Lock()
+	reqs := s.mu.live.Oversized()
+	s.mu.Unlock()
+	s.splitBuckets(reqs)
 	return s, nil
 }
 

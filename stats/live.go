@@ -664,18 +664,46 @@ type SplitRequest struct {
 func (b *LiveBatch) Oversized() []SplitRequest {
 	var out []SplitRequest
 	for k, v := range b.vnodes {
-		limit := splitLimit(v.total.Rows)
-		for i, bk := range v.buckets {
-			if bk.Rows <= limit {
-				continue
+		out = v.oversized(k.table, k.vnode, out)
+	}
+	sortSplits(out)
+	return out
+}
+
+// Oversized returns every bucket of the current snapshot that exceeds its
+// vnode's split limit. Splits are persisted with the next commit, so after
+// a restart the store splits these again: the same scans at the same
+// committed epoch give the same buckets, and estimates made before a crash
+// are reproduced exactly after it.
+func (s *LiveState) Oversized() []SplitRequest {
+	var out []SplitRequest
+	for id, t := range s.cur.tables {
+		for vi, v := range t.vnodes {
+			if v != nil {
+				out = v.oversized(id, uint16(vi), out)
 			}
-			r := SplitRequest{Table: k.table, Vnode: k.vnode, Lower: bk.lower, Target: max(1, limit/2)}
-			if i+1 < len(v.buckets) {
-				r.Upper = v.buckets[i+1].lower
-			}
-			out = append(out, r)
 		}
 	}
+	sortSplits(out)
+	return out
+}
+
+func (v *liveVnode) oversized(table uint32, vnode uint16, out []SplitRequest) []SplitRequest {
+	limit := splitLimit(v.total.Rows)
+	for i, bk := range v.buckets {
+		if bk.Rows <= limit {
+			continue
+		}
+		r := SplitRequest{Table: table, Vnode: vnode, Lower: bk.lower, Target: max(1, limit/2)}
+		if i+1 < len(v.buckets) {
+			r.Upper = v.buckets[i+1].lower
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func sortSplits(out []SplitRequest) {
 	slices.SortFunc(out, func(a, b SplitRequest) int {
 		if a.Table != b.Table {
 			return cmp.Compare(a.Table, b.Table)
@@ -685,7 +713,6 @@ func (b *LiveBatch) Oversized() []SplitRequest {
 		}
 		return bytes.Compare(a.Lower, b.Lower)
 	})
-	return out
 }
 
 // Piece is a scanned part of a bucket: the rows with pk >= Lower up to the
