@@ -165,8 +165,8 @@ func (s *Store) writeData(out *output, bufs []*epochBuf, batch *stats.LiveBatch)
 				return err
 			}
 		}
-		if len(b.entries) > 0 {
-			h = append(h, newMemSource(b))
+		if src := newMemSource(b); src.valid() {
+			h = append(h, src)
 		}
 	}
 	for t := range estimated {

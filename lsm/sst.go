@@ -46,12 +46,18 @@ func (o *output) open() error {
 	return nil
 }
 
-// cut closes the current file if it is big enough and key starts a new
-// prefix.
+// cut closes the current file when key starts another table (the
+// metadata table included), or a new prefix once the file is big enough.
+// One table per SST keeps each SST's bounds inside its table: checkpoint
+// SSTs of different tables never overlap in L0, a compaction of one table's
+// range rewrites no other table's data, and per-table value sizes apportion
+// exactly.
 func (o *output) cut(key []byte) error {
-	if o.w != nil && o.n > 0 && o.w.Raw().EstimatedSize() >= o.target {
+	if o.w != nil && o.n > 0 {
+		t1, _ := keys.TableOf(key)
+		t0, _ := keys.TableOf(o.prefix)
 		p := key[:keys.Split(key)]
-		if !bytes.Equal(p, o.prefix) {
+		if t1 != t0 || o.w.Raw().EstimatedSize() >= o.target && !bytes.Equal(p, o.prefix) {
 			if err := o.closeFile(); err != nil {
 				return err
 			}

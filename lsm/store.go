@@ -438,7 +438,15 @@ func (s *Store) ingestMeta(entries []stats.MetaEntry) error {
 		return err
 	}
 	defer s.removeFiles(paths)
-	return s.db.Ingest(context.Background(), paths)
+	if err := s.db.Ingest(context.Background(), paths); err != nil {
+		return err
+	}
+	// The metadata is durable; a failed refresh only leaves the SST count
+	// of the statistics behind until the next one.
+	if err := s.tracker.Refresh(); err != nil {
+		s.logf("lsmstats: refresh statistics after a metadata ingestion: %v", err)
+	}
+	return nil
 }
 
 func (s *Store) removeFiles(paths []string) {

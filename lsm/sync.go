@@ -124,9 +124,17 @@ func (s *Store) spill(b *epochBuf) error {
 	}
 	path := s.stagingPath("spill")
 	out := &output{fs: s.fs, opts: s.spillOpts, target: 1 << 62, path: func() string { return path }}
+	entries := b.sortedEntries()
+	if len(entries) == 0 {
+		// Only no-op entries: nothing to write, the memory is freed all the
+		// same and the offset stays.
+		s.buffered.Add(-b.bytes)
+		b.piece = piece{index: map[string]int32{}}
+		return nil
+	}
 	version := keys.MakeVersion(b.epoch, b.offset)
 	var key, val []byte
-	for _, e := range b.sortedEntries() {
+	for _, e := range entries {
 		kind := keys.KindDelete
 		if e.put {
 			kind = keys.KindPut

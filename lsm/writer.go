@@ -108,7 +108,14 @@ type entry struct {
 	put        bool
 	prior      bool
 	priorBytes int64
+	// checked: prior was read, not implied by the op. A checked entry that
+	// goes from absent to absent (insert, then delete in one piece) writes
+	// nothing: a delete version there would hide nothing.
+	checked bool
 }
+
+// noop reports whether the entry changes nothing stored.
+func (e *entry) noop() bool { return e.checked && !e.prior && !e.put }
 
 const entryOverhead = 96 // map slot, entry struct and slice headers
 
@@ -137,11 +144,14 @@ func newEpochBuf(w *Writer, epoch uint64) *epochBuf {
 
 func (b *epochBuf) empty() bool { return len(b.entries) == 0 && len(b.spills) == 0 }
 
-// sortedEntries returns the piece's entries in key order.
+// sortedEntries returns the piece's entries that change something, in key
+// order.
 func (p *piece) sortedEntries() []*entry {
-	out := make([]*entry, len(p.entries))
+	out := make([]*entry, 0, len(p.entries))
 	for i := range p.entries {
-		out[i] = &p.entries[i]
+		if !p.entries[i].noop() {
+			out = append(out, &p.entries[i])
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].prefix, out[j].prefix) < 0 })
 	return out
@@ -224,7 +234,7 @@ func (w *Writer) applyLocked(op opKind, epoch uint64, vnode uint16, pk, oldRow, 
 		b.bytes += grew
 		return grew, nil
 	}
-	e := entry{prefix: prefix, value: append([]byte(nil), newRow...), put: op != opDelete}
+	e := entry{prefix: prefix, value: append([]byte(nil), newRow...), put: op != opDelete, checked: w.checked}
 	if w.checked {
 		cur, live, err := w.lookupLocked(prefix, b)
 		if err != nil {

@@ -80,8 +80,9 @@ func TestMetrics(t *testing.T) {
 	//   8 + 6 bytes.
 	//   table 2: 3 puts, 3 live rows of 14 bytes, unchecked.
 	//   table 99: 1 put, 1 delete, no live statistics.
-	//   SSTs: format version, two catalog entries, two checkpoints, and the
-	//   SST without collector (rebuilt).
+	//   SSTs (one table per SST): format version and two catalog entries
+	//   (3); epoch 1's tables 1 and 2 and its metadata (3); epoch 2's table
+	//   1 and its metadata (2); the SST without collector (rebuilt).
 	want := fmt.Sprintf(`
 # HELP lsmstats_stats_age_seconds Seconds since the live statistics were last published (by a commit, a bucket split, or the store's open).
 # TYPE lsmstats_stats_age_seconds gauge
@@ -91,7 +92,7 @@ lsmstats_stats_age_seconds{store="test"} 90
 lsmstats_stats_committed_epoch{store="test"} 2
 # HELP lsmstats_stats_live_ssts Live SSTs whose statistics are summed.
 # TYPE lsmstats_stats_live_ssts gauge
-lsmstats_stats_live_ssts{store="test"} 6
+lsmstats_stats_live_ssts{store="test"} 9
 # HELP lsmstats_stats_rebuilt_payloads Live SSTs whose statistics payload was missing, corrupt or inconsistent and was rebuilt from their keys.
 # TYPE lsmstats_stats_rebuilt_payloads gauge
 lsmstats_stats_rebuilt_payloads{store="test"} 1
