@@ -57,7 +57,7 @@ lint:
 
 # Each fuzz target for FUZZTIME (make fuzz FUZZTIME=10m for a long run).
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzComparer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/keys
+	$(GO) test -run '^$$' -fuzz '^FuzzComparer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./keys
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSummary$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./stats
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./backfill
 

@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/errors"
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
 	"golang.org/x/time/rate"

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
 

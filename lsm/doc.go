@@ -15,7 +15,7 @@
 //
 // # Keys
 //
-// Every Pebble key has one of the shapes of package internal/keys (normative,
+// Every Pebble key has one of the shapes of package keys (normative,
 // see design.md §3): a row version is table | vnode | pk | 0x00 | ^version |
 // kind | 0x0A with version = epoch<<16 | spill offset.
 //

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )

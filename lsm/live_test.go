@@ -3,7 +3,7 @@ package lsm
 import (
 	"testing"
 
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
 

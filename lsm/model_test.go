@@ -10,7 +10,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"

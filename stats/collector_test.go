@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/klauspost/compress/s2"
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
 

@@ -28,7 +28,7 @@ import (
 	"sort"
 
 	"github.com/cockroachdb/errors"
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 )
 

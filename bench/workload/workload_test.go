@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/lsmstats/lsmstats/internal/keys"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
 
