@@ -1,7 +1,7 @@
-// Package keys is the key codec shared by every layer of lsmstats and by tools
-// that read stores directly: primary-key
-// encoders, the three shapes of Pebble user keys, MVCC versions, store
-// metadata keys, the vnode hash and the Pebble comparer that orders them all.
+// Package keys is the key codec shared by every layer of lsmstats and by
+// tools that read stores directly: primary-key encoders, the three shapes of
+// Pebble user keys, MVCC versions, store metadata keys, the vnode hash and the
+// Pebble comparer that orders them all.
 //
 // # Key shapes (normative; tools outside this module read stores directly)
 //
