@@ -61,5 +61,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSummary$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./stats
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./backfill
 
+# The crash torture of the whole stack: 1,000 SIGKILLs (make test runs 25).
+torture:
+	$(GO) test -count=1 -v -timeout 60m -run '^TestTorture$$' ./internal/torture -torture-kills 1000
+
 clean:
 	rm -rf bin $(OUT)

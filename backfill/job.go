@@ -65,6 +65,10 @@ type JobConfig struct {
 	Estimators []Estimator
 	// OnCheckpoint is called after every checkpoint with its record.
 	OnCheckpoint func(Record)
+	// OnPhase, if set, is called when the pipeline enters a phase of a step:
+	// "upstream" (writing the step's ops), "backfill" (actors handling the
+	// barrier: snapshot reads, forwarding, state), "commit", "progress".
+	OnPhase func(phase string)
 	// Unchecked makes the upstream writer skip its read-before-write check
 	// (the generator is consistent by construction); the live statistics of
 	// the upstream table are then flagged as possibly estimated.
@@ -318,6 +322,12 @@ func (j *Job) Run(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
+func (j *Job) phase(p string) {
+	if j.cfg.OnPhase != nil {
+		j.cfg.OnPhase(p)
+	}
+}
+
 // Step runs one source step (one epoch and its barrier); ok reports whether
 // it ended in a checkpoint of the job, whose record is returned.
 func (j *Job) Step(ctx context.Context) (rec Record, ok bool, err error) {
@@ -365,6 +375,7 @@ func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
 	}
 	epoch := j.epoch
 	j.epoch++
+	j.phase("upstream")
 	ops := j.cfg.Source.Next()
 	if err := j.writeUpstream(epoch, ops); err != nil {
 		return Record{}, false, err
@@ -373,6 +384,7 @@ func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
 	if j.started {
 		j.barriers++
 		checkpoint = j.barriers%j.cfg.CheckpointEvery == 0
+		j.phase("backfill")
 		if err := j.runActors(ops, Barrier{Prev: epoch, Curr: epoch + 1, Checkpoint: checkpoint}); err != nil {
 			return Record{}, false, err
 		}
@@ -389,6 +401,7 @@ func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
 	if !checkpoint {
 		return Record{}, false, nil
 	}
+	j.phase("commit")
 	if err := j.store.Commit(epoch); err != nil {
 		return Record{}, false, err
 	}
@@ -396,6 +409,7 @@ func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
 	if !j.started {
 		return Record{}, false, nil
 	}
+	j.phase("progress")
 	rec, err := j.progress(epoch, epoch)
 	if err == nil && j.cfg.OnCheckpoint != nil {
 		j.cfg.OnCheckpoint(rec)

@@ -37,6 +37,8 @@ type Config struct {
 	Store *lsm.Options
 	// OnCheckpoint, if set, sees every checkpoint record.
 	OnCheckpoint func(backfill.Record)
+	// OnPhase, if set, sees the pipeline's phases (backfill.JobConfig).
+	OnPhase func(string)
 }
 
 // Estimators returns the estimators of the named approaches.
@@ -84,7 +86,7 @@ func Open(cfg Config) (*Session, error) {
 		Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
 		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit,
 		Source: workload.Source{G: g}, Oracle: workload.Oracle{G: g},
-		Estimators: est, OnCheckpoint: cfg.OnCheckpoint,
+		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase,
 	})
 	if err != nil {
 		_ = s.Close()

@@ -41,6 +41,13 @@ type Options struct {
 	// its own, to tune them further. It must not change the comparer or the
 	// block property collectors.
 	Pebble func(*pebble.Options)
+
+	// OnPhase, if set, is called synchronously, from the goroutine doing the
+	// work, when the store enters a phase: "spilling" and back to
+	// "buffering", "committing", and GC's "gc-scanning", "gc-ingesting",
+	// "gc-compacting". For instrumentation and crash tests; it must be fast
+	// and must not call into the store.
+	OnPhase func(phase string)
 }
 
 func (o *Options) withDefaults() Options {

@@ -109,6 +109,7 @@ type storeMetrics struct {
 func Open(dir string, opts *Options) (*Store, error) {
 	o := opts.withDefaults()
 	s := &Store{dir: dir, opts: o, fs: o.FS, staging: o.FS.PathJoin(dir, stagingDir)}
+	s.hooks.phase = o.OnPhase
 	s.mu.catalog = map[uint32]*TableDef{}
 	s.mu.writers = map[*Writer]struct{}{}
 	s.mu.pins = map[uint64]int{}
