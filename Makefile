@@ -4,7 +4,7 @@ PKGS     := ./...
 FUZZTIME ?= 10s
 OUT      := out
 
-.PHONY: all build test race bench bench-compare results demo lint fuzz torture clean
+.PHONY: all build test race bench bench-compare results demo lint fuzz torture faults clean
 
 all: build test
 
@@ -64,6 +64,13 @@ fuzz:
 # The crash torture of the whole stack: 1,000 SIGKILLs (make test runs 25).
 torture:
 	$(GO) test -count=1 -v -timeout 60m -run '^TestTorture$$' ./internal/torture -torture-kills 1000
+
+# Fault injection at length (make test runs short versions): random faults
+# around 3,000 steps of the store, 200 child processes with WAL/MANIFEST
+# faults, and 30 s of the concurrency test. Each test logs its faults per kind.
+faults:
+	$(GO) test -count=1 -v -timeout 60m -run '^TestFaults(Random|Crash)$$' ./lsm -fault-steps 3000 -fault-crash-runs 200
+	$(GO) test -count=1 -v -timeout 60m -run '^TestConcurrent$$' ./lsm -concurrent-for 30s
 
 clean:
 	rm -rf bin $(OUT)

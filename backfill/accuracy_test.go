@@ -87,6 +87,12 @@ func TestCanonicalAccuracy(t *testing.T) {
 				require.NoError(t, j.Close())
 				require.NoError(t, s.Close())
 				t.Logf("%d checkpoints: stats %s; rowcount %s", stats.n, stats, rowcount)
+				if canonicalRows < 200000 {
+					// Race builds run a tenth of the table, where vnodes of
+					// 78 rows are too small for the canonical error bounds:
+					// there the run checks correctness (the MV above).
+					return
+				}
 				require.LessOrEqual(t, stats.mean(), 0.5, "stats mean error")
 				require.LessOrEqual(t, stats.max_, 2.0, "stats max error")
 			})

@@ -133,8 +133,9 @@ type jobMeta struct {
 // committed state: the source is replayed to the committed step, and if the
 // backfill had started, actors are created over the current vnode split and
 // load their vnodes' states. The first progress figure is then available
-// (Initial) before any new barrier.
-func OpenJob(cfg JobConfig) (*Job, error) {
+// (Initial) before any new barrier. A job that fails to open releases the
+// writers it took.
+func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	if cfg.Actors <= 0 {
 		cfg.Actors = 1
 	}
@@ -168,6 +169,13 @@ func OpenJob(cfg JobConfig) (*Job, error) {
 		return nil, errors.Newf("lsmstats/backfill: %d actors for %d vnodes", cfg.Actors, up.VnodeCount)
 	}
 	j := &Job{cfg: cfg, store: s, tracker: NewTracker(up.ID, cfg.Estimators...)}
+	// A writer left open would keep its vnodes (no later job could take
+	// them) and block every later commit of the store (ErrNotSealed).
+	defer func() {
+		if err != nil {
+			_ = j.Close()
+		}
+	}()
 	if j.upstream, err = s.NewWriter(up.ID, nil, &lsm.WriterOptions{Unchecked: cfg.Unchecked}); err != nil {
 		return nil, err
 	}
@@ -226,7 +234,17 @@ func vnodeRanges(vnodes, actors int) []*roaring.Bitmap {
 	return out
 }
 
-func (j *Job) startActors() error {
+// startActors creates the actors over the current vnode split and runs their
+// first barrier. On error it closes the actors it created.
+func (j *Job) startActors() (err error) {
+	defer func() {
+		if err != nil {
+			for _, a := range j.actors {
+				_ = a.Close()
+			}
+			j.actors = nil
+		}
+	}()
 	j.owner = make([]int, j.cfg.Upstream.VnodeCount)
 	for i, vn := range vnodeRanges(j.cfg.Upstream.VnodeCount, j.cfg.Actors) {
 		for it := vn.Iterator(); it.HasNext(); {
@@ -284,8 +302,13 @@ func (j *Job) Close() error {
 	for _, a := range j.actors {
 		err = errors.CombineErrors(err, a.Close())
 	}
-	err = errors.CombineErrors(err, j.upstream.Close())
-	return errors.CombineErrors(err, j.meta.Close())
+	j.actors = nil
+	for _, w := range []*lsm.Writer{j.upstream, j.meta} {
+		if w != nil {
+			err = errors.CombineErrors(err, w.Close())
+		}
+	}
+	return err
 }
 
 // Result summarises a Run.

@@ -96,4 +96,13 @@
 // goroutine and is idempotent. RunRound runs one round synchronously, for
 // tests, tools and benchmarks. A Policy never closes the Store; close the
 // Store after Stop.
+//
+// # Faults
+//
+// A round that fails (an I/O error in a GC ingestion or a compaction) stops
+// at the error, counts it (Metrics.Errors) and leaves the store consistent:
+// each GC batch is atomic, a failed compaction changes nothing. The loop
+// logs the error and retries at the next interval, where a GC pass resumes
+// and rereads the statistics. It ends by itself when the store is closed or
+// refuses writes (lsm.ErrFailed: only a reopen, hence a new Policy, helps).
 package compaction

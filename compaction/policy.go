@@ -151,7 +151,8 @@ type Round struct {
 	Duration    time.Duration
 }
 
-// Metrics are a Policy's cumulative counters.
+// Metrics are a Policy's cumulative counters. Errors counts the rounds
+// that failed (not those that Stop or the caller's context cancelled).
 type Metrics struct {
 	Rounds, Ranges, GCPasses, VersionsDeleted, Compactions, Errors int64
 	// RoundTime is the total time spent in rounds.
@@ -276,6 +277,14 @@ func (p *Policy) loop(ctx context.Context, done chan struct{}) {
 			if ctx.Err() == nil && p.cfg.Logf != nil {
 				p.cfg.Logf("lsmstats/compaction: round: %v", err)
 			}
+			if errors.Is(err, lsm.ErrFailed) {
+				// The store refuses writes until it is reopened (as a new
+				// Store, with a new Policy): every later round would fail.
+				if p.cfg.Logf != nil {
+					p.cfg.Logf("lsmstats/compaction: the store failed; the policy stops")
+				}
+				return
+			}
 		}
 	}
 }
@@ -314,7 +323,9 @@ func (p *Policy) RunRound(ctx context.Context) (Round, error) {
 	rd := Round{SafeEpoch: s.SafeEpoch()}
 	rd.Candidates = p.plan(s.Stats(), rd.SafeEpoch)
 	fail := func(c Candidate, err error) (Round, error) {
-		p.errs.Add(1)
+		if ctx.Err() == nil { // a round that Stop cancels did not fail
+			p.errs.Add(1)
+		}
 		rd.Duration = time.Since(start)
 		return rd, errors.Wrapf(err, "lsmstats/compaction: %s", c)
 	}

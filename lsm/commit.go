@@ -21,8 +21,11 @@ import (
 // mark, changed live-statistics buckets), and ingests them all in one Pebble
 // Ingest call: one MANIFEST edit, so a crash leaves either all of the
 // checkpoint or none of it. When Commit returns, the physical statistics
-// include the new SSTs. On error nothing is visible and the buffers are kept,
-// so Commit can be retried.
+// include the new SSTs, unless reading their properties failed: the
+// checkpoint is durable all the same, so Commit returns nil, and
+// Stats().PhysicalErr reports the failure until the statistics tracker's
+// background retry succeeds. On error nothing is visible and the buffers are
+// kept, so Commit can be retried.
 func (s *Store) Commit(epoch uint64) error {
 	if err := s.checkWritable(); err != nil {
 		return err

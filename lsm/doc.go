@@ -83,5 +83,27 @@
 // order, ops on sealed epochs, commits of unsealed epochs, reads outside the
 // readable epochs, operations after Close, foreign keys met by a read (an
 // error for that read only), metadata that does not decode, and stores of a
-// newer format or another comparer.
+// newer format or another comparer. A key of none of the shapes (written
+// through DB()) fails the reads of the vnode it sits in and no other; the
+// collector counts it apart (foreign), Verify reports it, and in the
+// metadata range Open skips it.
+//
+// # Faults
+//
+// An I/O error in the store's own files (staged spills, the SSTs a commit
+// or GC pass writes under staging/) or in Pebble's ingestion of them comes
+// back as an error of the operation that met it, and changes nothing: a
+// failed commit publishes nothing and keeps its buffers (retry it), a
+// failed GC batch is dropped (resume at GCResult.Resume). A failed spill is
+// the exception: the op that crossed the watermark is already buffered,
+// so the store refuses writes from then on (ErrFailed) and keeps serving
+// reads; reopen it. Faults in Pebble's compactions are retried by Pebble
+// (CompactRange returns them). A failed refresh of the physical statistics
+// after a commit leaves the commit standing: Stats().PhysicalErr reports it
+// until the tracker's background retry succeeds. Pebble ends the process on
+// a failed write or sync of its WAL or MANIFEST (Logger.Fatalf) and panics
+// on some others (a directory sync while the MANIFEST marker moves, a read
+// while a compaction elides a SINGLEDEL): those are crashes, after which
+// the store reopens at its last checkpoint. faults_test.go and
+// faults_crash_test.go inject each of these with Pebble's errorfs.
 package lsm

@@ -463,6 +463,13 @@ func (s *Store) CompactRange(ctx context.Context, table uint32, vnodeLo, vnodeHi
 	if err != nil {
 		return err
 	}
+	if vnodeHi == 0 {
+		def, err := s.table(table)
+		if err != nil {
+			return err
+		}
+		vnodeHi = def.VnodeCount // for the error message
+	}
 	ctx, done, err := s.beginMaintenance(ctx)
 	if err != nil {
 		return err

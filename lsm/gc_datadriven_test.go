@@ -71,7 +71,14 @@ func (d *ddGC) run(t *testing.T, s *Store, td *datadriven.TestData) (string, boo
 		res, err := s.GC(context.Background(), req)
 		d.resume = res.Resume
 		if err != nil {
-			return "error: " + err.Error(), true
+			out := "error: " + err.Error()
+			if res.Ingestions > 0 {
+				out += fmt.Sprintf("\ndeleted %d in %d ingestions before the error", res.Deleted, res.Ingestions)
+			}
+			if res.Resume != nil {
+				out += fmt.Sprintf("\nresume at %s", formatPrefix(res.Resume))
+			}
+			return out, true
 		}
 		out := fmt.Sprintf("safe epoch %d: examined %d versions of %d pks, deleted %d (%d bytes) in %d ingestions; watermark %d",
 			res.SafeEpoch, res.Examined, res.Prefixes, res.Deleted, res.DeletedBytes, res.Ingestions, s.GCEpoch())

@@ -12,6 +12,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(faultChildEnv); dir != "" {
+		seed, _ := strconv.ParseUint(os.Getenv(crashSeedEnv), 10, 64)
+		faultChild(dir, seed, os.Getenv(faultRuleEnv)) // faults_crash_test.go
+		os.Exit(0)
+	}
 	if dir := os.Getenv(crashChildEnv); dir != "" {
 		seed, _ := strconv.ParseUint(os.Getenv(crashSeedEnv), 10, 64)
 		if os.Getenv(gcCrashChildEnv) != "" {

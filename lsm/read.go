@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
@@ -160,7 +161,10 @@ func (s *Store) getPrefix(prefix []byte, epoch uint64) ([]byte, bool, error) {
 	}
 	seek := keys.AppendSeekKey(make([]byte, 0, len(prefix)+keys.SuffixLen), prefix, epoch)
 	if !it.SeekPrefixGE(seek) {
-		return nil, false, it.Error()
+		if err := it.Error(); err != nil {
+			return nil, false, errors.Wrapf(err, "lsmstats: read %v", keys.Comparer.FormatKey(prefix))
+		}
+		return nil, false, nil
 	}
 	k, err := keys.Decode(it.Key())
 	if err != nil {
@@ -170,7 +174,10 @@ func (s *Store) getPrefix(prefix []byte, epoch uint64) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	v, err := it.ValueAndErr()
-	return slices.Clone(v), true, err
+	if err != nil {
+		return nil, false, errors.Wrapf(err, "lsmstats: read %v", keys.Comparer.FormatKey(prefix))
+	}
+	return slices.Clone(v), true, nil
 }
 
 // published pairs the committed epoch with the generation of the ingestion
@@ -186,6 +193,40 @@ type published struct {
 type iterPool struct {
 	mu   sync.Mutex
 	free []*pooledIter
+	// open are the Iters handed out and not closed yet. Pebble's Close
+	// panics on iterators that still hold SSTs, so the store's Close
+	// releases them first (closeOpen); they then stop with ErrClosed.
+	open map[*Iter]struct{}
+}
+
+func (p *iterPool) track(i *Iter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.open == nil {
+		p.open = map[*Iter]struct{}{}
+	}
+	p.open[i] = struct{}{}
+}
+
+// untrack reports whether i was still open (not released by closeOpen).
+func (p *iterPool) untrack(i *Iter) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.open[i]
+	delete(p.open, i)
+	return ok
+}
+
+// closeOpen releases the Pebble iterator of every Iter left open; the
+// store is closing (and has set its closed flag, which the Iters check
+// before touching their Pebble iterator).
+func (p *iterPool) closeOpen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.open {
+		_ = i.it.Close()
+	}
+	p.open = nil
 }
 
 type pooledIter struct {
@@ -258,11 +299,15 @@ func (p *iterPool) close() {
 // Iter iterates live rows of one vnode in pk order. PK and Row are valid
 // until the next positioning call. Not safe for concurrent use.
 type Iter struct {
-	it    *pebble.Iterator
-	table uint32
-	vnode uint16
-	epoch uint64
-	lower []byte
+	it *pebble.Iterator
+	// closed is the store's: an iterator used after the store's Close
+	// stops with ErrClosed instead of touching the closed Pebble DB.
+	closed *atomic.Bool
+	pool   *iterPool
+	table  uint32
+	vnode  uint16
+	epoch  uint64
+	lower  []byte
 
 	pk, row []byte
 	valid   bool
@@ -307,17 +352,37 @@ func (s *Store) newIter(table uint32, vnode uint16, lo, hi []byte, epoch uint64)
 	} else if it, err = s.db.NewIter(o); err != nil {
 		return nil, err
 	}
-	return &Iter{it: it, table: table, vnode: vnode, epoch: epoch, lower: lower}, nil
+	i := &Iter{it: it, closed: &s.closed, pool: &s.iters, table: table, vnode: vnode, epoch: epoch, lower: lower}
+	s.iters.track(i)
+	return i, nil
 }
 
 // First positions at the first live row.
 func (i *Iter) First() bool {
+	if i.storeClosed() {
+		return false
+	}
 	i.it.First()
 	return i.settle()
 }
 
+// storeClosed stops the iterator with ErrClosed once the store is closed.
+func (i *Iter) storeClosed() bool {
+	if !i.closed.Load() {
+		return false
+	}
+	i.valid = false
+	if i.err == nil {
+		i.err = errors.Wrapf(ErrClosed, "iterator over vnode %d of table %d used after Close", i.vnode, i.table)
+	}
+	return true
+}
+
 // SeekGE positions at the first live row with pk >= pk.
 func (i *Iter) SeekGE(pk []byte) bool {
+	if i.storeClosed() {
+		return false
+	}
 	i.seek = keys.AppendPrefix(i.seek[:0], i.table, i.vnode, pk)
 	if bytes.Compare(i.seek, i.lower) < 0 {
 		i.seek = append(i.seek[:0], i.lower...)
@@ -328,7 +393,7 @@ func (i *Iter) SeekGE(pk []byte) bool {
 
 // Next moves to the next live row.
 func (i *Iter) Next() bool {
-	if !i.valid {
+	if !i.valid || i.storeClosed() {
 		return false
 	}
 	i.it.NextPrefix()
@@ -360,14 +425,14 @@ func (i *Iter) settle() bool {
 		}
 		row, err := i.it.ValueAndErr()
 		if err != nil {
-			i.err = err
+			i.err = errors.Wrapf(err, "lsmstats: read vnode %d of table %d", i.vnode, i.table)
 			return false
 		}
 		i.pk, i.row, i.valid = k.PK, row, true
 		return true
 	}
-	if i.err == nil {
-		i.err = i.it.Error()
+	if err := i.it.Error(); err != nil && i.err == nil {
+		i.err = errors.Wrapf(err, "lsmstats: read vnode %d of table %d", i.vnode, i.table)
 	}
 	return false
 }
@@ -385,9 +450,13 @@ func (i *Iter) Row() []byte { return i.row }
 // of the shapes in the vnode's range stops it with keys.ErrMalformedKey.
 func (i *Iter) Error() error { return i.err }
 
-// Close releases the iterator.
+// Close releases the iterator. After the store's Close (which released it)
+// it only returns the error that stopped the iteration, if any.
 func (i *Iter) Close() error {
-	err := i.it.Close()
+	var err error
+	if i.pool.untrack(i) {
+		err = i.it.Close()
+	}
 	if i.err != nil {
 		return i.err
 	}

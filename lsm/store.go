@@ -74,6 +74,8 @@ type Store struct {
 	// them (gc.go).
 	gc        gcState
 	committed atomic.Uint64
+	// closed mirrors mu.closed for the hot paths of iterators (read.go).
+	closed atomic.Bool
 	// pub is the committed epoch with the generation of its ingestion.
 	pub   atomic.Pointer[published]
 	iters iterPool
@@ -215,7 +217,10 @@ func (s *Store) load() error {
 	for valid := it.First(); valid; valid = it.Next() {
 		name, ok := keys.MetaName(it.Key())
 		if !ok {
-			return errors.Wrapf(ErrCorruptMetadata, "key %x in the metadata table", it.Key())
+			// Not the store's (none of the key shapes): like a foreign key in
+			// a table's range it is reported (Verify), not fatal.
+			s.logf("lsmstats: ignoring key %x in the metadata range: it has none of the key shapes", it.Key())
+			continue
 		}
 		val, err := it.ValueAndErr()
 		if err != nil {
@@ -303,12 +308,14 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	s.mu.closed = true
+	s.closed.Store(true)
 	s.mu.Unlock()
 	s.gc.stop() // cancel and wait for a GC pass or manual compaction
 	// Wait for a commit or spill in progress.
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
 	s.iters.close()
+	s.iters.closeOpen() // Iters the caller left open stop with ErrClosed
 	err := s.tracker.Close()
 	err = errors.CombineErrors(err, s.db.Close())
 	err = errors.CombineErrors(err, s.fs.RemoveAll(s.staging))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 )
@@ -18,19 +19,30 @@ type Stats struct {
 	CommittedEpoch uint64
 	Physical       *stats.Version
 	Live           *stats.Live
+	// PhysicalErr, if not nil, is why the last refresh of the physical
+	// statistics failed (an I/O error reading a new SST's properties):
+	// Physical then describes an earlier set of SSTs and may lag behind
+	// CommittedEpoch. The store retries in the background; the live
+	// statistics are exact either way.
+	PhysicalErr error
 }
 
 // Stats returns the current statistics. Commit refreshes the physical
 // statistics and publishes the live ones under one lock, so the two always
 // describe the same checkpoint; compactions change the physical side in
 // between (fewer entries for the same rows), never the live side.
+//
+// If the refresh at the end of a commit failed, PhysicalErr says so.
 func (s *Store) Stats() Stats {
 	s.statsMu.RLock()
 	defer s.statsMu.RUnlock()
 	s.mu.Lock()
 	live := s.mu.live.Current()
 	s.mu.Unlock()
-	return Stats{CommittedEpoch: s.committed.Load(), Physical: s.tracker.Current(), Live: live}
+	// The error first: a refresh that succeeds in between then reports a
+	// current Version as stale, never a stale one as current.
+	perr := s.tracker.Err()
+	return Stats{CommittedEpoch: s.committed.Load(), Physical: s.tracker.Current(), PhysicalErr: perr, Live: live}
 }
 
 // Snapshot returns st as the stats package's Snapshot, which its Metrics
@@ -38,7 +50,7 @@ func (s *Store) Stats() Stats {
 //
 //	stats.NewMetrics(func() stats.Snapshot { return store.Stats().Snapshot() }, nil)
 func (st Stats) Snapshot() stats.Snapshot {
-	return stats.Snapshot{CommittedEpoch: st.CommittedEpoch, Physical: st.Physical, Live: st.Live}
+	return stats.Snapshot{CommittedEpoch: st.CommittedEpoch, Physical: st.Physical, Live: st.Live, PhysicalErr: st.PhysicalErr}
 }
 
 // VnodeStats are one vnode's physical and live statistics.
@@ -96,7 +108,11 @@ func (r VerifyReport) OK() bool { return len(r.Differences) == 0 }
 //     identity Σ entries + tombstones + metadata + foreign + range deletions
 //     == Pebble's NumEntries;
 //   - live: every table's rows are scanned at the committed epoch and
-//     compared with the live statistics, vnode by vnode and bucket by bucket.
+//     compared with the live statistics, vnode by vnode and bucket by bucket
+//     (a key of none of the shapes in a vnode's range is reported there);
+//   - foreign keys: the keys of none of the shapes that the collector
+//     counted in the live SSTs, and every key of the metadata range that is
+//     not a metadata key.
 //
 // The error is for failures to verify (I/O), not for differences.
 func (s *Store) Verify() (VerifyReport, error) {
@@ -145,6 +161,23 @@ func (s *Store) Verify() (VerifyReport, error) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("sst %06d: statistics rebuilt from its keys: %v", fe.FileNum, fe.Err))
 	}
 
+	// Keys of none of the shapes (not written by the store): the collector
+	// counts them apart. A read of a vnode whose range holds one fails, and
+	// the scans below name it; one in the metadata range, or outside every
+	// table of the catalog, no read meets.
+	var foreign uint64
+	for _, fi := range re.Files() {
+		if fi.Summary != nil {
+			foreign += fi.Summary.Foreign
+		}
+	}
+	if foreign > 0 {
+		differ("the live SSTs hold %d keys of none of the key shapes", foreign)
+	}
+	if err := s.verifyMeta(differ); err != nil {
+		return rep, err
+	}
+
 	// Live: scan.
 	for _, def := range s.Tables() {
 		if st.Live.ContainsEstimates(def.ID) {
@@ -159,6 +192,22 @@ func (s *Store) Verify() (VerifyReport, error) {
 		}
 	}
 	return rep, nil
+}
+
+// verifyMeta reports every key in the metadata range that is not a
+// metadata key (Open ignores them).
+func (s *Store) verifyMeta(differ func(string, ...any)) error {
+	lo, hi := keys.TableSpan(keys.MetaTable)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		if _, isMeta := keys.MetaName(it.Key()); !isMeta {
+			differ("metadata range: key %x has none of the key shapes", it.Key())
+		}
+	}
+	return errors.CombineErrors(it.Error(), it.Close())
 }
 
 func sameFiles(a, b *stats.Version) bool {

@@ -9,8 +9,9 @@ package stats
 //
 //	versioned table key, Pebble SET/SETWITHDEL      -> MVCC entry of (table, vnode), kind from the key
 //	versioned table key, Pebble DEL/SINGLEDEL/DELSIZED -> Pebble tombstone of (table, vnode) (MVCC GC)
-//	metadata key (table keys.MetaTable), any kind    -> MetaKeys
-//	anything else (no shape; MERGE on a table key)   -> Foreign
+//	metadata key (keys.MetaName: table keys.MetaTable, name, 0x00), any kind -> MetaKeys
+//	anything else (no shape, in a table's range or the metadata range;
+//	MERGE on a table key)                            -> Foreign
 //
 // Range deletions and range keys never reach AddPointKey. Pebble counts range
 // deletions in NumEntries (and NumRangeDeletions), range keys in neither, so
@@ -190,7 +191,13 @@ func (c *Collector) FinishTable(buf []byte) ([]byte, error) {
 func (c *Collector) add(uk []byte, kind pebble.InternalKeyKind) {
 	table, ok := keys.TableOf(uk)
 	if ok && table == keys.MetaTable {
-		c.metaKeys++
+		// A key in the metadata range that is not a metadata key (no
+		// 0x00 terminator, a version suffix) was not written by the store.
+		if _, isMeta := keys.MetaName(uk); isMeta {
+			c.metaKeys++
+		} else {
+			c.foreign++
+		}
 		return
 	}
 	p := keys.Split(uk)

@@ -18,10 +18,11 @@ package stats
 // data, live buckets, and whether the live counts may contain estimates
 // (unchecked writers, like CockroachDB's ContainsEstimates). Per store: live
 // SSTs, SSTs whose payload was rebuilt from their keys and virtual SSTs
-// whose summary was scanned, the committed epoch, and the age of the live
+// whose summary was scanned, the committed epoch, the age of the live
 // snapshot (seconds since the statistics were last published: every commit
 // publishes, so a growing age means commits stopped and estimates drift
-// from the table).
+// from the table), and whether the physical statistics are stale (their
+// last refresh failed).
 
 import (
 	"strconv"
@@ -37,6 +38,9 @@ type Snapshot struct {
 	CommittedEpoch uint64
 	Physical       *Version
 	Live           *Live
+	// PhysicalErr, if not nil, is why the last refresh of Physical failed:
+	// Physical then describes an earlier set of SSTs (Tracker.Err).
+	PhysicalErr error
 }
 
 // SnapshotFunc returns the current Snapshot. Metrics calls it once per
@@ -61,8 +65,8 @@ type Metrics struct {
 	source SnapshotFunc
 	now    func() time.Time
 
-	tableDescs                             []tableMetric
-	liveSSTs, rebuilt, virtual, epoch, age *prometheus.Desc
+	tableDescs                                    []tableMetric
+	liveSSTs, rebuilt, virtual, epoch, age, stale *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Metrics)(nil)
@@ -131,6 +135,7 @@ func NewMetrics(source SnapshotFunc, opts *MetricsOptions) *Metrics {
 	m.virtual = desc("stats", "virtual_ssts", "Live virtual SSTs, whose statistics were computed from their backing file's keys.")
 	m.epoch = desc("stats", "committed_epoch", "Committed epoch the statistics describe.")
 	m.age = desc("stats", "age_seconds", "Seconds since the live statistics were last published (by a commit, a bucket split, or the store's open).")
+	m.stale = desc("stats", "physical_stale", "1 if the last refresh of the physical statistics failed, so that they describe an earlier set of SSTs until a retry succeeds, else 0.")
 	return m
 }
 
@@ -144,6 +149,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.virtual
 	ch <- m.epoch
 	ch <- m.age
+	ch <- m.stale
 }
 
 // Collect implements prometheus.Collector: it reads one Snapshot.
@@ -174,6 +180,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.rebuilt, float64(len(phys.Rebuilt())))
 	gauge(m.virtual, float64(virtual))
 	gauge(m.epoch, float64(s.CommittedEpoch))
+	stale := 0.0
+	if s.PhysicalErr != nil {
+		stale = 1
+	}
+	gauge(m.stale, stale)
 	if at := s.Live.PublishedAt(); !at.IsZero() {
 		gauge(m.age, max(0, m.now().Sub(at).Seconds()))
 	}

@@ -93,6 +93,9 @@ lsmstats_stats_committed_epoch{store="test"} 2
 # HELP lsmstats_stats_live_ssts Live SSTs whose statistics are summed.
 # TYPE lsmstats_stats_live_ssts gauge
 lsmstats_stats_live_ssts{store="test"} 9
+# HELP lsmstats_stats_physical_stale 1 if the last refresh of the physical statistics failed, so that they describe an earlier set of SSTs until a retry succeeds, else 0.
+# TYPE lsmstats_stats_physical_stale gauge
+lsmstats_stats_physical_stale{store="test"} 0
 # HELP lsmstats_stats_rebuilt_payloads Live SSTs whose statistics payload was missing, corrupt or inconsistent and was rebuilt from their keys.
 # TYPE lsmstats_stats_rebuilt_payloads gauge
 lsmstats_stats_rebuilt_payloads{store="test"} 1

@@ -21,7 +21,10 @@ package stats
 // again (files already read are kept) — a few times; after that the vanished
 // file is left out, and the event of the compaction that removed it brings
 // the next refresh. Any other error while reading a file fails the refresh
-// and publishes nothing: the current Version stays complete.
+// and publishes nothing: the current Version stays complete, but lags
+// behind the DB. Err reports the failure until a refresh succeeds, and the
+// background goroutine retries with a backoff instead of waiting for an
+// event that may never come.
 //
 // # Files without a usable payload
 //
@@ -72,6 +75,13 @@ var (
 // file vanished.
 const maxListAttempts = 4
 
+// minFailBackoff and maxFailBackoff bound the background goroutine's wait
+// before it retries a refresh that failed; the wait doubles per failure.
+const (
+	minFailBackoff = 10 * time.Millisecond
+	maxFailBackoff = 5 * time.Second
+)
+
 // TrackerConfig configures a Tracker. Zero fields take the defaults noted.
 type TrackerConfig struct {
 	// DB is the store; it may be nil at NewTracker (the listener is needed to
@@ -115,6 +125,9 @@ type Tracker struct {
 
 	refreshMu sync.Mutex
 	signal    chan struct{}
+	// failed holds the error of the last refresh if it failed (nil after a
+	// refresh that succeeded).
+	failed atomic.Pointer[error]
 
 	lifeMu sync.Mutex
 	stop   chan struct{}
@@ -147,6 +160,18 @@ func (t *Tracker) SetDB(db *pebble.DB) {
 
 // Current returns the current Version; never nil.
 func (t *Tracker) Current() *Version { return t.current.Load() }
+
+// Err returns the error of the last Refresh if it failed, and nil once one
+// succeeds. A failed refresh publishes nothing: Current stays a complete
+// Version of an earlier file set, which lags behind the DB until a refresh
+// succeeds. The background goroutine (Start) retries failed refreshes with
+// a backoff, so the lag ends by itself once the fault does.
+func (t *Tracker) Err() error {
+	if p := t.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 func (t *Tracker) notify() {
 	select {
@@ -186,19 +211,32 @@ func (t *Tracker) Start() {
 func (t *Tracker) run(stop, done chan struct{}) {
 	defer close(done)
 	// A compaction event whose result a refresh did not list yet asks for
-	// another refresh after a backoff (see delta.go).
+	// another refresh after a backoff (see delta.go), and so does a refresh
+	// that failed (an I/O error reading a new file's properties): the event
+	// that asked for it will not come again, and on a quiet store no other
+	// event may come at all.
 	var retry *time.Timer
 	var retryC <-chan time.Time
-	backoff := minRetryBackoff
+	backoff, failBackoff := minRetryBackoff, minFailBackoff
 	defer func() {
 		if retry != nil {
 			retry.Stop()
 		}
 	}()
+	arm := func(d time.Duration) {
+		if retryC == nil {
+			retry = time.NewTimer(d)
+			retryC = retry.C
+		}
+	}
 	refresh := func() {
 		if err := t.Refresh(); err != nil && !errors.Is(err, ErrNoDB) {
-			t.cfg.Logger.Errorf("lsmstats/stats: refresh: %v", err)
+			t.cfg.Logger.Errorf("lsmstats/stats: refresh: %v; retrying in %s", err, failBackoff)
+			arm(failBackoff)
+			failBackoff = min(2*failBackoff, maxFailBackoff)
+			return
 		}
+		failBackoff = minFailBackoff
 		if t.deltas.pendingLen() == 0 {
 			backoff = minRetryBackoff
 		}
@@ -214,8 +252,7 @@ func (t *Tracker) run(stop, done chan struct{}) {
 			refresh()
 		case <-t.deltas.retry:
 			if retryC == nil {
-				retry = time.NewTimer(backoff)
-				retryC = retry.C
+				arm(backoff)
 				backoff = min(2*backoff, maxRetryBackoff)
 			}
 		case <-t.deltas.deliver:
@@ -256,9 +293,11 @@ func (t *Tracker) Refresh() error {
 	l := loader{cfg: &t.cfg, cache: map[uint64]*liveFile{}}
 	v, err := l.derive(context.Background(), db, base)
 	if err != nil {
+		t.failed.Store(&err)
 		return err
 	}
 	t.current.Store(v)
+	t.failed.Store(nil)
 	if t.deltas.resolve(n, base, v) {
 		// A compaction's result is not listed yet: the goroutine lists
 		// again after a backoff.

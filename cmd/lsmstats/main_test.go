@@ -11,15 +11,17 @@ import (
 
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 // TestMain lets the test binary serve as the backfill worker: the
 // supervisor re-executes os.Executable() with "backfill --worker ...".
+// Otherwise it runs the tests and fails if any goroutine outlives them.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "backfill" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func runCmd(t *testing.T, args ...string) (string, string, int) {

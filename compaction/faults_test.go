@@ -1,0 +1,263 @@
+package compaction
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/stretchr/testify/require"
+)
+
+// Faults in the work of a round: GC's ingestions (SSTs the store stages),
+// and the manual compactions (SSTs Pebble writes). The file system is
+// Pebble's errorfs over the real one, with the injector swapped as a test
+// goes; errorfs's predicates pick the operations.
+
+// faultSwitch is an errorfs.Injector whose injector a test replaces; it
+// counts the faults injected per kind of operation.
+type faultSwitch struct {
+	mu     sync.Mutex
+	inj    errorfs.Injector
+	counts map[string]int
+}
+
+func (s *faultSwitch) String() string { return "compaction fault switch" }
+
+func (s *faultSwitch) set(inj errorfs.Injector) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inj = inj
+}
+
+func (s *faultSwitch) MaybeError(op errorfs.Op) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inj == nil {
+		return nil
+	}
+	err := s.inj.MaybeError(op)
+	if err != nil {
+		if s.counts == nil {
+			s.counts = map[string]int{}
+		}
+		s.counts[fmt.Sprintf("%v", op.Kind.ReadOrWrite())+"/"+kindName(op.Kind)]++
+	}
+	return err
+}
+
+func (s *faultSwitch) injected() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.counts {
+		n += c
+	}
+	return n
+}
+
+func (s *faultSwitch) summary() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var parts []string
+	for k, v := range s.counts {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
+
+func kindName(k errorfs.OpKind) string {
+	switch k {
+	case errorfs.OpCreate:
+		return "create"
+	case errorfs.OpOpen:
+		return "open"
+	case errorfs.OpFileWrite, errorfs.OpFileWriteAt:
+		return "write"
+	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+		return "sync"
+	case errorfs.OpLink:
+		return "link"
+	case errorfs.OpRemove, errorfs.OpRemoveAll:
+		return "remove"
+	}
+	return fmt.Sprintf("op%d", int(k))
+}
+
+// opIs is an errorfs predicate on the kind of operation.
+type opIs errorfs.OpKind
+
+func (o opIs) String() string              { return kindName(errorfs.OpKind(o)) }
+func (o opIs) Evaluate(op errorfs.Op) bool { return op.Kind == errorfs.OpKind(o) }
+
+func openFaultStore(t *testing.T, sw *faultSwitch, opts lsm.Options) (*lsm.Store, string) {
+	dir := t.TempDir()
+	opts.FS = errorfs.Wrap(vfs.Default, sw)
+	opts.Logger = quietLogger{}
+	// After a failed compaction Pebble keeps its input spans out of
+	// compactions for 30 s: no commit back-pressure on L0.
+	opts.L0StopSublevels = -1
+	s, err := lsm.Open(dir, &opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { t.Logf("faults injected per kind: %s", sw.summary()) })
+	return s, dir
+}
+
+// TestPolicyFaults: a fault in a round's GC ingestion or compaction ends
+// the round with the injected error, counted in Metrics.Errors; rows and
+// statistics stay consistent, and the next round without faults finishes
+// the work (every vnode holds one entry per live row).
+func TestPolicyFaults(t *testing.T) {
+	seed := testSeed(t)
+	sw := &faultSwitch{}
+	s, dir := openFaultStore(t, sw, lsm.Options{})
+	defer func() { require.NoError(t, s.Close()) }()
+	wl := newWorkload(t, s, 1, 16, seed)
+	run(t, s, 1, 800, 0, 0, wl)
+	p, err := New(Config{Store: s, Thresholds: Thresholds{MinGarbage: 16}, MaxRangesPerRound: 100, Rate: -1, BatchSize: 64})
+	require.NoError(t, err)
+	ingest := errorfs.PathMatch(dir + "/staging/ingest-*")
+	sst := errorfs.PathMatch(dir + "/db/*.sst")
+	for _, c := range []struct {
+		name string
+		inj  errorfs.Injector
+	}{
+		// The second GC batch cannot be written: the first one stays.
+		{"gc batch write", errorfs.ErrInjected.If(errorfs.And(errorfs.Writes, ingest, errorfs.OnIndex(3)))},
+		{"gc batch sync", errorfs.ErrInjected.If(errorfs.And(opIs(errorfs.OpFileSync), ingest))},
+		{"gc batch create", errorfs.ErrInjected.If(errorfs.And(opIs(errorfs.OpCreate), ingest))},
+		// Pebble opens the batch to ingest it.
+		{"gc batch open", errorfs.ErrInjected.If(errorfs.And(opIs(errorfs.OpOpen), ingest))},
+		// The compaction's outputs.
+		{"compaction output create", errorfs.ErrInjected.If(errorfs.And(opIs(errorfs.OpCreate), sst))},
+		{"compaction output write", errorfs.ErrInjected.If(errorfs.And(errorfs.Writes, sst, errorfs.OnIndex(2)))},
+	} {
+		run(t, s, 6, 300, 30, 30, wl)
+		require.NotEmpty(t, p.Plan(), c.name)
+		errs := p.Metrics().Errors
+		sw.set(c.inj)
+		had := sw.injected()
+		_, err := p.RunRound(context.Background())
+		sw.set(nil)
+		require.Greater(t, sw.injected(), had, "%s: no fault injected", c.name)
+		require.Error(t, err, c.name)
+		require.True(t, errors.Is(err, errorfs.ErrInjected), "%s: %v", c.name, err)
+		require.Equal(t, errs+1, p.Metrics().Errors, c.name)
+		require.Equal(t, wl.live, wl.rows(), c.name)
+		rep, err := s.Verify()
+		require.NoError(t, err, c.name)
+		require.Empty(t, rep.Differences, c.name)
+		_, err = p.RunRound(context.Background())
+		require.NoError(t, err, c.name)
+		require.Empty(t, p.Plan(), c.name)
+		requireCollected(t, s, wl)
+	}
+}
+
+// requireCollected checks that GC left one version per live row in every
+// vnode: entries minus Pebble tombstones equal live rows. (A vnode whose
+// GC batches landed before the fault may keep fewer than MinGarbage
+// tombstones, too few for a compaction of their own.)
+func requireCollected(t testing.TB, s *lsm.Store, wl *workload) {
+	st := s.Stats()
+	for v := 0; v < wl.def.VnodeCount; v++ {
+		p, l := st.Physical.Vnode(wl.def.ID, uint16(v)), st.Live.Vnode(wl.def.ID, uint16(v))
+		require.Equal(t, uint64(l.Rows), p.Entries-p.PebbleTombstones, "table %d vnode %d: %+v", wl.def.ID, v, p)
+	}
+}
+
+// TestPolicyLoopFaults: the background loop meets random faults in its GC
+// ingestions and compactions, logs them and goes on; once the faults stop
+// it converges. When the store refuses writes (a spill failed), the loop
+// ends by itself.
+func TestPolicyLoopFaults(t *testing.T) {
+	seed := testSeed(t)
+	sw := &faultSwitch{}
+	s, dir := openFaultStore(t, sw, lsm.Options{MemoryWatermark: 64 << 10})
+	defer func() { require.NoError(t, s.Close()) }()
+	wl := newWorkload(t, s, 1, 8, seed)
+	run(t, s, 1, 600, 0, 0, wl)
+	run(t, s, 6, 300, 30, 30, wl)
+	var mu sync.Mutex
+	var logged []string
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged = append(logged, fmt.Sprintf(format, args...))
+	}
+	p, err := New(Config{Store: s, Thresholds: Thresholds{MinGarbage: 16}, Interval: 2 * time.Millisecond, MaxRangesPerRound: 2, Rate: -1, BatchSize: 64, Logf: logf})
+	require.NoError(t, err)
+	sw.set(errorfs.ErrInjected.If(errorfs.And(errorfs.Writes,
+		errorfs.Randomly(0.3, int64(seed)), errorfs.PathMatch(dir+"/staging/ingest-*"))))
+	require.NoError(t, p.Start())
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Metrics().Errors < 3 {
+		require.True(t, time.Now().Before(deadline), "no round failed: %+v", p.Metrics())
+		if len(p.Plan()) == 0 {
+			run(t, s, 2, 300, 30, 30, wl) // more work for the loop
+		}
+		time.Sleep(time.Millisecond)
+	}
+	sw.set(nil)
+	collected := func() bool {
+		st := s.Stats()
+		for v := 0; v < wl.def.VnodeCount; v++ {
+			p, l := st.Physical.Vnode(wl.def.ID, uint16(v)), st.Live.Vnode(wl.def.ID, uint16(v))
+			if uint64(l.Rows) != p.Entries-p.PebbleTombstones {
+				return false
+			}
+		}
+		return true
+	}
+	for len(p.Plan()) > 0 || !collected() {
+		require.True(t, time.Now().Before(deadline), "the loop never converged: %+v", p.Metrics())
+		time.Sleep(2 * time.Millisecond)
+	}
+	p.Stop()
+	requireCollected(t, s, wl)
+	require.Equal(t, wl.live, wl.rows())
+	mu.Lock()
+	require.Contains(t, strings.Join(logged, "\n"), "injected error")
+	mu.Unlock()
+
+	// A spill fails: the store refuses writes; the loop's next round meets
+	// ErrFailed and the loop ends.
+	run(t, s, 4, 300, 30, 30, wl)
+	sw.set(errorfs.ErrInjected.If(errorfs.And(errorfs.Writes, errorfs.PathMatch(dir+"/staging/spill-*"))))
+	e := s.EpochFloor() + 1
+	var werr error
+	for i := 0; werr == nil; i++ {
+		require.Less(t, i, 100000, "no spill")
+		k := keys.AppendUint64(nil, 1<<40+uint64(i))
+		werr = wl.w.Insert(e, wl.def.VnodeOf(k), k, []byte(strings.Repeat("s", 100)))
+	}
+	require.True(t, errors.Is(werr, lsm.ErrFailed), "%v", werr)
+	sw.set(nil)
+	logged = nil
+	p2, err := New(Config{Store: s, Thresholds: Thresholds{MinGarbage: 16}, Interval: time.Millisecond, Rate: -1, Logf: logf})
+	require.NoError(t, err)
+	require.NoError(t, p2.Start())
+	for {
+		mu.Lock()
+		done := strings.Contains(strings.Join(logged, "\n"), "the policy stops")
+		mu.Unlock()
+		if done {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the loop did not stop: %+v", p2.Metrics())
+		time.Sleep(time.Millisecond)
+	}
+	rounds := p2.Metrics().Rounds
+	time.Sleep(20 * time.Millisecond)
+	require.Equal(t, rounds, p2.Metrics().Rounds, "no round after the store failed")
+	p2.Stop()
+}
