@@ -17,7 +17,9 @@ import (
 
 // TestDataDriven runs lsm/testdata/*. Commands:
 //
-//	open [watermark=N]           open (or reopen) the store
+//	open [watermark=N] [compactions=on]
+//	                             open (or reopen) the store; automatic
+//	                             compactions stay off unless asked for
 //	create-table id=N vnodes=N   a table with a u64 pk
 //	writer name=W table=N [vnodes=a-b] [unchecked]
 //	write name=W epoch=E         one op per line: insert PK ROW | delete PK OLD |
@@ -76,9 +78,9 @@ func ddStep(t *testing.T, td *datadriven.TestData, dir string, sp **Store, write
 			opts.MemoryWatermark = int64(w)
 		}
 		opts.Pebble = func(o *pebble.Options) {
-			if td.HasArg("compactions") && argString(t, td, "compactions") == "off" {
-				o.DisableAutomaticCompactions = true
-			}
+			// Output must not depend on when Pebble compacts: automatic
+			// compactions are off unless a test asks for them.
+			o.DisableAutomaticCompactions = !(td.HasArg("compactions") && argString(t, td, "compactions") == "on")
 			if td.HasArg("comparer") && argString(t, td, "comparer") == "bytewise" {
 				o.Comparer = pebble.DefaultComparer
 			}
