@@ -57,7 +57,7 @@ func TestCanonicalAccuracy(t *testing.T) {
 					recs++
 				}
 				open := func() (*lsm.Store, *backfill.Job) {
-					s, err := lsm.Open(dir, &lsm.Options{Logger: quiet{}})
+					s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}})
 					require.NoError(t, err)
 					g, err := workload.New(p)
 					require.NoError(t, err)

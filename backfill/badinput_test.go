@@ -26,7 +26,7 @@ func TestOpenJobBadState(t *testing.T) {
 	require.NoError(t, err)
 	p.BatchRows = 500
 	p.DuringSteps = 4
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quiet{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	const upstream, mv, state, meta = 1, 2, 3, 4

@@ -34,7 +34,7 @@ func TestConcurrentProgress(t *testing.T) {
 	p.DuringSteps = 20
 	g, err := workload.New(p)
 	require.NoError(t, err)
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quiet{}, MemoryWatermark: 64 << 10})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}, MemoryWatermark: 64 << 10})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	const upstream, state = 1, 3

@@ -65,7 +65,7 @@ func crashParams(seed uint64) workload.Params {
 }
 
 func openCrashJob(dir string, actors int, seed uint64) (*lsm.Store, *backfill.Job, *workload.Generator, error) {
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quiet{}, MemoryWatermark: 256 << 10})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}, MemoryWatermark: 256 << 10})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -49,7 +49,7 @@ func TestDataDriven(t *testing.T) {
 		defer closeAll()
 		open := func(actors int) {
 			var err error
-			s, err = lsm.Open(dir, &lsm.Options{Logger: quiet{}})
+			s, err = lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}})
 			require.NoError(t, err)
 			g, err := workload.New(p)
 			require.NoError(t, err)

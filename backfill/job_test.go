@@ -2,7 +2,6 @@ package backfill_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/lsmstats/lsmstats/backfill"
@@ -10,12 +9,6 @@ import (
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
-
-type quiet struct{}
-
-func (quiet) Infof(string, ...any)      {}
-func (quiet) Errorf(f string, a ...any) { fmt.Printf(f+"\n", a...) }
-func (quiet) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
 
 // bothOracles checks the generator's model against a scan at every call.
 type bothOracles struct {
@@ -42,7 +35,7 @@ func TestJobSmall(t *testing.T) {
 			p.DuringSteps = 10
 			g, err := workload.New(p)
 			require.NoError(t, err)
-			s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quiet{}})
+			s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
 			require.NoError(t, err)
 			defer s.Close()
 			j, err := backfill.OpenJob(backfill.JobConfig{

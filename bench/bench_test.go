@@ -18,12 +18,6 @@ var (
 	benchVnodes = flag.Int("bench-vnodes", 256, "vnodes of the benchmark workloads")
 )
 
-type quiet struct{}
-
-func (quiet) Infof(string, ...any)      {}
-func (quiet) Errorf(f string, a ...any) { fmt.Printf(f+"\n", a...) }
-func (quiet) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
-
 // canonical is the canonical run of the backfill issue: 2 actors, a
 // checkpoint every 2,048 snapshot rows per actor.
 func canonical(b *testing.B, name string, approach []string) Config {
@@ -31,7 +25,7 @@ func canonical(b *testing.B, name string, approach []string) Config {
 	require.NoError(b, err)
 	p.DuringSteps = 40
 	return Config{Dir: b.TempDir(), Workload: p, Actors: 2, ChunkSize: 256, BarrierRows: 2048,
-		Approaches: approach, Store: &lsm.Options{Logger: quiet{}}}
+		Approaches: approach, Store: &lsm.Options{Logger: lsm.QuietLogger{}}}
 }
 
 // BenchmarkBackfill runs each workload once per approach and reports how

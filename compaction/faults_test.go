@@ -102,7 +102,7 @@ func (o opIs) Evaluate(op errorfs.Op) bool { return op.Kind == errorfs.OpKind(o)
 func openFaultStore(t *testing.T, sw *faultSwitch, opts lsm.Options) (*lsm.Store, string) {
 	dir := t.TempDir()
 	opts.FS = errorfs.Wrap(vfs.Default, sw)
-	opts.Logger = quietLogger{}
+	opts.Logger = lsm.QuietLogger{}
 	// After a failed compaction Pebble keeps its input spans out of
 	// compactions for 30 s: no commit back-pressure on L0.
 	opts.L0StopSublevels = -1

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -33,19 +32,8 @@ func testSeed(t testing.TB) uint64 {
 	return seed
 }
 
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any) {}
-func (quietLogger) Errorf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, format+"\n", args...)
-}
-func (quietLogger) Fatalf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, format+"\n", args...)
-	os.Exit(4)
-}
-
 func openStore(t testing.TB) *lsm.Store {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietLogger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
 	require.NoError(t, err)
 	return s
 }

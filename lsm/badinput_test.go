@@ -49,7 +49,7 @@ func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *data
 	case "close":
 		return errOr(s.Close(), "ok"), true
 	case "raw-pebble-set":
-		opts := &pebble.Options{Comparer: keys.Comparer, Logger: quietLogger{}}
+		opts := &pebble.Options{Comparer: keys.Comparer, Logger: QuietLogger{}}
 		db, err := pebble.Open(filepath.Join(d.dir, pebbleDir), opts)
 		require.NoError(t, err)
 		for _, line := range strings.Split(strings.TrimSpace(td.Input), "\n") {
@@ -225,7 +225,7 @@ func (c *corruptCollector) FinishTable(buf []byte) ([]byte, error) {
 
 // recordingLogger keeps the error lines.
 type recordingLogger struct {
-	quietLogger
+	QuietLogger
 	mu    sync.Mutex
 	lines []string
 }
@@ -311,7 +311,7 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 // has outstanding references"), and one used after Close panicked in
 // Pebble's iterator (an integer divide by zero).
 func TestIterAfterClose(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
 	require.NoError(t, err)
 	c := newChurn(t, s, TableDef{ID: 1, VnodeCount: 2, PK: keys.Schema{keys.Uint64}}, 1)
 	c.step(50, 0, 0)

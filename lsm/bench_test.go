@@ -20,7 +20,7 @@ import (
 const benchVnodes = 16
 
 func benchStore(b *testing.B) *Store {
-	s, err := Open(b.TempDir(), &Options{Logger: quietLogger{}})
+	s, err := Open(b.TempDir(), &Options{Logger: QuietLogger{}})
 	require.NoError(b, err)
 	require.NoError(b, s.CreateTable(TableDef{ID: 1, VnodeCount: benchVnodes, PK: keys.Schema{keys.Uint64}}))
 	b.Cleanup(func() { _ = s.Close() })

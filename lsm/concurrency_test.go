@@ -38,7 +38,7 @@ func TestConcurrent(t *testing.T) {
 		vnodes  = 16
 		pks     = 480
 	)
-	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 12 << 10, TargetFileSize: 16 << 10, Logger: quietLogger{}})
+	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 12 << 10, TargetFileSize: 16 << 10, Logger: QuietLogger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: vnodes, PK: keys.Schema{keys.Uint64}}

@@ -81,7 +81,7 @@ func (g *crashGen) step(k uint64) []crashOp {
 }
 
 func crashOpen(dir string) (*Store, error) {
-	s, err := Open(dir, &Options{MemoryWatermark: 48 << 10, Logger: quietLogger{}})
+	s, err := Open(dir, &Options{MemoryWatermark: 48 << 10, Logger: QuietLogger{}})
 	if err != nil {
 		return nil, err
 	}

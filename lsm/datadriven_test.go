@@ -71,7 +71,7 @@ func ddStep(t *testing.T, td *datadriven.TestData, dir string, sp **Store, write
 				t.Fatalf("close before open: %v", err)
 			}
 		}
-		opts := &Options{MemoryWatermark: -1, Logger: quietLogger{}, FS: faultCmds.f.fs()}
+		opts := &Options{MemoryWatermark: -1, Logger: QuietLogger{}, FS: faultCmds.f.fs()}
 		if td.HasArg("watermark") {
 			var w int
 			td.ScanArgs(t, "watermark", &w)

@@ -74,7 +74,7 @@ var fatalRules = []struct {
 }
 
 // faultLogger is the child's logger: Fatalf reports and exits.
-type faultLogger struct{ quietLogger }
+type faultLogger struct{ QuietLogger }
 
 func (faultLogger) Fatalf(format string, args ...any) {
 	fmt.Printf("F %s\n", strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", " "))

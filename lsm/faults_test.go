@@ -74,7 +74,7 @@ func newFaultStore(t *testing.T, seed uint64, opts Options) *faultStore {
 	fs := &faultStore{t: t, dir: dir, f: newFaultInjector(dir, seed), opts: opts, committed: map[uint64]string{}}
 	fs.opts.FS = fs.f.fs()
 	if fs.opts.Logger == nil {
-		fs.opts.Logger = quietLogger{}
+		fs.opts.Logger = QuietLogger{}
 	}
 	logFaults(t, fs.f)
 	fs.open()
@@ -154,7 +154,7 @@ func TestFaultsOpen(t *testing.T) {
 			for skip := 0; ; skip++ {
 				dir := t.TempDir()
 				f := newFaultInjector(dir, 1)
-				opts := &Options{FS: f.fs(), Logger: quietLogger{}, MemoryWatermark: -1}
+				opts := &Options{FS: f.fs(), Logger: QuietLogger{}, MemoryWatermark: -1}
 				want := map[uint64]string{}
 				if !fresh {
 					s, err := Open(dir, opts)
@@ -186,7 +186,7 @@ func TestFaultsOpen(t *testing.T) {
 					require.NoError(t, s.Close())
 				}
 				require.NoError(t, goleak.Find(before), "open with %s fault #%d (%v)", kind, skip, err)
-				s, err = Open(dir, &Options{Logger: quietLogger{}, MemoryWatermark: -1})
+				s, err = Open(dir, &Options{Logger: QuietLogger{}, MemoryWatermark: -1})
 				require.NoError(t, err)
 				if !fresh {
 					def, err := s.Table(faultTable.ID)

@@ -85,7 +85,7 @@ func BenchmarkGC(b *testing.B) {
 			var before, after, errBefore, errAfter, maxBefore, maxAfter float64
 			b.StopTimer()
 			for i := 0; i < b.N; i++ {
-				s, err := Open(b.TempDir(), &Options{Logger: quietLogger{}})
+				s, err := Open(b.TempDir(), &Options{Logger: QuietLogger{}})
 				require.NoError(b, err)
 				def := TableDef{ID: 1, VnodeCount: 64, PK: keys.Schema{keys.Uint64}}
 				c := newChurn(b, s, def, uint64(i+1))

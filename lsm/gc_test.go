@@ -245,7 +245,7 @@ func requireEntriesEqualLive(t testing.TB, s *Store, def TableDef) {
 // physical entries == live rows in every vnode, exactly.
 func TestGCEntriesEqualLiveRows(t *testing.T) {
 	seed := testSeed(t)
-	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 64 << 10, Logger: quietLogger{}})
+	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 64 << 10, Logger: QuietLogger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: 16, PK: keys.Schema{keys.Uint64}}
@@ -299,7 +299,7 @@ func TestGCModel(t *testing.T) {
 	dir := t.TempDir()
 	def := TableDef{ID: 1, VnodeCount: 8, PK: keys.Schema{keys.Uint64}}
 	open := func() *Store {
-		s, err := Open(dir, &Options{MemoryWatermark: int64(2048 + r.IntN(8192)), Logger: quietLogger{}})
+		s, err := Open(dir, &Options{MemoryWatermark: int64(2048 + r.IntN(8192)), Logger: QuietLogger{}})
 		require.NoError(t, err)
 		return s
 	}
@@ -432,7 +432,7 @@ func TestGCModel(t *testing.T) {
 // TestGCPacingAndCancel: the limiter paces examined versions, and a
 // cancelled pass returns where to resume without losing anything.
 func TestGCPacingAndCancel(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
@@ -465,7 +465,7 @@ func TestGCPacingAndCancel(t *testing.T) {
 // TestGCBadInput: every malformed request is refused with a clear error and
 // changes nothing.
 func TestGCBadInput(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
 	require.NoError(t, err)
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	c := newChurn(t, s, def, 1)
@@ -495,7 +495,7 @@ func TestGCBadInput(t *testing.T) {
 // work: compacting a GC'd range removes exactly the deleted versions and
 // their SINGLEDELs.
 func TestGCCompactionDeltas(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietLogger{}, Pebble: func(o *pebble.Options) {
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}, Pebble: func(o *pebble.Options) {
 		o.DisableAutomaticCompactions = true
 	}})
 	require.NoError(t, err)
@@ -556,7 +556,7 @@ func TestGCCompactionDeltas(t *testing.T) {
 // below it is refused even before the pass's first ingestion raised the
 // watermark, and pins at or above it are granted.
 func TestGCRefusesPinsDuringPass(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
@@ -598,7 +598,7 @@ func TestGCRefusesPinsDuringPass(t *testing.T) {
 // reports ErrClosed and where to resume, and nothing is lost.
 func TestGCCloseCancels(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, &Options{Logger: quietLogger{}})
+	s, err := Open(dir, &Options{Logger: QuietLogger{}})
 	require.NoError(t, err)
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	c := newChurn(t, s, def, 4)
@@ -623,7 +623,7 @@ func TestGCCloseCancels(t *testing.T) {
 	r := <-done
 	require.True(t, errors.Is(r.err, ErrClosed), "%v", r.err)
 	require.NotNil(t, r.res.Resume)
-	s, err = Open(dir, &Options{Logger: quietLogger{}})
+	s, err = Open(dir, &Options{Logger: QuietLogger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	require.Equal(t, c.live, readAt(t, s, def, s.CommittedEpoch()))

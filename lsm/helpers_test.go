@@ -1,7 +1,6 @@
 package lsm
 
 import (
-	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -37,18 +36,6 @@ func crashForTest(s *Store) {
 	s.iters.close()
 	_ = s.tracker.Close()
 	_ = s.db.Close()
-}
-
-// quietLogger drops Pebble's informational lines.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any) {}
-func (quietLogger) Errorf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, format+"\n", args...)
-}
-func (quietLogger) Fatalf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, format+"\n", args...)
-	os.Exit(4)
 }
 
 func TestCatalogEntryRoundTrip(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 // figure must not go backwards).
 func TestSplitsReproducedAfterRestart(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, &Options{Logger: quietLogger{}})
+	s, err := Open(dir, &Options{Logger: QuietLogger{}})
 	require.NoError(t, err)
 	require.NoError(t, s.CreateTable(TableDef{ID: 1, VnodeCount: 2, PK: keys.Schema{keys.Uint64}}))
 	def, _ := s.table(1)
@@ -32,7 +32,7 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 	est := before.EstimateRows(1, 0, nil, cursor)
 	crashForTest(s)
 
-	s, err = Open(dir, &Options{Logger: quietLogger{}})
+	s, err = Open(dir, &Options{Logger: QuietLogger{}})
 	require.NoError(t, err)
 	defer s.Close()
 	after := s.Live()

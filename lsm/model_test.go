@@ -73,7 +73,7 @@ func TestModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 1))
 	dir := t.TempDir()
 	open := func() *Store {
-		s, err := Open(dir, &Options{MemoryWatermark: int64(2048 + r.IntN(8192)), Logger: quietLogger{}})
+		s, err := Open(dir, &Options{MemoryWatermark: int64(2048 + r.IntN(8192)), Logger: QuietLogger{}})
 		require.NoError(t, err)
 		return s
 	}

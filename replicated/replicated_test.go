@@ -20,12 +20,6 @@ var seedFlag = flag.Uint64("seed", 0, "seed for TestRandom (0: time based)")
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type quiet struct{}
-
-func (quiet) Infof(string, ...any)      {}
-func (quiet) Errorf(f string, a ...any) { fmt.Printf(f+"\n", a...) }
-func (quiet) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
-
 // TestRandom applies random upstream changes through a writer (persisted,
 // committed only at some barriers) and to the replicated table's overlay,
 // and checks reads and statistics at random epochs between the committed
@@ -37,7 +31,7 @@ func TestRandom(t *testing.T) {
 	}
 	t.Logf("seed: %d (rerun with -seed=%d)", seed, seed)
 	r := rand.New(rand.NewPCG(seed, 9))
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quiet{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
 	require.NoError(t, err)
 	defer s.Close()
 	def := lsm.TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}

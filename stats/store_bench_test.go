@@ -177,7 +177,7 @@ func statsMemory(b *testing.B, e *storeEnv) (physical, live float64) {
 	}
 	o := &pebble.Options{Comparer: keys.Comparer}
 	o.EnsureDefaults()
-	cfg := stats.TrackerConfig{DB: e.s.DB(), Dir: e.dir + "/db", ReaderOptions: o.MakeReaderOptions(), Logger: quietLogger{}}
+	cfg := stats.TrackerConfig{DB: e.s.DB(), Dir: e.dir + "/db", ReaderOptions: o.MakeReaderOptions(), Logger: lsm.QuietLogger{}}
 	before := heap()
 	v, err := stats.Recompute(cfg)
 	require.NoError(b, err)

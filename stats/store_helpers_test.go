@@ -8,10 +8,8 @@ package stats_test
 import (
 	"context"
 	"flag"
-	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -40,18 +38,6 @@ func storeSeed(t testing.TB) uint64 {
 	return seed
 }
 
-// quietLogger drops Pebble's informational lines and keeps its errors
-// visible.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any) {}
-func (quietLogger) Errorf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, format+"\n", args...)
-}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
-}
-
 // storeEnv is a real store in a temporary directory.
 type storeEnv struct {
 	t    testing.TB
@@ -69,7 +55,7 @@ func uncompacted() lsm.Options {
 	return lsm.Options{
 		MemoryWatermark: -1,
 		L0StopSublevels: -1,
-		Logger:          quietLogger{},
+		Logger:          lsm.QuietLogger{},
 		Pebble: func(o *pebble.Options) {
 			o.DisableAutomaticCompactions = true
 			o.L0CompactionThreshold = math.MaxInt32

@@ -213,17 +213,6 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 
 // ---- worker ------------------------------------------------------------
 
-type quietLogger struct{ w io.Writer }
-
-func (l quietLogger) Infof(string, ...any) {}
-func (l quietLogger) Errorf(format string, args ...any) {
-	fmt.Fprintf(l.w, "pebble: "+format+"\n", args...)
-}
-func (l quietLogger) Fatalf(format string, args ...any) {
-	fmt.Fprintf(l.w, "pebble: fatal: "+format+"\n", args...)
-	os.Exit(4)
-}
-
 // runWorker opens (or recovers) the job in f.dir and runs it to the end,
 // reporting on stdout.
 func runWorker(f *backfillFlags, p workload.Params, stdout io.Writer) error {
@@ -236,7 +225,7 @@ func runWorker(f *backfillFlags, p workload.Params, stdout io.Writer) error {
 	cfg := bench.Config{
 		Dir: f.dir, Workload: p, Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
 		CheckpointEvery: f.checkpointEvery,
-		Store:           &lsm.Options{Logger: quietLogger{os.Stderr}},
+		Store:           &lsm.Options{Logger: lsm.QuietLogger{W: os.Stderr}},
 		OnCheckpoint:    func(r backfill.Record) { emit(event{T: "ckpt", Rec: toJSON(r)}) },
 	}
 	start := time.Now()

@@ -57,7 +57,7 @@ func openExisting(dir string) (*lsm.Store, error) {
 	if dir == "" {
 		return nil, errors.New("--dir is required")
 	}
-	return lsm.Open(dir, &lsm.Options{Logger: quietLogger{io.Discard}})
+	return lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{W: io.Discard}})
 }
 
 // collectStats gathers the statistics of one table or of all.

@@ -54,12 +54,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-type quiet struct{}
-
-func (quiet) Infof(string, ...any)      {}
-func (quiet) Errorf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
-func (quiet) Fatalf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...); os.Exit(4) }
-
 // params is one job's workload: churn before and during the backfill, small
 // barriers so that a job lasts many checkpoints.
 func params(seed uint64) workload.Params {
@@ -71,7 +65,7 @@ func params(seed uint64) workload.Params {
 
 func config(dir string, seed uint64, store *lsm.Options) bench.Config {
 	if store == nil {
-		store = &lsm.Options{Logger: quiet{}}
+		store = &lsm.Options{Logger: lsm.QuietLogger{}}
 	}
 	return bench.Config{Dir: dir, Workload: params(seed), Actors: 2, ChunkSize: 32, BarrierRows: 64,
 		CheckpointEvery: 2, Store: store}
@@ -101,7 +95,7 @@ func child(dir string, seed uint64) error {
 		CompactionBegin: func(pebble.CompactionInfo) { emit("+compaction") },
 		CompactionEnd:   func(pebble.CompactionInfo) { emit("-compaction") },
 	}
-	cfg := config(dir, seed, &lsm.Options{Logger: quiet{}, MemoryWatermark: 12 << 10, EventListener: el,
+	cfg := config(dir, seed, &lsm.Options{Logger: lsm.QuietLogger{}, MemoryWatermark: 12 << 10, EventListener: el,
 		OnPhase: func(p string) { emit("S " + p) }})
 	cfg.OnPhase = func(p string) { emit("F " + p) }
 	cfg.OnCheckpoint = func(backfill.Record) { emit("C") }
