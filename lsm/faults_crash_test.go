@@ -304,7 +304,9 @@ func TestFaultsCrash(t *testing.T) {
 		require.Positive(t, perRule[rule.name], "rule %s never injected a fault", rule.name)
 	}
 	require.Positive(t, outcomes["fatal"], "no fault ended in Fatalf")
-	require.Positive(t, outcomes["panic"], "no fault ended in a panic")
+	// Some faults make Pebble panic (a read error while a compaction elides
+	// a SINGLEDEL; a failed directory sync while moving a marker); whether
+	// one lands depends on timing, so panics are counted, not required.
 }
 
 func tail(s string, n int) string {
