@@ -14,8 +14,8 @@ package stats
 // skips it; Encode writes a zero in its place, so that
 // DecodeSummary(s.Encode()) round-trips.
 //
-// format is formatZstd (body = uvarint rawLen | zstd frame of the raw body)
-// or formatRaw (body = the raw body, used when compression does not pay: tiny
+// format is formatS2 (body = an s2 block of the raw body, which starts with
+// the raw length as a uvarint) or formatRaw (body = the raw body, used when compression does not pay: tiny
 // bodies, or a ratio beyond what the decoder accepts). Any other value is an
 // unknown version. The checksum (CRC-32C) covers everything after it.
 //
@@ -33,25 +33,29 @@ package stats
 // or two bytes each however large the SST; pks share their prefix with the
 // previous one, which for fixed-width integer pks leaves two or three bytes.
 //
-// # Why zstd
+// # Why s2
 //
-// Measured by BenchmarkPayloadCodec on raw bodies of real collector output
-// (7 KB to 29 KB; 16 to 256 vnodes, 1 to 4 versions per pk): zstd
-// (SpeedDefault) stores 18%, 25% and 48% of the raw body, s2 (EncodeBetter)
-// 25%, 36% and 64%; zstd encodes and decodes at 170-290 MB/s, s2 at 420-680
-// MB/s. Varint streams have few long matches, so zstd's entropy coding is
-// what pays. A payload is encoded once per SST written and decoded once per
-// SST that becomes live: ~0.1 ms per 200,000-key SST, noise next to writing
-// or opening it, while the bytes are stored in every SST. So zstd, with one
-// package-level encoder and decoder (EncodeAll/DecodeAll are safe for
-// concurrent use).
+// The payload is encoded inside every flush and compaction, once per SST,
+// on a cache that Pebble's own block building has just thrashed. Measured
+// there (a CPU profile of flushes and compactions of 1M keys over 256
+// vnodes, with the collector registered), zstd at SpeedFastest took 160 µs
+// per SST, mostly cache misses on its 256 KB hash table (SpeedDefault's
+// tables are larger still), and the
+// collector as a whole 6.0% of Pebble's CPU; with s2.Encode (a 64 KB table
+// on the stack) the encoding fell out of the profile and the collector to
+// 3.4%. Isolated, with warm tables (BenchmarkPayloadCodec), zstd stores
+// 18-21%, 25-26% and 48-50% of the raw bodies of real collector output (7
+// to 29 KB; 16 to 256 vnodes, 1 to 4 versions per pk) and s2 26%, 37% and
+// 72%, but s2 encodes and decodes 3 to 4 times faster (860-920 MB/s), and
+// payloads stay 0.02 to 0.1% of their SST either way, far below the 1% goal,
+// while the encoding is paid on the write path of the whole LSM.
 //
 // # Decoding untrusted bytes
 //
 // The decoder never panics and never allocates more than a bounded multiple
 // of its input: every count and length is checked against the bytes left,
-// the raw length of a zstd body against maxRatio times the frame size (and
-// zstd may not write past it), the samples of a vnode against
+// the raw length of an s2 body against maxRatio times the block size
+// (before allocating), the samples of a vnode against
 // maxVnodeSamples, the pk bytes it materialises against maxPKBytesRatio
 // times the body; and the decoded values against the invariants the
 // collector guarantees (sorted tables, vnodes and pks; cumulative counters
@@ -66,10 +70,9 @@ import (
 	"math"
 	"math/bits"
 	"slices"
-	"sync"
 
 	"github.com/cockroachdb/errors"
-	"github.com/klauspost/compress/zstd"
+	"github.com/klauspost/compress/s2"
 )
 
 // ErrCorruptPayload marks every error about a payload that cannot be decoded:
@@ -77,18 +80,20 @@ import (
 var ErrCorruptPayload = errors.New("lsmstats/stats: corrupt payload")
 
 const (
-	formatZstd byte = 0x01
-	formatRaw  byte = 0x02
+	// 0x01 was a zstd body before s2 replaced it (see Why s2); never
+	// reuse it.
+	formatRaw byte = 0x02
+	formatS2  byte = 0x03
 
 	// headerLen is format + checksum (after Pebble's shortID byte).
 	headerLen = 1 + 4
 
 	// minCompress is the raw body size below which compression is skipped:
-	// a zstd frame costs ~10 bytes of its own.
+	// an s2 block's header and literal tags cost a few bytes of their own.
 	minCompress = 64
 
-	// maxRatio bounds rawLen/len(frame) for zstd bodies; the encoder falls
-	// back to formatRaw when zstd does better than that, so the decoder can
+	// maxRatio bounds rawLen/len(block) for s2 bodies; the encoder falls
+	// back to formatRaw when s2 does better than that, so the decoder can
 	// refuse larger claims before allocating. minRawBound lets small frames
 	// claim up to 64 KiB regardless.
 	maxRatio    = 64
@@ -96,37 +101,6 @@ const (
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-var (
-	zstdOnce sync.Once
-	zstdEnc  *zstd.Encoder
-	zstdDec  *zstd.Decoder
-)
-
-func zstdCodec() (*zstd.Encoder, *zstd.Decoder) {
-	zstdOnce.Do(func() {
-		var err error
-		zstdEnc, err = zstd.NewWriter(nil,
-			zstd.WithEncoderLevel(zstd.SpeedDefault),
-			zstd.WithEncoderCRC(false), // we checksum the whole body ourselves
-			// Default concurrency (GOMAXPROCS): flushes and compactions
-			// finishing SSTs at once do not queue for one encoder.
-			zstd.WithLowerEncoderMem(true),
-		)
-		if err != nil {
-			panic(errors.NewAssertionErrorWithWrappedErrf(err, "zstd encoder"))
-		}
-		zstdDec, err = zstd.NewReader(nil,
-			zstd.WithDecoderConcurrency(0),
-			zstd.WithDecodeAllCapLimit(true), // never grow past the cap we allocate
-			zstd.WithDecoderMaxMemory(1<<30),
-		)
-		if err != nil {
-			panic(errors.NewAssertionErrorWithWrappedErrf(err, "zstd decoder"))
-		}
-	})
-	return zstdEnc, zstdDec
-}
 
 // Counts are the physical statistics of one (table, vnode): of one SST in a
 // FileSummary, or summed over the live SSTs in a Version. The zero value is
@@ -421,16 +395,14 @@ func (s *FileSummary) appendPayload(dst []byte) []byte {
 	start := len(dst)
 	dst = append(dst, formatRaw, 0, 0, 0, 0)
 	if len(raw) >= minCompress {
-		enc, _ := zstdCodec()
-		body := binary.AppendUvarint(dst, uint64(len(raw)))
-		frameStart := len(body)
-		body = enc.EncodeAll(raw, body)
-		frame := len(body) - frameStart
-		if len(body)-len(dst) < len(raw) && uint64(len(raw)) <= rawBound(frame) {
-			dst = body
-			dst[start] = formatZstd
+		// Encoded into dst's spare capacity when it fits, so that the
+		// append below is a copy onto itself.
+		body := s2.Encode(dst[len(dst):cap(dst)], raw)
+		if len(body) < len(raw) && uint64(len(raw)) <= rawBound(len(body)) {
+			dst = append(dst, body...)
+			dst[start] = formatS2
 		} else {
-			dst = append(dst[:start+headerLen], raw...)
+			dst = append(dst, raw...)
 		}
 	} else {
 		dst = append(dst, raw...)
@@ -507,35 +479,28 @@ func DecodeSummary(prop []byte) (*FileSummary, error) {
 	}
 	p := prop[1:]
 	format := p[0]
-	if format != formatZstd && format != formatRaw {
+	if format != formatS2 && format != formatRaw {
 		return nil, corruptf("unknown payload format %#x", format)
 	}
 	rest := p[headerLen:]
 	if got, want := crc32.Checksum(rest, castagnoli), binary.LittleEndian.Uint32(p[1:]); got != want {
 		return nil, corruptf("checksum mismatch: computed %08x, stored %08x", got, want)
 	}
-	raw := rest
-	if format == formatZstd {
-		rawLen, n := binary.Uvarint(rest)
-		if n <= 0 {
-			return nil, corruptf("bad raw length")
-		}
-		frame := rest[n:]
-		if rawLen > rawBound(len(frame)) {
-			return nil, corruptf("raw length %d is implausible for a %d-byte frame", rawLen, len(frame))
-		}
-		_, dec := zstdCodec()
-		out, err := dec.DecodeAll(frame, make([]byte, 0, rawLen))
+	var raw []byte
+	if format == formatS2 {
+		rawLen, err := s2.DecodedLen(rest)
 		if err != nil {
-			return nil, errors.Mark(errors.Wrapf(err, "lsmstats/stats: corrupt payload: zstd"), ErrCorruptPayload)
+			return nil, errors.Mark(errors.Wrapf(err, "lsmstats/stats: corrupt payload: s2 header"), ErrCorruptPayload)
 		}
-		if uint64(len(out)) != rawLen {
-			return nil, corruptf("body is %d bytes, header says %d", len(out), rawLen)
+		if uint64(rawLen) > rawBound(len(rest)) {
+			return nil, corruptf("raw length %d is implausible for a %d-byte s2 block", rawLen, len(rest))
 		}
-		raw = out
+		if raw, err = s2.Decode(make([]byte, rawLen), rest); err != nil {
+			return nil, errors.Mark(errors.Wrapf(err, "lsmstats/stats: corrupt payload: s2"), ErrCorruptPayload)
+		}
 	} else {
 		// The summary keeps slices of its body: never of the caller's bytes.
-		raw = slices.Clone(raw)
+		raw = slices.Clone(rest)
 	}
 	return decodeBody(raw)
 }
