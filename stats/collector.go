@@ -118,8 +118,13 @@ type Collector struct {
 	interior     int    // samples beyond each vnode's first
 	globalStride uint64
 
-	arena []byte // backing store of sample pks
-	err   error
+	arena   []byte // backing store of sample pks
+	scratch []byte // pack's buffer
+
+	// lastSamplePKs are each vnode's last sample pk, in Summary's order
+	// (for the payload encoding; see appendBody).
+	lastSamplePKs [][]byte
+	err           error
 }
 
 var _ sstable.BlockPropertyCollector = (*Collector)(nil)
@@ -181,7 +186,7 @@ func (c *Collector) FinishTable(buf []byte) ([]byte, error) {
 		return nil, c.err
 	}
 	s := c.Summary()
-	return s.appendPayload(buf), nil
+	return s.appendPayloadWith(buf, c.lastSamplePKs), nil
 }
 
 // add classifies one point key. It is the collector's hot path: one call
@@ -366,7 +371,11 @@ func (c *Collector) copyPK(pk []byte) []byte {
 // pack packs samples through a scratch buffer, so that each vnode's bytes
 // are allocated once at their exact size.
 func (c *Collector) pack(samples []Sample) packedSamples {
-	p := packSamples(samples)
+	if len(samples) == 0 {
+		return packedSamples{}
+	}
+	p := appendPackedSamples(c.scratch[:0], samples)
+	c.scratch = p.data
 	p.data = slices.Clone(p.data)
 	return p
 }
@@ -376,6 +385,7 @@ func (c *Collector) pack(samples []Sample) packedSamples {
 func (c *Collector) Summary() *FileSummary {
 	c.finishVnode()
 	c.cur = nil
+	c.lastSamplePKs = c.lastSamplePKs[:0]
 	s := &FileSummary{MetaKeys: c.metaKeys, Foreign: c.foreign}
 	for i := 0; i < len(c.vnodes); {
 		j := i
@@ -384,6 +394,11 @@ func (c *Collector) Summary() *FileSummary {
 		}
 		ts := TableSummary{Table: c.vnodes[i].table, Vnodes: make([]VnodeSummary, 0, j-i)}
 		for _, a := range c.vnodes[i:j] {
+			var last []byte
+			if n := len(a.samples); n > 0 {
+				last = a.samples[n-1].PK
+			}
+			c.lastSamplePKs = append(c.lastSamplePKs, last)
 			ts.Vnodes = append(ts.Vnodes, VnodeSummary{
 				Vnode:   a.vnode,
 				Counts:  a.counts,

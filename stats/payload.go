@@ -224,7 +224,12 @@ type packedSamples struct {
 
 // packSamples packs samples (pks increasing, first sample at zero).
 func packSamples(samples []Sample) packedSamples {
-	var b []byte
+	return appendPackedSamples(nil, samples)
+}
+
+// appendPackedSamples packs samples into dst's spare capacity.
+func appendPackedSamples(dst []byte, samples []Sample) packedSamples {
+	b := dst
 	var prev Sample
 	for k := range samples {
 		sm := &samples[k]
@@ -237,7 +242,7 @@ func packSamples(samples []Sample) packedSamples {
 		}
 		prev = *sm
 	}
-	return packedSamples{n: len(samples), data: slices.Clip(b)}
+	return packedSamples{n: len(samples), data: b}
 }
 
 func (p packedSamples) iter() sampleIter { return sampleIter{data: p.data, n: p.n} }
@@ -290,7 +295,7 @@ func (it *sampleIter) next() bool {
 	return true
 }
 
-// lastSamplePK returns the pk of the last sample (a copy).
+// lastPK returns the pk of the last sample (a copy).
 func (p packedSamples) lastPK() []byte {
 	it := p.iter()
 	for it.next() {
@@ -391,7 +396,13 @@ func (s *FileSummary) Encode() []byte {
 // appendPayload appends format | checksum | body (everything after the
 // shortID) to dst.
 func (s *FileSummary) appendPayload(dst []byte) []byte {
-	raw := s.appendBody(nil)
+	return s.appendPayloadWith(dst, nil)
+}
+
+// appendPayloadWith is appendPayload given each vnode's last sample pk
+// (see appendBody).
+func (s *FileSummary) appendPayloadWith(dst []byte, lastSamplePKs [][]byte) []byte {
+	raw := s.appendBody(nil, lastSamplePKs)
 	start := len(dst)
 	dst = append(dst, formatRaw, 0, 0, 0, 0)
 	if len(raw) >= minCompress {
@@ -416,10 +427,15 @@ func rawBound(frame int) uint64 {
 }
 
 // appendBody appends the uncompressed body.
-func (s *FileSummary) appendBody(b []byte) []byte {
+//
+// lastSamplePKs, if not nil, holds the pk of each vnode's last sample (nil
+// for a vnode without samples), vnodes in body order: a collector has them
+// at hand, while finding one in the packed samples means decoding them all.
+func (s *FileSummary) appendBody(b []byte, lastSamplePKs [][]byte) []byte {
 	b = binary.AppendUvarint(b, s.MetaKeys)
 	b = binary.AppendUvarint(b, s.Foreign)
 	b = binary.AppendUvarint(b, uint64(len(s.Tables)))
+	k := 0 // vnodes so far
 	for i := range s.Tables {
 		ts := &s.Tables[i]
 		gap := uint64(ts.Table)
@@ -442,8 +458,15 @@ func (s *FileSummary) appendBody(b []byte) []byte {
 			b = binary.AppendUvarint(b, uint64(vs.samples.n))
 			if vs.samples.n > 0 {
 				b = append(b, vs.samples.data...)
-				b = appendPK(b, vs.samples.lastPK(), vs.LastPK)
+				var last []byte
+				if lastSamplePKs != nil {
+					last = lastSamplePKs[k]
+				} else {
+					last = vs.samples.lastPK()
+				}
+				b = appendPK(b, last, vs.LastPK)
 			}
+			k++
 		}
 	}
 	return b
