@@ -520,8 +520,24 @@ func printSummary(w io.Writer, rep *report) {
 	if !rep.MVMatches {
 		match = "NO: " + rep.MVError
 	}
-	fmt.Fprintf(w, "%d checkpoints, %d crashes (%d recoveries showed a figure before their first barrier); MV equals upstream: %s\n",
-		len(rep.Barriers), rep.Crashes, len(rep.Recoveries), match)
+	fmt.Fprintf(w, "%s, %s (%s showed a figure before the first barrier after it); MV equals upstream: %s\n",
+		plural(len(rep.Barriers), "checkpoint"), plural(rep.Crashes, "crash"), plural(len(rep.Recoveries), "recovery"), match)
 	fmt.Fprintf(w, "time: %.1fs total, %.1fs load, %.1fs backfill with its crashes and recoveries, %.0f snapshot rows/s\n",
 		rep.Timings.TotalS, rep.Timings.LoadS, rep.Timings.BackfillS, rep.Timings.RowsPerS)
+}
+
+// plural renders n and a noun in its singular or plural form.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	switch {
+	case strings.HasSuffix(noun, "sh"):
+		noun += "es"
+	case strings.HasSuffix(noun, "ry"):
+		noun = strings.TrimSuffix(noun, "y") + "ies"
+	default:
+		noun += "s"
+	}
+	return fmt.Sprintf("%d %s", n, noun)
 }

@@ -52,6 +52,7 @@ func TestBackfillCommand(t *testing.T) {
 	require.Equal(t, 2, rep.Crashes)
 	require.Equal(t, []string{"killed", "killed"}, rep.KilledBy, "--crash-at must kill with SIGKILL")
 	require.Len(t, rep.Recoveries, 2)
+	require.Contains(t, out, "2 crashes (2 recoveries showed a figure before the first barrier after it)")
 	require.Equal(t, "prefix", rep.Parameters["delete_order"])
 	require.Equal(t, 0.1, rep.Parameters["insert_during"])
 	require.EqualValues(t, 30000, rep.Parameters["rows"])
