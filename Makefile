@@ -42,12 +42,13 @@ bench-compare:
 		$(GO) run golang.org/x/perf/cmd/benchstat@latest $(OUT)/bench-new.txt; \
 	fi
 
-# Regenerates README.md's results table and docs/progress.png from a
-# benchmark run and a run of the main job.
+# Regenerates README.md's results tables from the last make bench output
+# ($(OUT)/bench.txt; make bench runs first when there is none) and
+# docs/progress.png from a run of the main job.
 results:
 	@mkdir -p $(OUT) docs
-	$(GO) test -run '^$$' -bench 'Backfill|Recovery|ProgressVsScan' -benchtime 1x -timeout 60m ./bench/ | tee $(OUT)/bench-results.txt
-	$(GO) run ./internal/tools/results -bench $(OUT)/bench-results.txt -readme README.md
+	@if [ ! -f $(OUT)/bench.txt ]; then $(MAKE) --no-print-directory bench; fi
+	$(GO) run ./internal/tools/results -bench $(OUT)/bench.txt -readme README.md
 	$(GO) run ./cmd/lsmstats backfill --rows 200000 --workload update-churn --crash-at 20 --bars off \
 		--json docs/progress.json --plot docs/progress.png
 

@@ -1,6 +1,9 @@
-// Command results turns the output of the bench package's benchmarks into
-// the results table of README.md (between the results markers), so that the
-// table is always generated from a benchmark run, never typed by hand.
+// Command results turns the output of make bench into the results tables of
+// README.md (between the results markers): the backfill comparison of both
+// progress approaches, and the storage goals of the lsm, stats and
+// compaction packages, so that the tables are always generated from a
+// benchmark run, never typed by hand. A metric missing from the run is
+// shown as "—".
 //
 //	go run ./internal/tools/results -bench out/bench.txt -readme README.md
 package main
@@ -115,7 +118,118 @@ func render(m map[string]map[string]float64) string {
 			x["x-faster-than-scan"], duration(x["stats-ns"]), duration(x["scan-ns"]))
 	}
 	b.WriteString("\n\n")
+	renderStorage(&b, m)
 	return b.String()
+}
+
+// goal is one row of the storage table: a measured figure (the worst over
+// the benchmarks named, for goals with a bound) and its goal.
+type goal struct {
+	what  string
+	goal  string
+	value func(get func(bench, unit string) (float64, bool)) string
+}
+
+func renderStorage(b *strings.Builder, m map[string]map[string]float64) {
+	get := func(bench, unit string) (float64, bool) {
+		x, ok := m[bench]
+		if !ok {
+			return 0, false
+		}
+		v, ok := x[unit]
+		return v, ok
+	}
+	// worst returns the largest (or smallest) value of unit over benches.
+	worst := func(unit string, largest bool, format func(float64) string, benches ...string) func(func(string, string) (float64, bool)) string {
+		return func(get func(string, string) (float64, bool)) string {
+			var w float64
+			found := false
+			for _, bench := range benches {
+				if v, ok := get(bench, unit); ok && (!found || (largest && v > w) || (!largest && v < w)) {
+					w, found = v, true
+				}
+			}
+			if !found {
+				return "—"
+			}
+			return format(w)
+		}
+	}
+	ratio := func(v float64) string { return fmt.Sprintf("%.2f×", v) }
+	pct := func(v float64) string { return fmt.Sprintf("%.2f%%", v) }
+	ns := duration
+	count := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+	rate := func(v float64) string { return fmt.Sprintf("%.2fM/s", v/1e6) }
+	bytes := func(v float64) string { return fmt.Sprintf("%.2f MB", v/1e6) }
+	pair := func(unitBefore, unitAfter string, format func(float64) string, bench string) func(func(string, string) (float64, bool)) string {
+		return func(get func(string, string) (float64, bool)) string {
+			before, ok1 := get(bench, unitBefore)
+			after, ok2 := get(bench, unitAfter)
+			if !ok1 || !ok2 {
+				return "—"
+			}
+			return format(before) + " → " + format(after)
+		}
+	}
+	commits := []string{"BenchmarkCommit/rows=1000/checked=false", "BenchmarkCommit/rows=20000/checked=false"}
+	checked := []string{"BenchmarkCommit/rows=1000/checked=true", "BenchmarkCommit/rows=20000/checked=true"}
+	allCommits := append(append([]string{}, commits...), checked...)
+	overhead := []string{"BenchmarkCollectorOverhead/keys=1000000/vnodes=256/versions=1", "BenchmarkCollectorOverhead/keys=1000000/vnodes=256/versions=3"}
+	var collectors []string
+	for name := range m {
+		if strings.HasPrefix(name, "BenchmarkCollector/") {
+			collectors = append(collectors, name)
+		}
+	}
+	sort.Strings(collectors)
+	const accuracy = "BenchmarkEstimateRowsAccuracy"
+	var accErr, accWidth []string
+	for _, w := range []string{"no-churn", "churn", "low-deletes", "hot-updates"} {
+		accErr = append(accErr, w+"-err-p99-%")
+		accWidth = append(accWidth, w+"-width-p99-%")
+	}
+	worstUnit := func(units []string) func(func(string, string) (float64, bool)) string {
+		return func(get func(string, string) (float64, bool)) string {
+			var w float64
+			found := false
+			for _, u := range units {
+				if v, ok := get(accuracy, u); ok && (!found || v > w) {
+					w, found = v, true
+				}
+			}
+			if !found {
+				return "—"
+			}
+			return pct(w)
+		}
+	}
+	const gc = "BenchmarkGC/rows=100000/workload=upd30-del30"
+	rows := []goal{
+		{"commit throughput, unchecked writers (lsm)", "≥ 0.8× Pebble", worst("x-of-pebble", false, ratio, commits...)},
+		{"commit throughput, checked writers (read before write)", "—", worst("x-of-pebble", false, ratio, checked...)},
+		{"write stalls during the commit benchmarks", "0", worst("write-stalls", true, count, allCommits...)},
+		{"point read latency (lsm)", "≤ 1.3× Pebble", worst("x-of-pebble", true, ratio, "BenchmarkGet")},
+		{"vnode scan rows/s (lsm)", "≥ 0.7× Pebble", worst("x-of-pebble", false, ratio, "BenchmarkScan")},
+		{"collector CPU ÷ Pebble CPU, flush + compaction (stats)", "≤ 2%", worst("overhead-%", true, pct, overhead...)},
+		{"payload share of SST bytes, 100-byte values", "≤ 1%", worst("payload-%", true, pct, collectors...)},
+		{"EstimateRows p99 error, share of vnode rows", "≤ 1% (≤ 2% with churn)", worstUnit(accErr)},
+		{"EstimateRows p99 bound width, share of vnode rows", "≤ 3%", worstUnit(accWidth)},
+		{"read one (table, vnode)'s stats", "≤ 200 ns", worst("ns/op", true, ns, "BenchmarkStoreStats/read=vnode")},
+		{"one EstimateRows", "≤ 2 µs", worst("ns/op", true, ns, "BenchmarkStoreStats/read=estimate-rows")},
+		{"consumed rows over 256 vnodes in progress", "≤ 100 µs", worst("ns/op", true, ns, "BenchmarkStoreStats/read=consumed-256")},
+		{"refresh per changed file, 1,024 live SSTs", "≤ 1 ms", worst("ns/changed-file", true, ns, "BenchmarkRefresh")},
+		{"stats memory per million keys", "—", worst("stats-bytes/Mkeys", true, bytes, "BenchmarkStoreStats/memory/lsm=as-loaded")},
+		{"GC throughput, versions examined (compaction)", "—", worst("versions/s", false, rate, gc)},
+		{"physical entries per live row, before → after GC + compaction", "→ 1.000", pair("entries/row-before", "entries/row-after", func(v float64) string { return fmt.Sprintf("%.3f", v) }, gc)},
+		{"physical estimator mean error, before → after", "—", pair("est-err-pp-before", "est-err-pp-after", func(v float64) string { return fmt.Sprintf("%.2f pp", v) }, gc)},
+		{"policy round when nothing needs GC", "negligible", worst("ns/round", true, ns, "BenchmarkPolicyRoundIdle/tables=4/vnodes=256/state=clean")},
+	}
+	b.WriteString("Storage goals (worst figure over the benchmark's cases):\n\n")
+	b.WriteString("| measure | goal | measured |\n|---|---|---:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(b, "| %s | %s | %s |\n", r.what, r.goal, r.value(get))
+	}
+	b.WriteString("\n")
 }
 
 func parts(name string) (workload, approach string) {
