@@ -120,11 +120,7 @@ type Collector struct {
 
 	arena   []byte // backing store of sample pks
 	scratch []byte // pack's buffer
-
-	// lastSamplePKs are each vnode's last sample pk, in Summary's order
-	// (for the payload encoding; see appendBody).
-	lastSamplePKs [][]byte
-	err           error
+	err     error
 }
 
 var _ sstable.BlockPropertyCollector = (*Collector)(nil)
@@ -186,7 +182,7 @@ func (c *Collector) FinishTable(buf []byte) ([]byte, error) {
 		return nil, c.err
 	}
 	s := c.Summary()
-	return s.appendPayloadWith(buf, c.lastSamplePKs), nil
+	return s.appendPayload(buf), nil
 }
 
 // add classifies one point key. It is the collector's hot path: one call
@@ -374,7 +370,7 @@ func (c *Collector) pack(samples []Sample) packedSamples {
 	if len(samples) == 0 {
 		return packedSamples{}
 	}
-	p := appendPackedSamples(c.scratch[:0], samples)
+	p := packSamples(c.scratch[:0], samples)
 	c.scratch = p.data
 	p.data = slices.Clone(p.data)
 	return p
@@ -385,7 +381,6 @@ func (c *Collector) pack(samples []Sample) packedSamples {
 func (c *Collector) Summary() *FileSummary {
 	c.finishVnode()
 	c.cur = nil
-	c.lastSamplePKs = c.lastSamplePKs[:0]
 	s := &FileSummary{MetaKeys: c.metaKeys, Foreign: c.foreign}
 	for i := 0; i < len(c.vnodes); {
 		j := i
@@ -394,11 +389,6 @@ func (c *Collector) Summary() *FileSummary {
 		}
 		ts := TableSummary{Table: c.vnodes[i].table, Vnodes: make([]VnodeSummary, 0, j-i)}
 		for _, a := range c.vnodes[i:j] {
-			var last []byte
-			if n := len(a.samples); n > 0 {
-				last = a.samples[n-1].PK
-			}
-			c.lastSamplePKs = append(c.lastSamplePKs, last)
 			ts.Vnodes = append(ts.Vnodes, VnodeSummary{
 				Vnode:   a.vnode,
 				Counts:  a.counts,

@@ -15,8 +15,9 @@ package stats
 // DecodeSummary(s.Encode()) round-trips.
 //
 // format is formatS2 (body = an s2 block of the raw body, which starts with
-// the raw length as a uvarint) or formatRaw (body = the raw body, used when compression does not pay: tiny
-// bodies, or a ratio beyond what the decoder accepts). Any other value is an
+// the raw length as a uvarint) or formatRaw (body = the raw body, used when
+// compression does not pay: tiny bodies, or a ratio beyond what the decoder
+// accepts). Any other value is an
 // unknown version. The checksum (CRC-32C) covers everything after it.
 //
 // # Raw body (all integers uvarint)
@@ -27,8 +28,11 @@ package stats
 //	        | nSamples | sample* | lastPK        (lastPK only when nSamples > 0)
 //	sample: shared | suffixLen | suffix          (pk: bytes shared with the previous pk)
 //	        | dPuts | dDeletes | dHeadPuts | dPrefixes   (not for sample 0: all zero)
-//	lastPK: shared | suffixLen | suffix          (relative to the last sample's pk)
+//	lastPK: shared | suffixLen | suffix          (relative to the first sample's pk)
 //
+// lastPK is relative to the first sample, not the last, so that a summary
+// whose samples are packed (a collector's, or a decoded one) encodes it
+// without decoding every sample first; it costs a few bytes per vnode.
 // Counters in samples are deltas from the previous sample, so they stay one
 // or two bytes each however large the SST; pks share their prefix with the
 // previous one, which for fixed-width integer pks leaves two or three bytes.
@@ -36,19 +40,18 @@ package stats
 // # Why s2
 //
 // The payload is encoded inside every flush and compaction, once per SST,
-// on a cache that Pebble's own block building has just thrashed. Measured
-// there (a CPU profile of flushes and compactions of 1M keys over 256
-// vnodes, with the collector registered), zstd at SpeedFastest took 160 µs
-// per SST, mostly cache misses on its 256 KB hash table (SpeedDefault's
-// tables are larger still), and the
-// collector as a whole 6.0% of Pebble's CPU; with s2.Encode (a 64 KB table
-// on the stack) the encoding fell out of the profile and the collector to
-// 3.4%. Isolated, with warm tables (BenchmarkPayloadCodec), zstd stores
-// 18-21%, 25-26% and 48-50% of the raw bodies of real collector output (7
-// to 29 KB; 16 to 256 vnodes, 1 to 4 versions per pk) and s2 26%, 37% and
-// 72%, but s2 encodes and decodes 3 to 4 times faster (860-920 MB/s), and
-// payloads stay 0.02 to 0.1% of their SST either way, far below the 1% goal,
-// while the encoding is paid on the write path of the whole LSM.
+// on a cache that Pebble's own block building has just thrashed. In a CPU
+// profile of flushes and compactions of 1M keys over 256 vnodes with the
+// collector registered, zstd (SpeedFastest) encoding drew 120 of the
+// collector's 340 ms, about 160 µs per SST, nearly all of it cache misses
+// in its 256 KB hash table (SpeedDefault's tables are larger still); with
+// s2.Encode (a 64 KB table) the compression drew no samples at all.
+// Isolated, with warm tables (BenchmarkPayloadCodec), zstd stores 18-21%,
+// 25-26% and 48-50% of the raw bodies of real collector output (7 to 29
+// KB; 16 to 256 vnodes, 1 to 4 versions per pk) and s2 26%, 37% and 72%,
+// while s2 encodes and decodes 3 to 6 times faster (820-920 MB/s); payloads
+// stay 0.04 to 0.2% of their SST (BenchmarkCollector), far below the 1%
+// goal, and the encoding is paid on the write path of the whole LSM.
 //
 // # Decoding untrusted bytes
 //
@@ -222,13 +225,9 @@ type packedSamples struct {
 	data []byte
 }
 
-// packSamples packs samples (pks increasing, first sample at zero).
-func packSamples(samples []Sample) packedSamples {
-	return appendPackedSamples(nil, samples)
-}
-
-// appendPackedSamples packs samples into dst's spare capacity.
-func appendPackedSamples(dst []byte, samples []Sample) packedSamples {
+// packSamples packs samples (pks increasing, first sample at zero) into
+// dst's spare capacity.
+func packSamples(dst []byte, samples []Sample) packedSamples {
 	b := dst
 	var prev Sample
 	for k := range samples {
@@ -295,12 +294,14 @@ func (it *sampleIter) next() bool {
 	return true
 }
 
-// lastPK returns the pk of the last sample (a copy).
-func (p packedSamples) lastPK() []byte {
-	it := p.iter()
-	for it.next() {
-	}
-	return slices.Clone(it.cur.PK)
+// firstPK returns the pk of the first sample, which shares nothing with a
+// previous one: its bytes, in place (p is never empty when called, and its
+// data were validated).
+func (p packedSamples) firstPK() []byte {
+	_, n1 := binary.Uvarint(p.data) // shared: 0
+	suffix, n2 := binary.Uvarint(p.data[n1:])
+	start := n1 + n2
+	return p.data[start : start+int(suffix) : start+int(suffix)]
 }
 
 // TableSummary is what one SST holds of one table. The zero value is table
@@ -396,13 +397,7 @@ func (s *FileSummary) Encode() []byte {
 // appendPayload appends format | checksum | body (everything after the
 // shortID) to dst.
 func (s *FileSummary) appendPayload(dst []byte) []byte {
-	return s.appendPayloadWith(dst, nil)
-}
-
-// appendPayloadWith is appendPayload given each vnode's last sample pk
-// (see appendBody).
-func (s *FileSummary) appendPayloadWith(dst []byte, lastSamplePKs [][]byte) []byte {
-	raw := s.appendBody(nil, lastSamplePKs)
+	raw := s.appendBody(nil)
 	start := len(dst)
 	dst = append(dst, formatRaw, 0, 0, 0, 0)
 	if len(raw) >= minCompress {
@@ -427,15 +422,10 @@ func rawBound(frame int) uint64 {
 }
 
 // appendBody appends the uncompressed body.
-//
-// lastSamplePKs, if not nil, holds the pk of each vnode's last sample (nil
-// for a vnode without samples), vnodes in body order: a collector has them
-// at hand, while finding one in the packed samples means decoding them all.
-func (s *FileSummary) appendBody(b []byte, lastSamplePKs [][]byte) []byte {
+func (s *FileSummary) appendBody(b []byte) []byte {
 	b = binary.AppendUvarint(b, s.MetaKeys)
 	b = binary.AppendUvarint(b, s.Foreign)
 	b = binary.AppendUvarint(b, uint64(len(s.Tables)))
-	k := 0 // vnodes so far
 	for i := range s.Tables {
 		ts := &s.Tables[i]
 		gap := uint64(ts.Table)
@@ -458,15 +448,8 @@ func (s *FileSummary) appendBody(b []byte, lastSamplePKs [][]byte) []byte {
 			b = binary.AppendUvarint(b, uint64(vs.samples.n))
 			if vs.samples.n > 0 {
 				b = append(b, vs.samples.data...)
-				var last []byte
-				if lastSamplePKs != nil {
-					last = lastSamplePKs[k]
-				} else {
-					last = vs.samples.lastPK()
-				}
-				b = appendPK(b, last, vs.LastPK)
+				b = appendPK(b, vs.samples.firstPK(), vs.LastPK)
 			}
-			k++
 		}
 	}
 	return b
@@ -602,6 +585,7 @@ func decodeBody(b []byte) (*FileSummary, error) {
 	}
 	// pk bytes go to one arena; arenaLeft bounds its growth.
 	arena := make([]byte, 0, len(b))
+	var first []byte // the current vnode's first sample pk (lastPK is relative to it)
 	if nTables > 0 {
 		s.Tables = make([]TableSummary, nTables)
 	}
@@ -678,6 +662,9 @@ func decodeBody(b []byte) (*FileSummary, error) {
 			var bufs [2][]byte
 			for k := range nSamples {
 				bufs[k&1], sm.PK = r.pk(bufs[k&1][:0], prev.PK)
+				if k == 0 {
+					first = append(first[:0], sm.PK...)
+				}
 				if k > 0 {
 					sm.Puts = prev.Puts + r.uvarint("sample puts")
 					sm.Deletes = prev.Deletes + r.uvarint("sample deletes")
@@ -693,7 +680,7 @@ func decodeBody(b []byte) (*FileSummary, error) {
 				prev = sm
 			}
 			vs.samples = packedSamples{n: nSamples, data: start[: len(start)-len(r.b) : len(start)-len(r.b)]}
-			arena, vs.LastPK = r.pk(arena, prev.PK)
+			arena, vs.LastPK = r.pk(arena, first)
 			if r.err != nil {
 				return nil, r.err
 			}

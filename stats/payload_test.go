@@ -111,7 +111,7 @@ func TestPayloadCorrupt(t *testing.T) {
 	s := physCollect(t, physParseOps(t, "put 1 1 5 1\nput 1 1 6 1"))
 	samples := s.Tables[0].Vnodes[0].Samples()
 	samples[1].PK = samples[0].PK
-	s.Tables[0].Vnodes[0].samples = packSamples(samples)
+	s.Tables[0].Vnodes[0].samples = packSamples(nil, samples)
 	requireCorrupt(t, s.Encode())
 	// Samples per vnode are bounded (so is the work of decoding shared pk
 	// prefixes: at most maxVnodeSamples copies per vnode).
@@ -123,7 +123,7 @@ func TestPayloadCorrupt(t *testing.T) {
 	for i := range maxVnodeSamples + 1 {
 		samples = append(samples, Sample{PK: physPK(uint64(i)), Puts: uint64(i), Prefixes: uint64(i)})
 	}
-	vs.samples = packSamples(samples)
+	vs.samples = packSamples(nil, samples)
 	vs.LastPK = samples[len(samples)-1].PK
 	requireCorrupt(t, (&FileSummary{Tables: []TableSummary{{Table: 1, Vnodes: []VnodeSummary{*vs}}}}).Encode())
 }
@@ -133,14 +133,14 @@ func TestPayloadCorrupt(t *testing.T) {
 func FuzzDecodeSummary(f *testing.F) {
 	for _, s := range physPayloadSeeds(f) {
 		enc := s.Encode()
-		if len(s.appendBody(nil, nil)) > 4096 {
+		if len(s.appendBody(nil)) > 4096 {
 			// Large inputs make the fuzzer's minimisation crawl.
 			continue
 		}
 		f.Add(enc)
 		// Raw-format versions of the same bodies reach the structure checks
 		// directly.
-		raw := append([]byte{0, formatRaw, 0, 0, 0, 0}, s.appendBody(nil, nil)...)
+		raw := append([]byte{0, formatRaw, 0, 0, 0, 0}, s.appendBody(nil)...)
 		f.Add(reseal(raw))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -163,7 +163,7 @@ func TestFuzzDecodeRawMutations(t *testing.T) {
 	deadline := time.Now().Add(time.Second)
 	for n := 0; time.Now().Before(deadline); n++ {
 		s := seeds[r.IntN(len(seeds))]
-		b := append([]byte{0, formatRaw, 0, 0, 0, 0}, s.appendBody(nil, nil)...)
+		b := append([]byte{0, formatRaw, 0, 0, 0, 0}, s.appendBody(nil)...)
 		for range 1 + r.IntN(4) {
 			switch i := 6 + r.IntN(max(1, len(b)-6)); r.IntN(3) {
 			case 0:
@@ -195,7 +195,7 @@ func BenchmarkPayloadCodec(b *testing.B) {
 	for _, shape := range [][3]int{{256, 400, 1}, {256, 100, 4}, {8, 20000, 1}} {
 		ops := physRandomOps(r, shape[0], shape[1], shape[2])
 		s := physCollect(b, ops)
-		raw := s.appendBody(nil, nil)
+		raw := s.appendBody(nil)
 		name := func(codec string) string {
 			return "vnodes=" + strconv.Itoa(shape[0]) + "/entries=" + strconv.Itoa(len(ops)) + "/codec=" + codec
 		}

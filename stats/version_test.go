@@ -52,7 +52,7 @@ func (c *physCorruptCollector) FinishTable(buf []byte) ([]byte, error) {
 			Vnode:   1,
 			Counts:  Counts{Entries: 2, Puts: 2, Prefixes: 1, HeadPuts: 1, KeyBytes: 50},
 			LastPK:  physPK(1),
-			samples: packSamples([]Sample{{PK: physPK(1)}}),
+			samples: packSamples(nil, []Sample{{PK: physPK(1)}}),
 		}}}}}
 		out = s.appendPayload(out[:n])
 	}
