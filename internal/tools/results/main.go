@@ -122,112 +122,98 @@ func render(m map[string]map[string]float64) string {
 	return b.String()
 }
 
-// goal is one row of the storage table: a measured figure (the worst over
-// the benchmarks named, for goals with a bound) and its goal.
+// source is one benchmark metric: the benchmark's name and the metric's unit.
+type source struct{ bench, unit string }
+
+// goal is one row of the storage table: the worst value over its sources
+// (the largest, or the smallest when lower is worse), or "before → after"
+// when after is set, and the goal it is held against.
 type goal struct {
-	what  string
-	goal  string
-	value func(get func(bench, unit string) (float64, bool)) string
+	what, goal string
+	sources    []source
+	lowerWorse bool
+	after      *source
+	format     func(float64) string
 }
 
 func renderStorage(b *strings.Builder, m map[string]map[string]float64) {
-	get := func(bench, unit string) (float64, bool) {
-		x, ok := m[bench]
-		if !ok {
-			return 0, false
-		}
-		v, ok := x[unit]
+	get := func(s source) (float64, bool) {
+		v, ok := m[s.bench][s.unit]
 		return v, ok
 	}
-	// worst returns the largest (or smallest) value of unit over benches.
-	worst := func(unit string, largest bool, format func(float64) string, benches ...string) func(func(string, string) (float64, bool)) string {
-		return func(get func(string, string) (float64, bool)) string {
-			var w float64
-			found := false
-			for _, bench := range benches {
-				if v, ok := get(bench, unit); ok && (!found || (largest && v > w) || (!largest && v < w)) {
-					w, found = v, true
-				}
-			}
-			if !found {
-				return "—"
-			}
-			return format(w)
+	of := func(unit string, benches ...string) []source {
+		var out []source
+		for _, bench := range benches {
+			out = append(out, source{bench, unit})
 		}
+		return out
 	}
 	ratio := func(v float64) string { return fmt.Sprintf("%.2f×", v) }
 	pct := func(v float64) string { return fmt.Sprintf("%.2f%%", v) }
-	ns := duration
 	count := func(v float64) string { return fmt.Sprintf("%.0f", v) }
 	rate := func(v float64) string { return fmt.Sprintf("%.2fM/s", v/1e6) }
-	bytes := func(v float64) string { return fmt.Sprintf("%.2f MB", v/1e6) }
-	pair := func(unitBefore, unitAfter string, format func(float64) string, bench string) func(func(string, string) (float64, bool)) string {
-		return func(get func(string, string) (float64, bool)) string {
-			before, ok1 := get(bench, unitBefore)
-			after, ok2 := get(bench, unitAfter)
-			if !ok1 || !ok2 {
-				return "—"
-			}
-			return format(before) + " → " + format(after)
-		}
-	}
-	commits := []string{"BenchmarkCommit/rows=1000/checked=false", "BenchmarkCommit/rows=20000/checked=false"}
+	mb := func(v float64) string { return fmt.Sprintf("%.2f MB", v/1e6) }
+	fixed3 := func(v float64) string { return fmt.Sprintf("%.3f", v) }
+	pp := func(v float64) string { return fmt.Sprintf("%.2f pp", v) }
+
+	unchecked := []string{"BenchmarkCommit/rows=1000/checked=false", "BenchmarkCommit/rows=20000/checked=false"}
 	checked := []string{"BenchmarkCommit/rows=1000/checked=true", "BenchmarkCommit/rows=20000/checked=true"}
-	allCommits := append(append([]string{}, commits...), checked...)
-	overhead := []string{"BenchmarkCollectorOverhead/keys=1000000/vnodes=256/versions=1", "BenchmarkCollectorOverhead/keys=1000000/vnodes=256/versions=3"}
 	var collectors []string
 	for name := range m {
 		if strings.HasPrefix(name, "BenchmarkCollector/") {
 			collectors = append(collectors, name)
 		}
 	}
-	sort.Strings(collectors)
 	const accuracy = "BenchmarkEstimateRowsAccuracy"
-	var accErr, accWidth []string
+	var accErr, accWidth []source
 	for _, w := range []string{"no-churn", "churn", "low-deletes", "hot-updates"} {
-		accErr = append(accErr, w+"-err-p99-%")
-		accWidth = append(accWidth, w+"-width-p99-%")
-	}
-	worstUnit := func(units []string) func(func(string, string) (float64, bool)) string {
-		return func(get func(string, string) (float64, bool)) string {
-			var w float64
-			found := false
-			for _, u := range units {
-				if v, ok := get(accuracy, u); ok && (!found || v > w) {
-					w, found = v, true
-				}
-			}
-			if !found {
-				return "—"
-			}
-			return pct(w)
-		}
+		accErr = append(accErr, source{accuracy, w + "-err-p99-%"})
+		accWidth = append(accWidth, source{accuracy, w + "-width-p99-%"})
 	}
 	const gc = "BenchmarkGC/rows=100000/workload=upd30-del30"
 	rows := []goal{
-		{"commit throughput, unchecked writers (lsm)", "≥ 0.8× Pebble", worst("x-of-pebble", false, ratio, commits...)},
-		{"commit throughput, checked writers (read before write)", "—", worst("x-of-pebble", false, ratio, checked...)},
-		{"write stalls during the commit benchmarks", "0", worst("write-stalls", true, count, allCommits...)},
-		{"point read latency (lsm)", "≤ 1.3× Pebble", worst("x-of-pebble", true, ratio, "BenchmarkGet")},
-		{"vnode scan rows/s (lsm)", "≥ 0.7× Pebble", worst("x-of-pebble", false, ratio, "BenchmarkScan")},
-		{"collector CPU ÷ Pebble CPU, flush + compaction (stats)", "≤ 2%", worst("overhead-%", true, pct, overhead...)},
-		{"payload share of SST bytes, 100-byte values", "≤ 1%", worst("payload-%", true, pct, collectors...)},
-		{"EstimateRows p99 error, share of vnode rows", "≤ 1% (≤ 2% with churn)", worstUnit(accErr)},
-		{"EstimateRows p99 bound width, share of vnode rows", "≤ 3%", worstUnit(accWidth)},
-		{"read one (table, vnode)'s stats", "≤ 200 ns", worst("ns/op", true, ns, "BenchmarkStoreStats/read=vnode")},
-		{"one EstimateRows", "≤ 2 µs", worst("ns/op", true, ns, "BenchmarkStoreStats/read=estimate-rows")},
-		{"consumed rows over 256 vnodes in progress", "≤ 100 µs", worst("ns/op", true, ns, "BenchmarkStoreStats/read=consumed-256")},
-		{"refresh per changed file, 1,024 live SSTs", "≤ 1 ms", worst("ns/changed-file", true, ns, "BenchmarkRefresh")},
-		{"stats memory per million keys", "—", worst("stats-bytes/Mkeys", true, bytes, "BenchmarkStoreStats/memory/lsm=as-loaded")},
-		{"GC throughput, versions examined (compaction)", "—", worst("versions/s", false, rate, gc)},
-		{"physical entries per live row, before → after GC + compaction", "→ 1.000", pair("entries/row-before", "entries/row-after", func(v float64) string { return fmt.Sprintf("%.3f", v) }, gc)},
-		{"physical estimator mean error, before → after", "—", pair("est-err-pp-before", "est-err-pp-after", func(v float64) string { return fmt.Sprintf("%.2f pp", v) }, gc)},
-		{"policy round when nothing needs GC", "negligible", worst("ns/round", true, ns, "BenchmarkPolicyRoundIdle/tables=4/vnodes=256/state=clean")},
+		{what: "commit throughput, unchecked writers (lsm)", goal: "≥ 0.8× Pebble", sources: of("x-of-pebble", unchecked...), lowerWorse: true, format: ratio},
+		{what: "commit throughput, checked writers (read before write)", goal: "—", sources: of("x-of-pebble", checked...), lowerWorse: true, format: ratio},
+		{what: "write stalls during the commit benchmarks", goal: "0", sources: of("write-stalls", append(unchecked, checked...)...), format: count},
+		{what: "point read latency (lsm)", goal: "≤ 1.3× Pebble", sources: of("x-of-pebble", "BenchmarkGet"), format: ratio},
+		{what: "vnode scan rows/s (lsm)", goal: "≥ 0.7× Pebble", sources: of("x-of-pebble", "BenchmarkScan"), lowerWorse: true, format: ratio},
+		{what: "collector CPU ÷ Pebble CPU, flush + compaction (stats)", goal: "≤ 2%", sources: of("overhead-%",
+			"BenchmarkCollectorOverhead/keys=1000000/vnodes=256/versions=1", "BenchmarkCollectorOverhead/keys=1000000/vnodes=256/versions=3"), format: pct},
+		{what: "payload share of SST bytes, 100-byte values", goal: "≤ 1%", sources: of("payload-%", collectors...), format: pct},
+		{what: "EstimateRows p99 error, share of vnode rows", goal: "≤ 1% (≤ 2% with churn)", sources: accErr, format: pct},
+		{what: "EstimateRows p99 bound width, share of vnode rows", goal: "≤ 3%", sources: accWidth, format: pct},
+		{what: "read one (table, vnode)'s stats", goal: "≤ 200 ns", sources: of("ns/op", "BenchmarkStoreStats/read=vnode"), format: duration},
+		{what: "one EstimateRows", goal: "≤ 2 µs", sources: of("ns/op", "BenchmarkStoreStats/read=estimate-rows"), format: duration},
+		{what: "consumed rows over 256 vnodes in progress", goal: "≤ 100 µs", sources: of("ns/op", "BenchmarkStoreStats/read=consumed-256"), format: duration},
+		{what: "refresh per changed file, 1,024 live SSTs", goal: "≤ 1 ms", sources: of("ns/changed-file", "BenchmarkRefresh"), format: duration},
+		{what: "stats memory per million keys", goal: "—", sources: of("stats-bytes/Mkeys", "BenchmarkStoreStats/memory/lsm=as-loaded"), format: mb},
+		{what: "GC throughput, versions examined (compaction)", goal: "—", sources: of("versions/s", gc), lowerWorse: true, format: rate},
+		{what: "physical entries per live row, before → after GC + compaction", goal: "→ 1.000", sources: of("entries/row-before", gc), after: &source{gc, "entries/row-after"}, format: fixed3},
+		{what: "physical estimator mean error, before → after", goal: "—", sources: of("est-err-pp-before", gc), after: &source{gc, "est-err-pp-after"}, format: pp},
+		{what: "policy round when nothing needs GC", goal: "negligible", sources: of("ns/round", "BenchmarkPolicyRoundIdle/tables=4/vnodes=256/state=clean"), format: duration},
 	}
 	b.WriteString("Storage goals (worst figure over the benchmark's cases):\n\n")
 	b.WriteString("| measure | goal | measured |\n|---|---|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(b, "| %s | %s | %s |\n", r.what, r.goal, r.value(get))
+		measured := "—"
+		var worst float64
+		found := false
+		for _, s := range r.sources {
+			if v, ok := get(s); ok && (!found || (v > worst) != r.lowerWorse) {
+				worst, found = v, true
+			}
+		}
+		if found {
+			measured = r.format(worst)
+			if r.after != nil {
+				if v, ok := get(*r.after); ok {
+					measured += " → " + r.format(v)
+				} else {
+					measured = "—"
+				}
+			}
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", r.what, r.goal, measured)
 	}
 	b.WriteString("\n")
 }
