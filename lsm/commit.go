@@ -100,18 +100,13 @@ func (s *Store) Commit(epoch uint64) error {
 // gather checks that every writer sealed epoch and returns the buffers to
 // commit.
 func (s *Store) gather(epoch uint64) ([]*epochBuf, error) {
-	s.mu.Lock()
-	writers := make([]*Writer, 0, len(s.mu.writers))
-	for w := range s.mu.writers {
-		writers = append(writers, w)
-	}
+	writers, orphans := s.writersAndOrphans()
 	var bufs []*epochBuf
-	for _, b := range s.mu.orphans {
+	for _, b := range orphans {
 		if b.epoch <= epoch {
 			bufs = append(bufs, b)
 		}
 	}
-	s.mu.Unlock()
 	for _, w := range writers {
 		w.mu.Lock()
 		if !w.closed && w.lastSealed < epoch {

@@ -134,11 +134,8 @@ func (s *Store) get(table uint32, vnode uint16, pk []byte, epoch uint64) ([]byte
 	if err := def.checkRow(vnode, pk); err != nil {
 		return nil, false, err
 	}
-	row, live, err := s.getPrefix(keys.AppendPrefix(nil, table, vnode, pk), epoch)
-	if err != nil || !live {
-		return nil, false, err
-	}
-	return slices.Clone(row), true, nil
+	// getPrefix returns a copy: the row is the caller's.
+	return s.getPrefix(keys.AppendPrefix(nil, table, vnode, pk), epoch)
 }
 
 // getCommitted reads a prefix at the committed epoch (a checked writer's

@@ -103,7 +103,7 @@ func (s *Store) phase(p string) {
 type storeMetrics struct {
 	commits, spills, spilledBytes, stalls atomic.Int64
 	stallNanos                            atomic.Int64
-	pebbleStalls, pebbleStallNanos        atomic.Int64
+	pebbleStalls                          atomic.Int64
 	splitScans, splitRows                 atomic.Int64
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"slices"
 	"sort"
 
 	"github.com/cockroachdb/errors"
@@ -74,15 +75,10 @@ func (s *Store) maybeSpill() error {
 		bytes int64
 	}
 	var cands []cand
-	s.mu.Lock()
-	writers := make([]*Writer, 0, len(s.mu.writers))
-	for w := range s.mu.writers {
-		writers = append(writers, w)
-	}
-	for _, b := range s.mu.orphans {
+	writers, orphans := s.writersAndOrphans()
+	for _, b := range orphans {
 		cands = append(cands, cand{b, b.bytes})
 	}
-	s.mu.Unlock()
 	for _, w := range writers {
 		w.mu.Lock()
 		for _, b := range w.sealed {
@@ -243,6 +239,19 @@ func (f *spillFile) iter() (sstable.Iterator, error) {
 	return f.reader.NewIter(sstable.NoTransforms, nil, nil, sstable.AssertNoBlobHandles)
 }
 
+// writersAndOrphans returns the open writers and the buffers of closed
+// writers not yet committed, as of now (a copy: callers lock each writer to
+// read its buffers).
+func (s *Store) writersAndOrphans() ([]*Writer, []*epochBuf) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	writers := make([]*Writer, 0, len(s.mu.writers))
+	for w := range s.mu.writers {
+		writers = append(writers, w)
+	}
+	return writers, slices.Clone(s.mu.orphans)
+}
+
 // spillAll spills every in-memory piece, whatever the watermark. Tests use it
 // to place spills exactly.
 func (s *Store) spillAll() (int, error) {
@@ -251,14 +260,7 @@ func (s *Store) spillAll() (int, error) {
 	if err := s.checkWritable(); err != nil {
 		return 0, err
 	}
-	var bufs []*epochBuf
-	s.mu.Lock()
-	bufs = append(bufs, s.mu.orphans...)
-	writers := make([]*Writer, 0, len(s.mu.writers))
-	for w := range s.mu.writers {
-		writers = append(writers, w)
-	}
-	s.mu.Unlock()
+	writers, bufs := s.writersAndOrphans()
 	for _, w := range writers {
 		w.mu.Lock()
 		bufs = append(bufs, w.sealed...)

@@ -28,7 +28,6 @@ type Writer struct {
 	open       *epochBuf   // the epoch being written; nil between seal and the next op
 	sealed     []*epochBuf // sealed, uncommitted, by ascending epoch
 	lastSealed uint64
-	wroteAny   bool // an unchecked op reached a buffer
 }
 
 // NewWriter returns a writer for a table. vnodes is the set of vnodes it

@@ -256,19 +256,6 @@ func (c *Collector) count(a *vnodeAcc, mvccKind byte, keyLen int) {
 	c.entries++
 }
 
-// decodeTableKey returns what keys.Decode returns (but the version) for a
-// key that passed add's checks, which are exactly the conditions under
-// which keys.Decode succeeds; add reads the same fields in place
-// (TestDecodeTableKeyAgrees checks both on random bytes). Calling
-// keys.Decode itself cost a third of the collector's time (a 64-byte result
-// and an error per key), and building this struct per key still cost a
-// tenth; the layout is the normative one of design §3: table u32 | vnode
-// u16 | pk | 0x00 | suffix, and the kind is the byte before the final 0x0A.
-func decodeTableKey(uk []byte, p int) keys.Key {
-	table, vnode, _ := keys.Header(uk)
-	return keys.Key{Table: table, Vnode: vnode, PK: uk[vnodeHeaderLen : p-1], Kind: uk[len(uk)-2]}
-}
-
 // startVnode finishes the current vnode and starts the next one. Keys arrive
 // sorted, and a versioned key's prefix starts with table | vnode, so each
 // vnode's keys are contiguous; anything else is a broken comparer.

@@ -53,6 +53,7 @@ package stats
 // themselves, to keep the metrics' cardinality bounded by the tables.
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"sync"
@@ -142,7 +143,7 @@ func (d *CompactionDelta) Complete() bool { return len(d.Missing) == 0 }
 
 // Table returns the delta of one table, if the compaction touched it.
 func (d *CompactionDelta) Table(id uint32) (TableDelta, bool) {
-	i, ok := slices.BinarySearchFunc(d.Tables, id, func(t TableDelta, id uint32) int { return cmpU64(uint64(t.Table), uint64(id)) })
+	i, ok := slices.BinarySearchFunc(d.Tables, id, func(t TableDelta, id uint32) int { return cmp.Compare(uint64(t.Table), uint64(id)) })
 	if !ok {
 		return TableDelta{}, false
 	}
@@ -312,7 +313,7 @@ func (ev *compactionEvent) moved(num uint64) bool {
 
 func (v *Version) liveFile(num uint64) *liveFile {
 	if i, ok := slices.BinarySearchFunc(v.files, num, func(f *liveFile, n uint64) int {
-		return cmpU64(f.info.FileNum, n)
+		return cmp.Compare(f.info.FileNum, n)
 	}); ok {
 		return v.files[i]
 	}
@@ -437,7 +438,7 @@ func (d *deltaState) compute(ev compactionEvent, v *Version) CompactionDelta {
 		slices.SortFunc(td.Vnodes, func(a, b VnodeDelta) int { return int(a.Vnode) - int(b.Vnode) })
 		cd.Tables = append(cd.Tables, *td)
 	}
-	slices.SortFunc(cd.Tables, func(a, b TableDelta) int { return cmpU64(uint64(a.Table), uint64(b.Table)) })
+	slices.SortFunc(cd.Tables, func(a, b TableDelta) int { return cmp.Compare(uint64(a.Table), uint64(b.Table)) })
 	return cd
 }
 

@@ -37,6 +37,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -425,15 +426,7 @@ func (s *LiveState) AddTable(table uint32, vnodeCount int) {
 }
 
 func (l *Live) cloneTables() *Live {
-	return &Live{tables: maps(l.tables)}
-}
-
-func maps(m map[uint32]*liveTable) map[uint32]*liveTable {
-	out := make(map[uint32]*liveTable, len(m)+1)
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
+	return &Live{tables: maps.Clone(l.tables)}
 }
 
 // LiveBatch accumulates the live deltas of one commit on a private copy of
@@ -447,6 +440,12 @@ type LiveBatch struct {
 	// cursor: last bucket index used per vnode, for sorted input.
 	last    vkey
 	lastIdx int
+	// lastTouched is the bucket Apply last added to touched (its lower
+	// aliases the bucket's): sorted input touches each bucket many times in
+	// a row, and building the map key copies lower into a string.
+	lastTouched    vkey
+	lastTouchedLow []byte
+	haveTouched    bool
 }
 
 type vkey struct {
@@ -537,7 +536,10 @@ func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, l
 	v.total = v.total.Add(d)
 	t := b.tables[table]
 	t.total = t.total.Add(d)
-	b.touched[bucketID{table: table, vnode: vnode, lower: string(v.buckets[i].lower), first: i == 0}] = struct{}{}
+	if lower := v.buckets[i].lower; !b.haveTouched || b.lastTouched != k || !bytes.Equal(b.lastTouchedLow, lower) {
+		b.touched[bucketID{table: table, vnode: vnode, lower: string(lower), first: i == 0}] = struct{}{}
+		b.lastTouched, b.lastTouchedLow, b.haveTouched = k, lower, true
+	}
 	if live {
 		if v.minPK == nil || bytes.Compare(pk, v.minPK) < 0 {
 			v.minPK = slices.Clone(pk)

@@ -48,6 +48,7 @@ package stats
 // Refresh. A refresh that finds the file set unchanged keeps the Version.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -381,7 +382,7 @@ func listTables(db *pebble.DB) ([]tableRef, error) {
 			refs = append(refs, tableRef{fileNum: uint64(tables[i].FileNum), level: level, info: &tables[i]})
 		}
 	}
-	slices.SortFunc(refs, func(a, b tableRef) int { return cmpU64(a.fileNum, b.fileNum) })
+	slices.SortFunc(refs, func(a, b tableRef) int { return cmp.Compare(a.fileNum, b.fileNum) })
 	return refs, nil
 }
 

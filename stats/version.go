@@ -25,6 +25,7 @@ package stats
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
@@ -315,7 +316,7 @@ func (v *Version) Files() []FileInfo {
 // File returns one live file.
 func (v *Version) File(fileNum uint64) (FileInfo, bool) {
 	i, ok := slices.BinarySearchFunc(v.files, fileNum, func(f *liveFile, n uint64) int {
-		return cmpU64(f.info.FileNum, n)
+		return cmp.Compare(f.info.FileNum, n)
 	})
 	if !ok {
 		return FileInfo{}, false
@@ -559,16 +560,6 @@ func (v *Version) Diff(o *Version) error {
 	return errors.Newf("lsmstats/stats: versions differ:\n  %s", strings.Join(diffs, "\n  "))
 }
 
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // apportion returns total*weight/denom rounded down (0 if denom is 0).
 func apportion(total, weight, denom uint64) uint64 {
 	if denom == 0 || weight == 0 {
@@ -616,7 +607,7 @@ func newBuilder(base *Version) *builder {
 // tableFor returns a mutable tableState for id, creating it if needed.
 func (b *builder) tableFor(id uint32) *tableState {
 	i, ok := slices.BinarySearchFunc(b.tables, id, func(t *tableState, id uint32) int {
-		return cmpU64(uint64(t.id), uint64(id))
+		return cmp.Compare(uint64(t.id), uint64(id))
 	})
 	if !ok {
 		t := &tableState{gen: b.gen, id: id}
@@ -682,7 +673,7 @@ func (b *builder) apply(f *liveFile, add bool) {
 			k++
 			st := b.vnodeFor(t, vs.Vnode)
 			pos, found := slices.BinarySearchFunc(st.files, f.info.FileNum, func(fv fileVnode, n uint64) int {
-				return cmpU64(fv.fileNum, n)
+				return cmp.Compare(fv.fileNum, n)
 			})
 			if add {
 				st.counts.Add(c)
