@@ -3,7 +3,6 @@ package lsm
 import (
 	"bytes"
 	"container/heap"
-	"context"
 	"slices"
 	"time"
 
@@ -66,15 +65,8 @@ func (s *Store) Commit(epoch uint64) error {
 			return err
 		}
 	}
-	paths, err := out.finish()
-	if err != nil {
+	if err := s.ingest(out, "checkpoint of epoch %d", epoch); err != nil {
 		return err
-	}
-	s.waitForL0()
-	err = s.db.Ingest(context.Background(), paths)
-	s.removeFiles(paths)
-	if err != nil {
-		return errors.Wrapf(err, "lsmstats: ingest checkpoint of epoch %d", epoch)
 	}
 
 	// The checkpoint is durable: publish it with its statistics. statsMu

@@ -254,10 +254,7 @@ func (s *Store) GC(ctx context.Context, req GCRequest) (GCResult, error) {
 
 	// Fix the safe epoch and refuse pins below it from now on.
 	s.mu.Lock()
-	safe := s.committed.Load()
-	for e := range s.mu.pins {
-		safe = min(safe, e)
-	}
+	safe := s.safeEpochLocked()
 	if req.SafeEpoch != 0 {
 		safe = min(safe, req.SafeEpoch)
 	}
@@ -428,16 +425,9 @@ func (s *Store) ingestGC(dels [][]byte, delBytes int64, safe uint64) error {
 		out.abort()
 		return err
 	}
-	paths, err := out.finish()
-	if err != nil {
-		return err
-	}
-	s.waitForL0()
 	s.phase("gc-ingesting")
-	err = s.db.Ingest(context.Background(), paths)
-	s.removeFiles(paths)
-	if err != nil {
-		return errors.Wrapf(err, "lsmstats: ingest GC batch at safe epoch %d", safe)
+	if err := s.ingest(out, "GC batch at safe epoch %d", safe); err != nil {
+		return err
 	}
 	s.statsMu.Lock()
 	if err := s.tracker.Refresh(); err != nil {

@@ -31,29 +31,30 @@ type Snapshot struct {
 
 // Snapshot pins the committed epoch.
 func (s *Store) Snapshot() (*Snapshot, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.closed {
-		return nil, ErrClosed
-	}
-	// Read the committed epoch under the lock: a GC pass fixes its safe
-	// epoch (at most the committed epoch) under it too, so this pin is never
-	// below the pass's.
-	epoch := s.committed.Load()
-	if err := s.checkEpochLocked(epoch); err != nil {
-		return nil, err
-	}
-	s.mu.pins[epoch]++
-	return &Snapshot{s: s, epoch: epoch}, nil
+	// The committed epoch is read under s.mu (in pin): a GC pass fixes its
+	// safe epoch (at most the committed epoch) under it too, so this pin is
+	// never below the pass's.
+	return s.pin(math.MaxUint64)
 }
 
 // Pin pins an epoch between the garbage-collection watermark and the
 // committed epoch.
 func (s *Store) Pin(epoch uint64) (*Snapshot, error) {
+	if epoch == math.MaxUint64 {
+		return nil, errors.Wrapf(ErrEpochUnavailable, "epoch %d is above the committed epoch %d", epoch, s.committed.Load())
+	}
+	return s.pin(epoch)
+}
+
+// pin pins epoch; MaxUint64 means the committed epoch.
+func (s *Store) pin(epoch uint64) (*Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.closed {
 		return nil, ErrClosed
+	}
+	if epoch == math.MaxUint64 {
+		epoch = s.committed.Load()
 	}
 	if err := s.checkEpochLocked(epoch); err != nil {
 		return nil, err
@@ -92,6 +93,10 @@ func (sn *Snapshot) Close() {
 func (s *Store) SafeEpoch() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.safeEpochLocked()
+}
+
+func (s *Store) safeEpochLocked() uint64 {
 	safe := s.committed.Load()
 	for e := range s.mu.pins {
 		safe = min(safe, e)

@@ -441,12 +441,7 @@ func (s *Store) ingestMeta(entries []stats.MetaEntry) error {
 			return err
 		}
 	}
-	paths, err := out.finish()
-	if err != nil {
-		return err
-	}
-	defer s.removeFiles(paths)
-	if err := s.db.Ingest(context.Background(), paths); err != nil {
+	if err := s.ingest(out, "metadata"); err != nil {
 		return err
 	}
 	// The metadata is durable; a failed refresh only leaves the SST count
@@ -455,6 +450,21 @@ func (s *Store) ingestMeta(entries []stats.MetaEntry) error {
 		s.logf("lsmstats: refresh statistics after a metadata ingestion: %v", err)
 	}
 	return nil
+}
+
+// ingest finishes out's SSTs, waits out an L0 stall (see waitForL0) and
+// ingests them in one Ingest call, atomically; the staged files are removed
+// whether or not it succeeds. what (formatted with args) names the
+// ingestion in the error. Callers hold ingestMu.
+func (s *Store) ingest(out *output, what string, args ...any) error {
+	paths, err := out.finish()
+	if err != nil {
+		return err
+	}
+	s.waitForL0()
+	err = s.db.Ingest(context.Background(), paths)
+	s.removeFiles(paths)
+	return errors.Wrapf(err, "lsmstats: ingest "+what, args...)
 }
 
 func (s *Store) removeFiles(paths []string) {
