@@ -54,7 +54,6 @@ type Store struct {
 	mu struct {
 		sync.Mutex
 		closed  bool
-		failed  error
 		catalog map[uint32]*TableDef
 		writers map[*Writer]struct{}
 		// orphans are sealed epochs of closed writers, still to commit.
@@ -74,8 +73,11 @@ type Store struct {
 	// them (gc.go).
 	gc        gcState
 	committed atomic.Uint64
-	// closed mirrors mu.closed for the hot paths of iterators (read.go).
+	// closed mirrors mu.closed for the hot paths: iterators (read.go) and
+	// every writer op (checkWritable). failed is the fault that stopped
+	// writes, if any.
 	closed atomic.Bool
+	failed atomic.Pointer[error]
 	// pub is the committed epoch with the generation of its ingestion.
 	pub   atomic.Pointer[published]
 	iters iterPool
@@ -322,14 +324,16 @@ func (s *Store) Close() error {
 	return err
 }
 
-// checkOpen returns ErrClosed or the failure that stopped writes.
+// checkWritable returns ErrClosed or the failure that stopped writes. It
+// takes no lock: every writer op calls it.
 func (s *Store) checkWritable() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.closed {
+	if s.closed.Load() {
 		return ErrClosed
 	}
-	return s.mu.failed
+	if f := s.failed.Load(); f != nil {
+		return *f
+	}
+	return nil
 }
 
 func (s *Store) checkOpen() error {
@@ -343,12 +347,9 @@ func (s *Store) checkOpen() error {
 
 // fail stops all writes after a fault whose effect on disk is unknown.
 func (s *Store) fail(err error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.failed == nil {
-		s.mu.failed = errors.Mark(errors.Wrap(err, ErrFailed.Error()), ErrFailed)
-	}
-	return s.mu.failed
+	f := errors.Mark(errors.Wrap(err, ErrFailed.Error()), ErrFailed)
+	s.failed.CompareAndSwap(nil, &f) // the first failure is the one kept
+	return *s.failed.Load()
 }
 
 // CommittedEpoch returns the last committed epoch.
