@@ -346,3 +346,18 @@ func TestPebbleMVCCIteration(t *testing.T) {
 	}
 	require.False(t, it.SeekPrefixGE(AppendSeekKey(nil, prefixes[7], 0)), "no version at epoch 0")
 }
+
+func TestPKPrefixLen(t *testing.T) {
+	s := Schema{Bytes, Uint64, Int64}
+	a := AppendBytes(nil, []byte("a\x00b"))
+	pk := AppendInt64(AppendUint64(slices.Clone(a), 7), -3)
+	for n, want := range []int{0, len(a), len(a) + 8, len(pk)} {
+		got, err := s.PrefixLen(pk, n)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "%d columns", n)
+	}
+	_, err := s.PrefixLen(pk[:len(a)+3], 2)
+	require.ErrorIs(t, err, ErrInvalidPK)
+	_, err = s.PrefixLen(pk, 4)
+	require.Error(t, err)
+}

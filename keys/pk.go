@@ -105,6 +105,22 @@ func (s Schema) Validate(pk []byte) error {
 	return nil
 }
 
+// PrefixLen returns the length of the first n columns of a valid pk (an
+// error if pk is not valid that far), without decoding them.
+func (s Schema) PrefixLen(pk []byte, n int) (int, error) {
+	if n < 0 || n > len(s) {
+		return 0, errors.Newf("lsmstats: %d columns of a %d-column schema", n, len(s))
+	}
+	rest := pk
+	for i, t := range s[:n] {
+		var err error
+		if rest, err = skipColumn(t, rest); err != nil {
+			return 0, errors.Wrapf(err, "column %d (%s) of pk %x", i, t, pk)
+		}
+	}
+	return len(pk) - len(rest), nil
+}
+
 func skipColumn(t ColumnType, b []byte) ([]byte, error) {
 	switch t {
 	case Uint64, Int64:

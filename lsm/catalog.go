@@ -57,18 +57,9 @@ func (d *TableDef) distKey(pk []byte) []byte {
 	if d.DistKeyColumns == 0 || d.DistKeyColumns == len(d.PK) {
 		return pk
 	}
-	n := 0
-	rest := pk
-	for _, t := range d.PK[:d.DistKeyColumns] {
-		switch t {
-		case keys.Bytes:
-			_, r, _ := keys.DecodeBytes(rest, nil)
-			n += len(rest) - len(r)
-			rest = r
-		default:
-			n += 8
-			rest = rest[8:]
-		}
+	n, err := d.PK.PrefixLen(pk, d.DistKeyColumns)
+	if err != nil {
+		return pk // not reached: callers validated pk
 	}
 	return pk[:n]
 }
