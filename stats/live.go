@@ -296,35 +296,13 @@ func (v *liveVnode) rowsBefore(i int) int64 {
 }
 
 // fraction estimates where x lies between lo and hi (bucket bounds, hi
-// exclusive) by reading the first 8 bytes after their common prefix as
-// numbers. Returns 0.5 when the bounds are unknown or degenerate.
+// exclusive; see interpolate). Returns 0.5 when a bound is unknown (nil: the
+// first bucket's lower bound, or the last one's upper).
 func fraction(lo, hi, x []byte) float64 {
 	if lo == nil || hi == nil {
 		return 0.5
 	}
-	if bytes.Compare(x, lo) <= 0 {
-		return 0
-	}
-	if bytes.Compare(x, hi) >= 0 {
-		return 1
-	}
-	n := 0
-	for n < len(lo) && n < len(hi) && lo[n] == hi[n] {
-		n++
-	}
-	a, b, c := num(lo, n), num(hi, n), num(x, n)
-	if b <= a {
-		return 0.5
-	}
-	return math.Min(1, math.Max(0, (c-a)/(b-a)))
-}
-
-func num(k []byte, from int) float64 {
-	var buf [8]byte
-	if from < len(k) {
-		copy(buf[:], k[from:])
-	}
-	return float64(binary.BigEndian.Uint64(buf[:]))
+	return interpolate(lo, x, hi)
 }
 
 // ScanRange is one part of a Partition: the rows from (StartVnode, StartPK)

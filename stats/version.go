@@ -26,6 +26,7 @@ package stats
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -466,23 +467,21 @@ func cumAt(vs *VnodeSummary, x []byte) cumBounds {
 	return b
 }
 
-// interpolate returns the position of x in [a, b] as a fraction, reading the
-// eight bytes after a and b's common prefix as a big-endian number (x shares
-// that prefix when a <= x <= b).
+// interpolate returns the position of x in [a, b] as a fraction: 0 at or
+// below a, 1 at or above b, and in between the eight bytes after a and b's
+// common prefix (which x shares) read as a big-endian number; 0.5 when that
+// number does not grow from a to b.
 func interpolate(a, x, b []byte) float64 {
 	if bytes.Compare(x, b) >= 0 {
 		return 1
 	}
-	n := sharedPrefix(a, b)
-	if len(x) < n || !bytes.Equal(x[:n], a[:n]) {
-		return 0.5
-	}
-	fa, fx, fb := word(a[n:]), word(x[n:]), word(b[n:])
-	if fb <= fa || fx <= fa {
-		if fb <= fa {
-			return 0.5
-		}
+	if bytes.Compare(x, a) <= 0 {
 		return 0
+	}
+	n := sharedPrefix(a, b)
+	fa, fx, fb := word(a[n:]), word(x[n:]), word(b[n:])
+	if fb <= fa {
+		return 0.5
 	}
 	return min(float64(fx-fa)/float64(fb-fa), 1)
 }
@@ -490,8 +489,7 @@ func interpolate(a, x, b []byte) float64 {
 func word(b []byte) uint64 {
 	var w [8]byte
 	copy(w[:], b)
-	return uint64(w[0])<<56 | uint64(w[1])<<48 | uint64(w[2])<<40 | uint64(w[3])<<32 |
-		uint64(w[4])<<24 | uint64(w[5])<<16 | uint64(w[6])<<8 | uint64(w[7])
+	return binary.BigEndian.Uint64(w[:])
 }
 
 // Diff returns nil if v and o hold the same files and the same sums, else an
