@@ -3,7 +3,6 @@ package compaction
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/lsmstats/lsmstats/internal/faultfs"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -20,86 +20,10 @@ import (
 // Faults in the work of a round: GC's ingestions (SSTs the store stages),
 // and the manual compactions (SSTs Pebble writes). The file system is
 // Pebble's errorfs over the real one, with the injector swapped as a test
-// goes; errorfs's predicates pick the operations.
+// goes (a faultfs.Switch, which counts the faults injected per kind of
+// operation); errorfs's predicates pick the operations.
 
-// faultSwitch is an errorfs.Injector whose injector a test replaces; it
-// counts the faults injected per kind of operation.
-type faultSwitch struct {
-	mu     sync.Mutex
-	inj    errorfs.Injector
-	counts map[string]int
-}
-
-func (s *faultSwitch) String() string { return "compaction fault switch" }
-
-func (s *faultSwitch) set(inj errorfs.Injector) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.inj = inj
-}
-
-func (s *faultSwitch) MaybeError(op errorfs.Op) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inj == nil {
-		return nil
-	}
-	err := s.inj.MaybeError(op)
-	if err != nil {
-		if s.counts == nil {
-			s.counts = map[string]int{}
-		}
-		s.counts[fmt.Sprintf("%v", op.Kind.ReadOrWrite())+"/"+kindName(op.Kind)]++
-	}
-	return err
-}
-
-func (s *faultSwitch) injected() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, c := range s.counts {
-		n += c
-	}
-	return n
-}
-
-func (s *faultSwitch) summary() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var parts []string
-	for k, v := range s.counts {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
-	}
-	slices.Sort(parts)
-	return strings.Join(parts, " ")
-}
-
-func kindName(k errorfs.OpKind) string {
-	switch k {
-	case errorfs.OpCreate:
-		return "create"
-	case errorfs.OpOpen:
-		return "open"
-	case errorfs.OpFileWrite, errorfs.OpFileWriteAt:
-		return "write"
-	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-		return "sync"
-	case errorfs.OpLink:
-		return "link"
-	case errorfs.OpRemove, errorfs.OpRemoveAll:
-		return "remove"
-	}
-	return fmt.Sprintf("op%d", int(k))
-}
-
-// opIs is an errorfs predicate on the kind of operation.
-type opIs errorfs.OpKind
-
-func (o opIs) String() string              { return kindName(errorfs.OpKind(o)) }
-func (o opIs) Evaluate(op errorfs.Op) bool { return op.Kind == errorfs.OpKind(o) }
-
-func openFaultStore(t *testing.T, sw *faultSwitch, opts lsm.Options) (*lsm.Store, string) {
+func openFaultStore(t *testing.T, sw *faultfs.Switch, opts lsm.Options) (*lsm.Store, string) {
 	dir := t.TempDir()
 	opts.FS = errorfs.Wrap(vfs.Default, sw)
 	opts.Logger = lsm.QuietLogger{}
@@ -108,7 +32,7 @@ func openFaultStore(t *testing.T, sw *faultSwitch, opts lsm.Options) (*lsm.Store
 	opts.L0StopSublevels = -1
 	s, err := lsm.Open(dir, &opts)
 	require.NoError(t, err)
-	t.Cleanup(func() { t.Logf("faults injected per kind: %s", sw.summary()) })
+	sw.Counts.LogAtEnd(t)
 	return s, dir
 }
 
@@ -118,7 +42,7 @@ func openFaultStore(t *testing.T, sw *faultSwitch, opts lsm.Options) (*lsm.Store
 // the work (every vnode holds one entry per live row).
 func TestPolicyFaults(t *testing.T) {
 	seed := testSeed(t)
-	sw := &faultSwitch{}
+	sw := &faultfs.Switch{}
 	s, dir := openFaultStore(t, sw, lsm.Options{})
 	defer func() { require.NoError(t, s.Close()) }()
 	wl := newWorkload(t, s, 1, 16, seed)
@@ -133,22 +57,22 @@ func TestPolicyFaults(t *testing.T) {
 	}{
 		// The second GC batch cannot be written: the first one stays.
 		{"gc batch write", errorfs.ErrInjected.If(errorfs.And(errorfs.Writes, ingest, errorfs.OnIndex(3)))},
-		{"gc batch sync", errorfs.ErrInjected.If(errorfs.And(opIs(errorfs.OpFileSync), ingest))},
-		{"gc batch create", errorfs.ErrInjected.If(errorfs.And(opIs(errorfs.OpCreate), ingest))},
+		{"gc batch sync", errorfs.ErrInjected.If(errorfs.And(faultfs.OpIs(errorfs.OpFileSync), ingest))},
+		{"gc batch create", errorfs.ErrInjected.If(errorfs.And(faultfs.OpIs(errorfs.OpCreate), ingest))},
 		// Pebble opens the batch to ingest it.
-		{"gc batch open", errorfs.ErrInjected.If(errorfs.And(opIs(errorfs.OpOpen), ingest))},
+		{"gc batch open", errorfs.ErrInjected.If(errorfs.And(faultfs.OpIs(errorfs.OpOpen), ingest))},
 		// The compaction's outputs.
-		{"compaction output create", errorfs.ErrInjected.If(errorfs.And(opIs(errorfs.OpCreate), sst))},
+		{"compaction output create", errorfs.ErrInjected.If(errorfs.And(faultfs.OpIs(errorfs.OpCreate), sst))},
 		{"compaction output write", errorfs.ErrInjected.If(errorfs.And(errorfs.Writes, sst, errorfs.OnIndex(2)))},
 	} {
 		run(t, s, 6, 300, 30, 30, wl)
 		require.NotEmpty(t, p.Plan(), c.name)
 		errs := p.Metrics().Errors
-		sw.set(c.inj)
-		had := sw.injected()
+		sw.Set(c.inj)
+		had := sw.Counts.Total()
 		_, err := p.RunRound(context.Background())
-		sw.set(nil)
-		require.Greater(t, sw.injected(), had, "%s: no fault injected", c.name)
+		sw.Set(nil)
+		require.Greater(t, sw.Counts.Total(), had, "%s: no fault injected", c.name)
 		require.Error(t, err, c.name)
 		require.True(t, errors.Is(err, errorfs.ErrInjected), "%s: %v", c.name, err)
 		require.Equal(t, errs+1, p.Metrics().Errors, c.name)
@@ -181,7 +105,7 @@ func requireCollected(t testing.TB, s *lsm.Store, wl *workload) {
 // ends by itself.
 func TestPolicyLoopFaults(t *testing.T) {
 	seed := testSeed(t)
-	sw := &faultSwitch{}
+	sw := &faultfs.Switch{}
 	s, dir := openFaultStore(t, sw, lsm.Options{MemoryWatermark: 64 << 10})
 	defer func() { require.NoError(t, s.Close()) }()
 	wl := newWorkload(t, s, 1, 8, seed)
@@ -196,7 +120,7 @@ func TestPolicyLoopFaults(t *testing.T) {
 	}
 	p, err := New(Config{Store: s, Thresholds: Thresholds{MinGarbage: 16}, Interval: 2 * time.Millisecond, MaxRangesPerRound: 2, Rate: -1, BatchSize: 64, Logf: logf})
 	require.NoError(t, err)
-	sw.set(errorfs.ErrInjected.If(errorfs.And(errorfs.Writes,
+	sw.Set(errorfs.ErrInjected.If(errorfs.And(errorfs.Writes,
 		errorfs.Randomly(0.3, int64(seed)), errorfs.PathMatch(dir+"/staging/ingest-*"))))
 	require.NoError(t, p.Start())
 	deadline := time.Now().Add(20 * time.Second)
@@ -207,7 +131,7 @@ func TestPolicyLoopFaults(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	sw.set(nil)
+	sw.Set(nil)
 	collected := func() bool {
 		st := s.Stats()
 		for v := 0; v < wl.def.VnodeCount; v++ {
@@ -232,7 +156,7 @@ func TestPolicyLoopFaults(t *testing.T) {
 	// A spill fails: the store refuses writes; the loop's next round meets
 	// ErrFailed and the loop ends.
 	run(t, s, 4, 300, 30, 30, wl)
-	sw.set(errorfs.ErrInjected.If(errorfs.And(errorfs.Writes, errorfs.PathMatch(dir+"/staging/spill-*"))))
+	sw.Set(errorfs.ErrInjected.If(errorfs.And(errorfs.Writes, errorfs.PathMatch(dir+"/staging/spill-*"))))
 	e := s.EpochFloor() + 1
 	var werr error
 	for i := 0; werr == nil; i++ {
@@ -241,7 +165,7 @@ func TestPolicyLoopFaults(t *testing.T) {
 		werr = wl.w.Insert(e, wl.def.VnodeOf(k), k, []byte(strings.Repeat("s", 100)))
 	}
 	require.True(t, errors.Is(werr, lsm.ErrFailed), "%v", werr)
-	sw.set(nil)
+	sw.Set(nil)
 	logged = nil
 	p2, err := New(Config{Store: s, Thresholds: Thresholds{MinGarbage: 16}, Interval: time.Millisecond, Rate: -1, Logf: logf})
 	require.NoError(t, err)

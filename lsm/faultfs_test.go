@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -14,43 +13,19 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/lsmstats/lsmstats/internal/faultfs"
 )
 
 // Fault injection with Pebble's errorfs. A faultInjector wraps the store's
 // file system (vfs.Default over a t.TempDir: the files survive the wrapper,
 // so the same directory reopens with a clean FS) and fails the operations
 // that match the rules a test arms. It counts what it injected per kind of
-// operation, for the test log.
+// operation (faultfs.Kind names the kinds), for the test log.
 //
 // Pebble turns faults in its WAL and MANIFEST (and the marker files that
 // point at the MANIFEST) into Logger.Fatalf, which ends the process: in
 // process, rules never match those files; faults_crash_test.go injects them
 // in a child process.
-
-// faultKinds groups errorfs's operation kinds under the names the tests and
-// the counts use.
-var faultKinds = map[string][]errorfs.OpKind{
-	"create": {errorfs.OpCreate, errorfs.OpReuseForWrite},
-	"link":   {errorfs.OpLink},
-	"open":   {errorfs.OpOpen, errorfs.OpOpenDir},
-	"remove": {errorfs.OpRemove, errorfs.OpRemoveAll},
-	"rename": {errorfs.OpRename},
-	"mkdir":  {errorfs.OpMkdirAll},
-	"list":   {errorfs.OpList},
-	"stat":   {errorfs.OpStat, errorfs.OpFileStat},
-	"read":   {errorfs.OpFileRead, errorfs.OpFileReadAt},
-	"write":  {errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFilePreallocate},
-	"sync":   {errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo, errorfs.OpFileFlush},
-}
-
-func faultKindOf(k errorfs.OpKind) string {
-	for name, kinds := range faultKinds {
-		if slices.Contains(kinds, k) {
-			return name
-		}
-	}
-	return fmt.Sprintf("op%d", int(k))
-}
 
 // fatalPaths are the files whose write faults Pebble turns into Fatalf.
 var fatalPaths = regexp.MustCompile(`(^|/)(MANIFEST-\d+|marker\.[^/]*|\d+\.log)$`)
@@ -104,8 +79,7 @@ type faultInjector struct {
 	mu     sync.Mutex
 	rules  []*faultRule
 	rng    *rand.Rand
-	counts map[string]int // injected faults per kind
-	ops    map[string]int // operations seen per kind while a rule was armed
+	counts faultfs.Counts // injected faults per kind
 	// onInject, if set, is told of each fault as it is injected (a child
 	// process prints it before the fault may end it).
 	onInject func(kind, rel string)
@@ -114,17 +88,18 @@ type faultInjector struct {
 var _ errorfs.Injector = (*faultInjector)(nil)
 
 func newFaultInjector(dir string, seed uint64) *faultInjector {
-	return &faultInjector{dir: dir, rng: rand.New(rand.NewPCG(seed, 0xfa17)), counts: map[string]int{}, ops: map[string]int{}}
+	return &faultInjector{dir: dir, rng: rand.New(rand.NewPCG(seed, 0xfa17))}
 }
 
 // fs returns the store's file system: vfs.Default with this injector.
 func (f *faultInjector) fs() vfs.FS { return errorfs.Wrap(vfs.Default, f) }
 
-// arm adds a rule: kinds separated by '|', a path pattern.
+// arm adds a rule: kinds (faultfs.Kind's names) separated by '|', a path
+// pattern.
 func (f *faultInjector) arm(kinds, path string, skip, times int, prob float64) *faultRule {
 	r := &faultRule{kinds: strings.Split(kinds, "|"), path: regexp.MustCompile(path), skip: skip, times: times, prob: prob}
 	for _, k := range r.kinds {
-		if _, ok := faultKinds[k]; !ok {
+		if !faultfs.IsKind(k) {
 			panic(fmt.Sprintf("unknown fault kind %q", k))
 		}
 	}
@@ -141,16 +116,8 @@ func (f *faultInjector) disarm() {
 	f.rules = nil
 }
 
-// injected returns the number of faults injected by rules armed so far.
-func (f *faultInjector) total() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, c := range f.counts {
-		n += c
-	}
-	return n
-}
+// total returns the number of faults injected so far.
+func (f *faultInjector) total() int { return f.counts.Total() }
 
 func (f *faultInjector) String() string { return "lsmstats fault injector" }
 
@@ -160,13 +127,12 @@ func (f *faultInjector) MaybeError(op errorfs.Op) error {
 	if r, err := filepath.Rel(f.dir, op.Path); err == nil && !strings.HasPrefix(r, "..") {
 		rel = filepath.ToSlash(r)
 	}
-	kind := faultKindOf(op.Kind)
+	kind := faultfs.Kind(op.Kind)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.rules) == 0 || (!f.allowFatal && fatal(kind, rel)) {
 		return nil
 	}
-	f.ops[kind]++
 	for _, r := range f.rules {
 		if r.trigger != nil && !r.triggered {
 			r.triggered = slices.Contains(r.triggerKinds, kind) && r.trigger.MatchString(rel)
@@ -185,7 +151,7 @@ func (f *faultInjector) MaybeError(op errorfs.Op) error {
 			continue
 		}
 		r.injected++
-		f.counts[kind]++
+		f.counts.Add(kind)
 		if f.onInject != nil {
 			f.onInject(kind, rel)
 		}
@@ -194,33 +160,14 @@ func (f *faultInjector) MaybeError(op errorfs.Op) error {
 	return nil
 }
 
-// summary renders the counts per kind, sorted by kind.
-func (f *faultInjector) summary() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return formatCounts(f.counts)
-}
+// summary renders the counts per kind, sorted by kind, and their total.
+func (f *faultInjector) summary() string { return f.counts.Summary() }
 
-func formatCounts(m map[string]int) string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	total := 0
-	for _, k := range names {
-		fmt.Fprintf(&b, "%s=%d ", k, m[k])
-		total += m[k]
-	}
-	fmt.Fprintf(&b, "(total %d)", total)
-	return b.String()
-}
+// formatCounts renders counts per kind as summary does.
+func formatCounts(m map[string]int) string { return faultfs.Format(m) }
 
 // logFaults prints the injected faults per kind at the end of a test.
-func logFaults(t *testing.T, f *faultInjector) {
-	t.Cleanup(func() { t.Logf("faults injected per kind: %s", f.summary()) })
-}
+func logFaults(t *testing.T, f *faultInjector) { f.counts.LogAtEnd(t) }
 
 // isInjected reports whether err comes from an injected fault, directly or
 // as the cause that made the store refuse writes.

@@ -27,7 +27,7 @@ import (
 //
 //	inject kinds=K1|K2 path=REGEX [skip=N] [times=N]
 //	                     arm a rule of the file's fault injector: fail
-//	                     operations of those kinds (faultKinds) on paths
+//	                     operations of those kinds (faultfs.Kind) on paths
 //	                     (relative to the store directory) matching REGEX,
 //	                     after skip matching ones, times times (0: always)
 //	disarm               remove every rule

@@ -3,15 +3,14 @@ package stats
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/lsmstats/lsmstats/internal/faultfs"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -19,92 +18,16 @@ import (
 // Faults while the tracker reads SST properties. The file system is Pebble's
 // errorfs over the real one (so the files survive the wrapper), with the
 // injector swapped as a test goes: errorfs's own predicates (Reads,
-// PathMatch, OnIndex) pick the operations, and faultSwitch counts what it
-// injected per kind of operation.
-
-// faultSwitch is an errorfs.Injector whose injector a test replaces.
-type faultSwitch struct {
-	mu     sync.Mutex
-	inj    errorfs.Injector
-	counts map[string]int
-}
-
-func (s *faultSwitch) String() string { return "stats fault switch" }
-
-func (s *faultSwitch) set(inj errorfs.Injector) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.inj = inj
-}
-
-func (s *faultSwitch) MaybeError(op errorfs.Op) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inj == nil {
-		return nil
-	}
-	err := s.inj.MaybeError(op)
-	if err != nil {
-		if s.counts == nil {
-			s.counts = map[string]int{}
-		}
-		s.counts[opName(op.Kind)]++
-	}
-	return err
-}
-
-func (s *faultSwitch) injected() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, c := range s.counts {
-		n += c
-	}
-	return n
-}
-
-func (s *faultSwitch) summary() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var parts []string
-	for k, v := range s.counts {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
-	}
-	slices.Sort(parts)
-	return strings.Join(parts, " ")
-}
-
-func opName(k errorfs.OpKind) string {
-	switch k {
-	case errorfs.OpOpen:
-		return "open"
-	case errorfs.OpFileRead, errorfs.OpFileReadAt:
-		return "read"
-	case errorfs.OpStat, errorfs.OpFileStat:
-		return "stat"
-	case errorfs.OpCreate:
-		return "create"
-	case errorfs.OpFileWrite, errorfs.OpFileWriteAt:
-		return "write"
-	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-		return "sync"
-	}
-	return fmt.Sprintf("op%d", int(k))
-}
-
-// opIs is an errorfs predicate on the kind of operation.
-type opIs errorfs.OpKind
-
-func (o opIs) String() string              { return opName(errorfs.OpKind(o)) }
-func (o opIs) Evaluate(op errorfs.Op) bool { return op.Kind == errorfs.OpKind(o) }
+// PathMatch, OnIndex) pick the operations, and a faultfs.Switch counts what
+// it injected per kind of operation.
 
 // openFaultPhys opens a physEnv whose file system injects what sw says.
-func openFaultPhys(t *testing.T, sw *faultSwitch) *physEnv {
+func openFaultPhys(t *testing.T, sw *faultfs.Switch) *physEnv {
 	e := &physEnv{t: t, dir: t.TempDir(), scratch: t.TempDir(), log: &physLogger{}}
 	e.fs = errorfs.Wrap(vfs.Default, sw)
 	e.open()
 	t.Cleanup(e.close)
-	t.Cleanup(func() { t.Logf("faults injected per kind: %s", sw.summary()) })
+	sw.Counts.LogAtEnd(t)
 	return e
 }
 
@@ -120,7 +43,7 @@ func sstReads(dir string, n int32) errorfs.Injector {
 // (Current is the Version before it) and Err reports it; the next refresh
 // without faults equals a recomputation and clears Err.
 func TestTrackerRefreshFaults(t *testing.T) {
-	sw := &faultSwitch{}
+	sw := &faultfs.Switch{}
 	e := openFaultPhys(t, sw)
 	e.applyBatch(physParseOps(t, "put 1 0 1 1\nput 1 0 2 1\ndel 1 1 1 2\nmeta m"))
 	require.NoError(t, e.db.Flush())
@@ -128,7 +51,7 @@ func TestTrackerRefreshFaults(t *testing.T) {
 		e.ingest(physParseOps(t, fmt.Sprintf("put 1 %d 5 %d\nput 2 %d 6 %d\ngcdel 1 %d 1 1", i, 10+i, i, 10+i, i)), nil)
 	}
 	check := func(tr *Tracker, what string) {
-		sw.set(nil)
+		sw.Set(nil)
 		require.NoError(t, tr.Refresh(), what)
 		require.NoError(t, tr.Err(), what)
 		re, err := tr.Recompute()
@@ -140,10 +63,10 @@ func TestTrackerRefreshFaults(t *testing.T) {
 		for n := int32(0); ; n++ {
 			prepare()
 			before := tr.Current()
-			sw.set(sstReads(e.dir, n))
-			had := sw.injected()
+			sw.Set(sstReads(e.dir, n))
+			had := sw.Counts.Total()
 			err := tr.Refresh()
-			fired := sw.injected() > had
+			fired := sw.Counts.Total() > had
 			if !fired {
 				require.NoError(t, err, "%s: read #%d", what, n)
 				check(tr, what)
@@ -163,10 +86,10 @@ func TestTrackerRefreshFaults(t *testing.T) {
 	for n := int32(0); ; n++ {
 		tr = NewTracker(TrackerConfig{Dir: e.dir, FS: e.fs, ReaderOptions: e.opts.MakeReaderOptions(), Logger: e.log})
 		tr.SetDB(e.db)
-		sw.set(sstReads(e.dir, n))
-		had := sw.injected()
+		sw.Set(sstReads(e.dir, n))
+		had := sw.Counts.Total()
 		err := tr.Refresh()
-		if sw.injected() == had {
+		if sw.Counts.Total() == had {
 			require.NoError(t, err)
 			check(tr, "first refresh")
 			break
@@ -183,7 +106,7 @@ func TestTrackerRefreshFaults(t *testing.T) {
 	e.refresh()
 	k := 0
 	sweep("incremental refresh", e.tr, func() {
-		sw.set(nil)
+		sw.Set(nil)
 		k++
 		e.ingest(physParseOps(t, fmt.Sprintf("put 3 %d 1 1\nput 3 %d 2 1", k, k)), nil)
 	})
@@ -198,12 +121,12 @@ func TestTrackerRefreshFaults(t *testing.T) {
 // and the Version stayed behind until the next event.
 func TestTrackerRetriesFailedRefresh(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	sw := &faultSwitch{}
+	sw := &faultfs.Switch{}
 	e := openFaultPhys(t, sw)
 	e.tr.Start()
 	e.ingest(physParseOps(t, "put 1 0 1 1"), nil)
 	e.refresh()
-	sw.set(errorfs.ErrInjected.If(errorfs.And(opIs(errorfs.OpOpen), errorfs.PathMatch(e.dir+"/*.sst"))))
+	sw.Set(errorfs.ErrInjected.If(errorfs.And(faultfs.OpIs(errorfs.OpOpen), errorfs.PathMatch(e.dir+"/*.sst"))))
 	e.ingest(physParseOps(t, "put 1 0 2 1\nput 1 1 3 1"), nil)
 	deadline := time.Now().Add(10 * time.Second)
 	for e.tr.Err() == nil {
@@ -212,7 +135,7 @@ func TestTrackerRetriesFailedRefresh(t *testing.T) {
 	}
 	require.True(t, errors.Is(e.tr.Err(), errorfs.ErrInjected), "%v", e.tr.Err())
 	require.Equal(t, 1, e.tr.Current().NumFiles())
-	sw.set(nil)
+	sw.Set(nil)
 	for e.tr.Err() != nil || e.tr.Current().NumFiles() != 2 {
 		require.True(t, time.Now().Before(deadline), "the tracker never caught up: %v", e.tr.Err())
 		time.Sleep(time.Millisecond)
@@ -227,7 +150,7 @@ func TestTrackerRetriesFailedRefresh(t *testing.T) {
 // delivered all the same, complete, once a retry succeeds.
 func TestCompactionDeltaAfterFailedRefresh(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	sw := &faultSwitch{}
+	sw := &faultfs.Switch{}
 	e := openFaultPhys(t, sw)
 	e.tr.Start()
 	sub, cancel := e.tr.SubscribeCompactions(16)
@@ -245,11 +168,11 @@ func TestCompactionDeltaAfterFailedRefresh(t *testing.T) {
 	for ok := it.First(); ok; ok = it.Next() {
 	}
 	require.NoError(t, it.Close())
-	sw.set(errorfs.ErrInjected.If(errorfs.And(opIs(errorfs.OpOpen), errorfs.PathMatch(e.dir+"/*.sst"))))
+	sw.Set(errorfs.ErrInjected.If(errorfs.And(faultfs.OpIs(errorfs.OpOpen), errorfs.PathMatch(e.dir+"/*.sst"))))
 	require.NoError(t, e.db.Compact(context.Background(), []byte{0}, physEverything, false))
 	require.Error(t, e.tr.Refresh())
 	require.True(t, before == e.tr.Current())
-	sw.set(nil)
+	sw.Set(nil)
 	select {
 	case d := <-sub:
 		require.True(t, d.Complete(), "missing %v", d.Missing)
