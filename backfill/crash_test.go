@@ -1,21 +1,19 @@
 package backfill_test
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -37,23 +35,12 @@ func TestMain(m *testing.M) {
 		actors, _ := strconv.Atoi(os.Getenv(childActorsEnv))
 		seed, _ := strconv.ParseUint(os.Getenv(childSeedEnv), 10, 64)
 		*crashesFlag, _ = strconv.Atoi(os.Getenv("LSMSTATS_BACKFILL_CHILD_CRASHES"))
-		if err := crashChild(dir, actors, seed); err != nil {
-			fmt.Printf("E %v\n", err)
-			os.Exit(3)
-		}
-		os.Exit(0)
+		testutil.ExitChild(crashChild(dir, actors, seed))
 	}
 	goleak.VerifyTestMain(m)
 }
 
-func testSeed(t testing.TB) uint64 {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed: %d (rerun with -seed=%d)", seed, seed)
-	return seed
-}
+func testSeed(t testing.TB) uint64 { return testutil.Seed(t, "seed", *seedFlag) }
 
 // crashParams is the workload of the crash test: churn before and during,
 // small enough for many restarts, long enough for the crashes asked for.
@@ -192,52 +179,28 @@ func TestCrashRecovery(t *testing.T) {
 // time if kill is set. It returns the child's report lines and whether the
 // job finished.
 func runChild(t *testing.T, dir string, actors int, seed uint64, r *rand.Rand, kill bool) ([]string, bool) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childDirEnv+"="+dir, childActorsEnv+"="+strconv.Itoa(actors),
+	c := testutil.StartChild(t, os.Stderr, childDirEnv+"="+dir, childActorsEnv+"="+strconv.Itoa(actors),
 		childSeedEnv+"="+strconv.FormatUint(seed, 10), "LSMSTATS_BACKFILL_CHILD_CRASHES="+strconv.Itoa(*crashesFlag))
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	ch := make(chan string, 1024)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			ch <- sc.Text()
-		}
-		close(ch)
-	}()
 	var lines []string
-	var timeout <-chan time.Time
+	add := func(l string) { lines = append(lines, l) }
 	if kill {
 		// Let the run make 1 to 3 checkpoints, then kill it within 20ms: at
 		// a random point of a barrier, a commit or a recovery.
 		target := 1 + r.IntN(3)
-		for l := range ch {
-			lines = append(lines, l)
+		c.ReadUntil(0, func(l string) bool {
+			add(l)
 			if l[0] == 'R' {
 				target--
 			}
-			if target == 0 || l[0] == 'D' || l[0] == 'E' {
-				break
-			}
-		}
-		timeout = time.After(time.Duration(r.IntN(20000)) * time.Microsecond)
-	}
-loop:
-	for {
-		select {
-		case l, ok := <-ch:
-			if !ok {
-				break loop
-			}
-			lines = append(lines, l)
-		case <-timeout:
-			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-			timeout = nil
+			return target == 0 || l[0] == 'D' || l[0] == 'E'
+		})
+		c.KillAfter(t, time.Duration(r.IntN(20000))*time.Microsecond, add)
+	} else {
+		for l := range c.Lines() {
+			add(l)
 		}
 	}
-	err = cmd.Wait()
+	end := c.Wait()
 	for _, l := range lines {
 		if strings.HasPrefix(l, "E ") {
 			t.Fatalf("child failed: %s", l)
@@ -245,7 +208,7 @@ loop:
 	}
 	finished := len(lines) > 0 && lines[len(lines)-1] == "D"
 	if finished {
-		require.NoError(t, err)
+		require.NoError(t, end.Err)
 	}
 	return lines, finished
 }

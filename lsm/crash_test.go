@@ -1,21 +1,19 @@
 package lsm
 
 import (
-	"bufio"
 	"encoding/binary"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -104,90 +102,107 @@ func committedStep(s *Store) (uint64, error) {
 	return binary.BigEndian.Uint64(row), nil
 }
 
-// crashChild runs the workload until killed. It prints "P <phase>" at each
-// phase change and "C <step>" after each commit returns.
-func crashChild(dir string, seed uint64) {
-	out := bufio.NewWriter(os.Stdout)
-	say := func(format string, args ...any) {
-		fmt.Fprintf(out, format+"\n", args...)
-		_ = out.Flush()
-	}
-	fail := func(err error) {
-		say("E %v", err)
-		os.Exit(3)
-	}
-	s, err := crashOpen(dir)
-	if err != nil {
-		fail(err)
-	}
-	s.hooks.phase = func(p string) { say("P %s", p) }
-	k, err := committedStep(s)
-	if err != nil {
-		fail(err)
-	}
+// newCrashGenAt returns the workload replayed to step k.
+func newCrashGenAt(seed, k uint64) *crashGen {
 	g := newCrashGen(seed)
 	for i := uint64(1); i <= k; i++ {
 		g.step(i)
+	}
+	return g
+}
+
+// write writes step's ops at epoch, each through the writer that w picks
+// for its vnode, and moves the progress row to step through wp.
+func (g *crashGen) write(step, epoch uint64, w func(vnode uint16) *Writer, wp *Writer) error {
+	for _, op := range g.step(step) {
+		pk := keys.AppendUint64(nil, op.pk)
+		vn := g.def.VnodeOf(pk)
+		var err error
+		switch op.kind {
+		case opInsert:
+			err = w(vn).Insert(epoch, vn, pk, []byte(op.newRow))
+		case opDelete:
+			err = w(vn).Delete(epoch, vn, pk, []byte(op.old))
+		default:
+			err = w(vn).Update(epoch, vn, pk, []byte(op.old), []byte(op.newRow))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	zero := keys.AppendUint64(nil, 0)
+	prog := binary.BigEndian.AppendUint64(nil, step)
+	if step == 1 {
+		return wp.Insert(epoch, 0, zero, prog)
+	}
+	return wp.Update(epoch, 0, zero, binary.BigEndian.AppendUint64(nil, step-1), prog)
+}
+
+// crashSay prints one line of a crash child's report.
+func crashSay(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+
+// openCrashChild opens a crash child's store, has it report its phases
+// ("P <phase>") and returns the workload replayed to the committed step k.
+func openCrashChild(dir string, seed uint64) (*Store, *crashGen, uint64, error) {
+	s, err := crashOpen(dir)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	s.hooks.phase = func(p string) { crashSay("P %s", p) }
+	k, err := committedStep(s)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return s, newCrashGenAt(seed, k), k, nil
+}
+
+// crashChild runs the workload until killed; it returns only on an error.
+// It prints "P <phase>" at each phase change and "C <step>" after each
+// commit returns.
+func crashChild(dir string, seed uint64) error {
+	s, g, k, err := openCrashChild(dir, seed)
+	if err != nil {
+		return err
 	}
 	lo, hi := roaring.New(), roaring.New()
 	lo.AddRange(0, 8)
 	hi.AddRange(8, 16)
 	wlo, err := s.NewWriter(crashTable, lo, nil)
 	if err != nil {
-		fail(err)
+		return err
 	}
 	whi, err := s.NewWriter(crashTable, hi, nil)
 	if err != nil {
-		fail(err)
+		return err
 	}
 	wp, err := s.NewWriter(progressTable, nil, nil)
 	if err != nil {
-		fail(err)
+		return err
+	}
+	half := func(vn uint16) *Writer {
+		if vn >= 8 {
+			return whi
+		}
+		return wlo
 	}
 	epoch := s.EpochFloor()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
 	for step := k + 1; ; step++ {
 		epoch += 1 + uint64(r.IntN(3))
-		say("P buffering")
-		for _, op := range g.step(step) {
-			pk := keys.AppendUint64(nil, op.pk)
-			vn := g.def.VnodeOf(pk)
-			w := wlo
-			if vn >= 8 {
-				w = whi
-			}
-			switch op.kind {
-			case opInsert:
-				err = w.Insert(epoch, vn, pk, []byte(op.newRow))
-			case opDelete:
-				err = w.Delete(epoch, vn, pk, []byte(op.old))
-			default:
-				err = w.Update(epoch, vn, pk, []byte(op.old), []byte(op.newRow))
-			}
-			if err != nil {
-				fail(err)
-			}
-		}
-		zero := keys.AppendUint64(nil, 0)
-		prog := binary.BigEndian.AppendUint64(nil, step)
-		if step == 1 {
-			err = wp.Insert(epoch, 0, zero, prog)
-		} else {
-			err = wp.Update(epoch, 0, zero, binary.BigEndian.AppendUint64(nil, step-1), prog)
-		}
-		if err != nil {
-			fail(err)
+		crashSay("P buffering")
+		if err := g.write(step, epoch, half, wp); err != nil {
+			return err
 		}
 		for _, w := range []*Writer{wlo, whi, wp} {
 			if err := w.Seal(epoch); err != nil {
-				fail(err)
+				return err
 			}
 		}
 		if err := s.Commit(epoch); err != nil {
-			fail(err)
+			return err
 		}
-		say("C %d", step)
-		say("P idle")
+		crashSay("C %d", step)
+		crashSay("P idle")
 		time.Sleep(time.Duration(r.IntN(3000)) * time.Microsecond)
 	}
 }
@@ -200,15 +215,7 @@ func TestCrash(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 2))
 	dir := t.TempDir()
 	hit := map[string]int{}
-	missing := func() []string {
-		var out []string
-		for _, p := range crashPhases {
-			if hit[p] == 0 {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
+	missing := func() []string { return testutil.Missing(crashPhases, hit) }
 	var lastStep uint64
 	// At least *crashKills kills; beyond that, keep aiming at phases no
 	// kill has landed in yet (short phases are hard to hit), up to 3x.
@@ -226,15 +233,8 @@ func TestCrash(t *testing.T) {
 		phase, printed := runCrashChild(t, dir, seed, target, delay)
 		hit[phase]++
 
-		s, err := crashOpen(dir)
-		require.NoError(t, err)
-		k, err := committedStep(s)
-		require.NoError(t, err)
-		require.GreaterOrEqual(t, k, printed, "kill %d: a commit that returned was lost", kill)
-		require.LessOrEqual(t, k, printed+1, "kill %d", kill)
-		require.GreaterOrEqual(t, k, lastStep)
+		s, k := reopenAfterCrash(t, dir, seed, printed, lastStep, fmt.Sprintf("kill %d", kill))
 		lastStep = k
-		checkCrashState(t, s, seed, k)
 		require.NoError(t, s.Close())
 	}
 	t.Logf("kills per phase: %v; last committed step %d", hit, lastStep)
@@ -246,20 +246,7 @@ func TestCrash(t *testing.T) {
 // runCrashChild starts the child, kills it delay after it enters phase target
 // and returns the phase it was in and the last step it reported committed.
 func runCrashChild(t *testing.T, dir string, seed uint64, target string, delay time.Duration) (string, uint64) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashSeedEnv+"="+strconv.FormatUint(seed, 10))
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	lines := make(chan string, 1024)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	c := testutil.StartChild(t, os.Stderr, crashChildEnv+"="+dir, crashSeedEnv+"="+strconv.FormatUint(seed, 10))
 	phase, step := "", uint64(0)
 	var recent []string
 	handle := func(l string) {
@@ -274,46 +261,47 @@ func runCrashChild(t *testing.T, dir string, seed uint64, target string, delay t
 			t.Fatalf("child failed: %s", l[2:])
 		}
 	}
-	deadline := time.After(20 * time.Second)
 	// Let at least one commit happen so kills spread over the history.
-wait:
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("child exited early: %v", cmd.Wait())
-			}
-			handle(l)
-			if phase == target && step > 0 {
-				break wait
-			}
-		case <-deadline:
-			break wait
-		}
+	reached := c.ReadUntil(20*time.Second, func(l string) bool {
+		handle(l)
+		return phase == target && step > 0
+	})
+	if reached == testutil.Ended {
+		t.Fatalf("child exited early: %v", c.Wait().Err)
 	}
-	time.Sleep(delay)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	if os.Getenv("CRASH_DEBUG") != "" {
 		t.Logf("target %s, phase at kill %s", target, phase)
 	}
-	for l := range lines {
-		handle(l)
-	}
-	err = cmd.Wait()
-	require.Error(t, err, "the child must die by SIGKILL")
+	c.KillAfter(t, delay, handle)
+	end := c.Wait()
+	require.True(t, end.Killed, "the child must die by SIGKILL: %v", end.Err)
 	if os.Getenv("CRASH_DEBUG") != "" {
 		t.Logf("last lines: %q", recent[max(0, len(recent)-8):])
 	}
 	return phase, step
 }
 
+// reopenAfterCrash reopens the store after a child's crash and checks the
+// committed step k: no commit the child reported returned (printed) is
+// lost, at most the one in flight is also there, no earlier step
+// (lastStep) is lost, and the rows are those of step k (checkCrashState).
+// It returns the open store and k; what names the crash in messages.
+func reopenAfterCrash(t *testing.T, dir string, seed, printed, lastStep uint64, what string) (*Store, uint64) {
+	s, err := crashOpen(dir)
+	require.NoError(t, err, what)
+	k, err := committedStep(s)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, k, printed, "%s: a commit that returned was lost", what)
+	require.LessOrEqual(t, k, printed+1, what)
+	require.GreaterOrEqual(t, k, lastStep)
+	checkCrashState(t, s, seed, k)
+	return s, k
+}
+
 // checkCrashState compares the reopened store with the workload replayed to
 // step k: every row, no version above the committed epoch, live counts.
 func checkCrashState(t *testing.T, s *Store, seed, k uint64) {
-	g := newCrashGen(seed)
-	for i := uint64(1); i <= k; i++ {
-		g.step(i)
-	}
+	g := newCrashGenAt(seed, k)
 	got := map[uint64]string{}
 	for v := 0; v < g.def.VnodeCount; v++ {
 		it, err := s.NewIter(crashTable, uint16(v), nil, nil)

@@ -1,14 +1,11 @@
 package lsm
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +13,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -135,10 +133,7 @@ func faultChild(dir string, seed uint64, rule string) {
 	if err != nil {
 		fail(err)
 	}
-	g = newCrashGen(seed)
-	for i := uint64(1); i <= k; i++ {
-		g.step(i)
-	}
+	g = newCrashGenAt(seed, k)
 	lo, hi := roaring.New(), roaring.New()
 	lo.AddRange(0, 8)
 	hi.AddRange(8, 16)
@@ -151,37 +146,17 @@ func faultChild(dir string, seed uint64, rule string) {
 			fail(err)
 		}
 	}
+	half := func(vn uint16) *Writer {
+		if vn >= 8 {
+			return ws[1]
+		}
+		return ws[0]
+	}
 	epoch := s.EpochFloor()
 	ctx := context.Background()
 	for step := k + 1; step <= k+faultChildSteps; step++ {
 		epoch++
-		for _, op := range g.step(step) {
-			pk := keys.AppendUint64(nil, op.pk)
-			vn := g.def.VnodeOf(pk)
-			w := ws[0]
-			if vn >= 8 {
-				w = ws[1]
-			}
-			switch op.kind {
-			case opInsert:
-				err = w.Insert(epoch, vn, pk, []byte(op.newRow))
-			case opDelete:
-				err = w.Delete(epoch, vn, pk, []byte(op.old))
-			default:
-				err = w.Update(epoch, vn, pk, []byte(op.old), []byte(op.newRow))
-			}
-			if err != nil {
-				fail(err)
-			}
-		}
-		zero := keys.AppendUint64(nil, 0)
-		prog := binary.BigEndian.AppendUint64(nil, step)
-		if step == 1 {
-			err = ws[2].Insert(epoch, 0, zero, prog)
-		} else {
-			err = ws[2].Update(epoch, 0, zero, binary.BigEndian.AppendUint64(nil, step-1), prog)
-		}
-		if err != nil {
+		if err := g.write(step, epoch, half, ws[2]); err != nil {
 			fail(err)
 		}
 		for _, w := range ws {
@@ -230,20 +205,13 @@ func TestFaultsCrash(t *testing.T) {
 	for run := 0; run < runs; run++ {
 		rule := fatalRules[run%len(fatalRules)]
 		skip := r.IntN(rule.maxSkip + 1)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		spec := fmt.Sprintf("%d %t %s %s %s", skip, rule.afterOpen, rule.kinds, rule.path, rule.trigger)
-		cmd.Env = append(os.Environ(), faultChildEnv+"="+dir, crashSeedEnv+"="+strconv.FormatUint(seed, 10),
-			faultRuleEnv+"="+spec)
 		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
+		c := testutil.StartChild(t, &stderr, faultChildEnv+"="+dir, crashSeedEnv+"="+strconv.FormatUint(seed, 10),
+			faultRuleEnv+"="+spec)
 		var printed uint64
 		var lines []string
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			l := sc.Text()
+		for l := range c.Lines() {
 			lines = append(lines, l)
 			switch {
 			case strings.HasPrefix(l, "C "):
@@ -253,13 +221,9 @@ func TestFaultsCrash(t *testing.T) {
 				perKind[strings.Fields(l)[1]]++
 			}
 		}
-		werr := cmd.Wait()
-		code := 0
-		if ee, ok := werr.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, werr)
-		}
+		end := c.Wait()
+		require.NoError(t, end.WaitErr())
+		code := end.Code
 		last := ""
 		if len(lines) > 0 {
 			last = lines[len(lines)-1]
@@ -284,15 +248,8 @@ func TestFaultsCrash(t *testing.T) {
 
 		// Reopen with a clean file system and check, as after a SIGKILL.
 		printed = max(printed, lastStep) // the child may not have committed
-		s, err := crashOpen(dir)
-		require.NoError(t, err, "run %d (%s, %s)", run, rule.name, outcome)
-		k, err := committedStep(s)
-		require.NoError(t, err)
-		require.GreaterOrEqual(t, k, printed, "run %d (%s): a commit that returned was lost", run, rule.name)
-		require.LessOrEqual(t, k, printed+1, "run %d (%s)", run, rule.name)
-		require.GreaterOrEqual(t, k, lastStep)
+		s, k := reopenAfterCrash(t, dir, seed, printed, lastStep, fmt.Sprintf("run %d (%s, %s)", run, rule.name, outcome))
 		lastStep = k
-		checkCrashState(t, s, seed, k)
 		require.NoError(t, s.Close())
 		if os.Getenv("CRASH_DEBUG") != "" {
 			t.Logf("run %d: %s skip %d: %s, committed step %d; last %q", run, rule.name, skip, outcome, k, last)

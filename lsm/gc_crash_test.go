@@ -1,17 +1,16 @@
 package lsm
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -26,39 +25,22 @@ const gcCrashChildEnv = "LSMSTATS_LSM_GC_CRASH_CHILD"
 // gcCrashPhases are the phases TestGCCrash aims its kills at.
 var gcCrashPhases = []string{"gc-scanning", "gc-ingesting", "gc-compacting", "committing"}
 
-// gcCrashChild runs the crash workload with GC until killed. Besides the
-// lines of crashChild it prints "P gc-scanning", "P gc-ingesting" and
-// "P gc-compacting" from the store's phase hook.
-func gcCrashChild(dir string, seed uint64) {
-	out := bufio.NewWriter(os.Stdout)
-	say := func(format string, args ...any) {
-		fmt.Fprintf(out, format+"\n", args...)
-		_ = out.Flush()
-	}
-	fail := func(err error) {
-		say("E %v", err)
-		os.Exit(3)
-	}
-	s, err := crashOpen(dir)
+// gcCrashChild runs the crash workload with GC until killed; it returns
+// only on an error. Besides the lines of crashChild it prints
+// "P gc-scanning", "P gc-ingesting" and "P gc-compacting" from the store's
+// phase hook.
+func gcCrashChild(dir string, seed uint64) error {
+	s, g, k, err := openCrashChild(dir, seed)
 	if err != nil {
-		fail(err)
-	}
-	s.hooks.phase = func(p string) { say("P %s", p) }
-	k, err := committedStep(s)
-	if err != nil {
-		fail(err)
-	}
-	g := newCrashGen(seed)
-	for i := uint64(1); i <= k; i++ {
-		g.step(i)
+		return err
 	}
 	w, err := s.NewWriter(crashTable, nil, nil)
 	if err != nil {
-		fail(err)
+		return err
 	}
 	wp, err := s.NewWriter(progressTable, nil, nil)
 	if err != nil {
-		fail(err)
+		return err
 	}
 	epoch := s.EpochFloor()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
@@ -66,47 +48,25 @@ func gcCrashChild(dir string, seed uint64) {
 	ctx := context.Background()
 	for step := k + 1; ; step++ {
 		epoch += 1 + uint64(r.IntN(3))
-		say("P buffering")
-		for _, op := range g.step(step) {
-			pk := keys.AppendUint64(nil, op.pk)
-			vn := g.def.VnodeOf(pk)
-			switch op.kind {
-			case opInsert:
-				err = w.Insert(epoch, vn, pk, []byte(op.newRow))
-			case opDelete:
-				err = w.Delete(epoch, vn, pk, []byte(op.old))
-			default:
-				err = w.Update(epoch, vn, pk, []byte(op.old), []byte(op.newRow))
-			}
-			if err != nil {
-				fail(err)
-			}
-		}
-		zero := keys.AppendUint64(nil, 0)
-		prog := binary.BigEndian.AppendUint64(nil, step)
-		if step == 1 {
-			err = wp.Insert(epoch, 0, zero, prog)
-		} else {
-			err = wp.Update(epoch, 0, zero, binary.BigEndian.AppendUint64(nil, step-1), prog)
-		}
-		if err != nil {
-			fail(err)
+		crashSay("P buffering")
+		if err := g.write(step, epoch, func(uint16) *Writer { return w }, wp); err != nil {
+			return err
 		}
 		for _, w := range []*Writer{w, wp} {
 			if err := w.Seal(epoch); err != nil {
-				fail(err)
+				return err
 			}
 		}
 		if err := s.Commit(epoch); err != nil {
-			fail(err)
+			return err
 		}
-		say("C %d", step)
+		crashSay("C %d", step)
 		// Hold a pin now and then, so that some passes collect below the
 		// committed epoch.
 		switch {
 		case pin == nil && r.IntN(3) == 0:
 			if pin, err = s.Snapshot(); err != nil {
-				fail(err)
+				return err
 			}
 		case pin != nil && r.IntN(3) == 0:
 			pin.Close()
@@ -116,15 +76,15 @@ func gcCrashChild(dir string, seed uint64) {
 		hi := lo + 1 + r.IntN(g.def.VnodeCount-lo)
 		res, err := s.GC(ctx, GCRequest{Table: crashTable, VnodeLo: lo, VnodeHi: hi, BatchSize: 16 + r.IntN(112)})
 		if err != nil {
-			fail(err)
+			return err
 		}
-		say("G %d %d", res.SafeEpoch, res.Deleted)
+		crashSay("G %d %d", res.SafeEpoch, res.Deleted)
 		if r.IntN(3) == 0 {
 			if err := s.CompactRange(ctx, crashTable, lo, hi); err != nil {
-				fail(err)
+				return err
 			}
 		}
-		say("P idle")
+		crashSay("P idle")
 		time.Sleep(time.Duration(r.IntN(2000)) * time.Microsecond)
 	}
 }
@@ -143,15 +103,7 @@ func TestGCCrash(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 4))
 	dir := t.TempDir()
 	hit := map[string]int{}
-	missing := func() []string {
-		var out []string
-		for _, p := range gcCrashPhases {
-			if hit[p] == 0 {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
+	missing := func() []string { return testutil.Missing(gcCrashPhases, hit) }
 	var lastStep uint64
 	for kill := 0; kill < *gcCrashKills || len(missing()) > 0 && kill < 3**gcCrashKills; kill++ {
 		target := gcCrashPhases[kill%len(gcCrashPhases)]
@@ -162,15 +114,8 @@ func TestGCCrash(t *testing.T) {
 		phase, printed := runCrashChild(t, dir, seed, target, delay)
 		hit[phase]++
 
-		s, err := crashOpen(dir)
-		require.NoError(t, err)
-		k, err := committedStep(s)
-		require.NoError(t, err)
-		require.GreaterOrEqual(t, k, printed, "kill %d: a commit that returned was lost", kill)
-		require.LessOrEqual(t, k, printed+1, "kill %d", kill)
-		require.GreaterOrEqual(t, k, lastStep)
+		s, k := reopenAfterCrash(t, dir, seed, printed, lastStep, fmt.Sprintf("kill %d", kill))
 		lastStep = k
-		checkCrashState(t, s, seed, k)
 		wm := s.GCEpoch()
 		require.LessOrEqual(t, wm, s.CommittedEpoch())
 		if wm > 0 {
@@ -211,10 +156,7 @@ func checkCrashEpoch(t *testing.T, s *Store, seed, epoch uint64) {
 	if ok {
 		step = binary.BigEndian.Uint64(row)
 	}
-	g := newCrashGen(seed)
-	for i := uint64(1); i <= step; i++ {
-		g.step(i)
-	}
+	g := newCrashGenAt(seed, step)
 	got := map[uint64]string{}
 	for pk, row := range readSnap(t, sn, g.def) {
 		got[pk] = row

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -18,12 +19,11 @@ func TestMain(m *testing.M) {
 	}
 	if dir := os.Getenv(crashChildEnv); dir != "" {
 		seed, _ := strconv.ParseUint(os.Getenv(crashSeedEnv), 10, 64)
+		// The children run until killed, or return an error.
 		if os.Getenv(gcCrashChildEnv) != "" {
-			gcCrashChild(dir, seed) // runs until killed
-		} else {
-			crashChild(dir, seed) // runs until killed
+			testutil.ExitChild(gcCrashChild(dir, seed))
 		}
-		os.Exit(0)
+		testutil.ExitChild(crashChild(dir, seed))
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -6,10 +6,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
@@ -20,14 +20,7 @@ var (
 	stepsFlag = flag.Int("model-steps", 1500, "steps of TestModel")
 )
 
-func testSeed(t testing.TB) uint64 {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed: %d (rerun with -seed=%d)", seed, seed)
-	return seed
-}
+func testSeed(t testing.TB) uint64 { return testutil.Seed(t, "seed", *seedFlag) }
 
 // modelVersion is one committed version of a pk.
 type modelVersion struct {

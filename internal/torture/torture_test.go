@@ -8,13 +8,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/compaction"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -45,11 +44,7 @@ var phases = []string{"buffering", "spill", "commit", "backfill", "gc", "compact
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(childDirEnv); dir != "" {
 		seed, _ := strconv.ParseUint(os.Getenv(childSeedEnv), 10, 64)
-		if err := child(dir, seed); err != nil {
-			fmt.Printf("E %v\n", err)
-			os.Exit(3)
-		}
-		os.Exit(0)
+		testutil.ExitChild(child(dir, seed))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -197,22 +192,10 @@ func has(tags []string, t string) bool {
 // TestTorture kills the child at random moments in every phase and checks
 // the store after each restart; see the package doc.
 func TestTorture(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed: %d (rerun with -torture-seed=%d)", seed, seed)
+	seed := testutil.Seed(t, "torture-seed", *seedFlag)
 	r := rand.New(rand.NewPCG(seed, 17))
 	hits := map[string]int{}
-	missing := func() []string {
-		var out []string
-		for _, p := range phases {
-			if hits[p] == 0 {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
+	missing := func() []string { return testutil.Missing(phases, hits) }
 	base := t.TempDir()
 	job := 0
 	dir := filepath.Join(base, "job0")
@@ -256,20 +239,7 @@ func TestTorture(t *testing.T) {
 // checkpoint of this run), kills it after a short random delay. It returns
 // the phases active at the kill, or finished if the job ended first.
 func runChild(t *testing.T, dir string, seed uint64, target string, r *rand.Rand) ([]string, bool) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childDirEnv+"="+dir, childSeedEnv+"="+strconv.FormatUint(seed, 10))
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	lines := make(chan string, 4096)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	c := testutil.StartChild(t, os.Stderr, childDirEnv+"="+dir, childSeedEnv+"="+strconv.FormatUint(seed, 10))
 	var st state
 	finished := false
 	handle := func(l string) {
@@ -281,42 +251,29 @@ func runChild(t *testing.T, dir string, seed uint64, target string, r *rand.Rand
 		}
 		st.apply(l)
 	}
-	deadline := time.After(10 * time.Second)
-	killed := false
-wait:
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				break wait
-			}
+	switch c.ReadUntil(10*time.Second, func(l string) bool {
+		handle(l)
+		return st.checks > 0 && has(st.tags(), target)
+	}) {
+	case testutil.Matched:
+		// Short phases: kill within a fraction of a millisecond.
+		delay := time.Duration(r.IntN(400)) * time.Microsecond
+		if target == "gc" || target == "compaction" {
+			delay = time.Duration(r.IntN(2000)) * time.Microsecond
+		}
+		c.KillAfter(t, delay, handle)
+	case testutil.TimedOut:
+		// The target never came: kill wherever the child is.
+		c.Kill(t)
+		for l := range c.Lines() {
 			handle(l)
-			if st.checks > 0 && has(st.tags(), target) {
-				// Short phases: kill within a fraction of a millisecond.
-				delay := time.Duration(r.IntN(400)) * time.Microsecond
-				if target == "gc" || target == "compaction" {
-					delay = time.Duration(r.IntN(2000)) * time.Microsecond
-				}
-				time.Sleep(delay)
-				require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-				killed = true
-				break wait
-			}
-		case <-deadline:
-			// The target never came: kill wherever the child is.
-			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-			killed = true
-			break wait
 		}
 	}
-	for l := range lines {
-		handle(l)
-	}
-	err = cmd.Wait()
+	end := c.Wait()
 	if finished {
 		return nil, true
 	}
-	require.True(t, killed, "child exited without finishing: %v", err)
+	require.True(t, end.Killed, "child exited without finishing: %v", end.Err)
 	return st.tags(), false
 }
 
