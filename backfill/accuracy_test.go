@@ -3,35 +3,14 @@ package backfill_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
-
-// errStats accumulates |figure - truth| over checkpoints, in pp.
-type errStats struct {
-	n         int
-	sum, max_ float64
-}
-
-func (e *errStats) add(x float64) {
-	e.n++
-	e.sum += x
-	e.max_ = math.Max(e.max_, x)
-}
-
-func (e errStats) mean() float64 {
-	if e.n == 0 {
-		return 0
-	}
-	return e.sum / float64(e.n)
-}
-
-func (e errStats) String() string { return fmt.Sprintf("mean %.3f max %.3f pp", e.mean(), e.max_) }
 
 // TestCanonicalAccuracy runs the canonical runs of the backfill issue: 2
 // actors, a checkpoint every 2,048 snapshot rows per actor, once with 256
@@ -49,11 +28,13 @@ func TestCanonicalAccuracy(t *testing.T) {
 				require.NoError(t, err)
 				p.DuringSteps = 40
 				dir := t.TempDir()
-				var stats, rowcount errStats
+				errs := map[string]*bench.ErrorStats{}
 				var recs int
 				record := func(r backfill.Record) {
-					stats.add(math.Abs(r.Figure("stats").Raw - r.Truth))
-					rowcount.add(math.Abs(r.Figure("rowcount").Raw - r.Truth))
+					require.GreaterOrEqual(t, r.Truth, 0.0, "every record has the oracle's truth")
+					for _, a := range []string{"stats", "rowcount"} {
+						bench.AddError(errs, a, r.Figure(a).Raw, r.Truth)
+					}
 					recs++
 				}
 				open := func() (*lsm.Store, *backfill.Job) {
@@ -86,15 +67,17 @@ func TestCanonicalAccuracy(t *testing.T) {
 				require.NoError(t, j.Compare())
 				require.NoError(t, j.Close())
 				require.NoError(t, s.Close())
-				t.Logf("%d checkpoints: stats %s; rowcount %s", stats.n, stats, rowcount)
+				stats, rowcount := errs["stats"], errs["rowcount"]
+				t.Logf("%d checkpoints: stats mean %.3f max %.3f pp; rowcount mean %.3f max %.3f pp",
+					recs, stats.MeanPP, stats.MaxPP, rowcount.MeanPP, rowcount.MaxPP)
 				if canonicalRows < 200000 {
 					// Race builds run a tenth of the table, where vnodes of
 					// 78 rows are too small for the canonical error bounds:
 					// there the run checks correctness (the MV above).
 					return
 				}
-				require.LessOrEqual(t, stats.mean(), 0.5, "stats mean error")
-				require.LessOrEqual(t, stats.max_, 2.0, "stats max error")
+				require.LessOrEqual(t, stats.MeanPP, 0.5, "stats mean error")
+				require.LessOrEqual(t, stats.MaxPP, 2.0, "stats max error")
 			})
 		}
 	}

@@ -57,7 +57,6 @@ type Actor struct {
 	snapAt  uint64 // snapshot reads are at this epoch (the previous barrier's)
 	curr    uint64 // the epoch being written
 	started bool   // the first barrier arrived
-	done    bool   // reported finished
 	// stateBytes counts the state rows written (pk + row bytes), and
 	// statsOnlyBytes what they would have been without row counts (the
 	// stats approach's state).
@@ -111,9 +110,6 @@ func NewActor(cfg ActorConfig) (*Actor, error) {
 	}
 	return a, nil
 }
-
-// States returns a copy of the actor's vnode states.
-func (a *Actor) States() []VnodeState { return slices.Clone(a.vnodes) }
 
 // Finished reports whether every vnode of the actor finished.
 func (a *Actor) Finished() bool {
@@ -188,7 +184,6 @@ func (a *Actor) OnBarrier(ctx context.Context, b Barrier) error {
 		// the committed epoch, and the report gives a figure right away.
 		a.started, a.snapAt, a.curr = true, b.Prev, b.Curr
 		if a.Finished() {
-			a.done = true
 			return a.cfg.Reporter.Finish(b.Prev, a.vnodes)
 		}
 		return a.cfg.Reporter.Update(b.Prev, a.vnodes)
@@ -213,7 +208,6 @@ func (a *Actor) OnBarrier(ctx context.Context, b Barrier) error {
 	}
 	var err error
 	if a.Finished() {
-		a.done = true
 		err = a.cfg.Reporter.Finish(a.curr, a.vnodes)
 	} else {
 		err = a.cfg.Reporter.Update(a.curr, a.vnodes)
@@ -345,10 +339,8 @@ type Materialize struct {
 	w *lsm.Writer
 }
 
-// NewMaterialize returns a materialize step writing through w.
-func NewMaterialize(w *lsm.Writer) *Materialize { return &Materialize{w: w} }
-
-// Apply writes ops at epoch.
+// Apply writes ops at epoch. An UpdateDelete must be followed by the
+// UpdateInsert of the same pk; any other op sequence is an error.
 func (m *Materialize) Apply(epoch uint64, ops []RowOp) error {
 	for i := 0; i < len(ops); i++ {
 		op := ops[i]
@@ -366,6 +358,8 @@ func (m *Materialize) Apply(epoch uint64, ops []RowOp) error {
 			i++
 		case UpdateInsert:
 			return errors.Newf("lsmstats/backfill: UpdateInsert of pk %x without its UpdateDelete", op.PK)
+		default:
+			return errors.Newf("lsmstats/backfill: unknown op kind %d of pk %x", op.Kind, op.PK)
 		}
 		if err != nil {
 			return errors.Wrapf(err, "materialize %s", op.Kind)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
@@ -89,11 +88,9 @@ type Record struct {
 	Vnodes []VnodeState
 	// VnodeErrMean and VnodeErrMax are the errors of the per-vnode
 	// estimates behind the stats figure (vnodes in progress), in percent of
-	// each vnode's live rows.
+	// each vnode's live rows; zero without an oracle or the Stats
+	// estimator.
 	VnodeErrMean, VnodeErrMax float64
-	// ProgressTime is the time spent computing the figures (all
-	// estimators, not the oracle).
-	ProgressTime time.Duration
 }
 
 // Job runs an upstream workload and an arrangement backfill into an MV.
@@ -194,7 +191,7 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		if err := j.startActors(); err != nil {
 			return nil, err
 		}
-		rec, err := j.progress(s.CommittedEpoch(), s.CommittedEpoch())
+		rec, err := j.progress(s.CommittedEpoch())
 		if err != nil {
 			return nil, err
 		}
@@ -433,7 +430,7 @@ func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
 		return Record{}, false, nil
 	}
 	j.phase("progress")
-	rec, err := j.progress(epoch, epoch)
+	rec, err := j.progress(epoch)
 	if err == nil && j.cfg.OnCheckpoint != nil {
 		j.cfg.OnCheckpoint(rec)
 	}
@@ -472,28 +469,11 @@ func (j *Job) runActors(ops []RowOp, b Barrier) error {
 	return err
 }
 
+// writeUpstream writes a step's ops to the upstream table, with the same
+// rules as the MV's materialize step.
 func (j *Job) writeUpstream(epoch uint64, ops []RowOp) error {
-	w := j.upstream
-	for i := 0; i < len(ops); i++ {
-		op := ops[i]
-		var err error
-		switch op.Kind {
-		case Insert:
-			err = w.Insert(epoch, op.Vnode, op.PK, op.Row)
-		case Delete:
-			err = w.Delete(epoch, op.Vnode, op.PK, op.Row)
-		case UpdateDelete:
-			if i+1 == len(ops) || ops[i+1].Kind != UpdateInsert {
-				return errors.Newf("lsmstats/backfill: source produced an UpdateDelete without UpdateInsert")
-			}
-			err = w.Update(epoch, op.Vnode, op.PK, op.Row, ops[i+1].Row)
-			i++
-		default:
-			err = errors.Newf("lsmstats/backfill: source produced a lone %s", op.Kind)
-		}
-		if err != nil {
-			return errors.Wrapf(err, "upstream step %d", j.cfg.Source.Step())
-		}
+	if err := (&Materialize{w: j.upstream}).Apply(epoch, ops); err != nil {
+		return errors.Wrapf(err, "upstream step %d", j.cfg.Source.Step())
 	}
 	return nil
 }
@@ -514,16 +494,14 @@ func (j *Job) writeMeta(epoch uint64) error {
 	return j.meta.Seal(epoch)
 }
 
-// progress computes the figures and the truth at a committed checkpoint.
-func (j *Job) progress(epoch, reported uint64) (Record, error) {
-	start := time.Now()
-	st := j.store.Stats()
-	p, err := j.tracker.Progress(reported, st)
+// progress computes the figures and the truth at a committed checkpoint
+// epoch, which every actor reported.
+func (j *Job) progress(epoch uint64) (Record, error) {
+	p, err := j.tracker.Progress(epoch, j.store.Stats())
 	if err != nil {
 		return Record{}, err
 	}
 	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Truth: -1, Figures: p.Figures, Finished: p.Finished, Vnodes: p.Vnodes}
-	rec.ProgressTime = time.Since(start)
 	if p.Finished {
 		j.finished = true
 	}
@@ -531,7 +509,7 @@ func (j *Job) progress(epoch, reported uint64) (Record, error) {
 		var behind, total int64
 		var errSum float64
 		n := 0
-		for _, v := range p.Vnodes {
+		for i, v := range p.Vnodes {
 			b, t, err := j.cfg.Oracle.Rows(v.Vnode, v.Cursor)
 			if err != nil {
 				return rec, err
@@ -542,9 +520,9 @@ func (j *Job) progress(epoch, reported uint64) (Record, error) {
 				behind += t
 			case v.Cursor != nil:
 				behind += b
-				if t > 0 {
-					est := st.EstimateRows(j.cfg.Upstream.ID, v.Vnode, nil, pkSuccessor(v.Cursor)).Rows
-					e := 100 * math.Abs(est-float64(b)) / float64(t)
+				// The stats estimator's own estimate of this vnode.
+				if t > 0 && p.VnodeConsumed != nil {
+					e := 100 * math.Abs(p.VnodeConsumed[i]-float64(b)) / float64(t)
 					errSum += e
 					rec.VnodeErrMax = max(rec.VnodeErrMax, e)
 					n++
@@ -700,11 +678,4 @@ func decodeMeta(b []byte) (jobMeta, error) {
 }
 
 // Figure returns the figure of an approach.
-func (r Record) Figure(approach string) Figure {
-	for _, f := range r.Figures {
-		if f.Approach == approach {
-			return f
-		}
-	}
-	return Figure{Approach: approach}
-}
+func (r Record) Figure(approach string) Figure { return FigureOf(r.Figures, approach) }

@@ -49,15 +49,23 @@ func TestJobSmall(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, res.Finished)
 			require.NoError(t, j.Compare())
+			require.NotEmpty(t, res.Records)
 			var maxErr float64
-			for _, r := range res.Records {
-				st := r.Figures[1]
+			for i, r := range res.Records {
+				st := r.Figure("stats")
 				maxErr = max(maxErr, abs(st.Raw-r.Truth))
+				if i < len(res.Records)-1 {
+					// Never 100% before the job finished.
+					require.Less(t, r.Figure("rowcount").Pct, 100.0, "rowcount at barrier %d", r.Barrier)
+					require.Less(t, st.Pct, 100.0, "stats at barrier %d", r.Barrier)
+				}
 			}
 			last := res.Records[len(res.Records)-1]
-			require.Equal(t, 100.0, last.Figures[0].Pct)
-			require.Equal(t, 100.0, last.Figures[1].Pct)
+			require.Equal(t, 100.0, last.Figure("rowcount").Pct)
+			require.Equal(t, 100.0, last.Figure("stats").Pct)
 			t.Logf("%s: %d checkpoints, stats max err %.3f pp", name, len(res.Records), maxErr)
+			// Observed 0.5-1.0 pp on every preset.
+			require.LessOrEqual(t, maxErr, 2.0, "stats max error (pp)")
 			require.NoError(t, j.Close())
 		})
 	}

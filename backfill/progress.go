@@ -75,36 +75,64 @@ type Stats struct{}
 func (Stats) Name() string { return "stats" }
 
 // Estimate implements Estimator.
-func (Stats) Estimate(in Input) (float64, float64) {
-	var consumed, total float64
-	for _, v := range in.Vnodes {
+func (s Stats) Estimate(in Input) (float64, float64) {
+	consumed, total, _ := s.EstimateVnodes(in)
+	return consumed, total
+}
+
+// EstimateVnodes is Estimate that also returns the consumed rows of each
+// vnode, by index of in.Vnodes: its live rows if finished, the estimated
+// live rows <= its cursor if in progress, 0 if not started.
+func (Stats) EstimateVnodes(in Input) (consumed, total float64, perVnode []float64) {
+	perVnode = make([]float64, len(in.Vnodes))
+	for i, v := range in.Vnodes {
 		live := float64(max(0, in.Stats.Live.Vnode(in.Upstream, v.Vnode).Rows))
 		total += live
 		switch {
 		case v.Finished:
-			consumed += live
+			perVnode[i] = live
 		case v.Cursor != nil:
-			consumed += in.Stats.EstimateRows(in.Upstream, v.Vnode, nil, pkSuccessor(v.Cursor)).Rows
+			perVnode[i] = in.Stats.EstimateRows(in.Upstream, v.Vnode, nil, pkSuccessor(v.Cursor)).Rows
 		}
+		consumed += perVnode[i]
 	}
-	return consumed, total
+	return consumed, total, perVnode
+}
+
+// vnodeEstimator is an Estimator that also gives per-vnode consumed rows.
+type vnodeEstimator interface {
+	EstimateVnodes(in Input) (consumed, total float64, perVnode []float64)
 }
 
 // pkSuccessor is the smallest key above pk: with prefix-free pk encodings,
 // [nil, pk+0x00) holds exactly the pks <= pk.
 func pkSuccessor(pk []byte) []byte { return append(slices.Clip(pk), 0) }
 
-// Figure is one approach's progress at a checkpoint.
+// Figure is one approach's progress at a checkpoint. The JSON form is the
+// lsmstats CLI's worker protocol.
 type Figure struct {
-	Approach string
+	Approach string `json:"approach"`
 	// Consumed and Total are the estimator's raw numbers; Raw is
 	// 100*Consumed/Total (100 when Total is 0).
-	Consumed, Total, Raw float64
+	Consumed float64 `json:"consumed"`
+	Total    float64 `json:"total"`
+	Raw      float64 `json:"raw"`
 	// Pct, Shown are what the tracker displays (high-water mark applied).
-	Pct   float64
-	Shown string
+	Pct   float64 `json:"pct"`
+	Shown string  `json:"shown"`
 	// Time is the time the estimator took.
-	Time time.Duration
+	Time time.Duration `json:"time_ns"`
+}
+
+// FigureOf returns the figure of an approach among figs (an empty figure of
+// that approach if there is none).
+func FigureOf(figs []Figure, approach string) Figure {
+	for _, f := range figs {
+		if f.Approach == approach {
+			return f
+		}
+	}
+	return Figure{Approach: approach}
 }
 
 // Progress is the job's progress at one checkpoint.
@@ -113,16 +141,9 @@ type Progress struct {
 	Finished bool
 	Figures  []Figure
 	Vnodes   []VnodeState
-}
-
-// Figure returns the figure of an approach.
-func (p Progress) Figure(approach string) Figure {
-	for _, f := range p.Figures {
-		if f.Approach == approach {
-			return f
-		}
-	}
-	return Figure{Approach: approach}
+	// VnodeConsumed are the consumed rows of each vnode (by index of
+	// Vnodes) as the Stats estimator computed them; nil without it.
+	VnodeConsumed []float64
 }
 
 // ErrEpochOrder is a progress report whose epoch does not increase.
@@ -190,13 +211,6 @@ func (t *Tracker) Reporter(actor int) *Reporter {
 	return &Reporter{t: t, actor: actor}
 }
 
-// Forget drops an actor (rescale).
-func (t *Tracker) Forget(actor int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.reports, actor)
-}
-
 // Update reports the actor's vnode states at epoch.
 func (r *Reporter) Update(epoch uint64, states []VnodeState) error {
 	return r.t.record(r.actor, epoch, states, false)
@@ -245,7 +259,12 @@ func (t *Tracker) Progress(epoch uint64, st lsm.Stats) (Progress, error) {
 	in := Input{Epoch: epoch, Upstream: t.upstream, Vnodes: p.Vnodes, Stats: st}
 	for _, e := range t.estimators {
 		start := time.Now()
-		consumed, total := e.Estimate(in)
+		var consumed, total float64
+		if ve, ok := e.(vnodeEstimator); ok && p.VnodeConsumed == nil {
+			consumed, total, p.VnodeConsumed = ve.EstimateVnodes(in)
+		} else {
+			consumed, total = e.Estimate(in)
+		}
 		f := Figure{Approach: e.Name(), Consumed: consumed, Total: total, Raw: percent(consumed, total), Time: time.Since(start)}
 		t.display(&f, p.Finished)
 		p.Figures = append(p.Figures, f)

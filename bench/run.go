@@ -113,6 +113,20 @@ func (e *ErrorStats) add(x float64) {
 	e.n++
 }
 
+// AddError adds |raw - truth| of an approach's figure at a checkpoint to
+// errs; a negative truth (no oracle) is skipped.
+func AddError(errs map[string]*ErrorStats, approach string, raw, truth float64) {
+	if truth < 0 {
+		return
+	}
+	e := errs[approach]
+	if e == nil {
+		e = &ErrorStats{}
+		errs[approach] = e
+	}
+	e.add(math.Abs(raw - truth))
+}
+
 // Summary is what a run measured.
 type Summary struct {
 	Records []backfill.Record
@@ -122,7 +136,10 @@ type Summary struct {
 	// Load is the time of the load and churn before the backfill; Backfill
 	// the time from the job's start to its end.
 	Load, Backfill time.Duration
-	// StateBytes is the backfill state written per checkpoint.
+	// StateBytesPerBarrier is the backfill state bytes (pk and row) written
+	// per checkpoint barrier: all state written up to the last checkpoint
+	// over the number of checkpoint records (state is also written at
+	// barriers that are not checkpoints; it counts at the next checkpoint).
 	StateBytesPerBarrier float64
 	// ProgressNanos is the mean time per checkpoint of each approach's
 	// estimate.
@@ -136,16 +153,8 @@ type Summary struct {
 func Summarize(records []backfill.Record) map[string]*ErrorStats {
 	out := map[string]*ErrorStats{}
 	for _, r := range records {
-		if r.Truth < 0 {
-			continue
-		}
 		for _, f := range r.Figures {
-			e := out[f.Approach]
-			if e == nil {
-				e = &ErrorStats{}
-				out[f.Approach] = e
-			}
-			e.add(math.Abs(f.Raw - r.Truth))
+			AddError(out, f.Approach, f.Raw, r.Truth)
 		}
 	}
 	return out

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"sort"
@@ -78,7 +77,7 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 	fs.Float64Var(&f.deleteDuring, "delete-during", 0, "fraction of rows deleted during the backfill")
 	fs.Float64Var(&f.insertDuring, "insert-during", 0, "fraction of rows inserted during the backfill")
 	fs.IntVar(&f.chunkSize, "chunk-size", 256, "rows per chunk")
-	fs.IntVar(&f.barrierRows, "barrier-rows", 2048, "snapshot rows per actor between checkpoint barriers")
+	fs.IntVar(&f.barrierRows, "barrier-rows", 2048, "snapshot rows per actor per barrier (every barrier, checkpoint or not)")
 	fs.IntVar(&f.checkpointEvery, "checkpoint-every", 1, "every n-th barrier is a checkpoint")
 	fs.IntVar(&f.duringSteps, "during-steps", 0, "epochs over which the churn during the backfill is spread (0: about the backfill's length)")
 	fs.Var(&f.crashAt, "crash-at", "SIGKILL the working process at this checkpoint barrier, then restart it (repeatable)")
@@ -124,8 +123,9 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 	})
 	p.DuringSteps = f.duringSteps
 	if p.DuringSteps == 0 {
-		// Spread the churn over about the backfill's length.
-		p.DuringSteps = max(1, p.Rows/(max(1, f.actors)*max(1, f.barrierRows))*max(1, f.checkpointEvery))
+		// Spread the churn over about the backfill's length: one step per
+		// barrier, each actor reading --barrier-rows at every barrier.
+		p.DuringSteps = max(1, p.Rows/(max(1, f.actors)*max(1, f.barrierRows)))
 	}
 	if f.chunkSize < 1 || f.barrierRows < 1 || f.actors < 1 || f.checkpointEvery < 1 {
 		return p, errors.New("--chunk-size, --barrier-rows, --actors and --checkpoint-every must be positive")
@@ -140,57 +140,40 @@ type event struct {
 	Step, Of uint64 `json:",omitempty"`
 	// initial, ckpt
 	Rec *recordJSON `json:"rec,omitempty"`
+	// ckpt: the state bytes this worker process wrote so far (Job.StateBytes)
+	StateBytes     int64 `json:"state_bytes,omitempty"`
+	StatsOnlyBytes int64 `json:"stats_only_bytes,omitempty"`
 	// done
-	MVMatches      bool    `json:"mv_matches,omitempty"`
-	MVError        string  `json:"mv_error,omitempty"`
-	Epoch          uint64  `json:"epoch,omitempty"`
-	StateBytes     int64   `json:"state_bytes,omitempty"`
-	StatsOnlyBytes int64   `json:"stats_only_bytes,omitempty"`
-	LoadS          float64 `json:"load_s,omitempty"`
-	BackfillS      float64 `json:"backfill_s,omitempty"`
-	Rows           uint64  `json:"rows,omitempty"`
-}
-
-type figureJSON struct {
-	Approach string  `json:"approach"`
-	Raw      float64 `json:"raw"`
-	Pct      float64 `json:"pct"`
-	Shown    string  `json:"shown"`
-	Consumed float64 `json:"consumed"`
-	Total    float64 `json:"total"`
-	TimeNS   int64   `json:"time_ns"`
+	MVMatches bool    `json:"mv_matches,omitempty"`
+	MVError   string  `json:"mv_error,omitempty"`
+	Epoch     uint64  `json:"epoch,omitempty"`
+	LoadS     float64 `json:"load_s,omitempty"`
+	BackfillS float64 `json:"backfill_s,omitempty"`
+	Rows      uint64  `json:"rows,omitempty"`
 }
 
 type recordJSON struct {
-	Barrier      uint64       `json:"barrier"`
-	Epoch        uint64       `json:"epoch"`
-	Truth        float64      `json:"truth"`
-	Finished     bool         `json:"finished"`
-	Figures      []figureJSON `json:"figures"`
-	VnodeErrMean float64      `json:"vnode_err_mean_pp"`
-	VnodeErrMax  float64      `json:"vnode_err_max_pp"`
-	Rows         uint64       `json:"snapshot_rows"`
+	Barrier      uint64            `json:"barrier"`
+	Epoch        uint64            `json:"epoch"`
+	Truth        float64           `json:"truth"`
+	Finished     bool              `json:"finished"`
+	Figures      []backfill.Figure `json:"figures"`
+	VnodeErrMean float64           `json:"vnode_err_mean_pp"`
+	VnodeErrMax  float64           `json:"vnode_err_max_pp"`
+	Rows         uint64            `json:"snapshot_rows"`
 }
 
 func toJSON(r backfill.Record) *recordJSON {
 	out := &recordJSON{Barrier: r.Barrier, Epoch: r.Epoch, Truth: r.Truth, Finished: r.Finished,
-		VnodeErrMean: r.VnodeErrMean, VnodeErrMax: r.VnodeErrMax}
-	for _, f := range r.Figures {
-		out.Figures = append(out.Figures, figureJSON{f.Approach, f.Raw, f.Pct, f.Shown, f.Consumed, f.Total, f.Time.Nanoseconds()})
-	}
+		Figures: r.Figures, VnodeErrMean: r.VnodeErrMean, VnodeErrMax: r.VnodeErrMax}
 	for _, v := range r.Vnodes {
 		out.Rows += v.RowCount
 	}
 	return out
 }
 
-func (r *recordJSON) figure(approach string) figureJSON {
-	for _, f := range r.Figures {
-		if f.Approach == approach {
-			return f
-		}
-	}
-	return figureJSON{Approach: approach}
+func (r *recordJSON) figure(approach string) backfill.Figure {
+	return backfill.FigureOf(r.Figures, approach)
 }
 
 func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
@@ -222,14 +205,22 @@ func runWorker(f *backfillFlags, p workload.Params, stdout io.Writer) error {
 			os.Exit(5) // the supervisor is gone
 		}
 	}
+	var s *bench.Session
 	cfg := bench.Config{
 		Dir: f.dir, Workload: p, Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
 		CheckpointEvery: f.checkpointEvery,
 		Store:           &lsm.Options{Logger: lsm.QuietLogger{W: os.Stderr}},
-		OnCheckpoint:    func(r backfill.Record) { emit(event{T: "ckpt", Rec: toJSON(r)}) },
+		OnCheckpoint: func(r backfill.Record) {
+			// Each checkpoint carries the state bytes so far: a killed
+			// worker's bytes count up to its last reported checkpoint.
+			e := event{T: "ckpt", Rec: toJSON(r)}
+			e.StateBytes, e.StatsOnlyBytes = s.Job.StateBytes()
+			emit(e)
+		},
 	}
 	start := time.Now()
-	s, err := bench.Open(cfg)
+	var err error
+	s, err = bench.Open(cfg)
 	if err != nil {
 		return err
 	}
@@ -252,7 +243,6 @@ func runWorker(f *backfillFlags, p workload.Params, stdout io.Writer) error {
 		return err
 	}
 	done := event{T: "done", Epoch: res.Epoch, LoadS: load.Seconds(), BackfillS: time.Since(jobStart).Seconds()}
-	done.StateBytes, done.StatsOnlyBytes = s.Job.StateBytes()
 	if err := s.Job.Compare(); err != nil {
 		done.MVError = err.Error()
 	} else {
@@ -292,8 +282,12 @@ type barrierJSON struct {
 	VnodeErrMaxPP     float64 `json:"vnode_err_max_pp"`
 }
 
+// costJSON is an approach's cost per checkpoint barrier (the report's
+// barriers, across every worker run).
 type costJSON struct {
 	ProgressNSPerBarrier float64 `json:"progress_ns_per_barrier"`
+	// StateBytesPerBarrier is the state bytes written up to the reported
+	// checkpoints of every run over their number.
 	StateBytesPerBarrier float64 `json:"state_bytes_per_barrier"`
 }
 
@@ -355,6 +349,8 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 			return 1, err
 		}
 		killed := false
+		// This run's state bytes up to its last reported checkpoint.
+		var runState, runStatsOnly int64
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 1<<20), 1<<26)
 		for sc.Scan() {
@@ -374,6 +370,7 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 				ui.update(e.Rec, true)
 			case "ckpt":
 				records = append(records, e.Rec)
+				runState, runStatsOnly = e.StateBytes, e.StatsOnlyBytes
 				rep.Barriers = append(rep.Barriers, barrierOf(e.Rec))
 				ui.update(e.Rec, false)
 				if len(crashAt) > 0 && int(e.Rec.Barrier) >= crashAt[0] && !e.Rec.Finished {
@@ -387,14 +384,14 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 				}
 			case "done":
 				done = &e
-				stateBytes += e.StateBytes
-				statsOnlyBytes += e.StatsOnlyBytes
 			}
 			if killed {
 				break
 			}
 		}
 		werr := cmd.Wait()
+		stateBytes += runState
+		statsOnlyBytes += runStatsOnly
 		rep.Timings.RunsS = append(rep.Timings.RunsS, time.Since(runStart).Seconds())
 		switch {
 		case killed:
@@ -453,29 +450,22 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 
 func summarize(records []*recordJSON) map[string]*bench.ErrorStats {
 	out := map[string]*bench.ErrorStats{}
-	n := map[string]int{}
 	for _, r := range records {
 		for _, f := range r.Figures {
-			e := out[f.Approach]
-			if e == nil {
-				e = &bench.ErrorStats{}
-				out[f.Approach] = e
-			}
-			d := math.Abs(f.Raw - r.Truth)
-			e.MeanPP = (e.MeanPP*float64(n[f.Approach]) + d) / float64(n[f.Approach]+1)
-			e.MaxPP = math.Max(e.MaxPP, d)
-			n[f.Approach]++
+			bench.AddError(out, f.Approach, f.Raw, r.Truth)
 		}
 	}
 	return out
 }
 
+// cost divides the progress time and the state bytes (summed over every
+// run, each up to its last reported checkpoint) by the same checkpoints.
 func cost(records []*recordJSON, stateBytes, statsOnlyBytes int64) map[string]costJSON {
 	out := map[string]costJSON{}
 	ns := map[string]float64{}
 	for _, r := range records {
 		for _, f := range r.Figures {
-			ns[f.Approach] += float64(f.TimeNS)
+			ns[f.Approach] += float64(f.Time.Nanoseconds())
 		}
 	}
 	n := float64(max(1, len(records)))
