@@ -301,3 +301,224 @@ func decodeTableKey(uk []byte, p int) keys.Key {
 	table, vnode, _ := keys.Header(uk)
 	return keys.Key{Table: table, Vnode: vnode, PK: uk[vnodeHeaderLen : p-1], Kind: uk[len(uk)-2]}
 }
+
+// collectorTestKeys returns sorted, distinct point keys of every shape the
+// collector classifies: MVCC entries with pks of 0 to 40 bytes that share
+// long prefixes and differ at any position (so that each of the word and
+// byte paths of lastPrefix meets prefixes that differ in one byte only),
+// Pebble tombstones, MERGEs, metadata keys, and foreign keys.
+func collectorTestKeys(r *rand.Rand, n int) []physOp {
+	alphabet := []byte{0x00, 0x01, 0x0A, 0xFF, 'a'}
+	randPK := func() []byte {
+		// Half of them short and from two letters, so that neighbours
+		// often differ in one early byte only.
+		pk := make([]byte, r.IntN(41))
+		letters := alphabet
+		if r.IntN(2) == 0 {
+			pk, letters = pk[:len(pk)%12], alphabet[:2]
+		}
+		for i := range pk {
+			pk[i] = letters[r.IntN(len(letters))]
+		}
+		return pk
+	}
+	var pks [][]byte
+	var ops []physOp
+	for len(ops) < n {
+		switch x := r.IntN(100); {
+		case x < 2:
+			ops = append(ops, physOp{key: keys.MetaKey(randPK()), kind: pebble.InternalKeyKindSet})
+		case x < 4:
+			ops = append(ops, physOp{key: randPK(), kind: pebble.InternalKeyKindSet})
+		default:
+			var pk []byte
+			switch {
+			case len(pks) == 0 || r.IntN(3) == 0:
+				pk = randPK()
+			case r.IntN(3) == 0:
+				// The same pk in another (table, vnode): prefixes that
+				// differ in their header only.
+				pk = pks[r.IntN(len(pks))]
+			default:
+				// A neighbour of an earlier pk: one byte changed, or one
+				// appended or dropped.
+				pk = slices.Clone(pks[r.IntN(len(pks))])
+				switch {
+				case len(pk) > 0 && r.IntN(2) == 0:
+					pk[r.IntN(len(pk))] = alphabet[r.IntN(len(alphabet))]
+				case len(pk) > 0 && r.IntN(2) == 0:
+					pk = pk[:len(pk)-1]
+				default:
+					pk = append(pk, alphabet[r.IntN(len(alphabet))])
+				}
+			}
+			pks = append(pks, pk)
+			table, vnode := uint32(r.IntN(3)), uint16(r.IntN(4))
+			for e := 1 + r.IntN(3); e >= 1; e-- {
+				kind := pebble.InternalKeyKindSet
+				switch y := r.IntN(20); {
+				case y == 0:
+					kind = pebble.InternalKeyKindSetWithDelete
+				case y == 1:
+					kind = pebble.InternalKeyKindDelete
+				case y == 2:
+					kind = pebble.InternalKeyKindSingleDelete
+				case y == 3:
+					kind = pebble.InternalKeyKindMerge
+				}
+				mvcc := keys.KindPut
+				if r.IntN(4) == 0 {
+					mvcc = keys.KindDelete
+				}
+				uk := keys.AppendVersioned(nil, table, vnode, pk, keys.MakeVersion(uint64(e), 0), mvcc)
+				ops = append(ops, physOp{key: uk, kind: kind})
+			}
+		}
+	}
+	slices.SortStableFunc(ops, func(a, b physOp) int { return keys.Compare(a.key, b.key) })
+	return slices.CompactFunc(ops, func(a, b physOp) bool { return keys.Compare(a.key, b.key) == 0 })
+}
+
+// collectorReference is the collector's counting spelled out with
+// keys.Decode and byte comparisons: per (table, vnode) the Counts and last
+// pk, the keys counted apart, and for each prefix the counts before it.
+type collectorReference struct {
+	metaKeys, foreign uint64
+	counts            map[[2]uint32]*Counts
+	lastPK            map[[2]uint32][]byte
+	before            map[[2]uint32]map[string]Sample
+}
+
+func referenceCollect(ops []physOp) collectorReference {
+	ref := collectorReference{counts: map[[2]uint32]*Counts{}, lastPK: map[[2]uint32][]byte{}, before: map[[2]uint32]map[string]Sample{}}
+	var lastPrefix []byte
+	var lastID [2]uint32
+	for _, op := range ops {
+		if _, ok := keys.MetaName(op.key); ok {
+			ref.metaKeys++
+			continue
+		}
+		dk, err := keys.Decode(op.key)
+		if err != nil {
+			ref.foreign++
+			continue
+		}
+		if op.kind == pebble.InternalKeyKindMerge {
+			ref.foreign++
+			continue
+		}
+		id := [2]uint32{dk.Table, uint32(dk.Vnode)}
+		c := ref.counts[id]
+		if c == nil {
+			c = &Counts{}
+			ref.counts[id], ref.before[id] = c, map[string]Sample{}
+		}
+		if op.kind != pebble.InternalKeyKindSet && op.kind != pebble.InternalKeyKindSetWithDelete {
+			c.PebbleTombstones++
+			continue
+		}
+		prefix := keys.AppendPrefix(nil, dk.Table, dk.Vnode, dk.PK)
+		if id != lastID || !bytes.Equal(prefix, lastPrefix) {
+			ref.before[id][string(dk.PK)] = Sample{Puts: c.Puts, Deletes: c.Deletes, HeadPuts: c.HeadPuts, Prefixes: c.Prefixes}
+			c.Prefixes++
+			if dk.Kind == keys.KindPut {
+				c.HeadPuts++
+			}
+			lastPrefix, lastID = prefix, id
+			ref.lastPK[id] = dk.PK
+		}
+		c.Entries++
+		if dk.Kind == keys.KindPut {
+			c.Puts++
+		} else {
+			c.Deletes++
+		}
+		c.KeyBytes += uint64(len(op.key))
+	}
+	return ref
+}
+
+// TestCollectorMatchesReference checks the collector's summary against the
+// reference on random keys of every shape and pk length.
+func TestCollectorMatchesReference(t *testing.T) {
+	r := physRand(t)
+	for range 300 {
+		// Sizes log-uniform in [1, 4096]: in small SSTs the last pk of a
+		// vnode is often the first of the next.
+		ops := collectorTestKeys(r, 1<<r.IntN(13)+r.IntN(1<<r.IntN(12)))
+		ref := referenceCollect(ops)
+		s := physCollect(t, ops)
+		require.Equal(t, ref.metaKeys, s.MetaKeys)
+		require.Equal(t, ref.foreign, s.Foreign)
+		n := 0
+		for _, ts := range s.Tables {
+			for _, vs := range ts.Vnodes {
+				n++
+				id := [2]uint32{ts.Table, uint32(vs.Vnode)}
+				require.NotNil(t, ref.counts[id], "t%d/v%d", ts.Table, vs.Vnode)
+				require.Equal(t, *ref.counts[id], vs.Counts, "t%d/v%d", ts.Table, vs.Vnode)
+				require.Equal(t, ref.lastPK[id], vs.LastPK, "t%d/v%d", ts.Table, vs.Vnode)
+				for _, sm := range vs.Samples() {
+					want, ok := ref.before[id][string(sm.PK)]
+					require.True(t, ok, "t%d/v%d: sample at %x is not a prefix head", ts.Table, vs.Vnode, sm.PK)
+					want.PK = sm.PK
+					require.Equal(t, want, sm)
+				}
+			}
+		}
+		require.Len(t, ref.counts, n)
+		require.Equal(t, uint64(len(ops)), s.PointKeys())
+		got, err := DecodeSummary(s.Encode())
+		require.NoError(t, err)
+		require.Equal(t, s, got)
+	}
+}
+
+// TestCollectorReuse: a collector reset for another SST, and collectors
+// from the pool used by concurrent writers, produce exactly the payload of
+// a fresh collector, whatever the SSTs before them held.
+func TestCollectorReuse(t *testing.T) {
+	r := physRand(t)
+	var ssts [][]physOp
+	for range 12 {
+		if r.IntN(2) == 0 {
+			ssts = append(ssts, collectorTestKeys(r, 1+r.IntN(2000)))
+		} else {
+			ssts = append(ssts, physRandomOps(r, 1+r.IntN(40), 1+r.IntN(300), 1+r.IntN(3)))
+		}
+	}
+	want := make([][]byte, len(ssts))
+	for i, ops := range ssts {
+		want[i] = physCollect(t, ops).Encode()
+	}
+	finish := func(c pebble.BlockPropertyCollector, ops []physOp) []byte {
+		for _, op := range ops {
+			require.NoError(t, c.AddPointKey(pebble.MakeInternalKey(op.key, 1, op.kind), nil))
+		}
+		b, err := c.FinishTable([]byte{0})
+		require.NoError(t, err)
+		return b
+	}
+
+	c := newCollector()
+	for i, ops := range ssts {
+		require.Equal(t, want[i], finish(c, ops), "sst %d after reset", i)
+		c.reset()
+	}
+
+	done := make(chan struct{})
+	for g := range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for k := range 3 * len(ssts) {
+				i := (k + g) % len(ssts)
+				if got := finish(NewCollector(), ssts[i]); !bytes.Equal(want[i], got) {
+					t.Errorf("goroutine %d, sst %d: pooled collector's payload differs", g, i)
+					return
+				}
+			}
+		}()
+	}
+	<-done
+	<-done
+}

@@ -391,13 +391,15 @@ func (s *FileSummary) puts() uint64 {
 // Encode returns the summary in its stored form, with a zero placeholder for
 // Pebble's shortID byte: DecodeSummary(s.Encode()) equals s.
 func (s *FileSummary) Encode() []byte {
-	return s.appendPayload([]byte{0})
+	b, _ := s.appendPayload([]byte{0}, nil)
+	return b
 }
 
 // appendPayload appends format | checksum | body (everything after the
-// shortID) to dst.
-func (s *FileSummary) appendPayload(dst []byte) []byte {
-	raw := s.appendBody(nil)
+// shortID) to dst. The raw body is built in scratch's spare capacity, which
+// is returned for reuse.
+func (s *FileSummary) appendPayload(dst, scratch []byte) (_, _ []byte) {
+	raw := s.appendBody(scratch[:0])
 	start := len(dst)
 	dst = append(dst, formatRaw, 0, 0, 0, 0)
 	if len(raw) >= minCompress {
@@ -414,7 +416,7 @@ func (s *FileSummary) appendPayload(dst []byte) []byte {
 		dst = append(dst, raw...)
 	}
 	binary.LittleEndian.PutUint32(dst[start+1:], crc32.Checksum(dst[start+headerLen:], castagnoli))
-	return dst
+	return dst, raw
 }
 
 func rawBound(frame int) uint64 {
