@@ -537,7 +537,10 @@ func (t *Tracker) CompactionStats() CompactionStats {
 }
 
 // CompactionCollector returns a Prometheus collector of the tracker's
-// compaction deltas (register it with a prometheus.Registerer):
+// compaction deltas (register it with a prometheus.Registerer). opts gives
+// the namespace (default "lsmstats") and constant labels, as for NewMetrics,
+// so that several stores can register theirs in one registry; its Now is
+// not used. The metrics, with the default namespace:
 //
 //	lsmstats_compactions_total{complete}                        deltas computed
 //	lsmstats_compaction_entries_total{table,side}               MVCC entries in compaction inputs / outputs
@@ -549,41 +552,55 @@ func (t *Tracker) CompactionStats() CompactionStats {
 // side is "input" or "output"; a table's change is output − input (rate()
 // of each, then subtract). Only complete deltas are summed. Moves add
 // nothing.
-func (t *Tracker) CompactionCollector() prometheus.Collector { return (*compactionCollector)(t) }
+func (t *Tracker) CompactionCollector(opts *MetricsOptions) prometheus.Collector {
+	var o MetricsOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Namespace == "" {
+		o.Namespace = "lsmstats"
+	}
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(o.Namespace, "", name), help, labels, o.ConstLabels)
+	}
+	return &compactionCollector{
+		t: t,
+		compactions: desc("compactions_total",
+			"Pebble compactions whose statistics delta the tracker computed, by whether every file's summary was known.",
+			"complete"),
+		entries: desc("compaction_entries_total",
+			"MVCC entries (versions and MVCC deletes) in the input and output SSTs of Pebble compactions, per table.",
+			"table", "side"),
+		deletes: desc("compaction_mvcc_deletes_total",
+			"MVCC delete entries in the input and output SSTs of Pebble compactions, per table.",
+			"table", "side"),
+		tombstones: desc("compaction_pebble_tombstones_total",
+			"Pebble point tombstones (written by MVCC GC) in the input and output SSTs of Pebble compactions, per table.",
+			"table", "side"),
+		keyBytes: desc("compaction_key_bytes_total",
+			"User key bytes of the MVCC entries in the input and output SSTs of Pebble compactions, per table.",
+			"table", "side"),
+		dropped: desc("compaction_deltas_dropped_total",
+			"Compaction events or deltas lost: event queue full, outbox full, or a subscriber's channel full.",
+			"reason"),
+	}
+}
 
-type compactionCollector Tracker
-
-var (
-	descCompactions = prometheus.NewDesc("lsmstats_compactions_total",
-		"Pebble compactions whose statistics delta the tracker computed, by whether every file's summary was known.",
-		[]string{"complete"}, nil)
-	descEntries = prometheus.NewDesc("lsmstats_compaction_entries_total",
-		"MVCC entries (versions and MVCC deletes) in the input and output SSTs of Pebble compactions, per table.",
-		[]string{"table", "side"}, nil)
-	descDeletes = prometheus.NewDesc("lsmstats_compaction_mvcc_deletes_total",
-		"MVCC delete entries in the input and output SSTs of Pebble compactions, per table.",
-		[]string{"table", "side"}, nil)
-	descTombstones = prometheus.NewDesc("lsmstats_compaction_pebble_tombstones_total",
-		"Pebble point tombstones (written by MVCC GC) in the input and output SSTs of Pebble compactions, per table.",
-		[]string{"table", "side"}, nil)
-	descKeyBytes = prometheus.NewDesc("lsmstats_compaction_key_bytes_total",
-		"User key bytes of the MVCC entries in the input and output SSTs of Pebble compactions, per table.",
-		[]string{"table", "side"}, nil)
-	descDropped = prometheus.NewDesc("lsmstats_compaction_deltas_dropped_total",
-		"Compaction events or deltas lost: event queue full, outbox full, or a subscriber's channel full.",
-		[]string{"reason"}, nil)
-)
+type compactionCollector struct {
+	t                                                            *Tracker
+	compactions, entries, deletes, tombstones, keyBytes, dropped *prometheus.Desc
+}
 
 // Describe implements prometheus.Collector.
 func (c *compactionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCompactions, descEntries, descDeletes, descTombstones, descKeyBytes, descDropped} {
+	for _, d := range []*prometheus.Desc{c.compactions, c.entries, c.deletes, c.tombstones, c.keyBytes, c.dropped} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (c *compactionCollector) Collect(ch chan<- prometheus.Metric) {
-	d := &c.deltas
+	d := &c.t.deltas
 	d.mu.Lock()
 	complete, incomplete := d.complete, d.incomplete
 	dropped := [3]uint64{d.droppedEvents, d.droppedOutbox, d.droppedSubs}
@@ -598,8 +615,8 @@ func (c *compactionCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(desc *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), labels...)
 	}
-	counter(descCompactions, complete, "true")
-	counter(descCompactions, incomplete, "false")
+	counter(c.compactions, complete, "true")
+	counter(c.compactions, incomplete, "false")
 	for _, id := range ids {
 		io := ios[id]
 		table := strconv.FormatUint(uint64(id), 10)
@@ -607,13 +624,13 @@ func (c *compactionCollector) Collect(ch chan<- prometheus.Metric) {
 			name string
 			c    Counts
 		}{{"input", io.in}, {"output", io.out}} {
-			counter(descEntries, side.c.Entries, table, side.name)
-			counter(descDeletes, side.c.Deletes, table, side.name)
-			counter(descTombstones, side.c.PebbleTombstones, table, side.name)
-			counter(descKeyBytes, side.c.KeyBytes, table, side.name)
+			counter(c.entries, side.c.Entries, table, side.name)
+			counter(c.deletes, side.c.Deletes, table, side.name)
+			counter(c.tombstones, side.c.PebbleTombstones, table, side.name)
+			counter(c.keyBytes, side.c.KeyBytes, table, side.name)
 		}
 	}
-	counter(descDropped, dropped[0], "event_queue_full")
-	counter(descDropped, dropped[1], "outbox_full")
-	counter(descDropped, dropped[2], "subscriber_full")
+	counter(c.dropped, dropped[0], "event_queue_full")
+	counter(c.dropped, dropped[1], "outbox_full")
+	counter(c.dropped, dropped[2], "subscriber_full")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -268,7 +269,31 @@ func TestCompactionDeltasSum(t *testing.T) {
 
 	// Prometheus: per-table input − output equals minus the summed deltas.
 	reg := prometheus.NewPedanticRegistry()
-	require.NoError(t, reg.Register(e.tr.CompactionCollector()))
+	require.NoError(t, reg.Register(e.tr.CompactionCollector(nil)))
+	require.Error(t, reg.Register(e.tr.CompactionCollector(nil)), "the same metrics twice")
+	// Two stores' collectors in one registry, told apart by a constant
+	// label, and a namespace of one's own.
+	other := prometheus.NewPedanticRegistry()
+	for _, store := range []string{"a", "b"} {
+		opts := &MetricsOptions{Namespace: "x", ConstLabels: prometheus.Labels{"store": store}}
+		require.NoError(t, other.Register(e.tr.CompactionCollector(opts)))
+	}
+	otherMFs, err := other.Gather()
+	require.NoError(t, err)
+	require.NotEmpty(t, otherMFs)
+	for _, mf := range otherMFs {
+		require.True(t, strings.HasPrefix(mf.GetName(), "x_compaction"), mf.GetName())
+		stores := map[string]int{}
+		for _, m := range mf.Metric {
+			for _, lp := range m.Label {
+				if lp.GetName() == "store" {
+					stores[lp.GetValue()]++
+				}
+			}
+		}
+		require.Equal(t, stores["a"], stores["b"], mf.GetName())
+		require.Equal(t, len(mf.Metric), stores["a"]+stores["b"], mf.GetName())
+	}
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	metric := func(name string, labels map[string]string) float64 {
