@@ -72,7 +72,7 @@ func (s *Store) Commit(epoch uint64) error {
 	// The checkpoint is durable: publish it with its statistics. statsMu
 	// makes Stats see the physical and live sides of one checkpoint.
 	s.statsMu.Lock()
-	if err := s.tracker.Refresh(); err != nil {
+	if err := s.tracker.RefreshSignalled(); err != nil {
 		s.logf("lsmstats: refresh statistics after commit %d: %v", epoch, err)
 	}
 	s.mu.Lock()

@@ -430,7 +430,7 @@ func (s *Store) ingestGC(dels [][]byte, delBytes int64, safe uint64) error {
 		return err
 	}
 	s.statsMu.Lock()
-	if err := s.tracker.Refresh(); err != nil {
+	if err := s.tracker.RefreshSignalled(); err != nil {
 		s.logf("lsmstats: refresh statistics after GC: %v", err)
 	}
 	s.mu.Lock()

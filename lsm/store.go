@@ -447,7 +447,7 @@ func (s *Store) ingestMeta(entries []stats.MetaEntry) error {
 	}
 	// The metadata is durable; a failed refresh only leaves the SST count
 	// of the statistics behind until the next one.
-	if err := s.tracker.Refresh(); err != nil {
+	if err := s.tracker.RefreshSignalled(); err != nil {
 		s.logf("lsmstats: refresh statistics after a metadata ingestion: %v", err)
 	}
 	return nil

@@ -46,6 +46,11 @@ package stats
 // IngestAndExcise with an excise span and no files (Pebble fires
 // TableIngested only when files were ingested); whoever excises calls
 // Refresh. A refresh that finds the file set unchanged keeps the Version.
+//
+// Whoever ingests calls RefreshSignalled, which lists only if no refresh
+// started since the last signal: the ingestion's own TableIngested wakes the
+// goroutine too, and whichever of the two comes second finds the listing
+// done. (Before, every commit listed the DB's tables twice.)
 
 import (
 	"cmp"
@@ -126,6 +131,15 @@ type Tracker struct {
 
 	refreshMu sync.Mutex
 	signal    chan struct{}
+	// events counts the signalled changes that a listing started after the
+	// signal sees (see RefreshSignalled); listed is the count a successful
+	// refresh read before listing. CompactionEnd fires before Pebble
+	// installs the compaction's read state, so it is not counted: it sets
+	// mustList, and the next background refresh lists regardless.
+	events, listed atomic.Uint64
+	mustList       atomic.Bool
+	// listings counts the refreshes that listed the DB's tables.
+	listings atomic.Uint64
 	// failed holds the error of the last refresh if it failed (nil after a
 	// refresh that succeeded).
 	failed atomic.Pointer[error]
@@ -144,6 +158,7 @@ type Tracker struct {
 func NewTracker(cfg TrackerConfig) *Tracker {
 	cfg = cfg.withDefaults()
 	t := &Tracker{cfg: cfg, signal: make(chan struct{}, 1)}
+	t.events.Store(1) // the DB's files before any event: the first refresh lists them
 	t.deltas.init()
 	t.current.Store(&Version{})
 	if cfg.DB != nil {
@@ -174,7 +189,14 @@ func (t *Tracker) Err() error {
 	return nil
 }
 
+// notify signals a change that any listing started from now on sees.
 func (t *Tracker) notify() {
+	t.events.Add(1)
+	t.signalRefresh()
+}
+
+// signalRefresh wakes the background goroutine; signals coalesce.
+func (t *Tracker) signalRefresh() {
 	select {
 	case t.signal <- struct{}{}:
 	default:
@@ -190,7 +212,8 @@ func (t *Tracker) EventListener() pebble.EventListener {
 		FlushEnd: func(pebble.FlushInfo) { t.notify() },
 		CompactionEnd: func(info pebble.CompactionInfo) {
 			t.recordCompaction(info)
-			t.notify()
+			t.mustList.Store(true)
+			t.signalRefresh()
 		},
 		TableIngested: func(pebble.TableIngestInfo) { t.notify() },
 		TableDeleted:  func(pebble.TableDeleteInfo) { t.notify() },
@@ -230,8 +253,12 @@ func (t *Tracker) run(stop, done chan struct{}) {
 			retryC = retry.C
 		}
 	}
-	refresh := func() {
-		if err := t.Refresh(); err != nil && !errors.Is(err, ErrNoDB) {
+	refresh := func(force bool) {
+		refresh := t.RefreshSignalled
+		if force {
+			refresh = t.Refresh
+		}
+		if err := refresh(); err != nil && !errors.Is(err, ErrNoDB) {
 			t.cfg.Logger.Errorf("lsmstats/stats: refresh: %v; retrying in %s", err, failBackoff)
 			arm(failBackoff)
 			failBackoff = min(2*failBackoff, maxFailBackoff)
@@ -247,10 +274,10 @@ func (t *Tracker) run(stop, done chan struct{}) {
 		case <-stop:
 			return
 		case <-t.signal:
-			refresh()
+			refresh(t.mustList.Swap(false))
 		case <-retryC:
 			retryC = nil
-			refresh()
+			refresh(true)
 		case <-t.deltas.retry:
 			if retryC == nil {
 				arm(backoff)
@@ -284,12 +311,45 @@ func (t *Tracker) Close() error {
 func (t *Tracker) Refresh() error {
 	t.refreshMu.Lock()
 	defer t.refreshMu.Unlock()
+	return t.refreshLocked()
+}
+
+// RefreshSignalled brings Current up to date with every change signalled
+// to the tracker's EventListener so far — flushes (FlushEnd fires after
+// Pebble installs the new read state), ingestions (TableIngested fires
+// after the ingestion's), deleted files — and with SetDB. It lists the DB's
+// tables only if no refresh that succeeded started after the last of these
+// signals. Call it after an ingestion, instead of Refresh: the background
+// goroutine, woken by the same TableIngested, skips its refresh when this
+// one listed, and this one returns without listing when the goroutine's
+// refresh, which started after the signal, succeeded. (Compactions are not
+// covered: see Refresh.)
+func (t *Tracker) RefreshSignalled() error {
+	events := t.events.Load()
+	t.refreshMu.Lock()
+	defer t.refreshMu.Unlock()
+	if t.listedSince(events) {
+		return nil
+	}
+	return t.refreshLocked()
+}
+
+// listedSince reports whether a refresh that started after the events-th
+// signal succeeded.
+func (t *Tracker) listedSince(events uint64) bool {
+	return t.listed.Load() >= events
+}
+
+func (t *Tracker) refreshLocked() error {
 	db := t.db.Load()
 	if db == nil {
 		return ErrNoDB
 	}
-	// Compaction events queued before the listing are resolved against it.
+	// Compaction events queued before the listing are resolved against it,
+	// and the changes signalled before it are in it.
 	n := t.deltas.pendingLen()
+	events := t.events.Load()
+	t.listings.Add(1)
 	base := t.current.Load()
 	l := loader{cfg: &t.cfg, cache: map[uint64]*liveFile{}}
 	v, err := l.derive(context.Background(), db, base)
@@ -299,6 +359,7 @@ func (t *Tracker) Refresh() error {
 	}
 	t.current.Store(v)
 	t.failed.Store(nil)
+	t.listed.Store(events)
 	if t.deltas.resolve(n, base, v) {
 		// A compaction's result is not listed yet: the goroutine lists
 		// again after a backoff.

@@ -165,6 +165,50 @@ func TestTrackerReadErrorKeepsVersion(t *testing.T) {
 	require.Equal(t, 2, tr.Current().NumFiles())
 }
 
+// TestTrackerRefreshSignalled: after each ingestion, RefreshSignalled
+// shows the ingested file, and the ingestion costs one listing of the DB's
+// tables, whichever of RefreshSignalled and the background goroutine (woken
+// by TableIngested) gets there first. A flush is covered too; a compaction
+// is not, and the goroutine lists after it regardless.
+func TestTrackerRefreshSignalled(t *testing.T) {
+	e := openPhys(t, nil)
+	require.NoError(t, e.tr.RefreshSignalled(), "the first one lists the DB's files")
+	require.Equal(t, uint64(1), e.tr.listings.Load())
+	require.NoError(t, e.tr.RefreshSignalled())
+	require.Equal(t, uint64(1), e.tr.listings.Load(), "nothing signalled since")
+
+	e.tr.Start()
+	const n = 30
+	for i := range n {
+		e.ingest(physParseOps(t, fmt.Sprintf("put 1 %d 1 1", i)), nil)
+		require.NoError(t, e.tr.RefreshSignalled())
+		require.Equal(t, i+1, e.tr.Current().NumFiles(), "ingestion %d", i)
+	}
+	e.applyBatch(physParseOps(t, "put 2 0 1 1"))
+	require.NoError(t, e.db.Flush())
+	require.NoError(t, e.tr.RefreshSignalled())
+	require.Equal(t, n+1, e.tr.Current().NumFiles())
+	// Let the goroutine act on the last signals.
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, uint64(1+n+1), e.tr.listings.Load(), "one listing per ingestion and flush")
+
+	// The flushed file overlaps the ingested ones: the compaction rewrites
+	// them.
+	before := e.tr.listings.Load()
+	e.compactAll()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		re, err := e.tr.Recompute()
+		require.NoError(t, err)
+		if e.tr.Current().Diff(re) == nil && e.tr.listings.Load() > before {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the goroutine never listed after the compaction")
+		time.Sleep(time.Millisecond)
+	}
+	require.NoError(t, e.tr.Close())
+}
+
 // TestTrackerReadsOnlyNewFiles: a refresh opens only the files that are new.
 func TestTrackerReadsOnlyNewFiles(t *testing.T) {
 	e := openPhys(t, nil)
