@@ -183,6 +183,9 @@ func ddStep(t *testing.T, td *datadriven.TestData, dir string, sp **Store, write
 		return string(row)
 	case "raw":
 		return dumpRaw(t, s, uint32(argUintDefault(td, "table", 1)))
+	case "recompute-live":
+		before, after, err := s.RecomputeLiveStats(uint32(argUintDefault(td, "table", 1)))
+		return errOr(err, fmt.Sprintf("rows %d bytes %d -> rows %d bytes %d", before.Rows, before.Bytes, after.Rows, after.Bytes))
 	case "live":
 		table := uint32(argUintDefault(td, "table", 1))
 		def, err := s.Table(table)

@@ -61,7 +61,10 @@
 // persists the changed buckets in the same ingestion. Checked writers (the
 // default) read before writing, as CockroachDB does, and refuse inconsistent
 // ops; unchecked writers trust them and flag the table's live statistics as
-// possibly containing estimates.
+// possibly containing estimates. RecomputeLiveStats (verify.go) replaces a
+// table's counts by a scan at the committed epoch, bucket by bucket, persists
+// them with one metadata ingestion and clears the flag; commits wait while it
+// scans, as they do for Verify.
 //
 // # Garbage collection (gc.go)
 //

@@ -79,7 +79,8 @@ type WriterOptions struct {
 	// op. Ops are then trusted to describe the state they change (an Insert
 	// of an absent pk, a Delete or Update of the given old row), and the live
 	// statistics of the table are flagged as possibly containing estimates
-	// until they are recomputed, like CockroachDB's ContainsEstimates.
+	// until Store.RecomputeLiveStats recomputes them, like CockroachDB's
+	// ContainsEstimates.
 	Unchecked bool
 }
 

@@ -259,3 +259,75 @@ func (s *Store) verifyVnode(snap *Snapshot, live *stats.Live, table uint32, vnod
 	}
 	return rows, nil
 }
+
+// RecomputeLiveStats replaces the live statistics of a table by counts
+// scanned at the committed epoch, bucket by bucket, persists them, and
+// clears the table's ContainsEstimates flag: what a table written by
+// unchecked writers needs once its counts must be exact again, as
+// CockroachDB's RecomputeStats does for a range. Commits wait while the
+// table is scanned. It returns the table's live counts before and after; a
+// crash before it returns leaves the earlier counts, flag included.
+// Unchecked ops committed later flag the table again.
+func (s *Store) RecomputeLiveStats(table uint32) (before, after stats.LiveCounts, err error) {
+	if err := s.checkWritable(); err != nil {
+		return before, after, err
+	}
+	s.ingestMu.Lock()
+	defer s.ingestMu.Unlock()
+	if err := s.checkWritable(); err != nil {
+		return before, after, err
+	}
+	if _, err := s.table(table); err != nil {
+		return before, after, err
+	}
+	epoch := s.committed.Load()
+	s.mu.Lock()
+	live := s.mu.live
+	before = live.Current().Table(table)
+	s.mu.Unlock()
+	batch, err := live.Recount(table, func(vnode uint16, bounds [][]byte) (stats.VnodeRecount, error) {
+		return s.recountVnode(table, vnode, bounds, epoch)
+	})
+	if err != nil {
+		return before, after, errors.Wrapf(err, "lsmstats: recompute live statistics of table %d", table)
+	}
+	batch.Normalize()
+	if err := s.ingestMeta(batch.MetaEntries()); err != nil {
+		return before, after, errors.Wrapf(err, "lsmstats: persist recomputed live statistics of table %d", table)
+	}
+	s.statsMu.Lock()
+	s.mu.Lock()
+	batch.Publish()
+	after = s.mu.live.Current().Table(table)
+	s.mu.Unlock()
+	s.statsMu.Unlock()
+	s.splitBuckets(batch.Oversized())
+	return before, after, nil
+}
+
+// recountVnode scans a vnode at epoch and counts its live rows and bytes
+// per bucket (bounds are the buckets' lower bounds).
+func (s *Store) recountVnode(table uint32, vnode uint16, bounds [][]byte, epoch uint64) (stats.VnodeRecount, error) {
+	rc := stats.VnodeRecount{Buckets: make([]stats.LiveCounts, len(bounds))}
+	it, err := s.newIter(table, vnode, nil, nil, epoch)
+	if err != nil {
+		return rc, err
+	}
+	b := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		pk := it.PK()
+		for b+1 < len(bounds) && bytes.Compare(pk, bounds[b+1]) >= 0 {
+			b++
+		}
+		rc.Buckets[b].Rows++
+		rc.Buckets[b].Bytes += int64(len(pk) + len(it.Row()))
+		if rc.MinPK == nil {
+			rc.MinPK = slices.Clone(pk)
+		}
+		rc.MaxPK = append(rc.MaxPK[:0], pk...)
+	}
+	if err := it.Close(); err != nil {
+		return rc, errors.Wrapf(err, "scan of vnode %d", vnode)
+	}
+	return rc, nil
+}

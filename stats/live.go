@@ -742,6 +742,75 @@ func (s *LiveState) ApplySplit(r SplitRequest, pieces []Piece) error {
 	return nil
 }
 
+// VnodeRecount is what a scan of one vnode at the committed epoch found:
+// the live rows and bytes of each bucket, in the order of the bounds it was
+// given, and the smallest and largest live pk (nil without rows).
+type VnodeRecount struct {
+	Buckets      []LiveCounts
+	MinPK, MaxPK []byte
+}
+
+// Recount starts a batch that replaces the live counts of every vnode of a
+// table by exact ones, and clears the table's estimates flag: what a table
+// written by unchecked writers needs to be exact again (CockroachDB
+// recomputes a range's stats the same way). scan is called for each vnode
+// with the lower bounds of its buckets (the first is nil) and must scan the
+// vnode at the committed epoch; the caller holds commits off until the
+// batch is published. Nothing is visible until Publish; MetaEntries persist
+// the buckets that changed, Normalize and Oversized apply as after a commit.
+func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byte) (VnodeRecount, error)) (*LiveBatch, error) {
+	b := s.Begin()
+	t, err := b.table(table)
+	if err != nil {
+		return nil, err
+	}
+	for vi := range t.vnodes {
+		vn := uint16(vi)
+		old := t.vnode(vn)
+		bounds := make([][]byte, len(old.buckets))
+		for i := range old.buckets {
+			bounds[i] = old.buckets[i].lower
+		}
+		rc, err := scan(vn, bounds)
+		if err != nil {
+			return nil, err
+		}
+		if len(rc.Buckets) != len(bounds) {
+			return nil, errors.AssertionFailedf("recount of table %d vnode %d: %d buckets for %d bounds",
+				table, vn, len(rc.Buckets), len(bounds))
+		}
+		var sum LiveCounts
+		for _, c := range rc.Buckets {
+			sum = sum.Add(c)
+		}
+		if t.vnodes[vi] == nil && sum == (LiveCounts{}) && rc.MinPK == nil {
+			continue // never had a row, and has none
+		}
+		v, err := b.vnode(table, vn)
+		if err != nil {
+			return nil, err
+		}
+		for i, c := range rc.Buckets {
+			if v.buckets[i].LiveCounts != c {
+				v.buckets[i].LiveCounts = c
+				b.touched[bucketID{table: table, vnode: vn, lower: string(v.buckets[i].lower), first: i == 0}] = struct{}{}
+			}
+		}
+		if !bytes.Equal(v.minPK, rc.MinPK) || !bytes.Equal(v.maxPK, rc.MaxPK) {
+			// Exact hints: the interpolation of the end buckets improves.
+			v.minPK, v.maxPK = slices.Clone(rc.MinPK), slices.Clone(rc.MaxPK)
+			b.touched[bucketID{table: table, vnode: vn, first: true}] = struct{}{}
+		}
+		t.total = t.total.Add(LiveCounts{Rows: sum.Rows - v.total.Rows, Bytes: sum.Bytes - v.total.Bytes})
+		v.total = sum
+	}
+	if t.estimates {
+		t.estimates = false
+		b.touched[bucketID{table: table, first: true, lower: estimatesMarker}] = struct{}{}
+	}
+	return b, nil
+}
+
 // ---- Persistence ----------------------------------------------------------
 
 // Metadata names of the live statistics (under keys.MetaTable):

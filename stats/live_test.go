@@ -3,6 +3,7 @@ package stats
 import (
 	"bytes"
 	"flag"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -230,4 +231,137 @@ func TestLiveLoadRejectsCorrupt(t *testing.T) {
 	} {
 		require.ErrorIs(t, s.Load(kv[0], kv[1]), ErrCorruptLive, "%x", kv[0])
 	}
+}
+
+// TestLiveRecount: counts built from ops that lie (as unchecked writers'
+// may) are wrong and flagged; Recount with a scan of the truth makes every
+// bucket exact, clears the flag, persists both (a reload agrees), and a
+// second Recount changes nothing.
+func TestLiveRecount(t *testing.T) {
+	r := physRand(t)
+	const table, vnodes = 3, 4
+	s := NewLiveState()
+	s.AddTable(table, vnodes)
+	m := liveModel{}
+	persisted := map[string][]byte{}
+	persist := func(b *LiveBatch) {
+		for _, e := range b.MetaEntries() {
+			if e.Delete {
+				delete(persisted, string(e.Key))
+			} else {
+				persisted[string(e.Key)] = e.Value
+			}
+		}
+	}
+	for range 20 {
+		b := s.Begin()
+		require.NoError(t, b.MarkEstimates(table))
+		for range 300 {
+			v := uint16(r.IntN(vnodes - 1)) // the last vnode never has a row
+			pk := keys.AppendUint64(nil, uint64(r.IntN(3000)))
+			if m[v] == nil {
+				m[v] = map[string]int64{}
+			}
+			nb := int64(8 + r.IntN(50))
+			m[v][string(pk)] = nb
+			// An insert whether or not the pk was live: wrong when it was.
+			require.NoError(t, b.Apply(table, v, pk, LiveCounts{1, nb}, true))
+		}
+		b.Normalize()
+		persist(b)
+		b.Publish()
+		for _, req := range b.Oversized() {
+			require.NoError(t, s.ApplySplit(req, m.split(req)))
+		}
+	}
+	l := s.Current()
+	require.True(t, l.ContainsEstimates(table))
+	wrong := 0
+	for v := uint16(0); v < vnodes; v++ {
+		if l.Vnode(table, v) != m.count(v, nil, nil) {
+			wrong++
+		}
+	}
+	require.Positive(t, wrong, "lying ops must leave wrong counts")
+
+	scan := func(vnode uint16, bounds [][]byte) (VnodeRecount, error) {
+		var rc VnodeRecount
+		for i, lo := range bounds {
+			var hi []byte
+			if i+1 < len(bounds) {
+				hi = bounds[i+1]
+			}
+			rc.Buckets = append(rc.Buckets, m.count(vnode, lo, hi))
+		}
+		var pks []string
+		for pk := range m[vnode] {
+			pks = append(pks, pk)
+		}
+		if len(pks) > 0 {
+			slices.Sort(pks)
+			rc.MinPK, rc.MaxPK = []byte(pks[0]), []byte(pks[len(pks)-1])
+		}
+		return rc, nil
+	}
+	b, err := s.Recount(table, scan)
+	require.NoError(t, err)
+	require.True(t, s.Current().ContainsEstimates(table), "nothing visible before Publish")
+	b.Normalize()
+	persist(b)
+	b.Publish()
+	for _, req := range b.Oversized() {
+		require.NoError(t, s.ApplySplit(req, m.split(req)))
+	}
+	l = s.Current()
+	require.False(t, l.ContainsEstimates(table))
+	var total LiveCounts
+	for v := uint16(0); v < vnodes; v++ {
+		require.Equal(t, m.count(v, nil, nil), l.Vnode(table, v), "vnode %d", v)
+		total = total.Add(m.count(v, nil, nil))
+		bounds, counts := l.BucketBounds(table, v), l.BucketCounts(table, v)
+		for i := range bounds {
+			var hi []byte
+			if i+1 < len(bounds) {
+				hi = bounds[i+1]
+			}
+			require.Equal(t, m.count(v, bounds[i], hi), counts[i], "vnode %d bucket %d", v, i)
+		}
+		for range 50 {
+			lo, hi := keys.AppendUint64(nil, uint64(r.IntN(3000))), keys.AppendUint64(nil, uint64(r.IntN(3000)))
+			if bytes.Compare(lo, hi) > 0 {
+				lo, hi = hi, lo
+			}
+			truth := m.count(v, lo, hi).Rows
+			est := l.EstimateRows(table, v, lo, hi)
+			require.LessOrEqual(t, est.Lower, truth)
+			require.GreaterOrEqual(t, est.Upper, truth)
+		}
+	}
+	require.Equal(t, total, l.Table(table))
+
+	// Persisted: a reload has the exact counts and no flag (splits after
+	// the recount are persisted with the next commit: persist them now).
+	flush := s.Begin()
+	persist(flush)
+	flush.Publish()
+	re := NewLiveState()
+	re.AddTable(table, vnodes)
+	ks := slices.Sorted(maps.Keys(persisted))
+	for _, k := range ks {
+		require.NoError(t, re.Load([]byte(k), persisted[k]))
+	}
+	require.False(t, re.Current().ContainsEstimates(table))
+	for v := uint16(0); v < vnodes; v++ {
+		require.Equal(t, l.BucketCounts(table, v), re.Current().BucketCounts(table, v))
+	}
+
+	// The counts are exact now: a second recount changes nothing.
+	b, err = s.Recount(table, scan)
+	require.NoError(t, err)
+	require.Empty(t, b.MetaEntries())
+
+	_, err = s.Recount(table+1, scan)
+	require.Error(t, err, "unknown table")
+	_, err = s.Recount(table, func(uint16, [][]byte) (VnodeRecount, error) { return VnodeRecount{}, nil })
+	require.Error(t, err, "a scan must count every bucket")
 }

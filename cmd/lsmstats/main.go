@@ -4,7 +4,7 @@
 //
 //	lsmstats backfill [flags]          run a backfill (see lsmstats backfill -h)
 //	lsmstats stats --dir PATH [--table ID] [--json]
-//	lsmstats verify --dir PATH
+//	lsmstats verify --dir PATH [--recompute-live]
 package main
 
 import (
@@ -59,6 +59,9 @@ func usage(w io.Writer) {
   lsmstats backfill [flags]                 a backfill with live progress (lsmstats backfill -h)
   lsmstats stats --dir PATH [--table ID] [--json]
                                             statistics of a store, per table and vnode
-  lsmstats verify --dir PATH                recompute every statistic; non-zero exit on a difference
+  lsmstats verify --dir PATH [--recompute-live]
+                                            recompute every statistic; non-zero exit on a difference
+                                            (--recompute-live: first rescan the live statistics of
+                                            tables written by unchecked writers, and persist them)
 `)
 }

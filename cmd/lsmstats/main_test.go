@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/lsmstats/lsmstats/bench"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -147,6 +150,7 @@ func TestBadFlags(t *testing.T) {
 		{"backfill", "stray"},
 		{"stats"},
 		{"verify"},
+		{"verify", "--dir", "x", "stray"},
 		{"frobnicate"},
 	} {
 		_, errOut, code := runCmd(t, args...)
@@ -170,3 +174,40 @@ func pct(shown string) float64 {
 }
 
 func fmtSscan(s string, p *float64) (int, error) { return fmt.Sscanf(s, "%f%%", p) }
+
+// TestVerifyRecomputeLive: a store whose unchecked writer lied (an insert
+// of a live pk) fails verify; verify --recompute-live rescans the flagged
+// table, persists exact counts and passes, and a plain verify passes after.
+func TestVerifyRecomputeLive(t *testing.T) {
+	dir := t.TempDir()
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{W: io.Discard}})
+	require.NoError(t, err)
+	def := lsm.TableDef{ID: 5, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
+	require.NoError(t, s.CreateTable(def))
+	w, err := s.NewWriter(5, nil, &lsm.WriterOptions{Unchecked: true})
+	require.NoError(t, err)
+	for epoch, pks := range [][]uint64{{1, 2, 3, 4}, {2, 3}} { // the second inserts live pks
+		for _, pk := range pks {
+			key := keys.AppendUint64(nil, pk)
+			require.NoError(t, w.Insert(uint64(epoch+1), def.VnodeOf(key), key, []byte("row")))
+		}
+		require.NoError(t, w.Seal(uint64(epoch+1)))
+		require.NoError(t, s.Commit(uint64(epoch+1)))
+	}
+	require.NoError(t, w.Close())
+	require.NoError(t, s.Close())
+
+	out, _, code := runCmd(t, "verify", "--dir", dir)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "DIFFERENCE")
+	require.Contains(t, out, "may contain estimates")
+
+	out, _, code = runCmd(t, "verify", "--dir", dir, "--recompute-live")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "recomputed live statistics of table 5: 6 rows / 66 bytes -> 4 rows / 44 bytes")
+	require.NotContains(t, out, "may contain estimates")
+
+	out, _, code = runCmd(t, "verify", "--dir", dir)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, ": ok")
+}
