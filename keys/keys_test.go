@@ -8,22 +8,18 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
 var seedFlag = flag.Uint64("seed", 0, "seed for randomized tests (0 = time based)")
 
 func testRand(t testing.TB) *rand.Rand {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed: %d (rerun with -seed=%d)", seed, seed)
+	seed := testutil.Seed(t, "seed", *seedFlag)
 	return rand.New(rand.NewPCG(seed, seed))
 }
 

@@ -6,9 +6,9 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
-	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
@@ -25,11 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // and checks reads and statistics at random epochs between the committed
 // epoch and the newest against a model.
 func TestRandom(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed: %d (rerun with -seed=%d)", seed, seed)
+	seed := testutil.Seed(t, "seed", *seedFlag)
 	r := rand.New(rand.NewPCG(seed, 9))
 	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
 	require.NoError(t, err)

@@ -8,9 +8,9 @@ import (
 	"slices"
 	"sort"
 	"testing"
-	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -58,11 +58,7 @@ func (m liveModel) split(r SplitRequest) []Piece {
 // bounds stay within 2 buckets, and a reload from the persisted entries
 // reproduces the state.
 func TestLiveRandom(t *testing.T) {
-	seed := *liveSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed: %d (rerun with -live-seed=%d)", seed, seed)
+	seed := testutil.Seed(t, "live-seed", *liveSeed)
 	r := rand.New(rand.NewPCG(seed, 3))
 	const table, vnodes = 7, 4
 	s := NewLiveState()

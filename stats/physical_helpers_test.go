@@ -11,12 +11,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -35,10 +35,7 @@ func physRand(t testing.TB) *rand.Rand {
 	if f := flag.Lookup("seed"); f != nil {
 		seed, _ = strconv.ParseUint(f.Value.String(), 10, 64)
 	}
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed: %d (rerun with -seed=%d)", seed, seed)
+	seed = testutil.Seed(t, "seed", seed)
 	return rand.New(rand.NewPCG(seed, seed^0x5DEECE66D))
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
@@ -30,12 +31,7 @@ var (
 )
 
 func storeSeed(t testing.TB) uint64 {
-	seed := *storeSeedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed: %d (rerun with -stats-seed=%d)", seed, seed)
-	return seed
+	return testutil.Seed(t, "stats-seed", *storeSeedFlag)
 }
 
 // storeEnv is a real store in a temporary directory.
