@@ -3,6 +3,7 @@ package lsm
 import (
 	"bytes"
 	"container/heap"
+	"fmt"
 	"slices"
 	"time"
 
@@ -195,26 +196,52 @@ func (s *Store) writeData(out *output, bufs []*epochBuf, batch *stats.LiveBatch)
 // a commit waits while L0 is too deep for compactions to keep up.
 func (s *Store) waitForL0() {
 	limit := s.opts.L0StopSublevels
-	if limit < 0 {
+	if limit < 0 || s.popts.DisableAutomaticCompactions {
+		return // nothing would drain L0 while we wait
+	}
+	m := s.db.Metrics()
+	if int(m.Levels[0].Sublevels) < limit {
 		return
 	}
-	start := time.Now()
-	stalled := false
-	for d := time.Millisecond; int(s.db.Metrics().Levels[0].Sublevels) >= limit; d = min(2*d, 50*time.Millisecond) {
-		if !stalled {
-			stalled = true
-			s.metrics.stalls.Add(1)
-		}
-		if time.Since(start) > 30*time.Second {
-			s.logf("lsmstats: L0 still has >= %d sublevels after 30s; committing anyway", limit)
+	s.metrics.stalls.Add(1)
+	start, failed := time.Now(), m.Compact.FailedCount
+	done := m.Compact.Count - m.Compact.FailedCount - m.Compact.CancelledCount
+	lastProgress := start
+	for d := time.Millisecond; ; d = min(2*d, 50*time.Millisecond) {
+		time.Sleep(d)
+		m = s.db.Metrics()
+		if int(m.Levels[0].Sublevels) < limit {
 			break
 		}
-		time.Sleep(d)
+		now := time.Now()
+		if n := m.Compact.Count - m.Compact.FailedCount - m.Compact.CancelledCount; n > done || m.Compact.NumInProgress > 0 {
+			done, lastProgress = n, now
+		}
+		why := ""
+		switch {
+		case m.Compact.FailedCount > failed:
+			why = "compactions are failing"
+		case now.Sub(lastProgress) > l0IdleLimit:
+			why = fmt.Sprintf("no compaction ran for %s", l0IdleLimit)
+		case now.Sub(start) > l0StallLimit:
+			why = fmt.Sprintf("still after %s", l0StallLimit)
+		}
+		if why != "" {
+			s.metrics.stallsAbandoned.Add(1)
+			s.logf("lsmstats: L0 has %d sublevels (limit %d) and %s; committing anyway", m.Levels[0].Sublevels, limit, why)
+			break
+		}
 	}
-	if stalled {
-		s.metrics.stallNanos.Add(int64(time.Since(start)))
-	}
+	s.metrics.stallNanos.Add(int64(time.Since(start)))
 }
+
+// l0StallLimit bounds one commit's wait for L0; l0IdleLimit ends it early
+// when no compaction is running or finishing (Pebble schedules one at once
+// when L0 is this deep, so none running means none is coming).
+const (
+	l0StallLimit = 30 * time.Second
+	l0IdleLimit  = time.Second
+)
 
 // ---- merge sources --------------------------------------------------------
 

@@ -43,7 +43,10 @@
 // Every commit ends in SSTs, so statistics are current when Commit returns.
 // Ingestion bypasses Pebble's write stalls (they guard memtable writes only);
 // one ingestion per checkpoint adds L0 files quickly, so Commit waits while L0
-// has Options.L0StopSublevels sublevels or more, and counts those stalls.
+// has Options.L0StopSublevels sublevels or more, and counts those stalls. It
+// waits only while compactions can drain L0: not when automatic compactions
+// are off, and not past a failed compaction or a second with none running
+// (Pebble retries failed compactions itself; holding commits would not help).
 //
 // # Epoch high-water mark
 //

@@ -29,7 +29,9 @@ type Options struct {
 	// this many sublevels. Ingestion bypasses Pebble's own write stalls (they
 	// apply to memtable writes only), so without this back-pressure read
 	// amplification would grow without bound under a fast checkpoint cadence.
-	// Zero means 24; negative disables the wait.
+	// The wait ends early when compactions cannot drain L0 (off, failing, or
+	// none running for a second), so keep it above Pebble's
+	// L0CompactionThreshold. Zero means 24; negative disables the wait.
 	L0StopSublevels int
 
 	// Logger receives Pebble's and the store's log lines; nil means Pebble's

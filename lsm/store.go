@@ -104,7 +104,7 @@ func (s *Store) phase(p string) {
 
 type storeMetrics struct {
 	commits, spills, spilledBytes, stalls atomic.Int64
-	stallNanos                            atomic.Int64
+	stallsAbandoned, stallNanos           atomic.Int64
 	pebbleStalls                          atomic.Int64
 	splitScans, splitRows                 atomic.Int64
 }
@@ -488,9 +488,11 @@ func (s *Store) stagingPath(kind string) string {
 type Metrics struct {
 	Commits, Spills, SpilledBytes int64
 	// CommitStalls counts commits that waited for L0 to drain, and
-	// CommitStallTime their total wait.
-	CommitStalls    int64
-	CommitStallTime time.Duration
+	// CommitStallTime their total wait. CommitStallsAbandoned counts the
+	// waits that ended with L0 still deep: compactions failing, none
+	// running, or the 30 s bound.
+	CommitStalls, CommitStallsAbandoned int64
+	CommitStallTime                     time.Duration
 	// PebbleWriteStalls counts Pebble's own write stalls (memtable writes).
 	PebbleWriteStalls int64
 	// BufferedBytes is the memory held by writers' buffers now.
@@ -504,15 +506,16 @@ type Metrics struct {
 // Metrics returns the store's counters.
 func (s *Store) Metrics() Metrics {
 	m := Metrics{
-		Commits:           s.metrics.commits.Load(),
-		Spills:            s.metrics.spills.Load(),
-		SpilledBytes:      s.metrics.spilledBytes.Load(),
-		CommitStalls:      s.metrics.stalls.Load(),
-		CommitStallTime:   time.Duration(s.metrics.stallNanos.Load()),
-		PebbleWriteStalls: s.metrics.pebbleStalls.Load(),
-		BufferedBytes:     s.buffered.Load(),
-		SplitScans:        s.metrics.splitScans.Load(),
-		SplitRows:         s.metrics.splitRows.Load(),
+		Commits:               s.metrics.commits.Load(),
+		Spills:                s.metrics.spills.Load(),
+		SpilledBytes:          s.metrics.spilledBytes.Load(),
+		CommitStalls:          s.metrics.stalls.Load(),
+		CommitStallsAbandoned: s.metrics.stallsAbandoned.Load(),
+		CommitStallTime:       time.Duration(s.metrics.stallNanos.Load()),
+		PebbleWriteStalls:     s.metrics.pebbleStalls.Load(),
+		BufferedBytes:         s.buffered.Load(),
+		SplitScans:            s.metrics.splitScans.Load(),
+		SplitRows:             s.metrics.splitRows.Load(),
 	}
 	pm := s.db.Metrics()
 	m.L0Sublevels = int(pm.Levels[0].Sublevels)
