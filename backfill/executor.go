@@ -328,7 +328,7 @@ func (a *Actor) persist() error {
 		}
 		a.saved[i] = row
 		a.stateBytes += int64(8 + len(row))
-		a.statsOnlyBytes += int64(8 + len(EncodeState(s, false)))
+		a.statsOnlyBytes += int64(8 + EncodedStateLen(s, false))
 	}
 	return nil
 }

@@ -67,6 +67,24 @@ func EncodeState(s VnodeState, withRowCount bool) []byte {
 	return b
 }
 
+// EncodedStateLen is len(EncodeState(s, withRowCount)), computed without
+// encoding.
+func EncodedStateLen(s VnodeState, withRowCount bool) int {
+	n := 2 + uvarintLen(uint64(len(s.Cursor))) + len(s.Cursor)
+	if withRowCount {
+		n += uvarintLen(s.RowCount)
+	}
+	return n
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
 // DecodeState decodes a state row of a vnode; hasRowCount reports whether
 // the row carried a row count. Every malformed row is an ErrCorruptState
 // naming the vnode, never a panic.

@@ -14,9 +14,13 @@ func TestStateRoundTrip(t *testing.T) {
 		{Vnode: 3},
 		{Vnode: 3, Cursor: pk, RowCount: 12},
 		{Vnode: 3, Cursor: pk, Finished: true, RowCount: 1 << 40},
+		{Vnode: 3, Cursor: make([]byte, 200), RowCount: 127},
+		{Vnode: 3, Cursor: make([]byte, 127), RowCount: 128},
+		{Vnode: 3, Cursor: pk, RowCount: 1<<64 - 1},
 	} {
 		for _, rc := range []bool{false, true} {
 			b := EncodeState(s, rc)
+			require.Len(t, b, EncodedStateLen(s, rc))
 			got, has, err := DecodeState(3, b)
 			require.NoError(t, err)
 			require.Equal(t, rc, has)
