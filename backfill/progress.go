@@ -3,6 +3,7 @@ package backfill
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -120,8 +121,12 @@ type Figure struct {
 	// Pct, Shown are what the tracker displays (high-water mark applied).
 	Pct   float64 `json:"pct"`
 	Shown string  `json:"shown"`
-	// Time is the time the estimator took.
+	// Time is the wall time the estimator took, and CPU the CPU time of
+	// the thread it ran on (Linux; the wall time elsewhere). On a busy
+	// machine the wall time also counts the time the estimator waited for
+	// a core; CPU is its cost.
 	Time time.Duration `json:"time_ns"`
+	CPU  time.Duration `json:"cpu_ns"`
 }
 
 // FigureOf returns the figure of an approach among figs (an empty figure of
@@ -257,7 +262,11 @@ func (t *Tracker) Progress(epoch uint64, st lsm.Stats) (Progress, error) {
 	}
 	slices.SortFunc(p.Vnodes, func(a, b VnodeState) int { return int(a.Vnode) - int(b.Vnode) })
 	in := Input{Epoch: epoch, Upstream: t.upstream, Vnodes: p.Vnodes, Stats: st}
+	// Locked to its thread, the goroutine's CPU time is the thread's.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	for _, e := range t.estimators {
+		cpu0, haveCPU := threadCPU()
 		start := time.Now()
 		var consumed, total float64
 		if ve, ok := e.(vnodeEstimator); ok && p.VnodeConsumed == nil {
@@ -266,6 +275,10 @@ func (t *Tracker) Progress(epoch uint64, st lsm.Stats) (Progress, error) {
 			consumed, total = e.Estimate(in)
 		}
 		f := Figure{Approach: e.Name(), Consumed: consumed, Total: total, Raw: percent(consumed, total), Time: time.Since(start)}
+		f.CPU = f.Time
+		if cpu1, ok := threadCPU(); ok && haveCPU {
+			f.CPU = cpu1 - cpu0
+		}
 		t.display(&f, p.Finished)
 		p.Figures = append(p.Figures, f)
 	}

@@ -38,7 +38,7 @@ func BenchmarkBackfill(b *testing.B) {
 				// Every run counts: means over the runs, the largest
 				// error of any, rows/s over all of them. ns/op is one
 				// whole run (setup, backfill, comparison).
-				var meanPP, maxPP, stateBytes, progressNs, rows, seconds float64
+				var meanPP, maxPP, stateBytes, progressNs, progressWallNs, rows, seconds float64
 				for range b.N {
 					cfg := canonical(b, name, []string{approach})
 					sum, err := Run(context.Background(), cfg)
@@ -49,6 +49,7 @@ func BenchmarkBackfill(b *testing.B) {
 					maxPP = max(maxPP, e.MaxPP)
 					stateBytes += sum.StateBytesPerBarrier
 					progressNs += sum.ProgressNanos[approach]
+					progressWallNs += sum.ProgressWallNanos[approach]
 					rows += float64(sum.SnapshotRows)
 					seconds += sum.Backfill.Seconds()
 				}
@@ -56,7 +57,8 @@ func BenchmarkBackfill(b *testing.B) {
 				b.ReportMetric(meanPP/n, "err-mean-pp")
 				b.ReportMetric(maxPP, "err-max-pp")
 				b.ReportMetric(stateBytes/n, "state-bytes/barrier")
-				b.ReportMetric(progressNs/n, "progress-ns/barrier")
+				b.ReportMetric(progressNs/n, "progress-cpu-ns/barrier")
+				b.ReportMetric(progressWallNs/n, "progress-wall-ns/barrier")
 				b.ReportMetric(rows/seconds, "rows/s")
 			})
 		}

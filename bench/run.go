@@ -141,9 +141,10 @@ type Summary struct {
 	// over the number of checkpoint records (state is also written at
 	// barriers that are not checkpoints; it counts at the next checkpoint).
 	StateBytesPerBarrier float64
-	// ProgressNanos is the mean time per checkpoint of each approach's
-	// estimate.
-	ProgressNanos map[string]float64
+	// ProgressNanos is the mean CPU time per checkpoint of each approach's
+	// estimate (Figure.CPU), and ProgressWallNanos its mean wall time, which
+	// on a busy machine also counts waiting for a core.
+	ProgressNanos, ProgressWallNanos map[string]float64
 	MVMatches     bool
 	MVError       string
 	Epoch         uint64
@@ -197,11 +198,12 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 // finish fills the summary's derived fields from a finished session.
 func finish(sum *Summary, s *Session) {
 	sum.Errors = Summarize(sum.Records)
-	sum.ProgressNanos = map[string]float64{}
+	sum.ProgressNanos, sum.ProgressWallNanos = map[string]float64{}, map[string]float64{}
 	n := 0
 	for _, r := range sum.Records {
 		for _, f := range r.Figures {
-			sum.ProgressNanos[f.Approach] += float64(f.Time.Nanoseconds())
+			sum.ProgressNanos[f.Approach] += float64(f.CPU.Nanoseconds())
+			sum.ProgressWallNanos[f.Approach] += float64(f.Time.Nanoseconds())
 		}
 		n++
 		if r.Finished {
@@ -214,6 +216,7 @@ func finish(sum *Summary, s *Session) {
 	}
 	for k := range sum.ProgressNanos {
 		sum.ProgressNanos[k] /= float64(max(n, 1))
+		sum.ProgressWallNanos[k] /= float64(max(n, 1))
 	}
 	if n > 0 {
 		written, _ := s.Job.StateBytes()

@@ -285,7 +285,7 @@ type barrierJSON struct {
 // costJSON is an approach's cost per checkpoint barrier (the report's
 // barriers, across every worker run).
 type costJSON struct {
-	ProgressNSPerBarrier float64 `json:"progress_ns_per_barrier"`
+	ProgressNSPerBarrier float64 `json:"progress_cpu_ns_per_barrier"`
 	// StateBytesPerBarrier is the state bytes written up to the reported
 	// checkpoints of every run over their number.
 	StateBytesPerBarrier float64 `json:"state_bytes_per_barrier"`
@@ -458,14 +458,14 @@ func summarize(records []*recordJSON) map[string]*bench.ErrorStats {
 	return out
 }
 
-// cost divides the progress time and the state bytes (summed over every
+// cost divides the progress CPU time and the state bytes (summed over every
 // run, each up to its last reported checkpoint) by the same checkpoints.
 func cost(records []*recordJSON, stateBytes, statsOnlyBytes int64) map[string]costJSON {
 	out := map[string]costJSON{}
 	ns := map[string]float64{}
 	for _, r := range records {
 		for _, f := range r.Figures {
-			ns[f.Approach] += float64(f.Time.Nanoseconds())
+			ns[f.Approach] += float64(f.CPU.Nanoseconds())
 		}
 	}
 	n := float64(max(1, len(records)))
@@ -485,7 +485,7 @@ func parameters(f *backfillFlags, p workload.Params) map[string]any {
 }
 
 func printSummary(w io.Writer, rep *report) {
-	fmt.Fprintf(w, "\n%-9s %12s %12s %22s %22s\n", "approach", "mean error", "max error", "progress cost/barrier", "state bytes/barrier")
+	fmt.Fprintf(w, "\n%-9s %12s %12s %22s %22s\n", "approach", "mean error", "max error", "progress CPU/barrier", "state bytes/barrier")
 	for _, a := range []string{"rowcount", "stats"} {
 		e, c := rep.Error[a], rep.Cost[a]
 		if e == nil {

@@ -85,7 +85,7 @@ func parse(path string) (map[string]map[string]float64, error) {
 
 func render(m map[string]map[string]float64) string {
 	var b strings.Builder
-	b.WriteString("\n| workload | approach | mean error (pp) | max error (pp) | progress cost per barrier | state bytes per barrier | snapshot rows/s |\n")
+	b.WriteString("\n| workload | approach | mean error (pp) | max error (pp) | progress CPU per barrier | state bytes per barrier | snapshot rows/s |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|\n")
 	var names []string
 	for name := range m {
@@ -106,7 +106,7 @@ func render(m map[string]map[string]float64) string {
 		w, a := parts(name)
 		x := m[name]
 		fmt.Fprintf(&b, "| %s | %s | %.3f | %.3f | %s | %.0f | %.0f |\n", w, a, x["err-mean-pp"], x["err-max-pp"],
-			duration(x["progress-ns/barrier"]), x["state-bytes/barrier"], x["rows/s"])
+			duration(x["progress-cpu-ns/barrier"]), x["state-bytes/barrier"], x["rows/s"])
 	}
 	for _, name := range []string{"BenchmarkRecovery/approach=rowcount", "BenchmarkRecovery/approach=stats"} {
 		if x, ok := m[name]; ok {

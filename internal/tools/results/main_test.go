@@ -17,7 +17,7 @@ BenchmarkCommit/rows=1000/checked=false-2   100  22080008 ns/op  0 write-stalls 
 BenchmarkCommit/rows=20000/checked=false-2   26  113508121 ns/op  2 write-stalls  0.9959 x-of-pebble
 BenchmarkGet-2   1011242  2490 ns/op  1030 ns/get  1239 pebble-ns/get  0.8320 x-of-pebble
 BenchmarkGC/rows=100000/workload=upd30-del30-2  19  121605086 ns/op  1.000 entries/row-after  2.479 entries/row-before
-BenchmarkBackfill/workload=skew/approach=stats-2  1  0.1864 err-max-pp  0.05046 err-mean-pp  125194 progress-ns/barrier  122629 rows/s  2361 state-bytes/barrier
+BenchmarkBackfill/workload=skew/approach=stats-2  1  0.1864 err-max-pp  0.05046 err-mean-pp  125194 progress-cpu-ns/barrier  122629 rows/s  2361 state-bytes/barrier
 `
 	path := filepath.Join(t.TempDir(), "bench.txt")
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
