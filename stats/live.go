@@ -69,7 +69,40 @@ func (c LiveCounts) Add(o LiveCounts) LiveCounts {
 
 type bucket struct {
 	lower []byte // nil for the first bucket
+	// key is lower's first 8 bytes, big-endian and zero-padded: comparisons
+	// with a pk are decided by it unless both keys are equal, so a search
+	// of a vnode's buckets reads the lower bounds' bytes once or twice
+	// instead of at every probe (they are separate allocations, and the
+	// estimates of a checkpoint meet them cold).
+	key uint64
 	LiveCounts
+}
+
+func newBucket(lower []byte, c LiveCounts) bucket {
+	return bucket{lower: lower, key: key8(lower), LiveCounts: c}
+}
+
+// key8 returns b's first 8 bytes as a big-endian integer, zero-padded. When
+// key8(a) != key8(b) their order is that of a and b: they differ within
+// their first 8 bytes, or one is a prefix of the other there.
+func key8(b []byte) uint64 {
+	if len(b) >= 8 {
+		return binary.BigEndian.Uint64(b)
+	}
+	var k uint64
+	for i, c := range b {
+		k |= uint64(c) << (56 - 8*i)
+	}
+	return k
+}
+
+// above reports whether the bucket's lower bound is above pk (whose key8 is
+// pkKey).
+func (b *bucket) above(pk []byte, pkKey uint64) bool {
+	if b.key != pkKey {
+		return b.key > pkKey
+	}
+	return bytes.Compare(b.lower, pk) > 0
 }
 
 type liveVnode struct {
@@ -259,10 +292,7 @@ func (v *liveVnode) cumulative(x []byte) cumBound {
 	if x == nil {
 		return cumBound{}
 	}
-	// i: the bucket holding x (last bucket whose lower <= x).
-	i := sort.Search(len(v.buckets), func(i int) bool {
-		return i > 0 && bytes.Compare(v.buckets[i].lower, x) > 0
-	}) - 1
+	i := v.find(x)
 	before := v.rowsBefore(i)
 	b := v.buckets[i]
 	if bytes.Equal(b.lower, x) && b.lower != nil {
@@ -516,9 +546,9 @@ func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, l
 	}
 	k := vkey{table, vnode}
 	i := 0
-	if k == b.last && b.lastIdx >= 0 && b.lastIdx < len(v.buckets) && (b.lastIdx == 0 || bytes.Compare(v.buckets[b.lastIdx].lower, pk) <= 0) {
+	if pkKey := key8(pk); k == b.last && b.lastIdx >= 0 && b.lastIdx < len(v.buckets) && (b.lastIdx == 0 || !v.buckets[b.lastIdx].above(pk, pkKey)) {
 		i = b.lastIdx
-		for i+1 < len(v.buckets) && bytes.Compare(v.buckets[i+1].lower, pk) <= 0 {
+		for i+1 < len(v.buckets) && !v.buckets[i+1].above(pk, pkKey) {
 			i++
 		}
 	} else {
@@ -546,10 +576,12 @@ func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, l
 	return nil
 }
 
-// find returns the index of the bucket holding pk.
+// find returns the index of the bucket holding pk: the last whose lower
+// bound is at most pk.
 func (v *liveVnode) find(pk []byte) int {
+	k := key8(pk)
 	return sort.Search(len(v.buckets), func(i int) bool {
-		return i > 0 && bytes.Compare(v.buckets[i].lower, pk) > 0
+		return i > 0 && v.buckets[i].above(pk, k)
 	}) - 1
 }
 
@@ -737,9 +769,9 @@ func (s *LiveState) ApplySplit(r SplitRequest, pieces []Piece) error {
 	repl := make([]bucket, len(pieces))
 	var sum LiveCounts
 	for j, p := range pieces {
-		repl[j] = bucket{lower: slices.Clone(p.Lower), LiveCounts: p.LiveCounts}
+		repl[j] = newBucket(slices.Clone(p.Lower), p.LiveCounts)
 		if j == 0 {
-			repl[j].lower = v.buckets[i].lower
+			repl[j] = newBucket(v.buckets[i].lower, p.LiveCounts)
 		}
 		sum = sum.Add(p.LiveCounts)
 		b.touched[bucketID{table: r.Table, vnode: r.Vnode, lower: string(repl[j].lower), first: i == 0 && j == 0}] = struct{}{}
@@ -939,7 +971,7 @@ func (s *LiveState) Load(key, value []byte) error {
 		if bytes.Compare(v.buckets[len(v.buckets)-1].lower, lower) >= 0 && len(v.buckets) > 1 {
 			return bad("bucket out of order")
 		}
-		v.buckets = append(v.buckets, bucket{lower: lower, LiveCounts: c})
+		v.buckets = append(v.buckets, newBucket(lower, c))
 	}
 	v.total = v.total.Add(c)
 	t.total = t.total.Add(c)

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"bytes"
+	"cmp"
 	"flag"
 	"maps"
 	"math/rand/v2"
@@ -360,4 +361,27 @@ func TestLiveRecount(t *testing.T) {
 	require.Error(t, err, "unknown table")
 	_, err = s.Recount(table, func(uint16, [][]byte) (VnodeRecount, error) { return VnodeRecount{}, nil })
 	require.Error(t, err, "a scan must count every bucket")
+}
+
+// TestBucketKeyOrder: the 8-byte key of a bucket's lower bound orders pks
+// as bytes.Compare does whenever it decides (bucket.above), on strings of 0
+// to 12 bytes from an alphabet rich in zero bytes.
+func TestBucketKeyOrder(t *testing.T) {
+	r := physRand(t)
+	alphabet := []byte{0x00, 0x01, 0x7F, 0xFF}
+	gen := func() []byte {
+		b := make([]byte, r.IntN(13))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		return b
+	}
+	for range 100000 {
+		lower, pk := gen(), gen()
+		b := newBucket(lower, LiveCounts{})
+		require.Equal(t, bytes.Compare(lower, pk) > 0, b.above(pk, key8(pk)), "lower %x pk %x", lower, pk)
+		if key8(lower) != key8(pk) {
+			require.Equal(t, bytes.Compare(lower, pk), cmp.Compare(key8(lower), key8(pk)), "lower %x pk %x", lower, pk)
+		}
+	}
 }
