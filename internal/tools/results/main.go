@@ -186,7 +186,7 @@ func renderStorage(b *strings.Builder, m map[string]map[string]float64) {
 		{what: "read one (table, vnode)'s stats", goal: "≤ 200 ns", sources: of("ns/op", "BenchmarkStoreStats/read=vnode"), format: duration},
 		{what: "one EstimateRows", goal: "≤ 2 µs", sources: of("ns/op", "BenchmarkStoreStats/read=estimate-rows"), format: duration},
 		{what: "consumed rows over 256 vnodes in progress", goal: "≤ 100 µs", sources: of("ns/op", "BenchmarkStoreStats/read=consumed-256"), format: duration},
-		{what: "the same, after a commit touched every vnode, CPU caches swept", goal: "—", sources: of("cold-ns/op", "BenchmarkStoreStats/read=consumed-256"), format: duration},
+		{what: "the same, after a commit touched every vnode, CPU caches swept", goal: "—", sources: of("cold-ns/op", "BenchmarkStoreStats/read=consumed-256-cold"), format: duration},
 		{what: "refresh per changed file, 1,024 live SSTs", goal: "≤ 1 ms", sources: of("ns/changed-file", "BenchmarkRefresh"), format: duration},
 		{what: "stats memory per million keys", goal: "—", sources: of("stats-bytes/Mkeys", "BenchmarkStoreStats/memory/lsm=as-loaded"), format: mb},
 		{what: "GC throughput, versions examined (compaction)", goal: "—", sources: of("versions/s", gc), lowerWorse: true, format: rate},
