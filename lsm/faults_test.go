@@ -300,8 +300,10 @@ func TestFaultsRandom(t *testing.T) {
 	var bgErrors atomic.Int64
 	// No commit back-pressure: after a failed compaction Pebble keeps the
 	// input spans out of compactions for 30 s ("problem spans"), so L0 would
-	// reach the stop threshold and each commit would wait out the store's
-	// 30 s limit.
+	// reach the stop threshold and each commit would wait until the store
+	// gives up (a second without a compaction running, see waitForL0):
+	// thousands of steps would take hours. TestCommitStallOnlyWhileCompactionsDrain
+	// covers the wait under failing compactions.
 	fs := newFaultStore(t, seed, Options{
 		MemoryWatermark: 12 << 10, TargetFileSize: 8 << 10, L0StopSublevels: -1,
 		EventListener: &pebble.EventListener{BackgroundError: func(error) { bgErrors.Add(1) }},
