@@ -145,9 +145,9 @@ type Summary struct {
 	// estimate (Figure.CPU), and ProgressWallNanos its mean wall time, which
 	// on a busy machine also counts waiting for a core.
 	ProgressNanos, ProgressWallNanos map[string]float64
-	MVMatches     bool
-	MVError       string
-	Epoch         uint64
+	MVMatches                        bool
+	MVError                          string
+	Epoch                            uint64
 }
 
 // Summarize computes error statistics of records.
