@@ -291,11 +291,28 @@ func (d *deltaState) resolve(n int, base, v *Version) (retry bool) {
 	return retry
 }
 
-// stale reports whether an input of ev (not a moved file) is still live in
-// v: v's listing predates the compaction.
+// stale reports whether v's listing predates the compaction: an input of
+// ev (not a moved file) is still live in v, or a moved file is live above
+// the level it moved to. (CompactionEnd fires before Pebble installs the
+// compaction's read state, so a listing right after the event can miss it;
+// files only move down, so a moved file higher up is a listing from before.)
 func (d *deltaState) stale(ev *compactionEvent, v *Version) bool {
 	for _, in := range ev.inputs {
 		if !ev.moved(in.FileNum) && v.liveFile(in.FileNum) != nil {
+			return true
+		}
+	}
+	for _, out := range ev.outputs {
+		if f := v.liveFile(out.FileNum); f != nil && f.info.Level < out.Level && ev.input(out.FileNum) {
+			return true
+		}
+	}
+	return false
+}
+
+func (ev *compactionEvent) input(num uint64) bool {
+	for _, in := range ev.inputs {
+		if in.FileNum == num {
 			return true
 		}
 	}

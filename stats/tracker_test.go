@@ -203,7 +203,7 @@ func TestTrackerRefreshSignalled(t *testing.T) {
 		if e.tr.Current().Diff(re) == nil && e.tr.listings.Load() > before {
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "the goroutine never listed after the compaction")
+		require.True(t, time.Now().Before(deadline), "the goroutine never listed after the compaction: listings %d (before %d), diff %v", e.tr.listings.Load(), before, e.tr.Current().Diff(re))
 		time.Sleep(time.Millisecond)
 	}
 	require.NoError(t, e.tr.Close())
