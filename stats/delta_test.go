@@ -47,10 +47,18 @@ func TestCompactionDeltaUnit(t *testing.T) {
 		}
 		return e
 	}
-	d.pending = []compactionEvent{ev(1, []uint64{1, 2}, []uint64{3}), ev(2, []uint64{4}, []uint64{4}), ev(3, []uint64{9}, []uint64{3})}
+	// The synthetic files are all listed at L0: the move of file 4 is to
+	// L0 here (a move to L6 that v1 lists at L0 is a listing from before
+	// the move, checked at the end).
+	moveL0 := func(job int, num uint64) compactionEvent {
+		e := ev(job, []uint64{num}, []uint64{num})
+		e.outputs[0].Level = 0
+		return e
+	}
+	d.pending = []compactionEvent{ev(1, []uint64{1, 2}, []uint64{3}), moveL0(2, 4), ev(3, []uint64{9}, []uint64{3})}
 	// The refresh from v0 to v1 started when only the first two were
 	// queued.
-	d.resolve(2, v0, v1)
+	require.False(t, d.resolve(2, v0, v1), "v1 lists both compactions' results")
 	require.Len(t, d.pending, 1)
 	require.Len(t, d.outbox, 2)
 
@@ -100,7 +108,7 @@ func TestCompactionDeltaUnit(t *testing.T) {
 	// A listing that predates the compaction (Pebble publishes the read
 	// state after CompactionEnd): the event waits, and so do later ones.
 	f6 := deltaFile(t, 6, "put 1 0 1 9\nput 1 3 7 5")
-	d.pending = append(d.pending, ev(5, []uint64{3}, []uint64{6}), ev(6, []uint64{5}, []uint64{5}))
+	d.pending = append(d.pending, ev(5, []uint64{3}, []uint64{6}), moveL0(6, 5))
 	require.True(t, d.resolve(2, v2, v2), "f3 is still listed: retry")
 	require.Len(t, d.pending, 2)
 	require.Len(t, d.outbox, 4)
@@ -123,6 +131,17 @@ func TestCompactionDeltaUnit(t *testing.T) {
 	stuck := d.outbox[6]
 	require.Equal(t, []uint64{6, 8}, stuck.Missing)
 	require.Empty(t, stuck.Tables)
+
+	// A move to L6 that the listing still shows at L0 (the listing predates
+	// the move): retry, until a listing shows the file at L6.
+	d.pending = append(d.pending, ev(8, []uint64{5}, []uint64{5}))
+	require.True(t, d.resolve(1, v3, v3), "f5 is listed above the level it moved to")
+	f5moved := newLiveFile(FileInfo{FileNum: 5, BackingNum: 5, Level: 6, Summary: f5.info.Summary,
+		NumEntries: f5.info.NumEntries, RawValueSize: f5.info.RawValueSize})
+	v4 := physVersionOf(v3, []*liveFile{f5moved}, []*liveFile{f5}, []*liveFile{f5moved, f6})
+	require.False(t, d.resolve(1, v3, v4))
+	require.Empty(t, d.pending)
+	require.Empty(t, d.outbox[7].Tables, "a move changes nothing")
 }
 
 // TestCompactionDeltasSum: with the tracker's goroutine running, random
