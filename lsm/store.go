@@ -275,6 +275,7 @@ func (s *Store) load() error {
 			return errors.Mark(err, ErrCorruptMetadata)
 		}
 	}
+	s.mu.live.FinishLoad()
 	if !formatSeen {
 		if s.committed.Load() != 0 || len(s.mu.catalog) > 0 {
 			return errors.Wrapf(ErrCorruptMetadata, "store %s has metadata but no format_version", s.dir)

@@ -897,6 +897,21 @@ func LiveSpans() [][2][]byte {
 	return [][2][]byte{{a, b}, {c, d}}
 }
 
+// FinishLoad trims each vnode's buckets to their number after the last
+// Load: Load appends them one by one, and the slack of the appends (up to
+// as much again) would otherwise stay until a commit copies the vnode.
+func (s *LiveState) FinishLoad() {
+	for _, t := range s.cur.tables {
+		for _, v := range t.vnodes {
+			if v != nil && cap(v.buckets) > len(v.buckets) {
+				b := make([]bucket, len(v.buckets))
+				copy(b, v.buckets)
+				v.buckets = b
+			}
+		}
+	}
+}
+
 // ErrCorruptLive marks undecodable live-statistics metadata.
 var ErrCorruptLive = errors.New("lsmstats/stats: corrupt live statistics metadata")
 

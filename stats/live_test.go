@@ -156,9 +156,14 @@ func TestLiveRandom(t *testing.T) {
 			for _, k := range ks {
 				require.NoError(t, re.Load([]byte(k), persisted[k]))
 			}
+			re.FinishLoad()
 			for v := uint16(0); v < vnodes; v++ {
 				require.Equal(t, l.Vnode(table, v), re.Current().Vnode(table, v))
 				require.Equal(t, l.Buckets(table, v), re.Current().Buckets(table, v))
+				require.Equal(t, l.BucketCounts(table, v), re.Current().BucketCounts(table, v))
+				if lv := re.Current().table(table).vnodes[v]; lv != nil {
+					require.Equal(t, len(lv.buckets), cap(lv.buckets), "no slack after FinishLoad")
+				}
 			}
 		}
 	}

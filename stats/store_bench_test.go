@@ -236,6 +236,7 @@ func statsMemory(b *testing.B, e *storeEnv) (physical, live float64) {
 	for _, kv := range entries {
 		require.NoError(b, ls.Load(kv[0], kv[1]))
 	}
+	ls.FinishLoad()
 	after = heap()
 	live = float64(after) - float64(before)
 	require.Equal(b, e.s.Stats().Live.Table(benchTable), ls.Current().Table(benchTable))
