@@ -223,20 +223,23 @@ func (c *corruptCollector) FinishTable(buf []byte) ([]byte, error) {
 	return out, nil
 }
 
-// recordingLogger keeps the error lines.
+// recordingLogger keeps the store's lines (Infof) and Pebble's errors.
 type recordingLogger struct {
 	QuietLogger
 	mu    sync.Mutex
 	lines []string
 }
 
-func (l *recordingLogger) Errorf(format string, args ...any) {
+func (l *recordingLogger) Infof(format string, args ...any)  { l.record(format, args...) }
+func (l *recordingLogger) Errorf(format string, args ...any) { l.record(format, args...) }
+
+func (l *recordingLogger) record(format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lines = append(l.lines, fmt.Sprintf(format, args...))
 }
 
-func (l *recordingLogger) errors() string {
+func (l *recordingLogger) text() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Join(l.lines, "\n")
@@ -287,7 +290,7 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 				require.InDelta(t, float64(len(c.live)), rows, 0.5, when)
 			}
 			check("with damaged payloads", true)
-			require.Contains(t, log.errors(), "unusable payload")
+			require.Contains(t, log.text(), "unusable payload")
 			require.NoError(t, s.CompactRange(context.Background(), 1, 0, 0))
 			check("compacted with damaged payloads", true)
 			require.NoError(t, s.Close())

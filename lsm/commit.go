@@ -66,6 +66,7 @@ func (s *Store) Commit(epoch uint64) error {
 			return err
 		}
 	}
+	s.waitForL0()
 	if err := s.ingest(out, "checkpoint of epoch %d", epoch); err != nil {
 		return err
 	}
@@ -193,7 +194,8 @@ func (s *Store) writeData(out *output, bufs []*epochBuf, batch *stats.LiveBatch)
 }
 
 // waitForL0 is the store's write stall: ingestion bypasses Pebble's own, so
-// a commit waits while L0 is too deep for compactions to keep up.
+// Commit and GC wait while L0 is too deep for compactions to keep up.
+// Callers hold ingestMu, which guards s.l0.
 func (s *Store) waitForL0() {
 	limit := s.opts.L0StopSublevels
 	if limit < 0 || s.popts.DisableAutomaticCompactions {
@@ -201,9 +203,16 @@ func (s *Store) waitForL0() {
 	}
 	m := s.db.Metrics()
 	if int(m.Levels[0].Sublevels) < limit {
+		s.l0.gaveUp = false
 		return
 	}
 	s.metrics.stalls.Add(1)
+	if s.l0.gaveUp && m.Compact.Count == s.l0.compactions && m.Compact.NumInProgress == 0 {
+		// The last wait gave up and no compaction has run since: waiting
+		// again would only cost another l0IdleLimit.
+		s.metrics.stallsAbandoned.Add(1)
+		return
+	}
 	start, failed := time.Now(), m.Compact.FailedCount
 	done := m.Compact.Count - m.Compact.FailedCount - m.Compact.CancelledCount
 	lastProgress := start
@@ -211,6 +220,7 @@ func (s *Store) waitForL0() {
 		time.Sleep(d)
 		m = s.db.Metrics()
 		if int(m.Levels[0].Sublevels) < limit {
+			s.l0.gaveUp = false
 			break
 		}
 		now := time.Now()
@@ -227,6 +237,7 @@ func (s *Store) waitForL0() {
 			why = fmt.Sprintf("still after %s", l0StallLimit)
 		}
 		if why != "" {
+			s.l0.gaveUp, s.l0.compactions = true, m.Compact.Count
 			s.metrics.stallsAbandoned.Add(1)
 			s.logf("lsmstats: L0 has %d sublevels (limit %d) and %s; committing anyway", m.Levels[0].Sublevels, limit, why)
 			break
@@ -237,7 +248,8 @@ func (s *Store) waitForL0() {
 
 // l0StallLimit bounds one commit's wait for L0; l0IdleLimit ends it early
 // when no compaction is running or finishing (Pebble schedules one at once
-// when L0 is this deep, so none running means none is coming).
+// when L0 is this deep, so none running means none is coming). After a wait
+// gave up, later commits do not wait until a compaction runs again.
 const (
 	l0StallLimit = 30 * time.Second
 	l0IdleLimit  = time.Second

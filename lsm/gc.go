@@ -425,6 +425,7 @@ func (s *Store) ingestGC(dels [][]byte, delBytes int64, safe uint64) error {
 		out.abort()
 		return err
 	}
+	s.waitForL0()
 	s.phase("gc-ingesting")
 	if err := s.ingest(out, "GC batch at safe epoch %d", safe); err != nil {
 		return err

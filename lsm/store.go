@@ -50,6 +50,12 @@ type Store struct {
 	// ingestMu serialises everything that ingests (commits, spills that raise
 	// the high-water mark, catalog changes) and every spill.
 	ingestMu sync.Mutex
+	// l0 remembers, under ingestMu, that the last L0 wait gave up and how
+	// many compactions Pebble had run by then (see waitForL0).
+	l0 struct {
+		gaveUp      bool
+		compactions int64
+	}
 
 	mu struct {
 		sync.Mutex
@@ -454,8 +460,7 @@ func (s *Store) ingestMeta(entries []stats.MetaEntry) error {
 	return nil
 }
 
-// ingest finishes out's SSTs, waits out an L0 stall (see waitForL0) and
-// ingests them in one Ingest call, atomically; the staged files are removed
+// ingest finishes out's SSTs and ingests them in one Ingest call, atomically; the staged files are removed
 // whether or not it succeeds. what (formatted with args) names the
 // ingestion in the error. Callers hold ingestMu.
 func (s *Store) ingest(out *output, what string, args ...any) error {
@@ -463,7 +468,6 @@ func (s *Store) ingest(out *output, what string, args ...any) error {
 	if err != nil {
 		return err
 	}
-	s.waitForL0()
 	err = s.db.Ingest(context.Background(), paths)
 	s.removeFiles(paths)
 	return errors.Wrapf(err, "lsmstats: ingest "+what, args...)
@@ -488,10 +492,11 @@ func (s *Store) stagingPath(kind string) string {
 // Metrics are the store's counters.
 type Metrics struct {
 	Commits, Spills, SpilledBytes int64
-	// CommitStalls counts commits that waited for L0 to drain, and
-	// CommitStallTime their total wait. CommitStallsAbandoned counts the
-	// waits that ended with L0 still deep: compactions failing, none
-	// running, or the 30 s bound.
+	// CommitStalls counts the commits and GC batches that found L0 at
+	// Options.L0StopSublevels, and CommitStallTime their total wait.
+	// CommitStallsAbandoned counts those that went on with L0 still deep:
+	// compactions failing, none running (then later ones do not wait until
+	// one runs again), or the 30 s bound.
 	CommitStalls, CommitStallsAbandoned int64
 	CommitStallTime                     time.Duration
 	// PebbleWriteStalls counts Pebble's own write stalls (memtable writes).

@@ -220,22 +220,13 @@ func sameFiles(a, b *stats.Version) bool {
 func (s *Store) verifyVnode(snap *Snapshot, live *stats.Live, table uint32, vnode uint16, differ func(string, ...any)) (int64, error) {
 	bounds := live.BucketBounds(table, vnode)
 	want := live.BucketCounts(table, vnode)
-	got := make([]stats.LiveCounts, len(want))
-	it, err := snap.NewIter(table, vnode, nil, nil)
-	if err != nil {
-		return 0, err
-	}
-	b := 0
+	rc, err := s.recountVnode(table, vnode, bounds, snap.epoch)
+	got := rc.Buckets
 	var rows int64
-	for ok := it.First(); ok; ok = it.Next() {
-		for b+1 < len(bounds) && bytes.Compare(it.PK(), bounds[b+1]) >= 0 {
-			b++
-		}
-		got[b].Rows++
-		got[b].Bytes += int64(len(it.PK()) + len(it.Row()))
-		rows++
+	for _, c := range got {
+		rows += c.Rows
 	}
-	if err := it.Close(); err != nil {
+	if err != nil {
 		if errors.Is(err, keys.ErrMalformedKey) {
 			differ("table %d vnode %d: %v", table, vnode, err)
 			return rows, nil
@@ -265,9 +256,10 @@ func (s *Store) verifyVnode(snap *Snapshot, live *stats.Live, table uint32, vnod
 // clears the table's ContainsEstimates flag: what a table written by
 // unchecked writers needs once its counts must be exact again, as
 // CockroachDB's RecomputeStats does for a range. Commits wait while the
-// table is scanned. It returns the table's live counts before and after; a
-// crash before it returns leaves the earlier counts, flag included.
-// Unchecked ops committed later flag the table again.
+// table is scanned. It returns the table's live counts before and after. A
+// crash leaves either the earlier counts, flag included, or the recomputed
+// ones: they are persisted in one ingestion. Unchecked ops committed later
+// flag the table again.
 func (s *Store) RecomputeLiveStats(table uint32) (before, after stats.LiveCounts, err error) {
 	if err := s.checkWritable(); err != nil {
 		return before, after, err
@@ -306,7 +298,8 @@ func (s *Store) RecomputeLiveStats(table uint32) (before, after stats.LiveCounts
 }
 
 // recountVnode scans a vnode at epoch and counts its live rows and bytes
-// per bucket (bounds are the buckets' lower bounds).
+// per bucket (bounds are the buckets' lower bounds), and its smallest and
+// largest live pk: Verify compares the counts, RecomputeLiveStats keeps them.
 func (s *Store) recountVnode(table uint32, vnode uint16, bounds [][]byte, epoch uint64) (stats.VnodeRecount, error) {
 	rc := stats.VnodeRecount{Buckets: make([]stats.LiveCounts, len(bounds))}
 	it, err := s.newIter(table, vnode, nil, nil, epoch)
@@ -326,8 +319,6 @@ func (s *Store) recountVnode(table uint32, vnode uint16, bounds [][]byte, epoch 
 		}
 		rc.MaxPK = append(rc.MaxPK[:0], pk...)
 	}
-	if err := it.Close(); err != nil {
-		return rc, errors.Wrapf(err, "scan of vnode %d", vnode)
-	}
-	return rc, nil
+	// The iterator's errors name the table and vnode.
+	return rc, it.Close()
 }
