@@ -79,11 +79,14 @@ package stats
 // is one comparison with a precomputed threshold (nextSample). What is
 // rarer — metadata, Pebble tombstones, a new vnode, a sample — is out of
 // line. Collectors from NewCollector come from a pool and return to it in
-// FinishTable with their vnode accumulators, sample slices, pk arena and
-// encoding buffers, so a flush or compaction allocates nothing per key or
-// per vnode once warm. Samples are taken at doubling strides and thinned,
-// so about 64·log2(E/32) samples are taken for a vnode of E entries in an
-// SST (11% of the keys at 4,000 entries, under 1% at 100,000).
+// FinishTable with their vnode accumulators, sample slices, summary and
+// encoding buffers and the last chunk of their pk arena, so a warm flush or
+// compaction allocates per SST, not per key: the arena's other chunks and
+// the payload Pebble copies. Samples are taken at doubling strides and
+// thinned: a vnode takes up to maxVnodeSamples before its first thinning
+// and about half that per doubling of its entries after, and an SST keeps
+// at most max(minSampleBudget, entries/entriesPerSample) beyond each
+// vnode's first.
 
 import (
 	"encoding/binary"
@@ -114,10 +117,9 @@ const (
 )
 
 // NewCollector returns a Collector, for pebble.Options.BlockPropertyCollectors
-// and sstable.WriterOptions.BlockPropertyCollectors. Its buffers come from a
-// pool, and FinishTable, which Pebble calls once as the last call of a
-// writer's collector, returns them: flushes and compactions then write their
-// SSTs' statistics without allocating per key or per vnode.
+// and sstable.WriterOptions.BlockPropertyCollectors. It comes from a pool,
+// and FinishTable, which Pebble calls once when the SST is done, returns it
+// there (Pebble calls only Name after that, which reads no field).
 func NewCollector() pebble.BlockPropertyCollector {
 	c := collectorPool.Get().(*Collector)
 	c.pooled = true
@@ -144,12 +146,13 @@ type Collector struct {
 	metaKeys uint64
 	foreign  uint64
 
-	arena  []byte      // backing store of sample pks
-	packed []byte      // backing store of the summary's packed samples
-	body   []byte      // FinishTable's raw payload body
-	sum    FileSummary // FinishTable's summary, reused
-	pooled bool        // FinishTable returns c to collectorPool
-	err    error
+	arena    []byte      // backing store of sample pks
+	packed   []byte      // backing store of the summary's packed samples
+	packEnds []int       // summarize's end offset of each vnode's samples in packed
+	bufs     encodeBufs  // FinishTable's payload buffers
+	sum      FileSummary // FinishTable's summary, reused
+	pooled   bool        // FinishTable returns c to collectorPool
+	err      error
 }
 
 var _ sstable.BlockPropertyCollector = (*Collector)(nil)
@@ -271,12 +274,15 @@ func (c *Collector) reset() {
 		last:         lastPrefix{bytes: c.last.bytes[:0]},
 		arena:        c.arena[:0],
 		packed:       c.packed[:0],
-		body:         c.body[:0],
+		packEnds:     c.packEnds[:0],
+		bufs:         c.bufs,
 		sum:          FileSummary{Tables: c.sum.Tables[:0]},
 	}
 }
 
-// Name implements sstable.BlockPropertyCollector.
+// Name implements sstable.BlockPropertyCollector. It must read no field of
+// c: Pebble calls it after FinishTable, when c may be back in the pool and
+// serving another SST.
 func (c *Collector) Name() string { return CollectorName }
 
 // AddPointKey implements sstable.BlockPropertyCollector. The value is never
@@ -317,8 +323,8 @@ func (c *Collector) FinishTable(buf []byte) ([]byte, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
-	c.summarize(&c.sum)
-	buf, c.body = c.sum.appendPayload(buf, c.body[:0])
+	c.summarize(&c.sum, false)
+	buf = c.sum.appendPayload(buf, &c.bufs)
 	if c.pooled {
 		c.reset()
 		collectorPool.Put(c)
@@ -329,9 +335,9 @@ func (c *Collector) FinishTable(buf []byte) ([]byte, error) {
 // add classifies one point key. It is the collector's hot path: one call
 // per key of every SST Pebble writes, kept small so that the common case —
 // an MVCC entry of the current vnode — runs without calls or spills; the
-// rest goes to addOther. The checks mirror keys.Decode (see
-// decodeTableKey), the prefix is compared with the last one once, and the
-// table, vnode, pk and kind are read in place.
+// rest goes to addOther. The checks mirror keys.Decode
+// (TestCollectorShapeChecks), the prefix is compared with the last one once,
+// and the table, vnode, pk and kind are read in place.
 func (c *Collector) add(uk []byte, kind pebble.InternalKeyKind) {
 	p := keys.Split(uk)
 	if p == len(uk) || p <= vnodeHeaderLen ||
@@ -360,7 +366,11 @@ func (c *Collector) add(uk []byte, kind pebble.InternalKeyKind) {
 		table := binary.BigEndian.Uint32(uk) // p > vnodeHeaderLen
 		vnode := binary.BigEndian.Uint16(uk[4:])
 		if a == nil || a.table != table || a.vnode != vnode {
-			if a = c.startTableKey(table, vnode, uk); a == nil {
+			if table == keys.MetaTable {
+				c.addOther(uk, kind, p)
+				return
+			}
+			if a = c.startVnode(table, vnode); a == nil {
 				return
 			}
 		}
@@ -378,17 +388,6 @@ func (c *Collector) add(uk []byte, kind pebble.InternalKeyKind) {
 	a.entries++
 	a.deletes += del
 	a.keyBytes += uint64(len(uk))
-}
-
-// startTableKey is add's path for a versioned key outside cur: the vnode
-// of the next table, or a key in the metadata range (which add hands to
-// addOther here, and which returns nil).
-func (c *Collector) startTableKey(table uint32, vnode uint16, uk []byte) *vnodeAcc {
-	if table == keys.MetaTable {
-		c.addOther(uk, sstable.InternalKeyKindSet, keys.Split(uk))
-		return nil
-	}
-	return c.startVnode(table, vnode)
 }
 
 // addOther classifies every key that is not an MVCC entry (a Pebble SET of
@@ -538,16 +537,32 @@ func (c *Collector) copyPK(pk []byte) []byte {
 // current vnode: call it once, after the last key.
 func (c *Collector) Summary() *FileSummary {
 	s := new(FileSummary)
-	c.summarize(s)
+	c.summarize(s, true)
 	return s
 }
 
 // summarize writes the summary into s, reusing its slices. It packs every
-// vnode's samples into c.packed, without copying them again: each vnode's
-// bytes stay valid when a later append moves the buffer.
-func (c *Collector) summarize(s *FileSummary) {
+// vnode's samples into c.packed, and then points each vnode at its part of
+// the final buffer (a part taken while packing would keep alive the smaller
+// buffer that a later append moved away from). With own, that buffer is a
+// copy of its exact size: the summary outlives the collector (a rebuilt
+// file's, in a Version).
+func (c *Collector) summarize(s *FileSummary, own bool) {
 	c.finishVnode()
 	c.cur = nil
+	c.packed = c.packed[:0]
+	ends := c.packEnds[:0]
+	for k := range c.vnodes {
+		if a := &c.vnodes[k]; len(a.samples) > 0 {
+			c.packed = packSamples(c.packed, a.samples).data
+		}
+		ends = append(ends, len(c.packed))
+	}
+	c.packEnds = ends
+	packed := c.packed
+	if own {
+		packed = slices.Clone(packed)
+	}
 	s.MetaKeys, s.Foreign, s.Tables = c.metaKeys, c.foreign, s.Tables[:0]
 	for i := 0; i < len(c.vnodes); {
 		j := i
@@ -565,10 +580,11 @@ func (c *Collector) summarize(s *FileSummary) {
 			a := &c.vnodes[k]
 			var ps packedSamples
 			if len(a.samples) > 0 {
-				start := len(c.packed)
-				ps = packSamples(c.packed, a.samples)
-				c.packed = ps.data
-				ps.data = ps.data[start:len(ps.data):len(ps.data)]
+				start := 0
+				if k > 0 {
+					start = ends[k-1]
+				}
+				ps = packedSamples{n: len(a.samples), data: packed[start:ends[k]:ends[k]]}
 			}
 			ts.Vnodes = append(ts.Vnodes, VnodeSummary{Vnode: a.vnode, Counts: a.counts(), LastPK: a.lastPK, samples: ps})
 		}

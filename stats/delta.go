@@ -298,21 +298,12 @@ func (d *deltaState) resolve(n int, base, v *Version) (retry bool) {
 // files only move down, so a moved file higher up is a listing from before.)
 func (d *deltaState) stale(ev *compactionEvent, v *Version) bool {
 	for _, in := range ev.inputs {
-		if !ev.moved(in.FileNum) && v.liveFile(in.FileNum) != nil {
-			return true
+		f := v.liveFile(in.FileNum)
+		if f == nil {
+			continue
 		}
-	}
-	for _, out := range ev.outputs {
-		if f := v.liveFile(out.FileNum); f != nil && f.info.Level < out.Level && ev.input(out.FileNum) {
-			return true
-		}
-	}
-	return false
-}
-
-func (ev *compactionEvent) input(num uint64) bool {
-	for _, in := range ev.inputs {
-		if in.FileNum == num {
+		// All outputs of a compaction go to one level.
+		if !ev.moved(in.FileNum) || f.info.Level < ev.outputs[0].Level {
 			return true
 		}
 	}
@@ -570,15 +561,9 @@ func (t *Tracker) CompactionStats() CompactionStats {
 // of each, then subtract). Only complete deltas are summed. Moves add
 // nothing.
 func (t *Tracker) CompactionCollector(opts *MetricsOptions) prometheus.Collector {
-	var o MetricsOptions
-	if opts != nil {
-		o = *opts
-	}
-	if o.Namespace == "" {
-		o.Namespace = "lsmstats"
-	}
+	o := opts.withDefaults()
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(o.Namespace, "", name), help, labels, o.ConstLabels)
+		return o.desc("", name, help, labels...)
 	}
 	return &compactionCollector{
 		t: t,

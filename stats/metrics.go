@@ -59,6 +59,28 @@ type MetricsOptions struct {
 	Now func() time.Time
 }
 
+// withDefaults returns the options with the defaults noted filled in (o
+// may be nil).
+func (o *MetricsOptions) withDefaults() MetricsOptions {
+	var out MetricsOptions
+	if o != nil {
+		out = *o
+	}
+	if out.Namespace == "" {
+		out.Namespace = "lsmstats"
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return out
+}
+
+// desc returns the descriptor of a metric under the options' namespace,
+// with their constant labels.
+func (o MetricsOptions) desc(subsystem, name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(o.Namespace, subsystem, name), help, labels, o.ConstLabels)
+}
+
 // Metrics exports a store's statistics to Prometheus. It implements
 // prometheus.Collector and is safe for concurrent use.
 type Metrics struct {
@@ -80,20 +102,9 @@ type tableMetric struct {
 // NewMetrics returns a collector that reads its figures from source. A nil
 // opts means the defaults.
 func NewMetrics(source SnapshotFunc, opts *MetricsOptions) *Metrics {
-	var o MetricsOptions
-	if opts != nil {
-		o = *opts
-	}
-	if o.Namespace == "" {
-		o.Namespace = "lsmstats"
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o := opts.withDefaults()
 	m := &Metrics{source: source, now: o.Now}
-	desc := func(subsystem, name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(o.Namespace, subsystem, name), help, labels, o.ConstLabels)
-	}
+	desc := o.desc
 	table := func(name, help string, value func(s *Snapshot, table uint32) float64) {
 		m.tableDescs = append(m.tableDescs, tableMetric{desc: desc("table", name, help, "table"), value: value})
 	}

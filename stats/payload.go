@@ -391,21 +391,29 @@ func (s *FileSummary) puts() uint64 {
 // Encode returns the summary in its stored form, with a zero placeholder for
 // Pebble's shortID byte: DecodeSummary(s.Encode()) equals s.
 func (s *FileSummary) Encode() []byte {
-	b, _ := s.appendPayload([]byte{0}, nil)
-	return b
+	return s.appendPayload([]byte{0}, nil)
+}
+
+// encodeBufs are appendPayload's scratch buffers, which a pooled collector
+// keeps from one SST to the next.
+type encodeBufs struct {
+	raw, enc []byte
 }
 
 // appendPayload appends format | checksum | body (everything after the
-// shortID) to dst. The raw body is built in scratch's spare capacity, which
-// is returned for reuse.
-func (s *FileSummary) appendPayload(dst, scratch []byte) (_, _ []byte) {
-	raw := s.appendBody(scratch[:0])
+// shortID) to dst, building the raw body and its s2 block in bufs (nil:
+// fresh ones).
+func (s *FileSummary) appendPayload(dst []byte, bufs *encodeBufs) []byte {
+	if bufs == nil {
+		bufs = &encodeBufs{}
+	}
+	raw := s.appendBody(bufs.raw[:0])
+	bufs.raw = raw
 	start := len(dst)
 	dst = append(dst, formatRaw, 0, 0, 0, 0)
 	if len(raw) >= minCompress {
-		// Encoded into dst's spare capacity when it fits, so that the
-		// append below is a copy onto itself.
-		body := s2.Encode(dst[len(dst):cap(dst)], raw)
+		body := s2.Encode(bufs.enc[:cap(bufs.enc)], raw)
+		bufs.enc = body
 		if len(body) < len(raw) && uint64(len(raw)) <= rawBound(len(body)) {
 			dst = append(dst, body...)
 			dst[start] = formatS2
@@ -416,7 +424,7 @@ func (s *FileSummary) appendPayload(dst, scratch []byte) (_, _ []byte) {
 		dst = append(dst, raw...)
 	}
 	binary.LittleEndian.PutUint32(dst[start+1:], crc32.Checksum(dst[start+headerLen:], castagnoli))
-	return dst, raw
+	return dst
 }
 
 func rawBound(frame int) uint64 {

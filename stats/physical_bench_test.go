@@ -119,7 +119,7 @@ func BenchmarkCollector(b *testing.B) {
 				writerNs += d
 
 				start := time.Now()
-				c := newCollector()
+				c := NewCollector() // pooled, as Pebble gets it
 				for _, k := range ks {
 					if err := c.AddPointKey(pebble.MakeInternalKey(k, 0, pebble.InternalKeyKindSet), nil); err != nil {
 						b.Fatal(err)

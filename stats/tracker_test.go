@@ -192,8 +192,10 @@ func TestTrackerRefreshSignalled(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	require.Equal(t, uint64(1+n+1), e.tr.listings.Load(), "one listing per ingestion and flush")
 
-	// The flushed file overlaps the ingested ones: the compaction rewrites
-	// them.
+	// The flushed file (table 2) overlaps none of the ingested ones: the
+	// compaction moves it down. A move deletes no file (no TableDeleted),
+	// so only CompactionEnd's forced listing, retried while the listing
+	// still shows the file at its old level, brings the Version up to date.
 	before := e.tr.listings.Load()
 	e.compactAll()
 	deadline := time.Now().Add(10 * time.Second)

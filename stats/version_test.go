@@ -54,7 +54,7 @@ func (c *physCorruptCollector) FinishTable(buf []byte) ([]byte, error) {
 			LastPK:  physPK(1),
 			samples: packSamples(nil, []Sample{{PK: physPK(1)}}),
 		}}}}}
-		out, _ = s.appendPayload(out[:n], nil)
+		out = s.appendPayload(out[:n], nil)
 	}
 	return out, nil
 }
