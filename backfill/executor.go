@@ -328,7 +328,11 @@ func (a *Actor) persist() error {
 		}
 		a.saved[i] = row
 		a.stateBytes += int64(8 + len(row))
-		a.statsOnlyBytes += int64(8 + EncodedStateLen(s, false))
+		statsOnly := len(row) // the same row without its row count
+		if a.cfg.RowCount {
+			statsOnly -= uvarintLen(s.RowCount)
+		}
+		a.statsOnlyBytes += int64(8 + statsOnly)
 	}
 	return nil
 }

@@ -67,16 +67,8 @@ func EncodeState(s VnodeState, withRowCount bool) []byte {
 	return b
 }
 
-// EncodedStateLen is len(EncodeState(s, withRowCount)), computed without
-// encoding.
-func EncodedStateLen(s VnodeState, withRowCount bool) int {
-	n := 2 + uvarintLen(uint64(len(s.Cursor))) + len(s.Cursor)
-	if withRowCount {
-		n += uvarintLen(s.RowCount)
-	}
-	return n
-}
-
+// uvarintLen is the length of v's uvarint encoding: what a row count adds
+// to a state row.
 func uvarintLen(v uint64) int {
 	n := 1
 	for ; v >= 0x80; v >>= 7 {

@@ -149,7 +149,6 @@ type event struct {
 	Epoch     uint64  `json:"epoch,omitempty"`
 	LoadS     float64 `json:"load_s,omitempty"`
 	BackfillS float64 `json:"backfill_s,omitempty"`
-	Rows      uint64  `json:"rows,omitempty"`
 }
 
 type recordJSON struct {
