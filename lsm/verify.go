@@ -75,6 +75,13 @@ func (st Stats) EstimateRows(table uint32, vnode uint16, lo, hi []byte) stats.Ro
 	return st.Live.EstimateRows(table, vnode, lo, hi)
 }
 
+// AppendEstimates appends to dst the EstimateRows of each query, answered
+// together (see stats.Live.AppendEstimates): what a backfill's checkpoint
+// asks, one range per vnode in progress.
+func (st Stats) AppendEstimates(dst []stats.RowEstimate, table uint32, qs []stats.RangeQuery) []stats.RowEstimate {
+	return st.Live.AppendEstimates(dst, table, qs)
+}
+
 // Partition cuts the live rows of a set of vnodes into at most n ranges of
 // about equal size.
 func (st Stats) Partition(table uint32, vnodes *roaring.Bitmap, n int) []stats.ScanRange {

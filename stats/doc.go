@@ -48,6 +48,16 @@
 // vnode wide, whatever the churn. Live.Partition cuts a vnode set into
 // ranges of about equal live rows at bucket boundaries.
 //
+// Queries read an index that each published vnode carries instead of its
+// buckets: the 8-byte keys of the bucket bounds and the prefix sums of
+// their rows, in one allocation. A backfill's checkpoint asks one range per
+// vnode in progress and meets the index cold, just after the commit that
+// published it, so the query path counts cache misses: the search starts
+// from a guess (where the pk lies between the vnode's smallest and largest
+// pk, checked against two keys), the bounds' bytes are read only when a
+// key cannot decide, and Live.AppendEstimates takes a whole batch of
+// queries through each step together, so that the CPU overlaps their loads.
+//
 // The physical samples estimate the same thing less well: puts minus
 // deletes below a pk counts each update that lives in another SST than the
 // version it shadows, so updates concentrated in part of the pk space bias

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"flag"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -77,7 +78,7 @@ func TestLiveRandom(t *testing.T) {
 		var ops []op
 		for range r.IntN(400) {
 			v := uint16(r.IntN(vnodes))
-			pk := keys.AppendUint64(nil, uint64(r.IntN(5000)))
+			pk := livePK(r.IntN(5000))
 			if m[v] == nil {
 				m[v] = map[string]int64{}
 			}
@@ -124,15 +125,22 @@ func TestLiveRandom(t *testing.T) {
 		for v := uint16(0); v < vnodes; v++ {
 			require.Equal(t, m.count(v, nil, nil), l.Vnode(table, v), "vnode %d", v)
 			total := l.Vnode(table, v).Rows
+			requireIndexed(t, l.table(table).vnode(v))
+			var qs []RangeQuery
 			for range 50 {
-				lo := keys.AppendUint64(nil, uint64(r.IntN(5000)))
-				hi := keys.AppendUint64(nil, uint64(r.IntN(5000)))
+				lo, hi := livePK(r.IntN(5000)), livePK(r.IntN(5000))
 				if bytes.Compare(lo, hi) > 0 {
 					lo, hi = hi, lo
 				}
-				if r.IntN(4) == 0 {
+				switch r.IntN(8) {
+				case 0, 1:
 					lo = nil
+				case 2:
+					hi = nil
+				case 3:
+					lo = slices.Clone(hi) // an empty range
 				}
+				qs = append(qs, RangeQuery{Vnode: v, Lo: lo, Hi: hi})
 				truth := m.count(v, lo, hi).Rows
 				est := l.EstimateRows(table, v, lo, hi)
 				require.LessOrEqual(t, est.Lower, truth, "vnode %d [%x, %x)", v, lo, hi)
@@ -140,6 +148,13 @@ func TestLiveRandom(t *testing.T) {
 				require.LessOrEqual(t, float64(est.Lower), est.Rows)
 				require.GreaterOrEqual(t, float64(est.Upper), est.Rows)
 				require.LessOrEqual(t, est.Upper-est.Lower, 2*splitLimit(total), "bounds wider than two buckets")
+			}
+			// Answered together, in lockstep, the queries get the same
+			// answers.
+			all := l.AppendEstimates(nil, table, qs)
+			require.Len(t, all, len(qs))
+			for i, q := range qs {
+				require.Equal(t, l.EstimateRows(table, q.Vnode, q.Lo, q.Hi), all[i], "query %d", i)
 			}
 		}
 		// Reload from what was persisted (the dirty set of the splits is
@@ -156,12 +171,23 @@ func TestLiveRandom(t *testing.T) {
 			for _, k := range ks {
 				require.NoError(t, re.Load([]byte(k), persisted[k]))
 			}
+			// Until FinishLoad builds the index, queries sum the
+			// buckets; they must answer the same.
+			var probes []RangeQuery
+			for v := uint16(0); v < vnodes; v++ {
+				for range 10 {
+					probes = append(probes, RangeQuery{Vnode: v, Lo: livePK(r.IntN(5000)), Hi: livePK(r.IntN(5000))})
+				}
+			}
+			loading := re.Current().AppendEstimates(nil, table, probes)
 			re.FinishLoad()
+			require.Equal(t, loading, re.Current().AppendEstimates(nil, table, probes), "estimates before and after FinishLoad")
 			for v := uint16(0); v < vnodes; v++ {
 				require.Equal(t, l.Vnode(table, v), re.Current().Vnode(table, v))
 				require.Equal(t, l.Buckets(table, v), re.Current().Buckets(table, v))
 				require.Equal(t, l.BucketCounts(table, v), re.Current().BucketCounts(table, v))
 				if lv := re.Current().table(table).vnodes[v]; lv != nil {
+					requireIndexed(t, lv)
 					require.Equal(t, len(lv.buckets), cap(lv.buckets), "no slack after FinishLoad")
 				}
 			}
@@ -172,6 +198,41 @@ func TestLiveRandom(t *testing.T) {
 	require.Greater(t, l.Buckets(table, 0), 1, "buckets must split")
 }
 
+// livePK returns the pk of TestLiveRandom's row n, in one of three shapes
+// that exercise both ways of the bucket index: keys wide apart in their
+// first six bytes (searched and interpolated by their 8-byte keys alone),
+// keys differing only in their last bytes (interpolated on their bytes), and
+// 16-byte keys that all share their first 8 bytes with the 8-byte key of
+// row 2500 (searched by their bytes).
+func livePK(n int) []byte {
+	switch n % 3 {
+	case 0:
+		return keys.AppendUint64(nil, uint64(n)<<40)
+	case 1:
+		return keys.AppendUint64(nil, uint64(n))
+	default:
+		return keys.AppendUint64(keys.AppendUint64(nil, 2500), uint64(n))
+	}
+}
+
+// requireIndexed checks a published vnode's index against its buckets.
+func requireIndexed(t *testing.T, v *liveVnode) {
+	t.Helper()
+	require.Len(t, v.keys, len(v.buckets))
+	require.Len(t, v.cum, len(v.buckets)+1)
+	var sum int64
+	for i, b := range v.buckets {
+		require.Equal(t, key8(b.lower), v.keys[i], "key of bucket %d", i)
+		require.Equal(t, sum, int64(v.cum[i]), "rows before bucket %d", i)
+		sum += b.Rows
+	}
+	require.Equal(t, sum, int64(v.cum[len(v.buckets)]))
+	require.Equal(t, key8(v.minPK), v.minKey)
+	require.Equal(t, key8(v.maxPK), v.maxKey)
+}
+
+// TestLivePartition: parts claim exactly the rows in their ranges, and
+// differ from the ideal size by at most two buckets.
 func TestLivePartition(t *testing.T) {
 	const table, vnodes = 3, 8
 	s := NewLiveState()
@@ -383,10 +444,134 @@ func TestBucketKeyOrder(t *testing.T) {
 	}
 	for range 100000 {
 		lower, pk := gen(), gen()
-		b := newBucket(lower, LiveCounts{})
-		require.Equal(t, bytes.Compare(lower, pk) > 0, b.above(pk, key8(pk)), "lower %x pk %x", lower, pk)
+		v := &liveVnode{}
+		v.setBuckets([]bucket{{}, {lower: lower}})
+		require.Equal(t, bytes.Compare(lower, pk) > 0, v.above(1, pk, key8(pk)), "lower %x pk %x", lower, pk)
 		if key8(lower) != key8(pk) {
 			require.Equal(t, bytes.Compare(lower, pk), cmp.Compare(key8(lower), key8(pk)), "lower %x pk %x", lower, pk)
+		}
+	}
+}
+
+// TestFractionAgrees: fraction interpolates by the bounds' 8-byte keys
+// alone where they are exact (bounds of at most 8 bytes) or at least 2⁸
+// apart, and must then agree with the interpolation of the bytes to within
+// the keys' resolution; elsewhere it must be that interpolation. Bounds of
+// 1 to 16 bytes, some sharing long prefixes, in the middle, first and last
+// buckets.
+func TestFractionAgrees(t *testing.T) {
+	r := physRand(t)
+	gen := func(prefix []byte, maxLen int) []byte {
+		b := slices.Clone(prefix)
+		if r.IntN(4) == 0 {
+			b = b[:r.IntN(len(b)+1)]
+		}
+		for range 1 + r.IntN(max(1, maxLen-len(b))) {
+			b = append(b, byte(r.IntN(256)))
+		}
+		return b
+	}
+	// check compares a fraction with the interpolation of the bytes.
+	var keyed, exact int
+	check := func(got float64, lo, x, hi []byte, short bool) {
+		t.Helper()
+		want := interpolate(lo, x, hi)
+		span := key8(hi) - key8(lo)
+		if key8(hi) > key8(lo) && (short || span >= 1<<8) {
+			keyed++
+			// Truncating x, and lo and hi unless short, moves the
+			// fraction by less than one key unit each.
+			require.InDelta(t, want, got, 2/float64(span)+1e-12, "lo %x x %x hi %x", lo, x, hi)
+			return
+		}
+		exact++
+		require.Equal(t, want, got, "lo %x x %x hi %x", lo, x, hi)
+	}
+	for range 100000 {
+		prefix := make([]byte, r.IntN(13))
+		for i := range prefix {
+			prefix[i] = byte(r.IntN(3))
+		}
+		maxLen := []int{8, 16}[r.IntN(2)]
+		ks := [][]byte{gen(prefix, maxLen), gen(prefix, 16), gen(prefix, maxLen)}
+		slices.SortFunc(ks, bytes.Compare)
+		lo, x, hi := ks[0], ks[1], ks[2]
+		if bytes.Equal(lo, hi) {
+			continue
+		}
+		short := len(lo) <= 8 && len(hi) <= 8
+		v := &liveVnode{}
+		v.setBuckets([]bucket{{}, {lower: lo}, {lower: hi}})
+		v.setHints(nil, nil)
+		check(v.fraction(1, x, key8(x)), lo, x, hi, short)
+		// The first bucket interpolates from the smallest pk, the last
+		// to the largest.
+		v.setBuckets([]bucket{{}, {lower: hi}})
+		v.setHints(lo, nil)
+		check(v.fraction(0, x, key8(x)), lo, x, hi, short)
+		v.setBuckets([]bucket{{}, {lower: lo}})
+		v.setHints(nil, hi)
+		check(v.fraction(1, x, key8(x)), lo, x, hi, short)
+		v.setHints(nil, nil)
+		require.Equal(t, 0.5, v.fraction(1, x, key8(x)), "the last bucket without a largest pk")
+		require.Equal(t, 0.5, v.fraction(0, x, key8(x)), "the first bucket without a smallest pk")
+	}
+	t.Logf("%d fractions by keys, %d by bytes", keyed, exact)
+	require.Greater(t, keyed, 30000, "fractions decided by the keys")
+	require.Greater(t, exact, 30000, "fractions decided by the bytes")
+}
+
+// TestFindSkewed: find, whose search starts from a guess that assumes the
+// bucket bounds spread evenly between the pk hints, agrees with a binary
+// search of the bounds' bytes on vnodes whose bounds bunch up at the low
+// end, the high end or in the middle, whose hints are stale (wider than
+// the bounds), and whose bounds share their first 8 bytes.
+func TestFindSkewed(t *testing.T) {
+	r := physRand(t)
+	for range 300 {
+		n := 1 + r.IntN(400)
+		skew := r.IntN(4)
+		point := func() []byte {
+			u := r.Float64()
+			switch skew {
+			case 1:
+				u = u * u * u * u // bunched at the low end
+			case 2:
+				u = 1 - u*u*u*u // at the high end
+			case 3:
+				u = 0.5 + (u-0.5)*(u-0.5)*(u-0.5) // in the middle
+			}
+			pk := keys.AppendUint64(nil, uint64(u*(1<<63)))
+			if r.IntN(8) == 0 {
+				pk = keys.AppendUint64(keys.AppendUint64(nil, 1<<62), uint64(u*(1<<63))) // a long pk
+			}
+			return pk
+		}
+		var lowers [][]byte
+		for range n - 1 {
+			lowers = append(lowers, point())
+		}
+		slices.SortFunc(lowers, bytes.Compare)
+		lowers = slices.CompactFunc(lowers, bytes.Equal)
+		bs := []bucket{{}}
+		for _, l := range lowers {
+			bs = append(bs, bucket{lower: l, LiveCounts: LiveCounts{Rows: 1}})
+		}
+		v := newLiveVnode()
+		v.setBuckets(bs)
+		lo, hi := point(), point()
+		if bytes.Compare(lo, hi) > 0 {
+			lo, hi = hi, lo
+		}
+		if r.IntN(2) == 0 {
+			lo, hi = keys.AppendUint64(nil, 0), keys.AppendUint64(nil, math.MaxUint64) // stale, wide hints
+		}
+		v.setHints(lo, hi)
+		v.seal()
+		for range 200 {
+			x := point()
+			want := sort.Search(len(bs), func(i int) bool { return i > 0 && bytes.Compare(bs[i].lower, x) > 0 }) - 1
+			require.Equal(t, want, v.find(x), "skew %d, %d buckets, x %x", skew, len(bs), x)
 		}
 	}
 }
