@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/stats"
 )
 
 // Progress reporting follows RisingWave: each backfill actor reports its
@@ -83,17 +84,40 @@ func (s Stats) Estimate(in Input) (float64, float64) {
 
 // EstimateVnodes is Estimate that also returns the consumed rows of each
 // vnode, by index of in.Vnodes: its live rows if finished, the estimated
-// live rows <= its cursor if in progress, 0 if not started.
+// live rows <= its cursor if in progress, 0 if not started. The vnodes in
+// progress are asked together (lsm.Stats.AppendEstimates), which overlaps
+// the cache misses of their searches.
 func (Stats) EstimateVnodes(in Input) (consumed, total float64, perVnode []float64) {
 	perVnode = make([]float64, len(in.Vnodes))
+	// The successors of the cursors, in one buffer sized up front so that
+	// appending never moves it.
+	var size int
+	for _, v := range in.Vnodes {
+		if !v.Finished && v.Cursor != nil {
+			size += len(v.Cursor) + 1
+		}
+	}
+	succ := make([]byte, 0, size)
+	qs := make([]stats.RangeQuery, 0, len(in.Vnodes))
+	at := make([]int, 0, len(in.Vnodes)) // index in in.Vnodes of each query
+	for i, v := range in.Vnodes {
+		if !v.Finished && v.Cursor != nil {
+			// pk + 0x00 is the smallest key above pk: with prefix-free
+			// pk encodings, [nil, pk+0x00) holds exactly the pks <= pk.
+			n := len(succ)
+			succ = append(append(succ, v.Cursor...), 0)
+			qs = append(qs, stats.RangeQuery{Vnode: v.Vnode, Hi: succ[n:len(succ):len(succ)]})
+			at = append(at, i)
+		}
+	}
+	for j, e := range in.Stats.AppendEstimates(make([]stats.RowEstimate, 0, len(qs)), in.Upstream, qs) {
+		perVnode[at[j]] = e.Rows
+	}
 	for i, v := range in.Vnodes {
 		live := float64(max(0, in.Stats.Live.Vnode(in.Upstream, v.Vnode).Rows))
 		total += live
-		switch {
-		case v.Finished:
+		if v.Finished {
 			perVnode[i] = live
-		case v.Cursor != nil:
-			perVnode[i] = in.Stats.EstimateRows(in.Upstream, v.Vnode, nil, pkSuccessor(v.Cursor)).Rows
 		}
 		consumed += perVnode[i]
 	}
@@ -104,10 +128,6 @@ func (Stats) EstimateVnodes(in Input) (consumed, total float64, perVnode []float
 type vnodeEstimator interface {
 	EstimateVnodes(in Input) (consumed, total float64, perVnode []float64)
 }
-
-// pkSuccessor is the smallest key above pk: with prefix-free pk encodings,
-// [nil, pk+0x00) holds exactly the pks <= pk.
-func pkSuccessor(pk []byte) []byte { return append(slices.Clip(pk), 0) }
 
 // Figure is one approach's progress at a checkpoint. The JSON form is the
 // lsmstats CLI's worker protocol.

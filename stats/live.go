@@ -97,8 +97,9 @@ func key8(b []byte) uint64 {
 // two separately allocated bounds cost about 1 µs per vnode.
 type liveVnode struct {
 	// keys[i] is key8(buckets[i].lower). It follows every change of the
-	// buckets' bounds (setBuckets); a copy of the vnode shares it until
-	// then, so it is never written in place.
+	// buckets' bounds (setBuckets). A batch's copy of the vnode shares it
+	// until its bounds change or it is sealed, so it is never written in
+	// place.
 	keys []uint64
 	// cum[i] is the live rows of the buckets before bucket i, for i up to
 	// len(buckets), as int64 bits: seal puts it in one allocation with a
@@ -438,9 +439,9 @@ const guessWindow = 16
 // between the vnode's smallest and largest pk, if the keys at the window's
 // ends bracket k. Buckets hold about equal rows, so their bounds are
 // quantiles of the vnode's pks, and for pks spread evenly over their keys
-// (integer ids, hashes, timestamps) the guess is within a few buckets: 99%
-// of guesses hit in BenchmarkStoreStats. A miss costs the two loads and
-// leaves the binary search as it was.
+// (integer ids, hashes, timestamps) the guess is within a few buckets: on
+// 256 vnodes of 4,000 uniformly random pks, 99% of guesses hit. A miss
+// costs the two loads and leaves the binary search as it was.
 func (p *probe) guess() {
 	v := p.v
 	if p.n <= guessWindow || v.minPK == nil || v.maxPK == nil || v.maxKey <= v.minKey {

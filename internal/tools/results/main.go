@@ -187,6 +187,7 @@ func renderStorage(b *strings.Builder, m map[string]map[string]float64) {
 		{what: "one EstimateRows", goal: "≤ 2 µs", sources: of("ns/op", "BenchmarkStoreStats/read=estimate-rows"), format: duration},
 		{what: "consumed rows over 256 vnodes in progress, warm caches", goal: "≤ 100 µs", sources: of("ns/op", "BenchmarkStoreStats/read=consumed-256"), format: duration},
 		{what: "the same after a commit touched every vnode, CPU caches swept (as at a checkpoint)", goal: "≤ 100 µs", sources: of("cold-ns/op", "BenchmarkStoreStats/read=consumed-256-cold"), format: duration},
+		{what: "the same asked one EstimateRows at a time instead of in one AppendEstimates", goal: "—", sources: of("cold-each-ns/op", "BenchmarkStoreStats/read=consumed-256-cold"), format: duration},
 		{what: "refresh per changed file, 1,024 live SSTs", goal: "≤ 1 ms", sources: of("ns/changed-file", "BenchmarkRefresh"), format: duration},
 		{what: "stats memory per million keys", goal: "—", sources: of("stats-bytes/Mkeys", "BenchmarkStoreStats/memory/lsm=as-loaded"), format: mb},
 		{what: "GC throughput, versions examined (compaction)", goal: "—", sources: of("versions/s", gc), lowerWorse: true, format: rate},
