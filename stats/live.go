@@ -40,6 +40,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -336,7 +337,7 @@ type RowEstimate struct {
 func (l *Live) EstimateRows(table uint32, vnode uint16, lo, hi []byte) RowEstimate {
 	var out [1]RowEstimate
 	var ps [2]probe
-	return l.estimate(l.table(table), []RangeQuery{{Vnode: vnode, Lo: lo, Hi: hi}}, ps[:], out[:0])[0]
+	return l.table(table).estimate([]RangeQuery{{Vnode: vnode, Lo: lo, Hi: hi}}, ps[:], out[:0])[0]
 }
 
 // RangeQuery is a range of AppendEstimates: the live rows of Vnode with pk
@@ -361,7 +362,7 @@ func (l *Live) AppendEstimates(dst []RowEstimate, table uint32, qs []RangeQuery)
 	t := l.table(table)
 	for len(qs) > 0 {
 		n := min(len(qs), batch)
-		dst = l.estimate(t, qs[:n], ps[:2*n], dst)
+		dst = t.estimate(qs[:n], ps[:2*n], dst)
 		qs = qs[n:]
 	}
 	return dst
@@ -369,7 +370,7 @@ func (l *Live) AppendEstimates(dst []RowEstimate, table uint32, qs []RangeQuery)
 
 // estimate appends the estimates of qs, using ps (two per query) for the
 // searches of their end points. Each loop is one step for every probe.
-func (l *Live) estimate(t *liveTable, qs []RangeQuery, ps []probe, dst []RowEstimate) []RowEstimate {
+func (t *liveTable) estimate(qs []RangeQuery, ps []probe, dst []RowEstimate) []RowEstimate {
 	for i, q := range qs {
 		v := t.vnode(q.Vnode)
 		ps[2*i].start(v, q.Lo)
@@ -476,13 +477,18 @@ func (p *probe) step() bool {
 
 // bucket returns the index of the bucket holding x once the search is
 // done: of the buckets whose key equals k, the last whose lower bound is at
-// most x.
+// most x. Such a run of buckets is long where many pks share their first 8
+// bytes (a hot value of a pk's first column), so it is searched in halves
+// too: by keys for its start, by bytes within it.
 func (p *probe) bucket() int {
-	i := p.i
-	for i > 0 && p.v.keys[i] == p.k && bytes.Compare(p.v.buckets[i].lower, p.x) > 0 {
-		i--
+	i, keys := p.i, p.v.keys
+	if i == 0 || keys[i] != p.k {
+		return i
 	}
-	return i
+	run := sort.Search(i, func(j int) bool { return keys[j] == p.k })
+	return run - 1 + sort.Search(i+1-run, func(j int) bool {
+		return bytes.Compare(p.v.buckets[run+j].lower, p.x) > 0
+	})
 }
 
 // locate ends the search: i becomes the bucket holding x, and before and
