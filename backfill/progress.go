@@ -13,30 +13,6 @@ import (
 	"github.com/lsmstats/lsmstats/stats"
 )
 
-// Progress reporting follows RisingWave: each backfill actor reports its
-// state at every barrier through a Reporter (Update, then Finish once all its
-// vnodes are done; epochs strictly increasing), and a job-level Tracker (the
-// meta side) aggregates the reports of all actors of a job at each
-// checkpoint into a figure per Estimator.
-//
-// Two estimators compare the two ways of estimating progress on identical
-// work:
-//
-//   - RowCount is RisingWave today: consumed = Σ row_count persisted per
-//     vnode (snapshot rows read), total = the upstream table's physical key
-//     count (Hummock's total_key_count: every version and tombstone). It is
-//     pessimistic under churn and can pass 100%.
-//   - Stats is this project's: consumed = Σ live rows of finished vnodes +
-//     Σ estimated live rows <= cursor of vnodes in progress, total = Σ live
-//     rows of the job's vnodes. Its inputs are the cursors, the finished
-//     flags and the statistics API: it reads no table data and keeps no
-//     count of emitted rows.
-//
-// The displayed figure is "%.2f%% (consumed/total)". It never decreases
-// within a job (its high-water mark is persisted and survives crashes and
-// rescale), is never 100% before the job finished, and is exactly 100% when
-// it has.
-
 // Input is what an estimator sees at a checkpoint.
 type Input struct {
 	Epoch    uint64

@@ -1,0 +1,66 @@
+// Package backfill is an arrangement backfill, as RisingWave runs one to
+// build a materialized view from an existing table while the table keeps
+// changing, with both ways of reporting its progress side by side.
+//
+// # The job (job.go, executor.go)
+//
+// A Job drives a Source (the upstream: one step of row ops per epoch,
+// replayable after a restart) through the store and a set of Actors, each
+// owning a contiguous range of the upstream table's vnodes. Between two
+// barriers an actor applies the upstream chunks of the epoch to its
+// replicated table (package replicated) and buffers them, and reads a
+// snapshot of all its unfinished vnodes interleaved, one row of each in
+// turn (RisingWave's select_all over one stream per vnode), at the previous
+// barrier's epoch. At a barrier it forwards the buffered ops of finished
+// vnodes and those at or below their vnode's cursor (later snapshot reads
+// cover the rest), writes its output into the MV, persists each changed
+// vnode's state, seals its writers and reports. Every n-th barrier is a
+// checkpoint: the store commits the epoch, and everything above is durable
+// together. A restart resumes every vnode from its persisted state, with
+// any number of actors (rescale), and the MV ends equal to the upstream
+// table (checked by the tests after crashes, and by every benchmark run).
+//
+// # State (state.go)
+//
+// One row per vnode in the backfill state table: its cursor (the pk of the
+// last snapshot row read), whether it finished, and, only for the
+// row-count approach, the number of snapshot rows read. The stats approach
+// persists no count: its state rows are a few bytes shorter per vnode
+// (BenchmarkBackfill's state-bytes/barrier).
+//
+// # Progress (progress.go)
+//
+// Progress reporting follows RisingWave: each actor reports its state at
+// every barrier through a Reporter (Update, then Finish once all its
+// vnodes are done; epochs strictly increasing), and a job-level Tracker (the
+// meta side) aggregates the reports of all actors of a job at each
+// checkpoint into a figure per Estimator.
+//
+// Two estimators compare the two ways of estimating progress on identical
+// work:
+//
+//   - RowCount is RisingWave today: consumed = Σ row_count persisted per
+//     vnode (snapshot rows read), total = the upstream table's physical key
+//     count (Hummock's total_key_count: every version and tombstone). It is
+//     pessimistic under churn and can pass 100%.
+//   - Stats is this project's: consumed = Σ live rows of finished vnodes +
+//     Σ estimated live rows <= cursor of vnodes in progress, total = Σ live
+//     rows of the job's vnodes. Its inputs are the cursors, the finished
+//     flags and the statistics API: it reads no table data and keeps no
+//     count of emitted rows. It asks the estimates of all its vnodes in
+//     progress in one call (lsm.Stats.AppendEstimates), whose searches
+//     overlap their cache misses.
+//
+// The truth (design.md §6) is the live rows at or below each cursor over
+// all live rows, at the committed epoch; an Oracle computes it for tests
+// and benchmarks. In BenchmarkBackfill, over six workloads of 200,000 rows
+// in 256 vnodes, the stats figure is within 0.25 percentage points of the
+// truth at every checkpoint, while the row-count figure is off by up to 61
+// points under churn; the stats estimate costs under 0.13 ms of CPU per
+// checkpoint (the row-count one a few µs).
+//
+// The displayed figure is "%.2f%% (consumed/total)". It never decreases
+// within a job (its high-water mark is persisted and survives crashes and
+// rescale), is never 100% before the job finished, and is exactly 100% when
+// it has.
+package backfill
