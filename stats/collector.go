@@ -263,10 +263,15 @@ func newCollector() *Collector {
 
 // reset empties c for another SST, keeping its buffers.
 func (c *Collector) reset() {
+	// Drop what points into the arena (sample and last pks), so that a
+	// pooled collector keeps no chunk of an earlier SST's arena alive.
 	for i := range c.vnodes {
 		a := &c.vnodes[i]
-		clear(a.samples) // they point into the arena
+		clear(a.samples)
 		*a = vnodeAcc{samples: a.samples[:0]}
+	}
+	for i := range c.sum.Tables {
+		clear(c.sum.Tables[i].Vnodes)
 	}
 	*c = Collector{
 		vnodes:       c.vnodes[:0],
@@ -469,13 +474,8 @@ func (c *Collector) finishVnode() {
 // sample takes a sample at the head of a's prefix pk, before counting it,
 // and then thins a, or every vnode, when they hold too many.
 func (c *Collector) sample(a *vnodeAcc, pk []byte) {
-	a.samples = append(a.samples, Sample{
-		PK:       c.copyPK(pk),
-		Puts:     a.entries - a.deletes,
-		Deletes:  a.deletes,
-		HeadPuts: a.prefixes - a.headDeletes,
-		Prefixes: a.prefixes,
-	})
+	n := a.counts()
+	a.samples = append(a.samples, Sample{PK: c.copyPK(pk), Puts: n.Puts, Deletes: n.Deletes, HeadPuts: n.HeadPuts, Prefixes: n.Prefixes})
 	a.lastSample = a.entries
 	if len(a.samples) > 1 {
 		c.interior++

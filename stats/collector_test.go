@@ -122,52 +122,11 @@ func TestCollectorSamplingInvariants(t *testing.T) {
 		s := c.Summary()
 
 		interior := 0
-		byVnode := map[uint16][]keys.Key{}
-		for _, op := range ops {
-			dk, err := keys.Decode(op.key)
-			require.NoError(t, err)
-			byVnode[dk.Vnode] = append(byVnode[dk.Vnode], dk)
-		}
+		ref := referenceCollect(ops)
 		for _, vs := range s.Tables[0].Vnodes {
-			// Truth per prefix, in order.
-			type prefixTruth struct {
-				pk      []byte
-				before  Sample
-				entries uint64
-			}
-			var prefixes []prefixTruth
-			var cum Sample
-			var m uint64
-			for _, dk := range byVnode[vs.Vnode] {
-				if len(prefixes) == 0 || !bytes.Equal(prefixes[len(prefixes)-1].pk, dk.PK) {
-					prefixes = append(prefixes, prefixTruth{pk: dk.PK, before: cum})
-					cum.Prefixes++
-					if dk.Kind == keys.KindPut {
-						cum.HeadPuts++
-					}
-				}
-				p := &prefixes[len(prefixes)-1]
-				p.entries++
-				m = max(m, p.entries)
-				if dk.Kind == keys.KindPut {
-					cum.Puts++
-				} else {
-					cum.Deletes++
-				}
-			}
+			m := requireSamplesAtHeads(t, vs, ref.heads[[2]uint32{s.Tables[0].Table, uint32(vs.Vnode)}])
 			require.LessOrEqual(t, len(vs.Samples()), maxVnodeSamples)
-			require.Equal(t, prefixes[len(prefixes)-1].pk, vs.LastPK)
-			require.Equal(t, prefixes[0].pk, vs.Samples()[0].PK)
 			interior += len(vs.Samples()) - 1
-			k := 0
-			for _, sm := range vs.Samples() {
-				for !bytes.Equal(prefixes[k].pk, sm.PK) {
-					k++
-				}
-				want := prefixes[k].before
-				want.PK = sm.PK
-				require.Equal(t, want, sm, "vnode %d sample at prefix %d", vs.Vnode, k)
-			}
 			S := strides[vs.Vnode]
 			ends := append(vs.Samples(), Sample{Puts: vs.Counts.Puts, Deletes: vs.Counts.Deletes})
 			for i := 1; i < len(ends); i++ {
@@ -360,17 +319,24 @@ func collectorTestKeys(r *rand.Rand, n int) []physOp {
 }
 
 // collectorReference is the collector's counting spelled out with
-// keys.Decode and byte comparisons: per (table, vnode) the Counts and last
-// pk, the keys counted apart, and for each prefix the counts before it.
+// keys.Decode and byte comparisons: per (table, vnode) the Counts and the
+// prefix heads in order, each with the counts before it (a sample taken
+// there must carry them); and the keys counted apart.
 type collectorReference struct {
 	metaKeys, foreign uint64
 	counts            map[[2]uint32]*Counts
-	lastPK            map[[2]uint32][]byte
-	before            map[[2]uint32]map[string]Sample
+	heads             map[[2]uint32][]prefixHead
+}
+
+// prefixHead is the first entry of an MVCC prefix of a vnode.
+type prefixHead struct {
+	pk      []byte
+	before  Sample // the vnode's counts before the prefix
+	entries uint64 // the prefix's versions
 }
 
 func referenceCollect(ops []physOp) collectorReference {
-	ref := collectorReference{counts: map[[2]uint32]*Counts{}, lastPK: map[[2]uint32][]byte{}, before: map[[2]uint32]map[string]Sample{}}
+	ref := collectorReference{counts: map[[2]uint32]*Counts{}, heads: map[[2]uint32][]prefixHead{}}
 	var lastPrefix []byte
 	var lastID [2]uint32
 	for _, op := range ops {
@@ -391,7 +357,7 @@ func referenceCollect(ops []physOp) collectorReference {
 		c := ref.counts[id]
 		if c == nil {
 			c = &Counts{}
-			ref.counts[id], ref.before[id] = c, map[string]Sample{}
+			ref.counts[id] = c
 		}
 		if op.kind != pebble.InternalKeyKindSet && op.kind != pebble.InternalKeyKindSetWithDelete {
 			c.PebbleTombstones++
@@ -399,14 +365,16 @@ func referenceCollect(ops []physOp) collectorReference {
 		}
 		prefix := keys.AppendPrefix(nil, dk.Table, dk.Vnode, dk.PK)
 		if id != lastID || !bytes.Equal(prefix, lastPrefix) {
-			ref.before[id][string(dk.PK)] = Sample{Puts: c.Puts, Deletes: c.Deletes, HeadPuts: c.HeadPuts, Prefixes: c.Prefixes}
+			before := Sample{Puts: c.Puts, Deletes: c.Deletes, HeadPuts: c.HeadPuts, Prefixes: c.Prefixes}
+			ref.heads[id] = append(ref.heads[id], prefixHead{pk: dk.PK, before: before})
 			c.Prefixes++
 			if dk.Kind == keys.KindPut {
 				c.HeadPuts++
 			}
 			lastPrefix, lastID = prefix, id
-			ref.lastPK[id] = dk.PK
 		}
+		hs := ref.heads[id]
+		hs[len(hs)-1].entries++
 		c.Entries++
 		if dk.Kind == keys.KindPut {
 			c.Puts++
@@ -416,6 +384,33 @@ func referenceCollect(ops []physOp) collectorReference {
 		c.KeyBytes += uint64(len(op.key))
 	}
 	return ref
+}
+
+// requireSamplesAtHeads checks a vnode's samples against its prefix heads:
+// the first sample is at the first head, every sample is at a head (in
+// order) and carries the counts before it, and the last pk is the last
+// head's. It returns the largest number of versions of a prefix.
+func requireSamplesAtHeads(t *testing.T, vs VnodeSummary, heads []prefixHead) (maxEntries uint64) {
+	t.Helper()
+	require.NotEmpty(t, heads, "v%d", vs.Vnode)
+	require.Equal(t, heads[len(heads)-1].pk, vs.LastPK, "v%d last pk", vs.Vnode)
+	samples := vs.Samples()
+	require.NotEmpty(t, samples, "v%d has prefixes but no sample", vs.Vnode)
+	require.True(t, bytes.Equal(heads[0].pk, samples[0].PK), "v%d: the first sample is at %x, the first prefix at %x", vs.Vnode, samples[0].PK, heads[0].pk)
+	k := 0
+	for _, sm := range samples {
+		for k < len(heads) && !bytes.Equal(heads[k].pk, sm.PK) {
+			k++
+		}
+		require.Less(t, k, len(heads), "v%d: sample at %x is not a prefix head, in order", vs.Vnode, sm.PK)
+		want := heads[k].before
+		want.PK = sm.PK
+		require.Equal(t, want, sm, "v%d sample at prefix %d", vs.Vnode, k)
+	}
+	for _, h := range heads {
+		maxEntries = max(maxEntries, h.entries)
+	}
+	return maxEntries
 }
 
 // TestCollectorMatchesReference checks the collector's summary against the
@@ -444,12 +439,10 @@ func requireMatchesReference(t *testing.T, ops []physOp) {
 			id := [2]uint32{ts.Table, uint32(vs.Vnode)}
 			require.NotNil(t, ref.counts[id], "t%d/v%d", ts.Table, vs.Vnode)
 			require.Equal(t, *ref.counts[id], vs.Counts, "t%d/v%d", ts.Table, vs.Vnode)
-			require.Equal(t, ref.lastPK[id], vs.LastPK, "t%d/v%d", ts.Table, vs.Vnode)
-			for _, sm := range vs.Samples() {
-				want, ok := ref.before[id][string(sm.PK)]
-				require.True(t, ok, "t%d/v%d: sample at %x is not a prefix head", ts.Table, vs.Vnode, sm.PK)
-				want.PK = sm.PK
-				require.Equal(t, want, sm)
+			if heads := ref.heads[id]; len(heads) > 0 {
+				requireSamplesAtHeads(t, vs, heads)
+			} else {
+				require.Empty(t, vs.Samples(), "t%d/v%d: samples without a prefix", ts.Table, vs.Vnode)
 			}
 		}
 	}

@@ -1129,12 +1129,13 @@ func LiveSpans() [][2][]byte {
 // FinishLoad ends loading: it trims each vnode's buckets to their number
 // (Load appends them one by one, and the slack of the appends, up to as much
 // again, would otherwise stay until a commit copies the vnode), and builds
-// the vnodes' indexes. Until then queries of a loaded vnode sum its buckets.
+// the vnodes' indexes, which copy the keys Load appended. Until then queries
+// of a loaded vnode sum its buckets.
 func (s *LiveState) FinishLoad() {
 	for _, t := range s.cur.tables {
 		for _, v := range t.vnodes {
 			if v != nil {
-				v.setBuckets(slices.Clip(slices.Clone(v.buckets)))
+				v.buckets = slices.Clip(slices.Clone(v.buckets))
 				v.seal()
 			}
 		}
@@ -1201,17 +1202,18 @@ func (s *LiveState) Load(key, value []byte) error {
 	c := LiveCounts{Rows: rows, Bytes: byts}
 	if first {
 		v.buckets[0].LiveCounts = c
-		for _, dst := range []*[]byte{&v.minPK, &v.maxPK} {
+		var hints [2][]byte // smallest and largest pk
+		for i := range hints {
 			l, n := binary.Uvarint(value)
 			if n <= 0 || uint64(len(value)-n) < l {
 				return bad("pk hint")
 			}
 			if l > 0 {
-				*dst = slices.Clone(value[n : n+int(l)])
+				hints[i] = slices.Clone(value[n : n+int(l)])
 			}
 			value = value[n+int(l):]
 		}
-		v.setHints(v.minPK, v.maxPK)
+		v.setHints(hints[0], hints[1])
 	} else {
 		lower := slices.Clone(rest[7:])
 		if bytes.Compare(v.buckets[len(v.buckets)-1].lower, lower) >= 0 && len(v.buckets) > 1 {

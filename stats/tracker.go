@@ -50,7 +50,7 @@ package stats
 // Whoever ingests calls RefreshSignalled, which lists only if no refresh
 // started since the last signal: the ingestion's own TableIngested wakes the
 // goroutine too, and whichever of the two comes second finds the listing
-// done. (Before, every commit listed the DB's tables twice.)
+// done.
 
 import (
 	"cmp"
@@ -322,8 +322,9 @@ func (t *Tracker) Refresh() error {
 // signals. Call it after an ingestion, instead of Refresh: the background
 // goroutine, woken by the same TableIngested, skips its refresh when this
 // one listed, and this one returns without listing when the goroutine's
-// refresh, which started after the signal, succeeded. (Compactions are not
-// covered: see Refresh.)
+// refresh, which started after the signal, succeeded. Compactions are not
+// covered: CompactionEnd fires before Pebble installs the compaction's read
+// state, so the goroutine lists after it instead (see the events field).
 func (t *Tracker) RefreshSignalled() error {
 	events := t.events.Load()
 	t.refreshMu.Lock()
