@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
@@ -207,14 +208,19 @@ func (s *Store) waitForL0() {
 		return
 	}
 	s.metrics.stalls.Add(1)
-	if s.l0.gaveUp && m.Compact.Count == s.l0.compactions && m.Compact.NumInProgress == 0 {
-		// The last wait gave up and no compaction has run since: waiting
-		// again would only cost another l0IdleLimit.
+	// succeeded counts the compactions that finished and installed their
+	// output: Pebble's Count also counts failed and cancelled ones.
+	succeeded := func(m *pebble.Metrics) int64 {
+		return m.Compact.Count - m.Compact.FailedCount - m.Compact.CancelledCount
+	}
+	if s.l0.gaveUp && succeeded(m) == s.l0.compactions {
+		// The last wait gave up and no compaction has succeeded since
+		// (failed retries do not count): waiting again would only cost
+		// another l0IdleLimit.
 		s.metrics.stallsAbandoned.Add(1)
 		return
 	}
-	start, failed := time.Now(), m.Compact.FailedCount
-	done := m.Compact.Count - m.Compact.FailedCount - m.Compact.CancelledCount
+	start, failed, done := time.Now(), m.Compact.FailedCount, succeeded(m)
 	lastProgress := start
 	for d := time.Millisecond; ; d = min(2*d, 50*time.Millisecond) {
 		time.Sleep(d)
@@ -224,7 +230,7 @@ func (s *Store) waitForL0() {
 			break
 		}
 		now := time.Now()
-		if n := m.Compact.Count - m.Compact.FailedCount - m.Compact.CancelledCount; n > done || m.Compact.NumInProgress > 0 {
+		if n := succeeded(m); n > done || m.Compact.NumInProgress > 0 {
 			done, lastProgress = n, now
 		}
 		why := ""
@@ -237,7 +243,7 @@ func (s *Store) waitForL0() {
 			why = fmt.Sprintf("still after %s", l0StallLimit)
 		}
 		if why != "" {
-			s.l0.gaveUp, s.l0.compactions = true, m.Compact.Count
+			s.l0.gaveUp, s.l0.compactions = true, succeeded(m)
 			s.metrics.stallsAbandoned.Add(1)
 			s.logf("lsmstats: L0 has %d sublevels (limit %d) and %s; committing anyway", m.Levels[0].Sublevels, limit, why)
 			break
@@ -249,7 +255,7 @@ func (s *Store) waitForL0() {
 // l0StallLimit bounds one commit's wait for L0; l0IdleLimit ends it early
 // when no compaction is running or finishing (Pebble schedules one at once
 // when L0 is this deep, so none running means none is coming). After a wait
-// gave up, later commits do not wait until a compaction runs again.
+// gave up, later commits do not wait until a compaction succeeds again.
 const (
 	l0StallLimit = 30 * time.Second
 	l0IdleLimit  = time.Second

@@ -51,7 +51,7 @@ type Store struct {
 	// the high-water mark, catalog changes) and every spill.
 	ingestMu sync.Mutex
 	// l0 remembers, under ingestMu, that the last L0 wait gave up and how
-	// many compactions Pebble had run by then (see waitForL0).
+	// many compactions had succeeded by then (see waitForL0).
 	l0 struct {
 		gaveUp      bool
 		compactions int64
@@ -493,10 +493,11 @@ func (s *Store) stagingPath(kind string) string {
 type Metrics struct {
 	Commits, Spills, SpilledBytes int64
 	// CommitStalls counts the commits and GC batches that found L0 at
-	// Options.L0StopSublevels, and CommitStallTime their total wait.
+	// Options.L0StopSublevels (none while automatic compactions are off:
+	// nothing would drain L0), and CommitStallTime their total wait.
 	// CommitStallsAbandoned counts those that went on with L0 still deep:
 	// compactions failing, none running (then later ones do not wait until
-	// one runs again), or the 30 s bound.
+	// one succeeds again), or the 30 s bound.
 	CommitStalls, CommitStallsAbandoned int64
 	CommitStallTime                     time.Duration
 	// PebbleWriteStalls counts Pebble's own write stalls (memtable writes).

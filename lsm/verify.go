@@ -191,7 +191,7 @@ func (s *Store) Verify() (VerifyReport, error) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("table %d: live statistics may contain estimates (unchecked writers)", def.ID))
 		}
 		for v := 0; v < def.VnodeCount; v++ {
-			n, err := s.verifyVnode(snap, st.Live, def.ID, uint16(v), differ)
+			n, err := s.verifyVnode(snap.epoch, st.Live, def.ID, uint16(v), differ)
 			if err != nil {
 				return rep, err
 			}
@@ -224,30 +224,26 @@ func sameFiles(a, b *stats.Version) bool {
 
 // verifyVnode scans one vnode and compares it with its live statistics,
 // bucket by bucket.
-func (s *Store) verifyVnode(snap *Snapshot, live *stats.Live, table uint32, vnode uint16, differ func(string, ...any)) (int64, error) {
+func (s *Store) verifyVnode(epoch uint64, live *stats.Live, table uint32, vnode uint16, differ func(string, ...any)) (int64, error) {
 	bounds := live.BucketBounds(table, vnode)
 	want := live.BucketCounts(table, vnode)
-	rc, err := s.recountVnode(table, vnode, bounds, snap.epoch)
+	rc, err := s.recountVnode(table, vnode, bounds, epoch)
 	got := rc.Buckets
-	var rows int64
+	var sum stats.LiveCounts
 	for _, c := range got {
-		rows += c.Rows
+		sum = sum.Add(c)
 	}
 	if err != nil {
 		if errors.Is(err, keys.ErrMalformedKey) {
 			differ("table %d vnode %d: %v", table, vnode, err)
-			return rows, nil
+			return sum.Rows, nil
 		}
-		return rows, err
-	}
-	var sum stats.LiveCounts
-	for i := range got {
-		sum = sum.Add(got[i])
+		return sum.Rows, err
 	}
 	if total := live.Vnode(table, vnode); total != sum {
 		differ("table %d vnode %d: live statistics say %d rows / %d bytes, a scan finds %d / %d",
 			table, vnode, total.Rows, total.Bytes, sum.Rows, sum.Bytes)
-		return rows, nil
+		return sum.Rows, nil
 	}
 	for i := range got {
 		if got[i] != want[i] {
@@ -255,7 +251,7 @@ func (s *Store) verifyVnode(snap *Snapshot, live *stats.Live, table uint32, vnod
 				table, vnode, i, bounds[i], want[i].Rows, want[i].Bytes, got[i].Rows, got[i].Bytes)
 		}
 	}
-	return rows, nil
+	return sum.Rows, nil
 }
 
 // RecomputeLiveStats replaces the live statistics of a table by counts
