@@ -6,19 +6,15 @@
 //
 // A Job drives a Source (the upstream: one step of row ops per epoch,
 // replayable after a restart) through the store and a set of Actors, each
-// owning a contiguous range of the upstream table's vnodes. Between two
-// barriers an actor applies the upstream chunks of the epoch to its
-// replicated table (package replicated) and buffers them, and reads a
-// snapshot of all its unfinished vnodes interleaved, one row of each in
-// turn (RisingWave's select_all over one stream per vnode), at the previous
-// barrier's epoch. At a barrier it forwards the buffered ops of finished
-// vnodes and those at or below their vnode's cursor (later snapshot reads
-// cover the rest), writes its output into the MV, persists each changed
-// vnode's state, seals its writers and reports. Every n-th barrier is a
-// checkpoint: the store commits the epoch, and everything above is durable
-// together. A restart resumes every vnode from its persisted state, with
-// any number of actors (rescale), and the MV ends equal to the upstream
-// table (checked by the tests after crashes, and by every benchmark run).
+// owning a contiguous range of the upstream table's vnodes: an actor applies
+// upstream changes to its replicated table (package replicated) as they
+// come, and at each barrier reads a quota of snapshot rows, forwards the
+// changes its cursors have passed, writes the MV and persists its vnodes'
+// state (the Actor type says how). Every n-th barrier is a checkpoint: the
+// store commits the epoch, and everything above is durable together. A
+// restart resumes every vnode from its persisted state, with any number of
+// actors (rescale), and the MV ends equal to the upstream table (checked by
+// the tests after crashes, and by every benchmark run).
 //
 // # State (state.go)
 //
@@ -57,7 +53,7 @@
 // in 256 vnodes, the stats figure is within 0.25 percentage points of the
 // truth at every checkpoint, while the row-count figure is off by up to 61
 // points under churn; the stats estimate costs under 0.13 ms of CPU per
-// checkpoint (the row-count one a few µs).
+// checkpoint on average in every workload (the row-count one a few µs).
 //
 // The displayed figure is "%.2f%% (consumed/total)". It never decreases
 // within a job (its high-water mark is persisted and survives crashes and

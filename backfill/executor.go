@@ -37,12 +37,13 @@ type ActorConfig struct {
 
 // Actor is an arrangement backfill executor for a set of vnodes. Between two
 // barriers it applies upstream chunks to its replicated table and buffers
-// them, and reads a snapshot of all its unfinished vnodes interleaved (one
-// row of each in turn, as RisingWave's select_all over one stream per vnode)
-// at the previous barrier's epoch. At a barrier it forwards the buffered
-// upstream ops of finished vnodes and those at or below their vnode's cursor
-// (the rest will be read by later snapshots), writes its output into the MV,
-// persists each changed vnode state, seals its writers and reports.
+// them. At a barrier it reads the ending epoch's snapshot quota of all its
+// unfinished vnodes interleaved (one row of each in turn, as RisingWave's
+// select_all over one stream per vnode) at the previous barrier's epoch,
+// forwards the buffered upstream ops of finished vnodes and those at or
+// below their vnode's cursor (the rest will be read by later snapshots),
+// writes its output into the MV, persists each changed vnode state, seals
+// its writers and reports.
 type Actor struct {
 	cfg   ActorConfig
 	table *replicated.Table

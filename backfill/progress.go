@@ -65,11 +65,11 @@ func (s Stats) Estimate(in Input) (float64, float64) {
 // the cache misses of their searches.
 func (Stats) EstimateVnodes(in Input) (consumed, total float64, perVnode []float64) {
 	perVnode = make([]float64, len(in.Vnodes))
-	// The successors of the cursors, in one buffer sized up front so that
-	// appending never moves it.
+	// The successors of the cursors, in one buffer: sized up front, it is
+	// one allocation.
 	var size int
 	for _, v := range in.Vnodes {
-		if !v.Finished && v.Cursor != nil {
+		if v.inProgress() {
 			size += len(v.Cursor) + 1
 		}
 	}
@@ -77,7 +77,7 @@ func (Stats) EstimateVnodes(in Input) (consumed, total float64, perVnode []float
 	qs := make([]stats.RangeQuery, 0, len(in.Vnodes))
 	at := make([]int, 0, len(in.Vnodes)) // index in in.Vnodes of each query
 	for i, v := range in.Vnodes {
-		if !v.Finished && v.Cursor != nil {
+		if v.inProgress() {
 			// pk + 0x00 is the smallest key above pk: with prefix-free
 			// pk encodings, [nil, pk+0x00) holds exactly the pks <= pk.
 			n := len(succ)
@@ -263,8 +263,8 @@ func (t *Tracker) Progress(epoch uint64, st lsm.Stats) (Progress, error) {
 	defer runtime.UnlockOSThread()
 	// The thread's CPU clock is read by a system call (about 0.4 µs here),
 	// and the span it measures also holds the wall clock's two reads:
-	// measure that span empty once, and take it off each figure's.
-	floor := timed(func() {}).CPU
+	// measure that span empty once, and take it off each figure's times.
+	floor := timed(func() {})
 	for _, e := range t.estimators {
 		var consumed, total float64
 		f := timed(func() {
@@ -274,7 +274,7 @@ func (t *Tracker) Progress(epoch uint64, st lsm.Stats) (Progress, error) {
 				consumed, total = e.Estimate(in)
 			}
 		})
-		f.CPU = max(0, f.CPU-floor)
+		f.Time, f.CPU = max(0, f.Time-floor.Time), max(0, f.CPU-floor.CPU)
 		f.Approach, f.Consumed, f.Total, f.Raw = e.Name(), consumed, total, percent(consumed, total)
 		t.display(&f, p.Finished)
 		p.Figures = append(p.Figures, f)

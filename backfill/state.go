@@ -26,6 +26,10 @@ type VnodeState struct {
 // Started reports whether the vnode's snapshot read has begun.
 func (s VnodeState) Started() bool { return s.Cursor != nil || s.Finished }
 
+// inProgress reports whether the vnode's snapshot read has begun and not
+// finished.
+func (s VnodeState) inProgress() bool { return s.Cursor != nil && !s.Finished }
+
 func (s VnodeState) String() string {
 	switch {
 	case s.Finished:

@@ -129,7 +129,8 @@ func BenchmarkRecovery(b *testing.B) {
 // BenchmarkProgressVsScan compares the stats approach's progress
 // computation with an exact counting scan of the same table (the rows behind
 // each cursor and all rows), at a checkpoint where every vnode is in
-// progress.
+// progress. An op is one of each, so ns/op is nearly all scan; the figures
+// are stats-ns, scan-ns and their ratio.
 func BenchmarkProgressVsScan(b *testing.B) {
 	cfg := halfDone(b, nil)
 	s, err := Open(cfg)
