@@ -471,10 +471,10 @@ func (i *Iter) Close() error {
 func (s *Store) splitBuckets(reqs []stats.SplitRequest) {
 	epoch := s.committed.Load()
 	for _, r := range reqs {
-		pieces, err := s.scanPieces(r, epoch)
+		sp, err := s.scanSplit(r, epoch)
 		if err == nil {
 			s.mu.Lock()
-			err = s.mu.live.ApplySplit(r, pieces)
+			err = s.mu.live.ApplySplit(sp)
 			s.mu.Unlock()
 		}
 		if err != nil {
@@ -483,30 +483,25 @@ func (s *Store) splitBuckets(reqs []stats.SplitRequest) {
 	}
 }
 
-func (s *Store) scanPieces(r stats.SplitRequest, epoch uint64) ([]stats.Piece, error) {
+// scanSplit scans the rows of a bucket to split at epoch.
+func (s *Store) scanSplit(r stats.SplitRequest, epoch uint64) (stats.Split, error) {
 	it, err := s.newIter(r.Table, r.Vnode, r.Lower, r.Upper, epoch)
 	if err != nil {
-		return nil, err
+		return stats.Split{}, err
 	}
 	defer it.Close()
-	pieces := []stats.Piece{{Lower: r.Lower}}
-	cur := &pieces[0]
+	sc := stats.NewSplitScan(r)
 	var n int64
 	for valid := it.First(); valid; valid = it.Next() {
-		if cur.Rows >= r.Target {
-			pieces = append(pieces, stats.Piece{Lower: slices.Clone(it.PK())})
-			cur = &pieces[len(pieces)-1]
-		}
-		cur.Rows++
-		cur.Bytes += int64(len(it.PK()) + len(it.Row()))
+		sc.Add(it.PK(), int64(len(it.PK())+len(it.Row())))
 		n++
 	}
 	if err := it.Error(); err != nil {
-		return nil, err
+		return stats.Split{}, err
 	}
 	s.metrics.splitScans.Add(1)
 	s.metrics.splitRows.Add(n)
-	return pieces, nil
+	return sc.Split(), nil
 }
 
 // Live returns the current live statistics.

@@ -17,17 +17,20 @@ package stats
 // its puts are shadowed, so from physical counts alone a range's live rows are
 // known only up to the number of such updates in the whole vnode (30% of it
 // under update churn). Buckets make every range query exact except for the
-// two buckets that hold its end points, which are bounded by [0, bucket rows]
-// and estimated by interpolating the pk inside the bucket.
+// two buckets that hold its end points, which are bounded by what their
+// anchors are known to hold and estimated by a calibrated interpolation of
+// the pk inside the bucket (the package doc says why it is unbiased).
 //
 // Bucket sizes follow the vnode: a bucket splits when it holds more than
-// max(MinSplitRows, rows(vnode)/SplitDivisor) rows, and neighbours merge when
-// together they hold less than half of that. A split needs the exact count of
-// each piece, which the store gets by scanning the bucket's rows once after
-// the commit that made it too big; each row is scanned O(log growth) times
-// over the life of a vnode, like a B-tree's splits. With SplitDivisor 96 no
-// bucket holds more than 1.04% of its vnode, so the bounds of any range are at
-// most 2.1% of the vnode wide.
+// splitLimit rows — max(MinSplitRows, rows(vnode)/SplitDivisor,
+// rows(table)/TableBucketBudget) — and neighbours merge when together they
+// hold less than half of that, or when one is empty. A split needs the
+// exact count of each piece, which the store gets by scanning the bucket's
+// rows once after the commit that made it too big (SplitScan, which also
+// calibrates each piece); each row is scanned O(log growth) times over the
+// life of a vnode, like a B-tree's splits. With SplitDivisor 96 no bucket
+// of a large vnode holds more than 1.04% of it, so the bounds of any range
+// are at most 2.1% of the vnode wide.
 //
 // A Live value is an immutable snapshot, safe for concurrent use. LiveState
 // owns the current snapshot and the buckets not yet persisted; it is not safe
@@ -51,8 +54,14 @@ import (
 const (
 	// SplitDivisor sets the largest bucket to 1/SplitDivisor of its vnode.
 	SplitDivisor = 96
-	// MinSplitRows keeps buckets of small vnodes from shrinking below this.
-	MinSplitRows = 8
+	// MinSplitRows is the split limit of the smallest vnodes: at one row a
+	// bucket, a vnode of up to SplitDivisor rows is counted exactly.
+	MinSplitRows = 1
+	// TableBucketBudget bounds the buckets of one table: a bucket may hold
+	// at least 1/TableBucketBudget of its table's rows, so a table of many
+	// small vnodes keeps about TableBucketBudget buckets (16 bytes of index
+	// and 48 of bucket, plus its bound, each), not one per row.
+	TableBucketBudget = 1 << 16
 )
 
 // LiveCounts are live rows and live bytes (pk + row bytes of each live row).
@@ -69,7 +78,33 @@ func (c LiveCounts) Add(o LiveCounts) LiveCounts {
 type bucket struct {
 	lower []byte // nil for the first bucket
 	LiveCounts
+	// lowerLive says that lower is the pk of a live row (always false for
+	// the first bucket, whose smallest pk is the vnode's minPK hint).
+	lowerLive bool
+	// calibrated says that offset was measured by a scan of the bucket's
+	// rows (see calibrate); else the estimate uses the model's offset.
+	calibrated bool
+	offset     float32
 }
+
+// aux packs the per-bucket facts a query reads beside the prefix sums: the
+// flags in the low bits, the calibration offset's float32 bits in the high
+// half.
+func (b *bucket) aux() uint64 {
+	var a uint64
+	if b.lowerLive {
+		a |= auxLowerLive
+	}
+	if b.calibrated {
+		a |= auxCalibrated | uint64(math.Float32bits(b.offset))<<32
+	}
+	return a
+}
+
+const (
+	auxLowerLive  = 1 << 0
+	auxCalibrated = 1 << 1
+)
 
 // key8 returns b's first 8 bytes as a big-endian integer, zero-padded. When
 // key8(a) != key8(b) their order is that of a and b: they differ within
@@ -102,10 +137,12 @@ type liveVnode struct {
 	// until its bounds change or it is sealed, so it is never written in
 	// place.
 	keys []uint64
-	// cum[i] is the live rows of the buckets before bucket i, for i up to
-	// len(buckets), as int64 bits: seal puts it in one allocation with a
-	// copy of keys when a batch publishes the vnode. Nil while the vnode is
-	// being changed.
+	// cum holds, for bucket i, the live rows of the buckets before it
+	// (cum[2i], int64 bits) and its aux (cum[2i+1]), and at cum[2n] the
+	// vnode's rows: a query reads both facts of its bucket, and the next
+	// bucket's sum, from one or two cache lines. seal puts it in one
+	// allocation with a copy of keys when a batch publishes the vnode. Nil
+	// while the vnode is being changed.
 	cum []uint64
 	// minKey and maxKey are key8 of minPK and maxPK.
 	minKey, maxKey uint64
@@ -114,10 +151,15 @@ type liveVnode struct {
 	shortBounds, shortHints bool
 	total                   LiveCounts
 	buckets                 []bucket // sorted by lower; buckets[0].lower == nil
-	// minPK and maxPK are the smallest and largest pk ever inserted: hints
-	// that let the first and last bucket interpolate. They may be stale after
-	// deletes, which only affects estimates, never bounds.
-	minPK, maxPK []byte
+	// minPK and maxPK bound the vnode's pks: no live row is below minPK or
+	// above maxPK. They are the anchors of the first and last bucket's
+	// interpolation. Inserts below or above them move them; a scan of the
+	// first or last bucket (a split, a recount) sets them to the smallest
+	// and largest live pk. minLive and maxLive say whether they are the pks
+	// of live rows: a delete clears them, so they are exact, like each
+	// bucket's lowerLive.
+	minPK, maxPK     []byte
+	minLive, maxLive bool
 }
 
 func newLiveVnode() *liveVnode {
@@ -142,18 +184,21 @@ func (v *liveVnode) appendBucket(b bucket) {
 }
 
 // seal builds the index of a vnode about to be published: a copy of its
-// keys and the prefix sums of its rows, in one allocation.
+// keys, and the prefix sums of its rows beside each bucket's aux, in one
+// allocation.
 func (v *liveVnode) seal() {
 	n := len(v.buckets)
-	index := make([]uint64, 2*n+1)
+	index := make([]uint64, 3*n+1)
 	copy(index, v.keys)
+	cum := index[n:]
 	var sum int64
-	for i, b := range v.buckets {
-		index[n+i] = uint64(sum)
+	for i := range v.buckets {
+		b := &v.buckets[i]
+		cum[2*i], cum[2*i+1] = uint64(sum), b.aux()
 		sum += b.Rows
 	}
-	index[2*n] = uint64(sum)
-	v.keys, v.cum = index[:n:n], index[n:]
+	cum[2*n] = uint64(sum)
+	v.keys, v.cum = index[:n:n], cum
 }
 
 // setHints sets the smallest and largest pk hints.
@@ -172,16 +217,16 @@ func (v *liveVnode) above(i int, pk []byte, k uint64) bool {
 	return bytes.Compare(v.buckets[i].lower, pk) > 0
 }
 
-// rows returns the live rows of the buckets before bucket i, and of bucket
-// i itself.
-func (v *liveVnode) rows(i int) (before, in int64) {
+// rows returns the live rows of the buckets before bucket i, of bucket i
+// itself, and bucket i's aux.
+func (v *liveVnode) rows(i int) (before, in int64, aux uint64) {
 	if v.cum != nil {
-		return int64(v.cum[i]), int64(v.cum[i+1] - v.cum[i])
+		return int64(v.cum[2*i]), int64(v.cum[2*i+2] - v.cum[2*i]), v.cum[2*i+1]
 	}
 	for _, b := range v.buckets[:i] {
 		before += b.Rows
 	}
-	return before, v.buckets[i].Rows
+	return before, v.buckets[i].Rows, v.buckets[i].aux()
 }
 
 type liveTable struct {
@@ -281,30 +326,33 @@ func (l *Live) ContainsEstimates(table uint32) bool {
 	return t != nil && t.estimates
 }
 
-// Buckets returns the number of buckets of a vnode (for tests and metrics).
-func (l *Live) Buckets(table uint32, vnode uint16) int {
-	return len(l.table(table).vnode(vnode).buckets)
+// Bucket is one bucket of a vnode's live statistics: the live rows and
+// bytes with pk at or above Lower (nil for the first bucket) and below the
+// next bucket's, and whether Lower is the pk of a live row.
+type Bucket struct {
+	Lower []byte
+	LiveCounts
+	LowerLive bool
 }
 
-// BucketBounds returns the lower bounds of a vnode's buckets (the first is
-// nil), for verification.
-func (l *Live) BucketBounds(table uint32, vnode uint16) [][]byte {
-	v := l.table(table).vnode(vnode)
-	out := make([][]byte, len(v.buckets))
-	for i, b := range v.buckets {
-		out[i] = b.lower
-	}
-	return out
+// VnodeDetail is everything the live statistics hold of one vnode, for
+// verification and inspection: its buckets, and the anchors of its first
+// and last bucket (no live row is below MinPK or above MaxPK; MinLive and
+// MaxLive say whether they are live rows themselves).
+type VnodeDetail struct {
+	Buckets          []Bucket
+	MinPK, MaxPK     []byte
+	MinLive, MaxLive bool
 }
 
-// BucketCounts returns the counts of a vnode's buckets, for verification.
-func (l *Live) BucketCounts(table uint32, vnode uint16) []LiveCounts {
+// Detail returns the buckets and anchors of a vnode.
+func (l *Live) Detail(table uint32, vnode uint16) VnodeDetail {
 	v := l.table(table).vnode(vnode)
-	out := make([]LiveCounts, len(v.buckets))
+	d := VnodeDetail{Buckets: make([]Bucket, len(v.buckets)), MinPK: v.minPK, MaxPK: v.maxPK, MinLive: v.minLive, MaxLive: v.maxLive}
 	for i, b := range v.buckets {
-		out[i] = b.LiveCounts
+		d.Buckets[i] = Bucket{Lower: b.lower, LiveCounts: b.LiveCounts, LowerLive: b.lowerLive}
 	}
-	return out
+	return d
 }
 
 // BucketCount returns the number of buckets over all tables.
@@ -332,8 +380,9 @@ type RowEstimate struct {
 
 // EstimateRows estimates the live rows of a vnode whose pk lies in [lo, hi);
 // nil means unbounded. Buckets entirely inside the range count exactly; a
-// bucket holding an end point contributes [0, its rows] to the bounds and an
-// interpolated share to the estimate.
+// bucket holding an end point contributes what it is known to hold below
+// the end point to the lower bound, what it may hold to the upper bound,
+// and an unbiased estimate between them (see the package doc).
 func (l *Live) EstimateRows(table uint32, vnode uint16, lo, hi []byte) RowEstimate {
 	var out [1]RowEstimate
 	var ps [2]probe
@@ -341,13 +390,20 @@ func (l *Live) EstimateRows(table uint32, vnode uint16, lo, hi []byte) RowEstima
 }
 
 // RangeQuery is a range of AppendEstimates: the live rows of Vnode with pk
-// in [Lo, Hi); nil is unbounded.
+// in [Lo, Hi), or [Lo, Hi] when HiInclusive; a nil Lo or Hi is unbounded.
+//
+// An inclusive Hi is how a backfill asks for the rows behind its cursor,
+// and it is estimated as what a cursor is: the pk of a row the caller read.
+// Within the bucket that holds it, the estimate counts on that row being
+// there (the bounds do not: it may have been deleted since), which is what
+// keeps the estimates of a backfill's cursors unbiased.
 type RangeQuery struct {
-	Vnode  uint16
-	Lo, Hi []byte
+	Vnode       uint16
+	Lo, Hi      []byte
+	HiInclusive bool
 }
 
-// AppendEstimates appends to dst the EstimateRows of each query, in order.
+// AppendEstimates appends to dst the estimate of each query, in order.
 // It answers them together, which is what a backfill's checkpoint asks (one
 // range per vnode in progress). Each query is a chain of dependent memory
 // loads (the vnode, its keys, its prefix sums), cold after a commit; taking
@@ -373,8 +429,8 @@ func (l *Live) AppendEstimates(dst []RowEstimate, table uint32, qs []RangeQuery)
 func (t *liveTable) estimate(qs []RangeQuery, ps []probe, dst []RowEstimate) []RowEstimate {
 	for i, q := range qs {
 		v := t.vnode(q.Vnode)
-		ps[2*i].start(v, q.Lo)
-		ps[2*i+1].start(v, q.Hi)
+		ps[2*i].start(v, q.Lo, false)
+		ps[2*i+1].start(v, q.Hi, q.HiInclusive)
 	}
 	for i := range ps {
 		ps[i].guess()
@@ -416,18 +472,21 @@ type probe struct {
 	v *liveVnode
 	x []byte
 	k uint64 // key8(x)
+	// through counts x itself (an inclusive end: a cursor).
+	through bool
 	// i and n bracket the search: the last key at most k is among
 	// keys[i : i+n]. Once located, i is the bucket holding x.
 	i, n int
-	// before and rows are the rows before bucket i and in it, once
-	// located.
+	// before, rows and aux are the rows before bucket i, in it, and its
+	// aux, once located.
 	before, rows int64
+	aux          uint64
 }
 
 // start begins the search for x in v; nil x is minus infinity, in bucket
 // 0 (keys[0] is 0, at most any k).
-func (p *probe) start(v *liveVnode, x []byte) {
-	*p = probe{v: v, x: x, k: key8(x), n: len(v.keys)}
+func (p *probe) start(v *liveVnode, x []byte, through bool) {
+	*p = probe{v: v, x: x, k: key8(x), n: len(v.keys), through: through}
 	if x == nil {
 		p.n = 1
 	}
@@ -491,32 +550,99 @@ func (p *probe) bucket() int {
 	})
 }
 
-// locate ends the search: i becomes the bucket holding x, and before and
-// rows are read.
+// locate ends the search: i becomes the bucket holding x, and before, rows
+// and aux are read.
 func (p *probe) locate() {
 	p.i = p.bucket()
-	p.before, p.rows = p.v.rows(p.i)
+	p.before, p.rows, p.aux = p.v.rows(p.i)
 }
 
-// cumBound brackets the live rows with pk < x.
+// cumBound brackets the live rows below x (at or below x for an inclusive
+// end), with an estimate between the bounds.
 type cumBound struct {
 	lower, upper int64
 	est          float64
 }
 
-// cumulative brackets the live rows with pk < x, once the probe is
-// located; nil x is minus infinity.
+func exactBound(n int64) cumBound { return cumBound{lower: n, upper: n, est: float64(n)} }
+
+// cumulative brackets the live rows below x (at or below x for an
+// inclusive end), once the probe is located; nil x is minus infinity.
+//
+// The rows of the buckets before x's bucket are exact. Within the bucket,
+// the rows at its two anchors are known: its lower bound (or the vnode's
+// minPK for the first bucket) holds a live row if lowerLive (minLive), and
+// the last bucket's upper anchor, maxPK, if maxLive. An end point at an
+// anchor, or in a bucket with no rows between its anchors, is therefore
+// counted exactly. Otherwise the n rows of the bucket are placed by
+// interpolation: n·position(x) + offset, where offset is the bucket's
+// calibration (the mean, over its rows when it was last scanned, of the
+// rows at or below each row minus n·position(row)), so that over cursors
+// at its rows the estimate is unbiased whatever the keys' shape (see the
+// package doc). An exclusive end takes half a row less: a point between
+// two rows is, on average, half a row past the earlier one.
 func (p *probe) cumulative() cumBound {
 	if p.x == nil {
 		return cumBound{}
 	}
-	v, i, before, rows := p.v, p.i, p.before, p.rows
-	if i > 0 && v.keys[i] == p.k && bytes.Equal(v.buckets[i].lower, p.x) {
-		return cumBound{lower: before, upper: before, est: float64(before)}
+	v, i, before, n := p.v, p.i, p.before, max(p.rows, 0)
+	var loLive bool
+	if i == 0 {
+		if v.minPK != nil {
+			switch c := compareAnchor(p.x, p.k, v.minPK, v.minKey); {
+			case c < 0:
+				return exactBound(before) // no live row is below minPK
+			case c == 0:
+				return exactBound(before + b2i(p.through && v.minLive))
+			}
+		}
+		loLive = v.minLive
+	} else {
+		if v.keys[i] == p.k && bytes.Equal(v.buckets[i].lower, p.x) {
+			return exactBound(before + b2i(p.through && p.aux&auxLowerLive != 0))
+		}
+		loLive = p.aux&auxLowerLive != 0
 	}
-	rows = max(rows, 0)
-	f := v.fraction(i, p.x, p.k)
-	return cumBound{lower: before, upper: before + rows, est: float64(before) + f*float64(rows)}
+	var hiLive bool
+	if i == len(v.keys)-1 && v.maxPK != nil {
+		switch c := compareAnchor(p.x, p.k, v.maxPK, v.maxKey); {
+		case c > 0 || c == 0 && p.through:
+			return exactBound(before + n) // no live row is above maxPK
+		case c == 0:
+			return exactBound(before + n - min(n, b2i(v.maxLive)))
+		}
+		hiLive = v.maxLive
+	}
+	lower := before + min(n, b2i(loLive))
+	upper := max(lower, before+n-b2i(hiLive))
+	if upper == lower {
+		return exactBound(lower) // no row between the anchors
+	}
+	offset := 0.5 * float64(1+b2i(loLive)-b2i(hiLive)) // the uniform model's
+	if p.aux&auxCalibrated != 0 {
+		offset = float64(math.Float32frombits(uint32(p.aux >> 32)))
+	}
+	if !p.through {
+		offset -= 0.5
+	}
+	est := float64(before) + float64(n)*v.fraction(i, p.x, p.k) + offset
+	return cumBound{lower: lower, upper: upper, est: min(max(est, float64(lower)), float64(upper))}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// compareAnchor compares x (whose key8 is k) with an anchor pk whose key8
+// is ak, reading the anchor's bytes only when the keys are equal.
+func compareAnchor(x []byte, k uint64, anchor []byte, ak uint64) int {
+	if k != ak {
+		return cmp.Compare(k, ak)
+	}
+	return bytes.Compare(x, anchor)
 }
 
 // fraction estimates where x (whose key8 is k) lies in bucket i: between
@@ -526,7 +652,9 @@ func (p *probe) cumulative() cumBound {
 // (every bound of the vnode is at most 8 bytes), or when they differ by at
 // least 2⁸: the bytes past the keys then move the fraction by less than
 // 2⁻⁸ of the bucket. Else the bounds' bytes past their shared prefix are
-// interpolated, which reads two bounds that a checkpoint meets cold.
+// interpolated, which reads two bounds that a checkpoint meets cold. It
+// agrees with position, which a scan uses on the bounds' bytes, to within
+// 2⁻⁸ (TestFractionAgrees).
 func (v *liveVnode) fraction(i int, x []byte, k uint64) float64 {
 	loKey := v.keys[i]
 	if i == 0 {
@@ -546,13 +674,7 @@ func (v *liveVnode) fraction(i int, x []byte, k uint64) float64 {
 		hi, hiKey = v.maxPK, v.maxKey
 	}
 	if hiKey > loKey && (v.shortBounds && v.shortHints || hiKey-loKey >= 1<<8) {
-		switch {
-		case k <= loKey:
-			return 0
-		case k >= hiKey:
-			return 1
-		}
-		return float64(k-loKey) / float64(hiKey-loKey)
+		return keyFraction(loKey, k, hiKey)
 	}
 	lo := v.buckets[i].lower
 	if i == 0 {
@@ -560,6 +682,26 @@ func (v *liveVnode) fraction(i int, x []byte, k uint64) float64 {
 	}
 	if hi == nil {
 		hi = v.buckets[i+1].lower
+	}
+	return interpolate(lo, x, hi)
+}
+
+func keyFraction(loKey, k, hiKey uint64) float64 {
+	switch {
+	case k <= loKey:
+		return 0
+	case k >= hiKey:
+		return 1
+	}
+	return float64(k-loKey) / float64(hiKey-loKey)
+}
+
+// position is fraction on bytes alone: where x lies between the anchors lo
+// and hi of a bucket, as a scan of its rows sees it.
+func position(lo, x, hi []byte) float64 {
+	loKey, hiKey := key8(lo), key8(hi)
+	if hiKey > loKey && (len(lo) <= 8 && len(hi) <= 8 || hiKey-loKey >= 1<<8) {
+		return keyFraction(loKey, key8(x), hiKey)
 	}
 	return interpolate(lo, x, hi)
 }
@@ -732,6 +874,7 @@ func (b *LiveBatch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
 	v := &liveVnode{
 		buckets: slices.Clone(old.buckets), keys: old.keys, total: old.total,
 		minPK: old.minPK, maxPK: old.maxPK, minKey: old.minKey, maxKey: old.maxKey,
+		minLive: old.minLive, maxLive: old.maxLive,
 		shortBounds: old.shortBounds, shortHints: old.shortHints,
 	}
 	t.vnodes[vnode] = v
@@ -754,9 +897,11 @@ func (b *LiveBatch) MarkEstimates(table uint32) error {
 
 const estimatesMarker = "\x00estimates"
 
-// Apply adds the live delta of one pk. Deltas are fastest in (table, vnode,
-// pk) order but any order is correct. inserted reports whether the pk's row
-// became (or stayed) live, to maintain the interpolation hints.
+// Apply adds the live delta of one version of a pk. Deltas are fastest in
+// (table, vnode, pk) order but any order is correct. live reports whether
+// the pk's row is live once the batch is applied (the same for every
+// version of a pk in the batch), which keeps the anchors' flags (lowerLive,
+// minLive, maxLive) exact and moves minPK and maxPK out to new rows.
 func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, live bool) error {
 	v, err := b.vnode(table, vnode)
 	if err != nil {
@@ -764,7 +909,8 @@ func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, l
 	}
 	k := vkey{table, vnode}
 	i := 0
-	if pkKey := key8(pk); k == b.last && b.lastIdx >= 0 && b.lastIdx < len(v.buckets) && !v.above(b.lastIdx, pk, pkKey) {
+	pkKey := key8(pk)
+	if k == b.last && b.lastIdx >= 0 && b.lastIdx < len(v.buckets) && !v.above(b.lastIdx, pk, pkKey) {
 		i = b.lastIdx
 		for i+1 < len(v.buckets) && !v.above(i+1, pk, pkKey) {
 			i++
@@ -773,32 +919,58 @@ func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, l
 		i = v.find(pk)
 	}
 	b.last, b.lastIdx = k, i
-	v.buckets[i].LiveCounts = v.buckets[i].Add(d)
+	bk := &v.buckets[i]
+	bk.LiveCounts = bk.Add(d)
+	if i > 0 && v.keys[i] == pkKey && bk.lowerLive != live && bytes.Equal(bk.lower, pk) {
+		bk.lowerLive = live
+	}
 	v.total = v.total.Add(d)
 	t := b.tables[table]
 	t.total = t.total.Add(d)
-	if lower := v.buckets[i].lower; !b.haveTouched || b.lastTouched != k || !bytes.Equal(b.lastTouchedLow, lower) {
+	if lower := bk.lower; !b.haveTouched || b.lastTouched != k || !bytes.Equal(b.lastTouchedLow, lower) {
 		b.touched[bucketID{table: table, vnode: vnode, lower: string(lower), first: i == 0}] = struct{}{}
 		b.lastTouched, b.lastTouchedLow, b.haveTouched = k, lower, true
 	}
-	if live {
-		if v.minPK == nil || bytes.Compare(pk, v.minPK) < 0 {
-			v.setHints(slices.Clone(pk), v.maxPK)
-			b.touched[bucketID{table: table, vnode: vnode, first: true}] = struct{}{}
-		}
-		if v.maxPK == nil || bytes.Compare(pk, v.maxPK) > 0 {
-			v.setHints(v.minPK, slices.Clone(pk))
-			b.touched[bucketID{table: table, vnode: vnode, first: true}] = struct{}{}
-		}
+	if v.updateHints(pk, pkKey, live) {
+		b.touched[bucketID{table: table, vnode: vnode, first: true}] = struct{}{}
 	}
 	return nil
+}
+
+// updateHints keeps minPK and maxPK and their flags current with an op on
+// pk, and reports whether they changed.
+func (v *liveVnode) updateHints(pk []byte, k uint64, live bool) bool {
+	changed := false
+	if v.minPK == nil {
+		if live {
+			v.setHints(slices.Clone(pk), v.maxPK)
+			v.minLive, changed = true, true
+		}
+	} else if c := compareAnchor(pk, k, v.minPK, v.minKey); live && c < 0 {
+		v.setHints(slices.Clone(pk), v.maxPK)
+		v.minLive, changed = true, true
+	} else if c == 0 && v.minLive != live {
+		v.minLive, changed = live, true
+	}
+	if v.maxPK == nil {
+		if live {
+			v.setHints(v.minPK, slices.Clone(pk))
+			v.maxLive, changed = true, true
+		}
+	} else if c := compareAnchor(pk, k, v.maxPK, v.maxKey); live && c > 0 {
+		v.setHints(v.minPK, slices.Clone(pk))
+		v.maxLive, changed = true, true
+	} else if c == 0 && v.maxLive != live {
+		v.maxLive, changed = live, true
+	}
+	return changed
 }
 
 // find returns the index of the bucket holding pk: the last whose lower
 // bound is at most pk.
 func (v *liveVnode) find(pk []byte) int {
 	var p probe
-	p.start(v, pk)
+	p.start(v, pk, false)
 	p.guess()
 	for p.step() {
 	}
@@ -856,26 +1028,52 @@ func (l *Live) metaEntry(id bucketID) MetaEntry {
 	b := v.buckets[i]
 	val := binary.AppendVarint(nil, b.Rows)
 	val = binary.AppendVarint(val, b.Bytes)
+	var flags byte
 	if i == 0 {
 		val = binary.AppendUvarint(val, uint64(len(v.minPK)))
 		val = append(val, v.minPK...)
 		val = binary.AppendUvarint(val, uint64(len(v.maxPK)))
 		val = append(val, v.maxPK...)
+		if v.minLive {
+			flags |= flagMinLive
+		}
+		if v.maxLive {
+			flags |= flagMaxLive
+		}
+	}
+	if b.lowerLive {
+		flags |= flagLowerLive
+	}
+	if b.calibrated {
+		flags |= flagCalibrated
+	}
+	val = append(val, flags)
+	if b.calibrated {
+		val = binary.BigEndian.AppendUint32(val, math.Float32bits(b.offset))
 	}
 	return MetaEntry{Key: key, Value: val}
 }
 
-// Normalize merges small neighbouring buckets of the touched vnodes and
-// returns the buckets that are too big and must be split by the caller, who
-// scans them at the committed epoch and calls ApplySplit.
+// The flags byte of a bucket's value.
+const (
+	flagLowerLive  = 1 << 0
+	flagCalibrated = 1 << 1
+	flagMinLive    = 1 << 2
+	flagMaxLive    = 1 << 3
+	knownFlags     = flagLowerLive | flagCalibrated | flagMinLive | flagMaxLive
+)
+
+// Normalize merges the small and the empty buckets of the touched vnodes
+// into their left neighbours. The buckets that grew too big are split
+// after the commit (Oversized).
 func (b *LiveBatch) Normalize() {
 	for k, v := range b.vnodes {
-		limit := splitLimit(v.total.Rows)
+		limit := splitLimit(v.total.Rows, b.tables[k.table].total.Rows)
 		out := v.buckets[:1] // the batch's own copy
 		for _, bk := range v.buckets[1:] {
 			prev := &out[len(out)-1]
-			if prev.Rows+bk.Rows < limit/2 {
-				prev.LiveCounts = prev.Add(bk.LiveCounts)
+			if bk.Rows <= 0 || 2*(prev.Rows+bk.Rows) < limit {
+				prev.merge(bk)
 				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(prev.lower), first: len(out) == 1}] = struct{}{}
 				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(bk.lower)}] = struct{}{} // now deleted
 				continue
@@ -888,8 +1086,29 @@ func (b *LiveBatch) Normalize() {
 	}
 }
 
-func splitLimit(rows int64) int64 {
-	return max(MinSplitRows, (rows+SplitDivisor-1)/SplitDivisor)
+// merge adds the rows of o, the next bucket, to b. The calibration of the
+// merged bucket is the row-weighted mean of theirs: where rows are spread
+// evenly over the merged span, each row's residual is what it was in its
+// own bucket.
+func (b *bucket) merge(o bucket) {
+	rb, ro := max(b.Rows, 0), max(o.Rows, 0)
+	switch {
+	case ro == 0:
+	case rb == 0:
+		b.calibrated, b.offset = o.calibrated, o.offset
+	case b.calibrated && o.calibrated:
+		b.offset = float32((float64(rb)*float64(b.offset) + float64(ro)*float64(o.offset)) / float64(rb+ro))
+	default:
+		b.calibrated, b.offset = false, 0
+	}
+	b.LiveCounts = b.Add(o.LiveCounts)
+}
+
+// splitLimit is the most rows a bucket of a vnode may hold: 1/SplitDivisor
+// of the vnode, 1/TableBucketBudget of its table, and at least
+// MinSplitRows.
+func splitLimit(vnodeRows, tableRows int64) int64 {
+	return max(MinSplitRows, (vnodeRows+SplitDivisor-1)/SplitDivisor, (tableRows+TableBucketBudget-1)/TableBucketBudget)
 }
 
 // Publish makes the batch the current snapshot; its entries are persisted.
@@ -921,7 +1140,7 @@ type SplitRequest struct {
 func (b *LiveBatch) Oversized() []SplitRequest {
 	var out []SplitRequest
 	for k, v := range b.vnodes {
-		out = v.oversized(k.table, k.vnode, out)
+		out = v.oversized(k.table, k.vnode, b.next.tables[k.table].total.Rows, out)
 	}
 	sortSplits(out)
 	return out
@@ -937,7 +1156,7 @@ func (s *LiveState) Oversized() []SplitRequest {
 	for id, t := range s.cur.tables {
 		for vi, v := range t.vnodes {
 			if v != nil {
-				out = v.oversized(id, uint16(vi), out)
+				out = v.oversized(id, uint16(vi), t.total.Rows, out)
 			}
 		}
 	}
@@ -945,8 +1164,8 @@ func (s *LiveState) Oversized() []SplitRequest {
 	return out
 }
 
-func (v *liveVnode) oversized(table uint32, vnode uint16, out []SplitRequest) []SplitRequest {
-	limit := splitLimit(v.total.Rows)
+func (v *liveVnode) oversized(table uint32, vnode uint16, tableRows int64, out []SplitRequest) []SplitRequest {
+	limit := splitLimit(v.total.Rows, tableRows)
 	for i, bk := range v.buckets {
 		if bk.Rows <= limit {
 			continue
@@ -972,17 +1191,182 @@ func sortSplits(out []SplitRequest) {
 	})
 }
 
-// Piece is a scanned part of a bucket: the rows with pk >= Lower up to the
-// next piece.
+// Piece is a scanned part of a vnode: the rows with pk >= Lower up to the
+// next piece, whether Lower is the pk of one of them, and the piece's
+// calibration (see calibrate).
 type Piece struct {
 	Lower []byte
 	LiveCounts
+	LowerLive  bool
+	Calibrated bool
+	Offset     float32
 }
 
-// ApplySplit replaces the bucket [r.Lower, r.Upper) by the scanned pieces,
-// whose counts are exact at the committed epoch. pieces[0].Lower must equal
-// r.Lower. Publishes a new snapshot and marks the buckets for persistence.
-func (s *LiveState) ApplySplit(r SplitRequest, pieces []Piece) error {
+// scanAcc accumulates a scan of consecutive pieces of one vnode, its rows
+// fed in pk order: each piece's counts, whether its lower bound is a live
+// row, and its calibration, which needs the piece's rows and both its
+// anchors, so a piece is finished when the next one opens.
+type scanAcc struct {
+	pieces []Piece
+	// upper is the upper anchor of the last piece; nil means the scan's
+	// last row (the vnode's largest pk).
+	upper []byte
+	// The open piece's pks, in arena, each ending at its ends entry.
+	arena       []byte
+	ends        []int
+	first, last []byte
+}
+
+func (a *scanAcc) open(lower []byte) {
+	if len(a.pieces) > 0 {
+		a.close(lower, false)
+	}
+	a.pieces = append(a.pieces, Piece{Lower: lower})
+}
+
+func (a *scanAcc) add(pk []byte, rowBytes int64) {
+	p := &a.pieces[len(a.pieces)-1]
+	if p.Rows == 0 && bytes.Equal(pk, p.Lower) {
+		p.LowerLive = true
+	}
+	p.Rows++
+	p.Bytes += rowBytes
+	a.arena = append(a.arena, pk...)
+	a.ends = append(a.ends, len(a.arena))
+	if a.first == nil {
+		a.first = slices.Clone(pk)
+	}
+	a.last = append(a.last[:0], pk...)
+}
+
+// close finishes the open piece, whose upper anchor is hi, inclusive
+// when it is the scan's last row.
+func (a *scanAcc) close(hi []byte, hiInclusive bool) {
+	p := &a.pieces[len(a.pieces)-1]
+	lo, loLive := p.Lower, p.LowerLive
+	if lo == nil {
+		lo, loLive = a.first, true // the first bucket's anchor: the vnode's smallest pk
+	}
+	if p.Rows > 0 {
+		p.Offset, p.Calibrated = calibrate(lo, hi, loLive, hiInclusive, a.arena, a.ends), true
+	}
+	a.arena, a.ends = a.arena[:0], a.ends[:0]
+}
+
+func (a *scanAcc) finish() {
+	if a.upper != nil {
+		a.close(a.upper, false)
+	} else {
+		a.close(a.last, true)
+	}
+}
+
+// calibrate returns the offset of a bucket's estimates: the δ for which
+// the estimates n·position(row) + δ of the rows at or below each of its n
+// rows (pks in arena, cut at ends), between the bucket's anchors lo and hi
+// and within the bounds a query puts on them, are right on average. Rows
+// at an anchor are counted exactly by a query and take no part.
+//
+// Interpolation in a bucket assumes its rows spread evenly between its
+// anchors. Where they do (hashed or sequential keys), the j-th row sits on
+// average at j/n of the span from a live lower bound, so n·position counts
+// the rows below it and δ is about 1: the row itself, which an estimate of
+// the rows at or below a cursor must count (without it, every vnode in
+// progress is short by a row, and a backfill's figure trails the truth by
+// as many rows as it has vnodes in progress). Where rows do not spread
+// evenly, δ takes the difference in: rows that share their keys up to the
+// bytes that tell the anchors apart (the children of one parent, all the
+// rows of a category) sit at one position, and δ adds, on average, the
+// part of such a group that a cursor inside it has passed. The estimates
+// of cursors spread over the bucket's rows are then unbiased as of the
+// scan: their errors cancel across vnodes instead of adding up.
+func calibrate(lo, hi []byte, loLive, hiInclusive bool, arena []byte, ends []int) float32 {
+	n := float64(len(ends))
+	lower, upper := float64(b2i(loLive)), n-float64(b2i(hiInclusive))
+	type point struct{ base, truth float64 }
+	pts := make([]point, 0, len(ends))
+	start := 0
+	for j, end := range ends {
+		pk := arena[start:end]
+		start = end
+		if bytes.Equal(pk, lo) || hiInclusive && bytes.Equal(pk, hi) {
+			continue // counted exactly
+		}
+		pts = append(pts, point{base: n * position(lo, pk, hi), truth: float64(j + 1)})
+	}
+	if len(pts) == 0 {
+		return float32(0.5 * (1 + lower - float64(b2i(hiInclusive))))
+	}
+	// The mean error of the clamped estimates grows with δ: bisect for
+	// its zero.
+	bias := func(d float64) float64 {
+		var sum float64
+		for _, p := range pts {
+			sum += min(max(p.base+d, lower), upper) - p.truth
+		}
+		return sum
+	}
+	a, b := -n-1, n+1
+	for range 40 {
+		m := (a + b) / 2
+		if bias(m) < 0 {
+			a = m
+		} else {
+			b = m
+		}
+	}
+	return float32((a + b) / 2)
+}
+
+// SplitScan builds the pieces of a bucket split, from the bucket's rows at
+// the committed epoch fed in pk order: each piece (but the last) of
+// r.Target rows, its lower bound its first row.
+type SplitScan struct {
+	r   SplitRequest
+	acc scanAcc
+}
+
+// NewSplitScan starts the scan of the bucket of r.
+func NewSplitScan(r SplitRequest) *SplitScan {
+	sc := &SplitScan{r: r}
+	sc.acc.upper = r.Upper
+	sc.acc.open(r.Lower)
+	return sc
+}
+
+// Add adds a row: its pk, and its bytes (pk and row).
+func (sc *SplitScan) Add(pk []byte, rowBytes int64) {
+	if sc.acc.pieces[len(sc.acc.pieces)-1].Rows >= sc.r.Target {
+		sc.acc.open(slices.Clone(pk))
+	}
+	sc.acc.add(pk, rowBytes)
+}
+
+// Split is a scanned bucket, ready for ApplySplit.
+type Split struct {
+	SplitRequest
+	Pieces []Piece
+	// First and Last are the smallest and largest pk scanned (nil without
+	// rows): the vnode's when the bucket was its first or last.
+	First, Last []byte
+}
+
+// Split ends the scan.
+func (sc *SplitScan) Split() Split {
+	sc.acc.finish()
+	var last []byte
+	if sc.acc.first != nil {
+		last = slices.Clone(sc.acc.last)
+	}
+	return Split{SplitRequest: sc.r, Pieces: sc.acc.pieces, First: sc.acc.first, Last: last}
+}
+
+// ApplySplit replaces the bucket [Lower, Upper) by the scanned pieces,
+// whose counts are exact at the committed epoch, and sets the vnode's
+// minPK and maxPK from the scan when the bucket was the first or the last.
+// Publishes a new snapshot and marks the buckets for persistence.
+func (s *LiveState) ApplySplit(sp Split) error {
+	r, pieces := sp.SplitRequest, sp.Pieces
 	if len(pieces) == 0 || !bytes.Equal(pieces[0].Lower, r.Lower) {
 		return errors.AssertionFailedf("split of table %d vnode %d must start at its lower bound", r.Table, r.Vnode)
 	}
@@ -999,14 +1383,30 @@ func (s *LiveState) ApplySplit(r SplitRequest, pieces []Piece) error {
 	repl := make([]bucket, len(pieces))
 	var sum LiveCounts
 	for j, p := range pieces {
-		repl[j] = bucket{lower: slices.Clone(p.Lower), LiveCounts: p.LiveCounts}
+		repl[j] = bucket{lower: slices.Clone(p.Lower), LiveCounts: p.LiveCounts, lowerLive: p.LowerLive && i+j > 0,
+			calibrated: p.Calibrated, offset: p.Offset}
 		if j == 0 {
 			repl[j].lower = v.buckets[i].lower
 		}
 		sum = sum.Add(p.LiveCounts)
 		b.touched[bucketID{table: r.Table, vnode: r.Vnode, lower: string(repl[j].lower), first: i == 0 && j == 0}] = struct{}{}
 	}
+	last := i == len(v.buckets)-1
 	v.setBuckets(slices.Concat(v.buckets[:i], repl, v.buckets[i+1:]))
+	// The scan saw the smallest and largest live pk of a first and a last
+	// bucket: the anchors become exact.
+	if sp.First != nil && (i == 0 || last) {
+		minPK, maxPK, minLive, maxLive := v.minPK, v.maxPK, v.minLive, v.maxLive
+		if i == 0 {
+			minPK, minLive = sp.First, true
+		}
+		if last {
+			maxPK, maxLive = sp.Last, true
+		}
+		v.setHints(minPK, maxPK)
+		v.minLive, v.maxLive = minLive, maxLive
+		b.touched[bucketID{table: r.Table, vnode: r.Vnode, first: true}] = struct{}{}
+	}
 	// A scan is the truth: correct the totals if trusted ops were off.
 	d := LiveCounts{Rows: sum.Rows - old.Rows, Bytes: sum.Bytes - old.Bytes}
 	v.total = v.total.Add(d)
@@ -1018,12 +1418,49 @@ func (s *LiveState) ApplySplit(r SplitRequest, pieces []Piece) error {
 	return nil
 }
 
+// VnodeScan recounts one vnode from its rows at the committed epoch, fed in
+// pk order, against the lower bounds of its buckets.
+type VnodeScan struct {
+	bounds [][]byte
+	acc    scanAcc
+}
+
+// NewVnodeScan starts the scan of a vnode whose buckets have the given
+// lower bounds (the first is nil).
+func NewVnodeScan(bounds [][]byte) *VnodeScan {
+	sc := &VnodeScan{bounds: bounds}
+	sc.acc.open(nil)
+	return sc
+}
+
+// Add adds a row: its pk, and its bytes (pk and row).
+func (sc *VnodeScan) Add(pk []byte, rowBytes int64) {
+	for b := len(sc.acc.pieces); b < len(sc.bounds) && bytes.Compare(pk, sc.bounds[b]) >= 0; b++ {
+		sc.acc.open(sc.bounds[b])
+	}
+	sc.acc.add(pk, rowBytes)
+}
+
 // VnodeRecount is what a scan of one vnode at the committed epoch found:
-// the live rows and bytes of each bucket, in the order of the bounds it was
-// given, and the smallest and largest live pk (nil without rows).
+// each bucket's counts, whether its lower bound is a live row and its
+// calibration, in the order of the bounds it was given, and the smallest
+// and largest live pk (nil without rows).
 type VnodeRecount struct {
-	Buckets      []LiveCounts
+	Buckets      []Piece
 	MinPK, MaxPK []byte
+}
+
+// Recount ends the scan.
+func (sc *VnodeScan) Recount() VnodeRecount {
+	for b := len(sc.acc.pieces); b < len(sc.bounds); b++ {
+		sc.acc.open(sc.bounds[b])
+	}
+	sc.acc.finish()
+	rc := VnodeRecount{Buckets: sc.acc.pieces, MinPK: sc.acc.first}
+	if sc.acc.first != nil {
+		rc.MaxPK = slices.Clone(sc.acc.last)
+	}
+	return rc
 }
 
 // Recount starts a batch that replaces the live counts of every vnode of a
@@ -1031,9 +1468,10 @@ type VnodeRecount struct {
 // written by unchecked writers needs to be exact again (CockroachDB
 // recomputes a range's stats the same way). scan is called for each vnode
 // with the lower bounds of its buckets (the first is nil) and must scan the
-// vnode at the committed epoch; the caller holds commits off until the
-// batch is published. Nothing is visible until Publish; MetaEntries persist
-// the buckets that changed, Normalize and Oversized apply as after a commit.
+// vnode at the committed epoch (NewVnodeScan); the caller holds commits off
+// until the batch is published. Nothing is visible until Publish;
+// MetaEntries persist the buckets that changed, Normalize and Oversized
+// apply as after a commit.
 func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byte) (VnodeRecount, error)) (*LiveBatch, error) {
 	b := s.Begin()
 	t, err := b.table(table)
@@ -1057,7 +1495,7 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 		}
 		var sum LiveCounts
 		for _, c := range rc.Buckets {
-			sum = sum.Add(c)
+			sum = sum.Add(c.LiveCounts)
 		}
 		if t.vnodes[vi] == nil && sum == (LiveCounts{}) && rc.MinPK == nil {
 			continue // never had a row, and has none
@@ -1067,14 +1505,20 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 			return nil, err
 		}
 		for i, c := range rc.Buckets {
-			if v.buckets[i].LiveCounts != c {
-				v.buckets[i].LiveCounts = c
-				b.touched[bucketID{table: table, vnode: vn, lower: string(v.buckets[i].lower), first: i == 0}] = struct{}{}
+			// A bucket whose counts were right keeps its calibration
+			// (unless it has none): a recount of exact statistics changes
+			// nothing.
+			bk := &v.buckets[i]
+			if bk.LiveCounts != c.LiveCounts || bk.lowerLive != (c.LowerLive && i > 0) || !bk.calibrated && c.Calibrated {
+				bk.LiveCounts, bk.lowerLive, bk.calibrated, bk.offset = c.LiveCounts, c.LowerLive && i > 0, c.Calibrated, c.Offset
+				b.touched[bucketID{table: table, vnode: vn, lower: string(bk.lower), first: i == 0}] = struct{}{}
 			}
 		}
-		if !bytes.Equal(v.minPK, rc.MinPK) || !bytes.Equal(v.maxPK, rc.MaxPK) {
+		live := rc.MinPK != nil
+		if !bytes.Equal(v.minPK, rc.MinPK) || !bytes.Equal(v.maxPK, rc.MaxPK) || v.minLive != live || v.maxLive != live {
 			// Exact hints: the interpolation of the end buckets improves.
-			v.setHints(slices.Clone(rc.MinPK), slices.Clone(rc.MaxPK))
+			v.setHints(rc.MinPK, rc.MaxPK)
+			v.minLive, v.maxLive = live, live
 			b.touched[bucketID{table: table, vnode: vn, first: true}] = struct{}{}
 		}
 		t.total = t.total.Add(LiveCounts{Rows: sum.Rows - v.total.Rows, Bytes: sum.Bytes - v.total.Bytes})
@@ -1093,10 +1537,18 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 //
 //	live/<table u32 BE><vnode u16 BE>\x00              first bucket of a vnode:
 //	                                                     rows, bytes (zigzag varints),
-//	                                                     min pk, max pk (uvarint length + bytes)
-//	live/<table u32 BE><vnode u16 BE>\x01<lower pk>   other buckets: rows, bytes
+//	                                                     min pk, max pk (uvarint length + bytes),
+//	                                                     [flags u8, [offset f32 BE]]
+//	live/<table u32 BE><vnode u16 BE>\x01<lower pk>   other buckets: rows, bytes,
+//	                                                     [flags u8, [offset f32 BE]]
 //	live_est/<table u32 BE>                            present (value 1) while the
 //	                                                     table's counts may contain estimates
+//
+// The flags (lower bound live, calibrated, min pk live, max pk live) and
+// the calibration offset, present when the calibrated flag is, were added
+// after the first format: a value without them loads with every flag clear
+// (the bounds then count no anchor row, the estimate uses the uniform
+// model), and an older reader ignores them.
 const (
 	livePrefix      = "live/"
 	estimatesPrefix = "live_est/"
@@ -1199,10 +1651,9 @@ func (s *LiveState) Load(key, value []byte) error {
 		t.vnodes[vnode] = v
 	}
 	v.cum = nil // until FinishLoad
-	c := LiveCounts{Rows: rows, Bytes: byts}
+	bk := bucket{LiveCounts: LiveCounts{Rows: rows, Bytes: byts}}
+	var hints [2][]byte // smallest and largest pk
 	if first {
-		v.buckets[0].LiveCounts = c
-		var hints [2][]byte // smallest and largest pk
 		for i := range hints {
 			l, n := binary.Uvarint(value)
 			if n <= 0 || uint64(len(value)-n) < l {
@@ -1213,13 +1664,40 @@ func (s *LiveState) Load(key, value []byte) error {
 			}
 			value = value[n+int(l):]
 		}
+	}
+	var flags byte
+	if len(value) > 0 {
+		flags, value = value[0], value[1:]
+		if flags&^knownFlags != 0 || !first && flags&(flagMinLive|flagMaxLive) != 0 || first && flags&flagLowerLive != 0 {
+			return bad("flags")
+		}
+		if flags&flagCalibrated != 0 {
+			if len(value) != 4 {
+				return bad("offset")
+			}
+			off := math.Float32frombits(binary.BigEndian.Uint32(value))
+			if math.IsNaN(float64(off)) || math.IsInf(float64(off), 0) {
+				return bad("offset")
+			}
+			bk.calibrated, bk.offset, value = true, off, value[4:]
+		}
+		if len(value) != 0 {
+			return bad("trailing bytes")
+		}
+	}
+	bk.lowerLive = flags&flagLowerLive != 0
+	c := bk.LiveCounts
+	if first {
+		bk.lower = nil
+		v.buckets[0] = bk
 		v.setHints(hints[0], hints[1])
+		v.minLive, v.maxLive = flags&flagMinLive != 0 && hints[0] != nil, flags&flagMaxLive != 0 && hints[1] != nil
 	} else {
-		lower := slices.Clone(rest[7:])
-		if bytes.Compare(v.buckets[len(v.buckets)-1].lower, lower) >= 0 && len(v.buckets) > 1 {
+		bk.lower = slices.Clone(rest[7:])
+		if bytes.Compare(v.buckets[len(v.buckets)-1].lower, bk.lower) >= 0 && len(v.buckets) > 1 {
 			return bad("bucket out of order")
 		}
-		v.appendBucket(bucket{lower: lower, LiveCounts: c})
+		v.appendBucket(bk)
 	}
 	v.total = v.total.Add(c)
 	t.total = t.total.Add(c)
