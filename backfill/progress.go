@@ -76,7 +76,7 @@ func (Stats) EstimateVnodes(in Input) (consumed, total float64, perVnode []float
 		}
 	}
 	for j, e := range in.Stats.AppendEstimates(make([]stats.RowEstimate, 0, len(qs)), in.Upstream, qs) {
-		perVnode[at[j]] = e.Rows
+		perVnode[at[j]] = e.Mean
 	}
 	for i, v := range in.Vnodes {
 		live := float64(max(0, in.Stats.Live.Vnode(in.Upstream, v.Vnode).Rows))

@@ -374,7 +374,16 @@ func (l *Live) BucketCount() int {
 // RowEstimate is an estimate of live rows with bounds that always contain
 // the true value, as long as the ops behind the counts were consistent.
 type RowEstimate struct {
-	Rows         float64
+	// Mean is the unbiased estimate: over many ranges its errors cancel,
+	// so a sum over ranges (a backfill's vnodes in progress) must add
+	// Mean. It may lie outside [Lower, Upper] by up to about a row, since
+	// keeping it inside would bias it towards the middle of the bounds
+	// where the truth sits at one of them.
+	Mean float64
+	// Rows is Mean within [Lower, Upper]: the better estimate of one
+	// range on its own.
+	Rows float64
+	// Lower and Upper bound the true value.
 	Lower, Upper int64
 }
 
@@ -454,11 +463,11 @@ func (t *liveTable) estimate(qs []RangeQuery, ps []probe, dst []RowEstimate) []R
 			upTo = cumBound{lower: total, upper: total, est: float64(total)}
 		}
 		est := RowEstimate{
-			Rows:  upTo.est - below.est,
+			Mean:  upTo.est - below.est,
 			Lower: max(0, upTo.lower-below.upper),
 			Upper: max(0, upTo.upper-below.lower),
 		}
-		est.Rows = math.Min(math.Max(est.Rows, float64(est.Lower)), float64(est.Upper))
+		est.Rows = min(max(est.Mean, float64(est.Lower)), float64(est.Upper))
 		dst = append(dst, est)
 	}
 	return dst
@@ -558,7 +567,8 @@ func (p *probe) locate() {
 }
 
 // cumBound brackets the live rows below x (at or below x for an inclusive
-// end), with an estimate between the bounds.
+// end), with an unbiased estimate, which may lie outside the bounds by up
+// to about a row.
 type cumBound struct {
 	lower, upper int64
 	est          float64
@@ -625,8 +635,7 @@ func (p *probe) cumulative() cumBound {
 	if !p.through {
 		offset -= 0.5
 	}
-	est := float64(before) + float64(n)*v.fraction(i, p.x, p.k) + offset
-	return cumBound{lower: lower, upper: upper, est: min(max(est, float64(lower)), float64(upper))}
+	return cumBound{lower: lower, upper: upper, est: float64(before) + float64(n)*v.fraction(i, p.x, p.k) + offset}
 }
 
 func b2i(b bool) int64 {
@@ -1243,12 +1252,12 @@ func (a *scanAcc) add(pk []byte, rowBytes int64) {
 // when it is the scan's last row.
 func (a *scanAcc) close(hi []byte, hiInclusive bool) {
 	p := &a.pieces[len(a.pieces)-1]
-	lo, loLive := p.Lower, p.LowerLive
+	lo := p.Lower
 	if lo == nil {
-		lo, loLive = a.first, true // the first bucket's anchor: the vnode's smallest pk
+		lo = a.first // the first bucket's anchor: the vnode's smallest pk
 	}
 	if p.Rows > 0 {
-		p.Offset, p.Calibrated = calibrate(lo, hi, loLive, hiInclusive, a.arena, a.ends), true
+		p.Offset, p.Calibrated = calibrate(lo, hi, hiInclusive, a.arena, a.ends), true
 	}
 	a.arena, a.ends = a.arena[:0], a.ends[:0]
 }
@@ -1261,30 +1270,29 @@ func (a *scanAcc) finish() {
 	}
 }
 
-// calibrate returns the offset of a bucket's estimates: the δ for which
-// the estimates n·position(row) + δ of the rows at or below each of its n
-// rows (pks in arena, cut at ends), between the bucket's anchors lo and hi
-// and within the bounds a query puts on them, are right on average. Rows
-// at an anchor are counted exactly by a query and take no part.
+// calibrate returns the offset of a bucket's estimates: the mean, over its
+// n rows (pks in arena, cut at ends), of the rows at or below each row
+// minus n·position(row) between the bucket's anchors lo and hi. Rows at an
+// anchor are counted exactly by a query and take no part.
 //
 // Interpolation in a bucket assumes its rows spread evenly between its
 // anchors. Where they do (hashed or sequential keys), the j-th row sits on
 // average at j/n of the span from a live lower bound, so n·position counts
-// the rows below it and δ is about 1: the row itself, which an estimate of
-// the rows at or below a cursor must count (without it, every vnode in
-// progress is short by a row, and a backfill's figure trails the truth by
-// as many rows as it has vnodes in progress). Where rows do not spread
-// evenly, δ takes the difference in: rows that share their keys up to the
-// bytes that tell the anchors apart (the children of one parent, all the
-// rows of a category) sit at one position, and δ adds, on average, the
-// part of such a group that a cursor inside it has passed. The estimates
-// of cursors spread over the bucket's rows are then unbiased as of the
-// scan: their errors cancel across vnodes instead of adding up.
-func calibrate(lo, hi []byte, loLive, hiInclusive bool, arena []byte, ends []int) float32 {
+// the rows below it and the offset is about 1: the row itself, which an
+// estimate of the rows at or below a cursor must count (without it, every
+// vnode in progress is short by a row, and a backfill's figure trails the
+// truth by as many rows as it has vnodes in progress). Where rows do not
+// spread evenly, the offset takes the difference in: rows that share their
+// keys up to the bytes that tell the anchors apart (the children of one
+// parent, all the rows of a category) sit at one position, and the offset
+// adds, on average, the part of such a group that a cursor inside it has
+// passed. The estimates of cursors spread over the bucket's rows are then
+// unbiased as of the scan, and stay so while rows come and go evenly:
+// their errors cancel across vnodes instead of adding up.
+func calibrate(lo, hi []byte, hiInclusive bool, arena []byte, ends []int) float32 {
 	n := float64(len(ends))
-	lower, upper := float64(b2i(loLive)), n-float64(b2i(hiInclusive))
-	type point struct{ base, truth float64 }
-	pts := make([]point, 0, len(ends))
+	var sum float64
+	var m int
 	start := 0
 	for j, end := range ends {
 		pk := arena[start:end]
@@ -1292,30 +1300,13 @@ func calibrate(lo, hi []byte, loLive, hiInclusive bool, arena []byte, ends []int
 		if bytes.Equal(pk, lo) || hiInclusive && bytes.Equal(pk, hi) {
 			continue // counted exactly
 		}
-		pts = append(pts, point{base: n * position(lo, pk, hi), truth: float64(j + 1)})
+		sum += float64(j+1) - n*position(lo, pk, hi)
+		m++
 	}
-	if len(pts) == 0 {
-		return float32(0.5 * (1 + lower - float64(b2i(hiInclusive))))
+	if m == 0 {
+		return 1 // no row is estimated
 	}
-	// The mean error of the clamped estimates grows with δ: bisect for
-	// its zero.
-	bias := func(d float64) float64 {
-		var sum float64
-		for _, p := range pts {
-			sum += min(max(p.base+d, lower), upper) - p.truth
-		}
-		return sum
-	}
-	a, b := -n-1, n+1
-	for range 40 {
-		m := (a + b) / 2
-		if bias(m) < 0 {
-			a = m
-		} else {
-			b = m
-		}
-	}
-	return float32((a + b) / 2)
+	return float32(sum / float64(m))
 }
 
 // SplitScan builds the pieces of a bucket split, from the bucket's rows at

@@ -292,7 +292,7 @@ func consumedRows(s *lsm.Store, cursors [][]byte) (consumed float64) {
 		qs[v] = stats.RangeQuery{Vnode: uint16(v), Hi: cursors[v], HiInclusive: true}
 	}
 	for _, e := range s.Stats().AppendEstimates(make([]stats.RowEstimate, 0, len(qs)), benchTable, qs) {
-		consumed += e.Rows
+		consumed += e.Mean
 	}
 	return consumed
 }
@@ -303,7 +303,7 @@ func consumedRowsEach(s *lsm.Store, cursors [][]byte) (consumed float64) {
 	var out [1]stats.RowEstimate
 	for v := range cursors {
 		q := [1]stats.RangeQuery{{Vnode: uint16(v), Hi: cursors[v], HiInclusive: true}}
-		consumed += st.AppendEstimates(out[:0], benchTable, q[:])[0].Rows
+		consumed += st.AppendEstimates(out[:0], benchTable, q[:])[0].Mean
 	}
 	return consumed
 }
