@@ -88,7 +88,7 @@ func (s *Store) Commit(epoch uint64) error {
 	s.iters.close() // pooled iterators predate the checkpoint: release their files
 	s.drop(bufs)
 	s.metrics.commits.Add(1)
-	s.splitBuckets(batch.Oversized())
+	s.rescanBuckets(batch.Rescans())
 	return nil
 }
 

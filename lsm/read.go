@@ -465,43 +465,45 @@ func (i *Iter) Close() error {
 	return err
 }
 
-// splitBuckets splits the live-statistics buckets that grew too big, by
-// scanning their rows at the committed epoch. A failure only leaves a bucket
-// big (bounds wider), so it is logged, not returned.
-func (s *Store) splitBuckets(reqs []stats.SplitRequest) {
+// rescanBuckets scans the live-statistics buckets that grew too big, to
+// split them, or whose calibration is stale, at the committed epoch (see
+// stats.Rescan). A scan that fails leaves the bucket as it was: its counts
+// stay exact, only its estimates are less so until a later commit asks
+// again.
+func (s *Store) rescanBuckets(reqs []stats.Rescan) {
 	epoch := s.committed.Load()
 	for _, r := range reqs {
-		sp, err := s.scanSplit(r, epoch)
+		sb, err := s.scanBucket(r, epoch)
 		if err == nil {
 			s.mu.Lock()
-			err = s.mu.live.ApplySplit(sp)
+			err = s.mu.live.ApplyRescan(sb)
 			s.mu.Unlock()
 		}
 		if err != nil {
-			s.logf("lsmstats: split live bucket of table %d vnode %d: %v", r.Table, r.Vnode, err)
+			s.logf("lsmstats: rescan live bucket of table %d vnode %d: %v", r.Table, r.Vnode, err)
 		}
 	}
 }
 
-// scanSplit scans the rows of a bucket to split at epoch.
-func (s *Store) scanSplit(r stats.SplitRequest, epoch uint64) (stats.Split, error) {
+// scanBucket scans the rows of a bucket at epoch.
+func (s *Store) scanBucket(r stats.Rescan, epoch uint64) (stats.ScannedBucket, error) {
 	it, err := s.newIter(r.Table, r.Vnode, r.Lower, r.Upper, epoch)
 	if err != nil {
-		return stats.Split{}, err
+		return stats.ScannedBucket{}, err
 	}
 	defer it.Close()
-	sc := stats.NewSplitScan(r)
+	sc := stats.NewBucketScan(r)
 	var n int64
 	for valid := it.First(); valid; valid = it.Next() {
 		sc.Add(it.PK(), int64(len(it.PK())+len(it.Row())))
 		n++
 	}
 	if err := it.Error(); err != nil {
-		return stats.Split{}, err
+		return stats.ScannedBucket{}, err
 	}
-	s.metrics.splitScans.Add(1)
-	s.metrics.splitRows.Add(n)
-	return sc.Split(), nil
+	s.metrics.bucketScans.Add(1)
+	s.metrics.bucketScanRows.Add(n)
+	return sc.Finish(), nil
 }
 
 // Live returns the current live statistics.

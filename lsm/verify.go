@@ -317,7 +317,7 @@ func (s *Store) RecomputeLiveStats(table uint32) (before, after stats.LiveCounts
 	after = s.mu.live.Current().Table(table)
 	s.mu.Unlock()
 	s.statsMu.Unlock()
-	s.splitBuckets(batch.Oversized())
+	s.rescanBuckets(batch.Rescans())
 	return before, after, nil
 }
 

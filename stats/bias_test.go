@@ -80,18 +80,18 @@ func TestCursorBias(t *testing.T) {
 				for v := range rows {
 					sort.Strings(rows[v])
 				}
-				for _, req := range b.Oversized() {
+				for _, req := range b.Rescans() {
 					vr := rows[req.Vnode]
 					lo := sort.SearchStrings(vr, string(req.Lower))
 					hi := len(vr)
 					if req.Upper != nil {
 						hi = sort.SearchStrings(vr, string(req.Upper))
 					}
-					sc := NewSplitScan(req)
+					sc := NewBucketScan(req)
 					for _, pk := range vr[lo:hi] {
 						sc.Add([]byte(pk), 100)
 					}
-					require.NoError(t, s.ApplySplit(sc.Split()))
+					require.NoError(t, s.ApplyRescan(sc.Finish()))
 				}
 			}
 			l := s.Current()

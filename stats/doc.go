@@ -85,11 +85,14 @@
 //     δ is the mean, over its rows, of the rows at or below each row minus
 //     n·position(row). For a cursor at a random row of the bucket the
 //     estimate n·position(cursor) + δ is then unbiased as of the scan, and
-//     stays so while rows come and go evenly over the bucket (a split
-//     recalibrates when it has grown). Merged buckets keep the row-weighted
-//     mean of their offsets. An exclusive end, which is not a row, takes
-//     half a row less: a point between two rows lies on average half a row
-//     past the earlier one.
+//     stays so while rows come and go evenly over the bucket. They may not
+//     (a hot value of a pk's first column takes most inserts), so a bucket
+//     is rescanned after the commit in which its rows grew or shrank by
+//     half since its calibration, in which an anchor row it was calibrated
+//     with died, or which merged it with a neighbour: each row is scanned
+//     O(log growth) times, as by splits. An exclusive end, which is not a
+//     row, takes half a row less: a point between two rows lies on average
+//     half a row past the earlier one.
 //   - The unbiased estimate is not clamped into its bounds: where the truth
 //     sits at a bound (a cursor at the last row of its bucket), an estimate
 //     held inside them can only err one way, and a bucket's top row would

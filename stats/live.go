@@ -26,7 +26,7 @@ package stats
 // rows(table)/TableBucketBudget) — and neighbours merge when together they
 // hold less than half of that, or when one is empty. A split needs the
 // exact count of each piece, which the store gets by scanning the bucket's
-// rows once after the commit that made it too big (SplitScan, which also
+// rows once after the commit that made it too big (BucketScan, which also
 // calibrates each piece); each row is scanned O(log growth) times over the
 // life of a vnode, like a B-tree's splits. With SplitDivisor 96 no bucket
 // of a large vnode holds more than 1.04% of it, so the bounds of any range
@@ -81,10 +81,14 @@ type bucket struct {
 	// lowerLive says that lower is the pk of a live row (always false for
 	// the first bucket, whose smallest pk is the vnode's minPK hint).
 	lowerLive bool
-	// calibrated says that offset was measured by a scan of the bucket's
-	// rows (see calibrate); else the estimate uses the model's offset.
-	calibrated bool
-	offset     float32
+	// offset is the bucket's calibration (see calibrate), measured by the
+	// last scan of its rows, and scanned how many rows the bucket held
+	// then; 0 if no scan calibrated it, or if an anchor row it was
+	// calibrated with has died since (the estimate then uses the uniform
+	// model's offset). A bucket whose rows drifted from scanned by half is
+	// rescanned after the commit (Rescans).
+	offset  float32
+	scanned uint32
 }
 
 // aux packs the per-bucket facts a query reads beside the prefix sums: the
@@ -95,10 +99,25 @@ func (b *bucket) aux() uint64 {
 	if b.lowerLive {
 		a |= auxLowerLive
 	}
-	if b.calibrated {
+	if b.scanned > 0 {
 		a |= auxCalibrated | uint64(math.Float32bits(b.offset))<<32
 	}
 	return a
+}
+
+// stale reports whether the bucket must be rescanned to be calibrated
+// again: it has rows and no calibration, or its rows grew or shrank by
+// half since it was calibrated. Rows that come and go unevenly (a hot
+// value of a pk's first column taking most of the inserts) change the
+// shape a calibration measured; a rescan at every 1.5× change costs each
+// row O(log growth) scans, as splits do.
+func (b *bucket) stale() bool {
+	n := b.Rows
+	if n <= 0 {
+		return false
+	}
+	s := int64(b.scanned)
+	return s == 0 || 2*n > 3*s || 3*n < 2*s
 }
 
 const (
@@ -932,6 +951,9 @@ func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, l
 	bk.LiveCounts = bk.Add(d)
 	if i > 0 && v.keys[i] == pkKey && bk.lowerLive != live && bytes.Equal(bk.lower, pk) {
 		bk.lowerLive = live
+		if !live {
+			bk.scanned = 0 // calibrated with its lower bound's row
+		}
 	}
 	v.total = v.total.Add(d)
 	t := b.tables[table]
@@ -940,8 +962,18 @@ func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, l
 		b.touched[bucketID{table: table, vnode: vnode, lower: string(lower), first: i == 0}] = struct{}{}
 		b.lastTouched, b.lastTouchedLow, b.haveTouched = k, lower, true
 	}
+	minLive, maxLive := v.minLive, v.maxLive
 	if v.updateHints(pk, pkKey, live) {
 		b.touched[bucketID{table: table, vnode: vnode, first: true}] = struct{}{}
+		// An end bucket calibrated with its anchor's row must be rescanned
+		// when the row dies (the rescan also moves the anchor to the
+		// vnode's actual smallest or largest live pk).
+		if minLive && !v.minLive {
+			v.buckets[0].scanned = 0
+		}
+		if maxLive && !v.maxLive {
+			v.buckets[len(v.buckets)-1].scanned = 0
+		}
 	}
 	return nil
 }
@@ -1053,12 +1085,13 @@ func (l *Live) metaEntry(id bucketID) MetaEntry {
 	if b.lowerLive {
 		flags |= flagLowerLive
 	}
-	if b.calibrated {
+	if b.scanned > 0 {
 		flags |= flagCalibrated
 	}
 	val = append(val, flags)
-	if b.calibrated {
+	if b.scanned > 0 {
 		val = binary.BigEndian.AppendUint32(val, math.Float32bits(b.offset))
+		val = binary.AppendUvarint(val, uint64(b.scanned))
 	}
 	return MetaEntry{Key: key, Value: val}
 }
@@ -1074,7 +1107,7 @@ const (
 
 // Normalize merges the small and the empty buckets of the touched vnodes
 // into their left neighbours. The buckets that grew too big are split
-// after the commit (Oversized).
+// after the commit (Rescans).
 func (b *LiveBatch) Normalize() {
 	for k, v := range b.vnodes {
 		limit := splitLimit(v.total.Rows, b.tables[k.table].total.Rows)
@@ -1095,22 +1128,20 @@ func (b *LiveBatch) Normalize() {
 	}
 }
 
-// merge adds the rows of o, the next bucket, to b. The calibration of the
-// merged bucket is the row-weighted mean of theirs: where rows are spread
-// evenly over the merged span, each row's residual is what it was in its
-// own bucket.
-func (b *bucket) merge(o bucket) {
-	rb, ro := max(b.Rows, 0), max(o.Rows, 0)
-	switch {
-	case ro == 0:
-	case rb == 0:
-		b.calibrated, b.offset = o.calibrated, o.offset
-	case b.calibrated && o.calibrated:
-		b.offset = float32((float64(rb)*float64(b.offset) + float64(ro)*float64(o.offset)) / float64(rb+ro))
-	default:
-		b.calibrated, b.offset = false, 0
+// calibrate takes the calibration of a scanned piece of the bucket's rows.
+func (b *bucket) calibrate(p Piece) {
+	b.offset, b.scanned = 0, 0
+	if p.Calibrated {
+		b.offset, b.scanned = p.Offset, uint32(min(p.Rows, math.MaxUint32))
 	}
+}
+
+// merge adds the rows of o, the next bucket, to b. The merged bucket spans
+// both, so its rows sit elsewhere between its anchors than the calibration
+// of either measured: it is rescanned after the commit.
+func (b *bucket) merge(o bucket) {
 	b.LiveCounts = b.Add(o.LiveCounts)
+	b.offset, b.scanned = 0, 0
 }
 
 // splitLimit is the most rows a bucket of a vnode may hold: 1/SplitDivisor
@@ -1135,51 +1166,60 @@ func (b *LiveBatch) publish() {
 	b.s.cur = b.next
 }
 
-// SplitRequest names a bucket to split: the rows of a vnode with pk in
-// [Lower, Upper) (nil: unbounded), into pieces of about Target rows.
-type SplitRequest struct {
+// Rescan names a bucket whose rows the store must scan at the committed
+// epoch, after the commit that published it: the rows of a vnode with pk in
+// [Lower, Upper) (nil: unbounded). A bucket that grew too big is cut into
+// pieces of about Target rows; a bucket whose calibration is stale (see
+// bucket.stale) has Target 0, and is scanned into one piece.
+type Rescan struct {
 	Table        uint32
 	Vnode        uint16
 	Lower, Upper []byte
 	Target       int64
 }
 
-// Oversized returns the buckets of the vnodes this batch touched that exceed
-// their vnode's split limit, in (table, vnode, pk) order.
-func (b *LiveBatch) Oversized() []SplitRequest {
-	var out []SplitRequest
+// Rescans returns the buckets of the vnodes this batch touched that exceed
+// their vnode's split limit or whose calibration is stale, in (table,
+// vnode, pk) order.
+func (b *LiveBatch) Rescans() []Rescan {
+	var out []Rescan
 	for k, v := range b.vnodes {
-		out = v.oversized(k.table, k.vnode, b.next.tables[k.table].total.Rows, out)
+		out = v.rescans(k.table, k.vnode, b.next.tables[k.table].total.Rows, out)
 	}
-	sortSplits(out)
+	sortRescans(out)
 	return out
 }
 
-// Oversized returns every bucket of the current snapshot that exceeds its
-// vnode's split limit. Splits are persisted with the next commit, so after
-// a restart the store splits these again: the same scans at the same
-// committed epoch give the same buckets, and estimates made before a crash
-// are reproduced exactly after it.
-func (s *LiveState) Oversized() []SplitRequest {
-	var out []SplitRequest
+// Rescans returns every bucket of the current snapshot to rescan. Rescans
+// are persisted with the next commit, so after a restart the store rescans
+// these again: the same scans at the same committed epoch give the same
+// buckets, and estimates made before a crash are reproduced exactly after
+// it.
+func (s *LiveState) Rescans() []Rescan {
+	var out []Rescan
 	for id, t := range s.cur.tables {
 		for vi, v := range t.vnodes {
 			if v != nil {
-				out = v.oversized(id, uint16(vi), t.total.Rows, out)
+				out = v.rescans(id, uint16(vi), t.total.Rows, out)
 			}
 		}
 	}
-	sortSplits(out)
+	sortRescans(out)
 	return out
 }
 
-func (v *liveVnode) oversized(table uint32, vnode uint16, tableRows int64, out []SplitRequest) []SplitRequest {
+func (v *liveVnode) rescans(table uint32, vnode uint16, tableRows int64, out []Rescan) []Rescan {
 	limit := splitLimit(v.total.Rows, tableRows)
-	for i, bk := range v.buckets {
-		if bk.Rows <= limit {
+	for i := range v.buckets {
+		bk := &v.buckets[i]
+		var target int64
+		switch {
+		case bk.Rows > limit:
+			target = max(1, limit/2)
+		case !bk.stale():
 			continue
 		}
-		r := SplitRequest{Table: table, Vnode: vnode, Lower: bk.lower, Target: max(1, limit/2)}
+		r := Rescan{Table: table, Vnode: vnode, Lower: bk.lower, Target: target}
 		if i+1 < len(v.buckets) {
 			r.Upper = v.buckets[i+1].lower
 		}
@@ -1188,8 +1228,8 @@ func (v *liveVnode) oversized(table uint32, vnode uint16, tableRows int64, out [
 	return out
 }
 
-func sortSplits(out []SplitRequest) {
-	slices.SortFunc(out, func(a, b SplitRequest) int {
+func sortRescans(out []Rescan) {
+	slices.SortFunc(out, func(a, b Rescan) int {
 		if a.Table != b.Table {
 			return cmp.Compare(a.Table, b.Table)
 		}
@@ -1309,57 +1349,57 @@ func calibrate(lo, hi []byte, hiInclusive bool, arena []byte, ends []int) float3
 	return float32(sum / float64(m))
 }
 
-// SplitScan builds the pieces of a bucket split, from the bucket's rows at
-// the committed epoch fed in pk order: each piece (but the last) of
-// r.Target rows, its lower bound its first row.
-type SplitScan struct {
-	r   SplitRequest
+// BucketScan builds the pieces of a rescanned bucket from its rows at the
+// committed epoch, fed in pk order: pieces (but the last) of Target rows,
+// each with its first row as lower bound, or one piece for Target 0.
+type BucketScan struct {
+	r   Rescan
 	acc scanAcc
 }
 
-// NewSplitScan starts the scan of the bucket of r.
-func NewSplitScan(r SplitRequest) *SplitScan {
-	sc := &SplitScan{r: r}
+// NewBucketScan starts the scan of the bucket of r.
+func NewBucketScan(r Rescan) *BucketScan {
+	sc := &BucketScan{r: r}
 	sc.acc.upper = r.Upper
 	sc.acc.open(r.Lower)
 	return sc
 }
 
 // Add adds a row: its pk, and its bytes (pk and row).
-func (sc *SplitScan) Add(pk []byte, rowBytes int64) {
-	if sc.acc.pieces[len(sc.acc.pieces)-1].Rows >= sc.r.Target {
+func (sc *BucketScan) Add(pk []byte, rowBytes int64) {
+	if sc.r.Target > 0 && sc.acc.pieces[len(sc.acc.pieces)-1].Rows >= sc.r.Target {
 		sc.acc.open(slices.Clone(pk))
 	}
 	sc.acc.add(pk, rowBytes)
 }
 
-// Split is a scanned bucket, ready for ApplySplit.
-type Split struct {
-	SplitRequest
+// ScannedBucket is a rescanned bucket, ready for ApplyRescan.
+type ScannedBucket struct {
+	Rescan
 	Pieces []Piece
 	// First and Last are the smallest and largest pk scanned (nil without
 	// rows): the vnode's when the bucket was its first or last.
 	First, Last []byte
 }
 
-// Split ends the scan.
-func (sc *SplitScan) Split() Split {
+// Finish ends the scan.
+func (sc *BucketScan) Finish() ScannedBucket {
 	sc.acc.finish()
 	var last []byte
 	if sc.acc.first != nil {
 		last = slices.Clone(sc.acc.last)
 	}
-	return Split{SplitRequest: sc.r, Pieces: sc.acc.pieces, First: sc.acc.first, Last: last}
+	return ScannedBucket{Rescan: sc.r, Pieces: sc.acc.pieces, First: sc.acc.first, Last: last}
 }
 
-// ApplySplit replaces the bucket [Lower, Upper) by the scanned pieces,
+// ApplyRescan replaces the bucket [Lower, Upper) by the scanned pieces,
 // whose counts are exact at the committed epoch, and sets the vnode's
 // minPK and maxPK from the scan when the bucket was the first or the last.
 // Publishes a new snapshot and marks the buckets for persistence.
-func (s *LiveState) ApplySplit(sp Split) error {
-	r, pieces := sp.SplitRequest, sp.Pieces
+func (s *LiveState) ApplyRescan(sp ScannedBucket) error {
+	r, pieces := sp.Rescan, sp.Pieces
 	if len(pieces) == 0 || !bytes.Equal(pieces[0].Lower, r.Lower) {
-		return errors.AssertionFailedf("split of table %d vnode %d must start at its lower bound", r.Table, r.Vnode)
+		return errors.AssertionFailedf("rescan of table %d vnode %d must start at its lower bound", r.Table, r.Vnode)
 	}
 	b := s.Begin()
 	v, err := b.vnode(r.Table, r.Vnode)
@@ -1368,14 +1408,14 @@ func (s *LiveState) ApplySplit(sp Split) error {
 	}
 	i := v.find(r.Lower)
 	if !bytes.Equal(v.buckets[i].lower, r.Lower) {
-		return errors.AssertionFailedf("split of a bucket that no longer exists")
+		return errors.AssertionFailedf("rescan of a bucket that no longer exists")
 	}
 	old := v.buckets[i].LiveCounts
 	repl := make([]bucket, len(pieces))
 	var sum LiveCounts
 	for j, p := range pieces {
-		repl[j] = bucket{lower: slices.Clone(p.Lower), LiveCounts: p.LiveCounts, lowerLive: p.LowerLive && i+j > 0,
-			calibrated: p.Calibrated, offset: p.Offset}
+		repl[j] = bucket{lower: slices.Clone(p.Lower), LiveCounts: p.LiveCounts, lowerLive: p.LowerLive && i+j > 0}
+		repl[j].calibrate(p)
 		if j == 0 {
 			repl[j].lower = v.buckets[i].lower
 		}
@@ -1461,7 +1501,7 @@ func (sc *VnodeScan) Recount() VnodeRecount {
 // with the lower bounds of its buckets (the first is nil) and must scan the
 // vnode at the committed epoch (NewVnodeScan); the caller holds commits off
 // until the batch is published. Nothing is visible until Publish;
-// MetaEntries persist the buckets that changed, Normalize and Oversized
+// MetaEntries persist the buckets that changed, Normalize and Rescans
 // apply as after a commit.
 func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byte) (VnodeRecount, error)) (*LiveBatch, error) {
 	b := s.Begin()
@@ -1500,8 +1540,9 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 			// (unless it has none): a recount of exact statistics changes
 			// nothing.
 			bk := &v.buckets[i]
-			if bk.LiveCounts != c.LiveCounts || bk.lowerLive != (c.LowerLive && i > 0) || !bk.calibrated && c.Calibrated {
-				bk.LiveCounts, bk.lowerLive, bk.calibrated, bk.offset = c.LiveCounts, c.LowerLive && i > 0, c.Calibrated, c.Offset
+			if bk.LiveCounts != c.LiveCounts || bk.lowerLive != (c.LowerLive && i > 0) || bk.scanned == 0 && c.Calibrated {
+				bk.LiveCounts, bk.lowerLive = c.LiveCounts, c.LowerLive && i > 0
+				bk.calibrate(c)
 				b.touched[bucketID{table: table, vnode: vn, lower: string(bk.lower), first: i == 0}] = struct{}{}
 			}
 		}
@@ -1529,15 +1570,15 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 //	live/<table u32 BE><vnode u16 BE>\x00              first bucket of a vnode:
 //	                                                     rows, bytes (zigzag varints),
 //	                                                     min pk, max pk (uvarint length + bytes),
-//	                                                     [flags u8, [offset f32 BE]]
+//	                                                     [flags u8, [offset f32 BE, scanned uvarint]]
 //	live/<table u32 BE><vnode u16 BE>\x01<lower pk>   other buckets: rows, bytes,
-//	                                                     [flags u8, [offset f32 BE]]
+//	                                                     [flags u8, [offset f32 BE, scanned uvarint]]
 //	live_est/<table u32 BE>                            present (value 1) while the
 //	                                                     table's counts may contain estimates
 //
 // The flags (lower bound live, calibrated, min pk live, max pk live) and
-// the calibration offset, present when the calibrated flag is, were added
-// after the first format: a value without them loads with every flag clear
+// the calibration (offset, and the rows it was measured on), present when
+// the calibrated flag is, were added after the first format: a value without them loads with every flag clear
 // (the bounds then count no anchor row, the estimate uses the uniform
 // model), and an older reader ignores them.
 const (
@@ -1663,14 +1704,18 @@ func (s *LiveState) Load(key, value []byte) error {
 			return bad("flags")
 		}
 		if flags&flagCalibrated != 0 {
-			if len(value) != 4 {
+			if len(value) < 4 {
 				return bad("offset")
 			}
 			off := math.Float32frombits(binary.BigEndian.Uint32(value))
 			if math.IsNaN(float64(off)) || math.IsInf(float64(off), 0) {
 				return bad("offset")
 			}
-			bk.calibrated, bk.offset, value = true, off, value[4:]
+			scanned, n := binary.Uvarint(value[4:])
+			if n <= 0 || scanned == 0 || scanned > math.MaxUint32 {
+				return bad("scanned rows")
+			}
+			bk.offset, bk.scanned, value = off, uint32(scanned), value[4+n:]
 		}
 		if len(value) != 0 {
 			return bad("trailing bytes")

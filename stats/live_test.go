@@ -46,12 +46,12 @@ func (m liveModel) rows(vnode uint16, lo, hi []byte) []string {
 }
 
 // split plays the store's part: scan the model for the bucket's rows.
-func (m liveModel) split(r SplitRequest) Split {
-	sc := NewSplitScan(r)
+func (m liveModel) split(r Rescan) ScannedBucket {
+	sc := NewBucketScan(r)
 	for _, pk := range m.rows(r.Vnode, r.Lower, r.Upper) {
 		sc.Add([]byte(pk), m[r.Vnode][pk])
 	}
-	return sc.Split()
+	return sc.Finish()
 }
 
 // recount plays the store's part in a recount: scan the model's vnode.
@@ -129,8 +129,8 @@ func TestLiveRandom(t *testing.T) {
 			}
 		}
 		b.Publish()
-		for _, req := range b.Oversized() {
-			require.NoError(t, s.ApplySplit(m.split(req)))
+		for _, req := range b.Rescans() {
+			require.NoError(t, s.ApplyRescan(m.split(req)))
 		}
 		l := s.Current()
 		for v := uint16(0); v < vnodes; v++ {
@@ -262,8 +262,8 @@ func TestLivePartition(t *testing.T) {
 	}
 	b.Normalize()
 	b.Publish()
-	for _, req := range b.Oversized() {
-		require.NoError(t, s.ApplySplit(m.split(req)))
+	for _, req := range b.Rescans() {
+		require.NoError(t, s.ApplyRescan(m.split(req)))
 	}
 	all := roaring.New()
 	all.AddRange(0, vnodes)
@@ -346,8 +346,8 @@ func TestLiveRecount(t *testing.T) {
 		b.Normalize()
 		persist(b)
 		b.Publish()
-		for _, req := range b.Oversized() {
-			require.NoError(t, s.ApplySplit(m.split(req)))
+		for _, req := range b.Rescans() {
+			require.NoError(t, s.ApplyRescan(m.split(req)))
 		}
 	}
 	l := s.Current()
@@ -369,8 +369,8 @@ func TestLiveRecount(t *testing.T) {
 	b.Normalize()
 	persist(b)
 	b.Publish()
-	for _, req := range b.Oversized() {
-		require.NoError(t, s.ApplySplit(m.split(req)))
+	for _, req := range b.Rescans() {
+		require.NoError(t, s.ApplyRescan(m.split(req)))
 	}
 	l = s.Current()
 	require.False(t, l.ContainsEstimates(table))
