@@ -91,7 +91,7 @@ func TestCursorBias(t *testing.T) {
 					for _, pk := range vr[lo:hi] {
 						sc.Add([]byte(pk), 100)
 					}
-					require.NoError(t, s.ApplyRescan(sc.Finish()))
+					require.NoError(t, s.ApplyRescans([]ScannedBucket{sc.Finish()}))
 				}
 			}
 			l := s.Current()

@@ -73,34 +73,32 @@
 //     inclusive end (RangeQuery.HiInclusive). Interpolating a pk between
 //     its bucket's anchors counts the rows below it; the row at the cursor
 //     itself must be counted too. Leaving it out, as [nil, cursor+0x00)
-//     does, made every vnode in progress one row short: 2.6 pp of a
-//     10k-row table in 256 vnodes, 10 pp in 4096.
+//     does, makes every vnode in progress one row short, and the figure
+//     trails the truth by as many rows as the job has vnodes in progress.
 //   - Where a bucket's rows spread evenly between its anchors (hashed and
 //     sequential keys) n·position(cursor) + 1 is unbiased. Where they do not
 //     — the children of one parent share the bytes that tell the anchors
 //     apart and sit at one position, a category or a source puts all its
 //     rows at one, string keys bunch in their alphabet — a fixed +1 is
-//     biased, and the bias is the same in every vnode. So each bucket is
-//     calibrated when a scan sees its rows (a split, a recount): its offset
-//     δ is the mean, over its rows, of the rows at or below each row minus
-//     n·position(row). For a cursor at a random row of the bucket the
-//     estimate n·position(cursor) + δ is then unbiased as of the scan, and
-//     stays so while rows come and go evenly over the bucket. They may not
-//     (a hot value of a pk's first column takes most inserts), so a bucket
-//     is rescanned after the commit in which its rows grew or shrank by
-//     half since its calibration, in which an anchor row it was calibrated
-//     with died, or which merged it with a neighbour: each row is scanned
-//     O(log growth) times, as by splits. An exclusive end, which is not a
-//     row, takes half a row less: a point between two rows lies on average
-//     half a row past the earlier one.
+//     biased, and the bias is the same in every vnode. So each bucket
+//     carries its calibration: the sums, over its rows, of rank −
+//     n·position (rank counts the bucket's rows at or below the row) and of
+//     position. A scan sets them (a split, a recount), and every insert and
+//     delete after it updates them exactly in O(1): the change depends only
+//     on the position of the row (bucket.insert). The offset δ is the mean
+//     residual over the rows that are not anchors, and for a cursor at a
+//     random row of the bucket n·position(cursor) + δ is unbiased, however
+//     unevenly rows have come and gone since the scan. Only a change of the
+//     anchors themselves — a merge, a new smallest or largest pk of the
+//     vnode — needs a rescan, after the commit. An exclusive end, which is
+//     not a row, takes half a row less: a point between two rows lies on
+//     average half a row past the earlier one.
 //   - The unbiased estimate is not clamped into its bounds: where the truth
 //     sits at a bound (a cursor at the last row of its bucket), an estimate
-//     held inside them can only err one way, and a bucket's top row would
-//     bias every vnode by a fraction of a row (-0.08 rows per vnode in
-//     progress, on 400k rows in 4096 vnodes, before this was found).
-//     RowEstimate.Mean is that estimate, which sums over vnodes must add;
-//     RowEstimate.Rows is Mean held within [Lower, Upper], for one range on
-//     its own.
+//     held inside them can only err one way, and every bucket's top row
+//     would bias every vnode by a fraction of a row. RowEstimate.Mean is
+//     that estimate, which sums over vnodes must add; RowEstimate.Rows is
+//     Mean held within [Lower, Upper], for one range on its own.
 //
 // TestCursorBias measures the bias per cursor on parent-child and hashed
 // pks, and the accuracy matrix of package bench measures a backfill's

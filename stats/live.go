@@ -23,8 +23,9 @@ package stats
 //
 // Bucket sizes follow the vnode: a bucket splits when it holds more than
 // splitLimit rows — max(MinSplitRows, rows(vnode)/SplitDivisor,
-// rows(table)/TableBucketBudget) — and neighbours merge when together they
-// hold less than half of that, or when one is empty. A split needs the
+// rows(table)/TableBucketBudget) — and a bucket merges into its left
+// neighbour when it is empty or the two together hold less than half of
+// that. A split needs the
 // exact count of each piece, which the store gets by scanning the bucket's
 // rows once after the commit that made it too big (BucketScan, which also
 // calibrates each piece); each row is scanned O(log growth) times over the
@@ -81,49 +82,97 @@ type bucket struct {
 	// lowerLive says that lower is the pk of a live row (always false for
 	// the first bucket, whose smallest pk is the vnode's minPK hint).
 	lowerLive bool
-	// offset is the bucket's calibration (see calibrate), measured by the
-	// last scan of its rows, and scanned how many rows the bucket held
-	// then; 0 if no scan calibrated it, or if an anchor row it was
-	// calibrated with has died since (the estimate then uses the uniform
-	// model's offset). A bucket whose rows drifted from scanned by half is
-	// rescanned after the commit (Rescans).
-	offset  float32
-	scanned uint32
+	// calibrated says that sumResid and sumPos hold, for the bucket's
+	// current rows, the sums of rank − n·position and of position, where
+	// rank counts the bucket's rows at or below a row, n is its rows and
+	// position is where the row lies between the bucket's anchors (see
+	// calibrate). A scan of the rows sets them; every insert and delete
+	// after it updates them exactly, as their change depends on the
+	// position of the row alone. Without them (no scan yet, a merge, an end
+	// bucket whose anchor moved) the bucket is rescanned after the commit,
+	// and estimates use the uniform model until then.
+	calibrated       bool
+	sumResid, sumPos float64
 }
 
-// aux packs the per-bucket facts a query reads beside the prefix sums: the
-// flags in the low bits, the calibration offset's float32 bits in the high
-// half.
-func (b *bucket) aux() uint64 {
+// offset returns the calibration offset of a bucket's estimates: the mean
+// of rank − n·position over its rows that are not anchors (the live lower
+// bound has rank 1 at position 0, the last bucket's live maxPK rank n at
+// position 1: residuals 1 and 0). loLive and hiLive say whether the
+// anchors are live rows of the bucket.
+func (b *bucket) offset(loLive, hiLive bool) (float64, bool) {
+	m := b.Rows - b2i(loLive) - b2i(hiLive)
+	if !b.calibrated || m <= 0 {
+		return 0, false
+	}
+	return (b.sumResid - float64(b2i(loLive))) / float64(m), true
+}
+
+// insert updates the calibration for a row inserted at position u. With n
+// rows before it and U the sum of their positions, the rows above the new
+// one rank one higher and every row's n·position grows by its position, so
+// the residuals change by n − U in all; the new row's own residual is its
+// rank minus (n+1)·u, and its rank plus the rows above it is n+1: the sum
+// of residuals grows by n − U + 1 − (n+1)·u, whichever rows are above it.
+func (b *bucket) insert(u float64) {
+	n := float64(max(b.Rows, 0))
+	b.sumResid += n - b.sumPos + 1 - (n+1)*u
+	b.sumPos += u
+}
+
+// remove updates the calibration for a row at position u deleted from
+// the bucket: the inverse of insert.
+func (b *bucket) remove(u float64) {
+	n := float64(max(b.Rows, 1))
+	b.sumPos -= u
+	b.sumResid -= (n - 1) - b.sumPos + 1 - n*u
+}
+
+// aux packs the per-bucket facts a query reads into the low auxBits of
+// the bucket's prefix sum (liveVnode.cum): the flags, and the calibration
+// offset as a signed fixed-point number of sixteenths of a row, held
+// within ±2¹³ rows.
+func (v *liveVnode) aux(i int) uint64 {
+	b := &v.buckets[i]
 	var a uint64
 	if b.lowerLive {
 		a |= auxLowerLive
 	}
-	if b.scanned > 0 {
-		a |= auxCalibrated | uint64(math.Float32bits(b.offset))<<32
+	loLive, hiLive := b.lowerLive, false
+	if i == 0 {
+		loLive = v.minLive
+	}
+	if i == len(v.buckets)-1 {
+		hiLive = v.maxLive
+	}
+	if off, ok := b.offset(loLive, hiLive); ok {
+		q := int64(math.Round(off * auxOffsetUnit))
+		q = min(max(q, -1<<(auxOffsetBits-1)), 1<<(auxOffsetBits-1)-1)
+		a |= auxCalibrated | uint64(q)&(1<<auxOffsetBits-1)<<2
 	}
 	return a
 }
 
-// stale reports whether the bucket must be rescanned to be calibrated
-// again: it has rows and no calibration, or its rows grew or shrank by
-// half since it was calibrated. Rows that come and go unevenly (a hot
-// value of a pk's first column taking most of the inserts) change the
-// shape a calibration measured; a rescan at every 1.5× change costs each
-// row O(log growth) scans, as splits do.
-func (b *bucket) stale() bool {
-	n := b.Rows
-	if n <= 0 {
-		return false
-	}
-	s := int64(b.scanned)
-	return s == 0 || 2*n > 3*s || 3*n < 2*s
+// auxOffset returns the calibration offset in an aux, in rows.
+func auxOffset(a uint64) float64 {
+	off := int64(a<<(64-auxBits)) >> (64 - auxOffsetBits) // sign-extended
+	return float64(off) / auxOffsetUnit
 }
 
 const (
 	auxLowerLive  = 1 << 0
 	auxCalibrated = 1 << 1
+	// auxBits are the low bits of each prefix sum that hold its bucket's
+	// aux: two flags and the offset's auxOffsetBits.
+	auxBits       = 20
+	auxOffsetBits = auxBits - 2
+	auxOffsetUnit = 16
+	auxMask       = 1<<auxBits - 1
 )
+
+// stale reports whether the bucket must be rescanned to be calibrated
+// again: it has rows but no calibration.
+func (b *bucket) stale() bool { return b.Rows > 0 && !b.calibrated }
 
 // key8 returns b's first 8 bytes as a big-endian integer, zero-padded. When
 // key8(a) != key8(b) their order is that of a and b: they differ within
@@ -156,12 +205,12 @@ type liveVnode struct {
 	// until its bounds change or it is sealed, so it is never written in
 	// place.
 	keys []uint64
-	// cum holds, for bucket i, the live rows of the buckets before it
-	// (cum[2i], int64 bits) and its aux (cum[2i+1]), and at cum[2n] the
-	// vnode's rows: a query reads both facts of its bucket, and the next
-	// bucket's sum, from one or two cache lines. seal puts it in one
-	// allocation with a copy of keys when a batch publishes the vnode. Nil
-	// while the vnode is being changed.
+	// cum[i] is the live rows of the buckets before bucket i, for i up to
+	// len(buckets), shifted left by auxBits, with bucket i's aux in the
+	// low bits (int64 bits: unchecked writers may leave counts negative):
+	// a query reads both from one word. seal puts it in one allocation with
+	// a copy of keys when a batch publishes the vnode. Nil while the vnode
+	// is being changed.
 	cum []uint64
 	// minKey and maxKey are key8 of minPK and maxPK.
 	minKey, maxKey uint64
@@ -203,21 +252,20 @@ func (v *liveVnode) appendBucket(b bucket) {
 }
 
 // seal builds the index of a vnode about to be published: a copy of its
-// keys, and the prefix sums of its rows beside each bucket's aux, in one
+// keys and the prefix sums of its rows with each bucket's aux, in one
 // allocation.
 func (v *liveVnode) seal() {
 	n := len(v.buckets)
-	index := make([]uint64, 3*n+1)
+	index := make([]uint64, 2*n+1)
 	copy(index, v.keys)
-	cum := index[n:]
 	var sum int64
 	for i := range v.buckets {
 		b := &v.buckets[i]
-		cum[2*i], cum[2*i+1] = uint64(sum), b.aux()
+		index[n+i] = uint64(sum<<auxBits) | v.aux(i)
 		sum += b.Rows
 	}
-	cum[2*n] = uint64(sum)
-	v.keys, v.cum = index[:n:n], cum
+	index[2*n] = uint64(sum << auxBits)
+	v.keys, v.cum = index[:n:n], index[n:]
 }
 
 // setHints sets the smallest and largest pk hints.
@@ -240,12 +288,13 @@ func (v *liveVnode) above(i int, pk []byte, k uint64) bool {
 // itself, and bucket i's aux.
 func (v *liveVnode) rows(i int) (before, in int64, aux uint64) {
 	if v.cum != nil {
-		return int64(v.cum[2*i]), int64(v.cum[2*i+2] - v.cum[2*i]), v.cum[2*i+1]
+		c, next := int64(v.cum[i])>>auxBits, int64(v.cum[i+1])>>auxBits
+		return c, next - c, v.cum[i] & auxMask
 	}
 	for _, b := range v.buckets[:i] {
 		before += b.Rows
 	}
-	return before, v.buckets[i].Rows, v.buckets[i].aux()
+	return before, v.buckets[i].Rows, v.aux(i)
 }
 
 type liveTable struct {
@@ -649,7 +698,7 @@ func (p *probe) cumulative() cumBound {
 	}
 	offset := 0.5 * float64(1+b2i(loLive)-b2i(hiLive)) // the uniform model's
 	if p.aux&auxCalibrated != 0 {
-		offset = float64(math.Float32frombits(uint32(p.aux >> 32)))
+		offset = auxOffset(p.aux)
 	}
 	if !p.through {
 		offset -= 0.5
@@ -798,7 +847,8 @@ func (l *Live) Partition(table uint32, vnodes *roaring.Bitmap, n int) []ScanRang
 
 // ---- Mutation --------------------------------------------------------------
 
-// BucketKey identifies a bucket for persistence.
+// bucketID identifies a bucket (or, with lower == estimatesMarker, a
+// table's estimates marker) whose metadata entry a batch must rewrite.
 type bucketID struct {
 	table uint32
 	vnode uint16
@@ -948,12 +998,17 @@ func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, l
 	}
 	b.last, b.lastIdx = k, i
 	bk := &v.buckets[i]
+	if bk.calibrated && d.Rows != 0 {
+		switch u := v.fraction(i, pk, pkKey); {
+		case d.Rows > 0:
+			bk.insert(u)
+		default:
+			bk.remove(u)
+		}
+	}
 	bk.LiveCounts = bk.Add(d)
 	if i > 0 && v.keys[i] == pkKey && bk.lowerLive != live && bytes.Equal(bk.lower, pk) {
 		bk.lowerLive = live
-		if !live {
-			bk.scanned = 0 // calibrated with its lower bound's row
-		}
 	}
 	v.total = v.total.Add(d)
 	t := b.tables[table]
@@ -962,20 +1017,24 @@ func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, l
 		b.touched[bucketID{table: table, vnode: vnode, lower: string(lower), first: i == 0}] = struct{}{}
 		b.lastTouched, b.lastTouchedLow, b.haveTouched = k, lower, true
 	}
-	minLive, maxLive := v.minLive, v.maxLive
+	minPK, maxPK := v.minPK, v.maxPK
 	if v.updateHints(pk, pkKey, live) {
 		b.touched[bucketID{table: table, vnode: vnode, first: true}] = struct{}{}
-		// An end bucket calibrated with its anchor's row must be rescanned
-		// when the row dies (the rescan also moves the anchor to the
-		// vnode's actual smallest or largest live pk).
-		if minLive && !v.minLive {
-			v.buckets[0].scanned = 0
+		// An end bucket whose anchor moved out to a new row has its rows at
+		// other positions: it is rescanned.
+		if !sameSlice(minPK, v.minPK) {
+			v.buckets[0].calibrated = false
 		}
-		if maxLive && !v.maxLive {
-			v.buckets[len(v.buckets)-1].scanned = 0
+		if !sameSlice(maxPK, v.maxPK) {
+			v.buckets[len(v.buckets)-1].calibrated = false
 		}
 	}
 	return nil
+}
+
+// sameSlice reports whether a and b are the same slice (not only equal).
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // updateHints keeps minPK and maxPK and their flags current with an op on
@@ -1085,13 +1144,13 @@ func (l *Live) metaEntry(id bucketID) MetaEntry {
 	if b.lowerLive {
 		flags |= flagLowerLive
 	}
-	if b.scanned > 0 {
+	if b.calibrated {
 		flags |= flagCalibrated
 	}
 	val = append(val, flags)
-	if b.scanned > 0 {
-		val = binary.BigEndian.AppendUint32(val, math.Float32bits(b.offset))
-		val = binary.AppendUvarint(val, uint64(b.scanned))
+	if b.calibrated {
+		val = binary.BigEndian.AppendUint64(val, math.Float64bits(b.sumResid))
+		val = binary.BigEndian.AppendUint64(val, math.Float64bits(b.sumPos))
 	}
 	return MetaEntry{Key: key, Value: val}
 }
@@ -1130,10 +1189,7 @@ func (b *LiveBatch) Normalize() {
 
 // calibrate takes the calibration of a scanned piece of the bucket's rows.
 func (b *bucket) calibrate(p Piece) {
-	b.offset, b.scanned = 0, 0
-	if p.Calibrated {
-		b.offset, b.scanned = p.Offset, uint32(min(p.Rows, math.MaxUint32))
-	}
+	b.calibrated, b.sumResid, b.sumPos = p.Calibrated, p.SumResid, p.SumPos
 }
 
 // merge adds the rows of o, the next bucket, to b. The merged bucket spans
@@ -1141,7 +1197,7 @@ func (b *bucket) calibrate(p Piece) {
 // of either measured: it is rescanned after the commit.
 func (b *bucket) merge(o bucket) {
 	b.LiveCounts = b.Add(o.LiveCounts)
-	b.offset, b.scanned = 0, 0
+	b.calibrate(Piece{})
 }
 
 // splitLimit is the most rows a bucket of a vnode may hold: 1/SplitDivisor
@@ -1246,9 +1302,9 @@ func sortRescans(out []Rescan) {
 type Piece struct {
 	Lower []byte
 	LiveCounts
-	LowerLive  bool
-	Calibrated bool
-	Offset     float32
+	LowerLive        bool
+	Calibrated       bool
+	SumResid, SumPos float64
 }
 
 // scanAcc accumulates a scan of consecutive pieces of one vnode, its rows
@@ -1268,7 +1324,7 @@ type scanAcc struct {
 
 func (a *scanAcc) open(lower []byte) {
 	if len(a.pieces) > 0 {
-		a.close(lower, false)
+		a.close(lower)
 	}
 	a.pieces = append(a.pieces, Piece{Lower: lower})
 }
@@ -1288,32 +1344,34 @@ func (a *scanAcc) add(pk []byte, rowBytes int64) {
 	a.last = append(a.last[:0], pk...)
 }
 
-// close finishes the open piece, whose upper anchor is hi, inclusive
-// when it is the scan's last row.
-func (a *scanAcc) close(hi []byte, hiInclusive bool) {
+// close finishes the open piece, whose upper anchor is hi.
+func (a *scanAcc) close(hi []byte) {
 	p := &a.pieces[len(a.pieces)-1]
 	lo := p.Lower
 	if lo == nil {
 		lo = a.first // the first bucket's anchor: the vnode's smallest pk
 	}
 	if p.Rows > 0 {
-		p.Offset, p.Calibrated = calibrate(lo, hi, hiInclusive, a.arena, a.ends), true
+		p.SumResid, p.SumPos = calibrate(lo, hi, a.arena, a.ends)
+		p.Calibrated = true
 	}
 	a.arena, a.ends = a.arena[:0], a.ends[:0]
 }
 
 func (a *scanAcc) finish() {
 	if a.upper != nil {
-		a.close(a.upper, false)
+		a.close(a.upper)
 	} else {
-		a.close(a.last, true)
+		a.close(a.last) // the vnode's largest pk, a row of the piece
 	}
 }
 
-// calibrate returns the offset of a bucket's estimates: the mean, over its
-// n rows (pks in arena, cut at ends), of the rows at or below each row
-// minus n·position(row) between the bucket's anchors lo and hi. Rows at an
-// anchor are counted exactly by a query and take no part.
+// calibrate returns, for a bucket's rows (pks in arena, cut at ends) between
+// the bucket's anchors lo and hi, the sum of rank − n·position and the sum
+// of position over them: rank counts the rows at or below a row, n is the
+// rows. The mean residual over the rows that are not anchors is the offset
+// of the bucket's estimates (bucket.offset), and both sums follow inserts
+// and deletes exactly (bucket.insert, bucket.remove).
 //
 // Interpolation in a bucket assumes its rows spread evenly between its
 // anchors. Where they do (hashed or sequential keys), the j-th row sits on
@@ -1327,26 +1385,18 @@ func (a *scanAcc) finish() {
 // parent, all the rows of a category) sit at one position, and the offset
 // adds, on average, the part of such a group that a cursor inside it has
 // passed. The estimates of cursors spread over the bucket's rows are then
-// unbiased as of the scan, and stay so while rows come and go evenly:
-// their errors cancel across vnodes instead of adding up.
-func calibrate(lo, hi []byte, hiInclusive bool, arena []byte, ends []int) float32 {
+// unbiased, whichever rows come and go: their errors cancel across vnodes
+// instead of adding up.
+func calibrate(lo, hi, arena []byte, ends []int) (sumResid, sumPos float64) {
 	n := float64(len(ends))
-	var sum float64
-	var m int
 	start := 0
 	for j, end := range ends {
-		pk := arena[start:end]
+		u := position(lo, arena[start:end], hi)
 		start = end
-		if bytes.Equal(pk, lo) || hiInclusive && bytes.Equal(pk, hi) {
-			continue // counted exactly
-		}
-		sum += float64(j+1) - n*position(lo, pk, hi)
-		m++
+		sumResid += float64(j+1) - n*u
+		sumPos += u
 	}
-	if m == 0 {
-		return 1 // no row is estimated
-	}
-	return float32(sum / float64(m))
+	return sumResid, sumPos
 }
 
 // BucketScan builds the pieces of a rescanned bucket from its rows at the
@@ -1392,16 +1442,31 @@ func (sc *BucketScan) Finish() ScannedBucket {
 	return ScannedBucket{Rescan: sc.r, Pieces: sc.acc.pieces, First: sc.acc.first, Last: last}
 }
 
-// ApplyRescan replaces the bucket [Lower, Upper) by the scanned pieces,
-// whose counts are exact at the committed epoch, and sets the vnode's
-// minPK and maxPK from the scan when the bucket was the first or the last.
-// Publishes a new snapshot and marks the buckets for persistence.
-func (s *LiveState) ApplyRescan(sp ScannedBucket) error {
-	r, pieces := sp.Rescan, sp.Pieces
+// ApplyRescans replaces each rescanned bucket [Lower, Upper) by its
+// scanned pieces, whose counts are exact at the committed epoch, and sets
+// the vnode's minPK and maxPK from the scan when the bucket was the first
+// or the last. Publishes one new snapshot and marks the buckets for
+// persistence. A bucket that no longer exists is an error, and nothing is
+// applied.
+func (s *LiveState) ApplyRescans(sbs []ScannedBucket) error {
+	b := s.Begin()
+	for _, sb := range sbs {
+		if err := b.applyRescan(sb); err != nil {
+			return err
+		}
+	}
+	b.publish()
+	for id := range b.touched {
+		s.dirty[id] = struct{}{}
+	}
+	return nil
+}
+
+func (b *LiveBatch) applyRescan(sb ScannedBucket) error {
+	r, pieces := sb.Rescan, sb.Pieces
 	if len(pieces) == 0 || !bytes.Equal(pieces[0].Lower, r.Lower) {
 		return errors.AssertionFailedf("rescan of table %d vnode %d must start at its lower bound", r.Table, r.Vnode)
 	}
-	b := s.Begin()
 	v, err := b.vnode(r.Table, r.Vnode)
 	if err != nil {
 		return err
@@ -1423,16 +1488,20 @@ func (s *LiveState) ApplyRescan(sp ScannedBucket) error {
 		b.touched[bucketID{table: r.Table, vnode: r.Vnode, lower: string(repl[j].lower), first: i == 0 && j == 0}] = struct{}{}
 	}
 	last := i == len(v.buckets)-1
-	v.setBuckets(slices.Concat(v.buckets[:i], repl, v.buckets[i+1:]))
+	if len(repl) == 1 {
+		v.buckets[i] = repl[0] // the bounds are the same
+	} else {
+		v.setBuckets(slices.Concat(v.buckets[:i], repl, v.buckets[i+1:]))
+	}
 	// The scan saw the smallest and largest live pk of a first and a last
 	// bucket: the anchors become exact.
-	if sp.First != nil && (i == 0 || last) {
+	if sb.First != nil && (i == 0 || last) {
 		minPK, maxPK, minLive, maxLive := v.minPK, v.maxPK, v.minLive, v.maxLive
 		if i == 0 {
-			minPK, minLive = sp.First, true
+			minPK, minLive = sb.First, true
 		}
 		if last {
-			maxPK, maxLive = sp.Last, true
+			maxPK, maxLive = sb.Last, true
 		}
 		v.setHints(minPK, maxPK)
 		v.minLive, v.maxLive = minLive, maxLive
@@ -1442,10 +1511,6 @@ func (s *LiveState) ApplyRescan(sp ScannedBucket) error {
 	d := LiveCounts{Rows: sum.Rows - old.Rows, Bytes: sum.Bytes - old.Bytes}
 	v.total = v.total.Add(d)
 	b.tables[r.Table].total = b.tables[r.Table].total.Add(d)
-	b.publish()
-	for id := range b.touched {
-		s.dirty[id] = struct{}{}
-	}
 	return nil
 }
 
@@ -1540,7 +1605,7 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 			// (unless it has none): a recount of exact statistics changes
 			// nothing.
 			bk := &v.buckets[i]
-			if bk.LiveCounts != c.LiveCounts || bk.lowerLive != (c.LowerLive && i > 0) || bk.scanned == 0 && c.Calibrated {
+			if bk.LiveCounts != c.LiveCounts || bk.lowerLive != (c.LowerLive && i > 0) || !bk.calibrated && c.Calibrated {
 				bk.LiveCounts, bk.lowerLive = c.LiveCounts, c.LowerLive && i > 0
 				bk.calibrate(c)
 				b.touched[bucketID{table: table, vnode: vn, lower: string(bk.lower), first: i == 0}] = struct{}{}
@@ -1570,15 +1635,16 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 //	live/<table u32 BE><vnode u16 BE>\x00              first bucket of a vnode:
 //	                                                     rows, bytes (zigzag varints),
 //	                                                     min pk, max pk (uvarint length + bytes),
-//	                                                     [flags u8, [offset f32 BE, scanned uvarint]]
+//	                                                     [flags u8, [calibration]]
 //	live/<table u32 BE><vnode u16 BE>\x01<lower pk>   other buckets: rows, bytes,
-//	                                                     [flags u8, [offset f32 BE, scanned uvarint]]
+//	                                                     [flags u8, [calibration]]
+//	calibration: sum of residuals f64 BE, sum of positions f64 BE
 //	live_est/<table u32 BE>                            present (value 1) while the
 //	                                                     table's counts may contain estimates
 //
 // The flags (lower bound live, calibrated, min pk live, max pk live) and
-// the calibration (offset, and the rows it was measured on), present when
-// the calibrated flag is, were added after the first format: a value without them loads with every flag clear
+// the calibration (see bucket), present when the calibrated flag is, were
+// added after the first format: a value without them loads with every flag clear
 // (the bounds then count no anchor row, the estimate uses the uniform
 // model), and an older reader ignores them.
 const (
@@ -1704,18 +1770,15 @@ func (s *LiveState) Load(key, value []byte) error {
 			return bad("flags")
 		}
 		if flags&flagCalibrated != 0 {
-			if len(value) < 4 {
-				return bad("offset")
+			if len(value) < 16 {
+				return bad("calibration")
 			}
-			off := math.Float32frombits(binary.BigEndian.Uint32(value))
-			if math.IsNaN(float64(off)) || math.IsInf(float64(off), 0) {
-				return bad("offset")
+			resid := math.Float64frombits(binary.BigEndian.Uint64(value))
+			pos := math.Float64frombits(binary.BigEndian.Uint64(value[8:]))
+			if math.IsNaN(resid) || math.IsInf(resid, 0) || math.IsNaN(pos) || math.IsInf(pos, 0) {
+				return bad("calibration")
 			}
-			scanned, n := binary.Uvarint(value[4:])
-			if n <= 0 || scanned == 0 || scanned > math.MaxUint32 {
-				return bad("scanned rows")
-			}
-			bk.offset, bk.scanned, value = off, uint32(scanned), value[4+n:]
+			bk.calibrated, bk.sumResid, bk.sumPos, value = true, resid, pos, value[16:]
 		}
 		if len(value) != 0 {
 			return bad("trailing bytes")

@@ -130,7 +130,7 @@ func TestLiveRandom(t *testing.T) {
 		}
 		b.Publish()
 		for _, req := range b.Rescans() {
-			require.NoError(t, s.ApplyRescan(m.split(req)))
+			require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
 		}
 		l := s.Current()
 		for v := uint16(0); v < vnodes; v++ {
@@ -229,17 +229,17 @@ func livePK(n int) []byte {
 func requireIndexed(t *testing.T, v *liveVnode) {
 	t.Helper()
 	require.Len(t, v.keys, len(v.buckets))
-	require.Len(t, v.cum, 2*len(v.buckets)+1)
+	require.Len(t, v.cum, len(v.buckets)+1)
 	var sum int64
 	for i, b := range v.buckets {
 		require.Equal(t, key8(b.lower), v.keys[i], "key of bucket %d", i)
 		before, rows, aux := v.rows(i)
 		require.Equal(t, sum, before, "rows before bucket %d", i)
 		require.Equal(t, b.Rows, rows, "rows of bucket %d", i)
-		require.Equal(t, b.aux(), aux, "aux of bucket %d", i)
+		require.Equal(t, v.aux(i), aux, "aux of bucket %d", i)
 		sum += b.Rows
 	}
-	require.Equal(t, sum, int64(v.cum[2*len(v.buckets)]))
+	require.Equal(t, sum, int64(v.cum[len(v.buckets)])>>auxBits)
 	require.Equal(t, key8(v.minPK), v.minKey)
 	require.Equal(t, key8(v.maxPK), v.maxKey)
 }
@@ -263,7 +263,7 @@ func TestLivePartition(t *testing.T) {
 	b.Normalize()
 	b.Publish()
 	for _, req := range b.Rescans() {
-		require.NoError(t, s.ApplyRescan(m.split(req)))
+		require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
 	}
 	all := roaring.New()
 	all.AddRange(0, vnodes)
@@ -347,7 +347,7 @@ func TestLiveRecount(t *testing.T) {
 		persist(b)
 		b.Publish()
 		for _, req := range b.Rescans() {
-			require.NoError(t, s.ApplyRescan(m.split(req)))
+			require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
 		}
 	}
 	l := s.Current()
@@ -370,7 +370,7 @@ func TestLiveRecount(t *testing.T) {
 	persist(b)
 	b.Publish()
 	for _, req := range b.Rescans() {
-		require.NoError(t, s.ApplyRescan(m.split(req)))
+		require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
 	}
 	l = s.Current()
 	require.False(t, l.ContainsEstimates(table))
@@ -572,5 +572,90 @@ func TestFindSkewed(t *testing.T) {
 			want := sort.Search(len(bs), func(i int) bool { return i > 0 && bytes.Compare(bs[i].lower, x) > 0 }) - 1
 			require.Equal(t, want, v.find(x), "skew %d, %d buckets, x %x", skew, len(bs), x)
 		}
+	}
+}
+
+// TestAuxPacking: a bucket's flags and calibration offset ride in the low
+// bits of its prefix sum, and both come back out, negative sums (unchecked
+// writers' counts) and offsets beyond the packed range included.
+func TestAuxPacking(t *testing.T) {
+	r := physRand(t)
+	for range 10000 {
+		v := &liveVnode{minLive: r.IntN(2) == 0, maxLive: r.IntN(2) == 0}
+		bs := make([]bucket, 1+r.IntN(5))
+		for i := range bs {
+			bs[i] = bucket{LiveCounts: LiveCounts{Rows: int64(r.IntN(1<<20)) - 1<<10}, lowerLive: i > 0 && r.IntN(2) == 0}
+			if r.IntN(4) > 0 {
+				bs[i].calibrated = true
+				bs[i].sumResid = r.NormFloat64() * float64(int64(1)<<r.IntN(40))
+			}
+			if i > 0 {
+				bs[i].lower = []byte{byte(i)}
+			}
+		}
+		v.setBuckets(bs)
+		v.seal()
+		var sum int64
+		for i, b := range bs {
+			before, rows, aux := v.rows(i)
+			require.Equal(t, sum, before)
+			require.Equal(t, b.Rows, rows)
+			require.Equal(t, b.lowerLive, aux&auxLowerLive != 0)
+			loLive, hiLive := b.lowerLive, i == len(bs)-1 && v.maxLive
+			if i == 0 {
+				loLive = v.minLive
+			}
+			off, ok := b.offset(loLive, hiLive)
+			require.Equal(t, ok, aux&auxCalibrated != 0)
+			if ok {
+				lim := float64(int64(1)<<(auxOffsetBits-1)) / auxOffsetUnit
+				want := min(max(off, -lim), lim-1.0/auxOffsetUnit)
+				require.InDelta(t, want, auxOffset(aux), 0.5/auxOffsetUnit+1e-9, "offset %v", off)
+			}
+			sum += b.Rows
+		}
+	}
+}
+
+// TestCalibrationFollowsOps: the calibration sums that inserts and deletes
+// update equal those of a scan of the bucket's rows after them, whatever
+// the rows and their order.
+func TestCalibrationFollowsOps(t *testing.T) {
+	r := physRand(t)
+	for round := range 200 {
+		lo, hi := uint64(1000), uint64(1000+1+r.IntN(1<<20))
+		rows := map[uint64]bool{}
+		if r.IntN(2) == 0 {
+			rows[lo] = true // a live lower bound
+		}
+		pkOf := func(x uint64) []byte { return keys.AppendUint64(nil, x) }
+		scan := func() bucket {
+			var arena []byte
+			var ends []int
+			for _, x := range slices.Sorted(maps.Keys(rows)) {
+				arena = append(arena, pkOf(x)...)
+				ends = append(ends, len(arena))
+			}
+			b := bucket{LiveCounts: LiveCounts{Rows: int64(len(rows))}, calibrated: true}
+			b.sumResid, b.sumPos = calibrate(pkOf(lo), pkOf(hi), arena, ends)
+			return b
+		}
+		b := scan()
+		for range 1 + r.IntN(50) {
+			x := lo + uint64(r.IntN(int(hi-lo)))
+			u := position(pkOf(lo), pkOf(x), pkOf(hi))
+			if rows[x] {
+				b.remove(u)
+				b.Rows--
+				delete(rows, x)
+			} else {
+				b.insert(u)
+				b.Rows++
+				rows[x] = true
+			}
+		}
+		want := scan()
+		require.InDelta(t, want.sumPos, b.sumPos, 1e-6*float64(len(rows)+1), "round %d", round)
+		require.InDelta(t, want.sumResid, b.sumResid, 1e-6*float64(len(rows)+1)*float64(len(rows)+1), "round %d", round)
 	}
 }
