@@ -55,7 +55,9 @@
 // points under churn; the stats estimate costs under 0.13 ms of CPU per
 // checkpoint on average in every workload (the row-count one a few µs).
 //
-// The displayed figure is "%.2f%% (consumed/total)". It never decreases
+// The displayed figure is "%.2f%% [lower–upper] (consumed/total)", the
+// bounds there when the estimator gives them (an Accountant, as Stats is):
+// the sums of the vnodes' bounds, which hold the truth. It never decreases
 // within a job (its high-water mark is persisted and survives crashes and
 // rescale), is never 100% before the job finished, and is exactly 100% when
 // it has.

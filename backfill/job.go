@@ -84,8 +84,12 @@ type Record struct {
 	Truth    float64
 	Figures  []Figure
 	Finished bool
-	// Vnodes are the states the figures were computed from.
-	Vnodes []VnodeState
+	// Vnodes are the states the figures were computed from, and
+	// Estimates the accounts of the same vnodes by the first Accountant
+	// among the estimators (Stats by default): consumed rows, bounds, live
+	// rows.
+	Vnodes    []VnodeState
+	Estimates []VnodeEstimate
 	// VnodeErrMean and VnodeErrMax are the errors of the per-vnode
 	// estimates behind the stats figure (vnodes in progress), in percent of
 	// each vnode's live rows; zero without an oracle or the Stats
@@ -505,7 +509,8 @@ func (j *Job) progress(epoch uint64) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Truth: -1, Figures: p.Figures, Finished: p.Finished, Vnodes: p.Vnodes}
+	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Truth: -1, Figures: p.Figures, Finished: p.Finished,
+		Vnodes: p.Vnodes, Estimates: p.Estimates}
 	if p.Finished {
 		j.finished = true
 	}
@@ -525,8 +530,8 @@ func (j *Job) progress(epoch uint64) (Record, error) {
 			case v.Cursor != nil:
 				behind += b
 				// The stats estimator's own estimate of this vnode.
-				if t > 0 && p.VnodeConsumed != nil {
-					e := 100 * math.Abs(p.VnodeConsumed[i]-float64(b)) / float64(t)
+				if t > 0 && p.Estimates != nil {
+					e := 100 * math.Abs(p.Estimates[i].Consumed-float64(b)) / float64(t)
 					errSum += e
 					rec.VnodeErrMax = max(rec.VnodeErrMax, e)
 					n++
