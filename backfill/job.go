@@ -30,7 +30,8 @@ type Source interface {
 	BackfillStep() uint64
 }
 
-// Oracle knows the truth of design.md §6 at the committed epoch.
+// Oracle knows the truth (docs/design.md §7, "The truth") at the committed
+// epoch.
 type Oracle interface {
 	// Rows returns the live rows of a vnode with pk <= cursor (none for a
 	// nil cursor) and all its live rows.
@@ -80,7 +81,8 @@ type Record struct {
 	Barrier uint64
 	Epoch   uint64
 	Step    uint64
-	// Truth is design.md §6's truth in percent; -1 without an oracle.
+	// Truth is the truth (docs/design.md §7) in percent; -1 without an
+	// oracle.
 	Truth    float64
 	Figures  []Figure
 	Finished bool
