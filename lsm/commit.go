@@ -185,7 +185,7 @@ func (s *Store) writeData(out *output, bufs []*epochBuf, batch *stats.LiveBatch)
 		if p := key[:keys.Split(key)]; !bytes.Equal(p, prefix) {
 			prefix, live = append(prefix[:0], p...), k.Kind == keys.KindPut
 		}
-		if err := batch.Apply(k.Table, k.Vnode, k.PK, src.delta(len(k.PK)), live); err != nil {
+		if err := batch.Apply(stats.LiveDelta{Table: k.Table, Vnode: k.Vnode, PK: k.PK, LiveCounts: src.delta(len(k.PK)), Live: live}); err != nil {
 			return err
 		}
 		if src.next(); src.valid() {

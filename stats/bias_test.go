@@ -73,7 +73,7 @@ func TestCursorBias(t *testing.T) {
 					}
 					v := keys.Vnode(pk[:8], vnodes)
 					rows[v] = append(rows[v], string(pk))
-					require.NoError(t, b.Apply(table, v, pk, LiveCounts{1, 100}, true))
+					require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: v, PK: pk, LiveCounts: LiveCounts{1, 100}, Live: true}))
 				}
 				b.Normalize()
 				b.Publish()

@@ -49,7 +49,6 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
-	"github.com/lsmstats/lsmstats/keys"
 )
 
 const (
@@ -894,15 +893,23 @@ type LiveBatch struct {
 	tables  map[uint32]*liveTable // copied tables
 	vnodes  map[vkey]*liveVnode   // copied vnodes
 	touched map[bucketID]struct{}
-	// cursor: last bucket index used per vnode, for sorted input.
-	last    vkey
-	lastIdx int
-	// lastTouched is the bucket Apply last added to touched (its lower
-	// aliases the bucket's): sorted input touches each bucket many times in
-	// a row, and building the map key copies lower into a string.
-	lastTouched    vkey
-	lastTouchedLow []byte
-	haveTouched    bool
+	seq     sequential
+}
+
+// sequential remembers where the last delta of a batch landed. A commit
+// applies its deltas in (table, vnode, pk) order, so the next one lands in
+// the same bucket or a few after it, and touches it again.
+type sequential struct {
+	vnode vkey
+	// bucket is the index of the bucket of the last delta in vnode, -1 if
+	// none.
+	bucket int
+	// touchedLower is the lower bound of the bucket the batch last added
+	// to touched (it aliases the bucket's): building a touched key copies
+	// the bound into a string, which a run of deltas in one bucket skips.
+	touched      vkey
+	touchedLower []byte
+	haveTouched  bool
 }
 
 type vkey struct {
@@ -918,7 +925,7 @@ func (s *LiveState) Begin() *LiveBatch {
 		tables:  map[uint32]*liveTable{},
 		vnodes:  map[vkey]*liveVnode{},
 		touched: map[bucketID]struct{}{},
-		lastIdx: -1,
+		seq:     sequential{bucket: -1},
 	}
 }
 
@@ -975,51 +982,53 @@ func (b *LiveBatch) MarkEstimates(table uint32) error {
 
 const estimatesMarker = "\x00estimates"
 
-// Apply adds the live delta of one version of a pk. Deltas are fastest in
-// (table, vnode, pk) order but any order is correct. live reports whether
-// the pk's row is live once the batch is applied (the same for every
-// version of a pk in the batch), which keeps the anchors' flags (lowerLive,
-// minLive, maxLive) exact and moves minPK and maxPK out to new rows.
-func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, live bool) error {
-	v, err := b.vnode(table, vnode)
+// LiveDelta is the change one version of a pk makes to the live
+// statistics of its vnode: LiveCounts are the rows (+1 inserts, -1 deletes,
+// 0 rewrites) and bytes it adds.
+type LiveDelta struct {
+	Table uint32
+	Vnode uint16
+	PK    []byte
+	LiveCounts
+	// Live reports whether the pk's row is live once the batch is applied
+	// (the same for every version of a pk in the batch). It keeps the
+	// anchors' flags (lowerLive, minLive, maxLive) exact and moves minPK
+	// and maxPK out to new rows.
+	Live bool
+}
+
+// Apply adds a delta. Deltas are fastest in (table, vnode, pk) order but
+// any order is correct.
+func (b *LiveBatch) Apply(d LiveDelta) error {
+	v, err := b.vnode(d.Table, d.Vnode)
 	if err != nil {
 		return err
 	}
-	k := vkey{table, vnode}
-	i := 0
-	pkKey := key8(pk)
-	if k == b.last && b.lastIdx >= 0 && b.lastIdx < len(v.buckets) && !v.above(b.lastIdx, pk, pkKey) {
-		i = b.lastIdx
-		for i+1 < len(v.buckets) && !v.above(i+1, pk, pkKey) {
-			i++
-		}
-	} else {
-		i = v.find(pk)
-	}
-	b.last, b.lastIdx = k, i
+	k := vkey{d.Table, d.Vnode}
+	pkKey := key8(d.PK)
+	i := b.seq.find(k, v, d.PK, pkKey)
 	bk := &v.buckets[i]
 	if bk.calibrated && d.Rows != 0 {
-		switch u := v.fraction(i, pk, pkKey); {
+		switch u := v.fraction(i, d.PK, pkKey); {
 		case d.Rows > 0:
 			bk.insert(u)
 		default:
 			bk.remove(u)
 		}
 	}
-	bk.LiveCounts = bk.Add(d)
-	if i > 0 && v.keys[i] == pkKey && bk.lowerLive != live && bytes.Equal(bk.lower, pk) {
-		bk.lowerLive = live
+	bk.LiveCounts = bk.Add(d.LiveCounts)
+	if i > 0 && v.keys[i] == pkKey && bk.lowerLive != d.Live && bytes.Equal(bk.lower, d.PK) {
+		bk.lowerLive = d.Live
 	}
-	v.total = v.total.Add(d)
-	t := b.tables[table]
-	t.total = t.total.Add(d)
-	if lower := bk.lower; !b.haveTouched || b.lastTouched != k || !bytes.Equal(b.lastTouchedLow, lower) {
-		b.touched[bucketID{table: table, vnode: vnode, lower: string(lower), first: i == 0}] = struct{}{}
-		b.lastTouched, b.lastTouchedLow, b.haveTouched = k, lower, true
+	v.total = v.total.Add(d.LiveCounts)
+	t := b.tables[d.Table]
+	t.total = t.total.Add(d.LiveCounts)
+	if b.seq.touch(k, bk.lower) {
+		b.touched[bucketID{table: d.Table, vnode: d.Vnode, lower: string(bk.lower), first: i == 0}] = struct{}{}
 	}
 	minPK, maxPK := v.minPK, v.maxPK
-	if v.updateHints(pk, pkKey, live) {
-		b.touched[bucketID{table: table, vnode: vnode, first: true}] = struct{}{}
+	if v.updateHints(d.PK, pkKey, d.Live) {
+		b.touched[bucketID{table: d.Table, vnode: d.Vnode, first: true}] = struct{}{}
 		// An end bucket whose anchor moved out to a new row has its rows at
 		// other positions: it is rescanned.
 		if !sameSlice(minPK, v.minPK) {
@@ -1030,6 +1039,31 @@ func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, l
 		}
 	}
 	return nil
+}
+
+// find returns the bucket of vnode k (v) that holds pk: from the last
+// delta's bucket on when pk is not below it, else by a search.
+func (q *sequential) find(k vkey, v *liveVnode, pk []byte, pkKey uint64) int {
+	i := q.bucket
+	if k == q.vnode && i >= 0 && i < len(v.buckets) && !v.above(i, pk, pkKey) {
+		for i+1 < len(v.buckets) && !v.above(i+1, pk, pkKey) {
+			i++
+		}
+	} else {
+		i = v.find(pk)
+	}
+	q.vnode, q.bucket = k, i
+	return i
+}
+
+// touch reports whether the bucket of vnode k with lower bound lower is
+// not the one touched last, and remembers it.
+func (q *sequential) touch(k vkey, lower []byte) bool {
+	if q.haveTouched && q.touched == k && bytes.Equal(q.touchedLower, lower) {
+		return false
+	}
+	q.touched, q.touchedLower, q.haveTouched = k, lower, true
+	return true
 }
 
 // sameSlice reports whether a and b are the same slice (not only equal).
@@ -1102,67 +1136,6 @@ func (b *LiveBatch) MetaEntries() []MetaEntry {
 	slices.SortFunc(out, func(a, b MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
 	return out
 }
-
-func (l *Live) metaEntry(id bucketID) MetaEntry {
-	t := l.table(id.table)
-	if id.lower == estimatesMarker {
-		e := MetaEntry{Key: estimatesKey(id.table)}
-		if t != nil && t.estimates {
-			e.Value = []byte{1}
-		} else {
-			e.Delete = true
-		}
-		return e
-	}
-	key := BucketKey(id.table, id.vnode, []byte(id.lower), id.first)
-	v := t.vnode(id.vnode)
-	var i int
-	if id.first {
-		i = 0
-	} else {
-		i = v.find([]byte(id.lower))
-		if i <= 0 || string(v.buckets[i].lower) != id.lower {
-			return MetaEntry{Key: key, Delete: true}
-		}
-	}
-	b := v.buckets[i]
-	val := binary.AppendVarint(nil, b.Rows)
-	val = binary.AppendVarint(val, b.Bytes)
-	var flags byte
-	if i == 0 {
-		val = binary.AppendUvarint(val, uint64(len(v.minPK)))
-		val = append(val, v.minPK...)
-		val = binary.AppendUvarint(val, uint64(len(v.maxPK)))
-		val = append(val, v.maxPK...)
-		if v.minLive {
-			flags |= flagMinLive
-		}
-		if v.maxLive {
-			flags |= flagMaxLive
-		}
-	}
-	if b.lowerLive {
-		flags |= flagLowerLive
-	}
-	if b.calibrated {
-		flags |= flagCalibrated
-	}
-	val = append(val, flags)
-	if b.calibrated {
-		val = binary.BigEndian.AppendUint64(val, math.Float64bits(b.sumResid))
-		val = binary.BigEndian.AppendUint64(val, math.Float64bits(b.sumPos))
-	}
-	return MetaEntry{Key: key, Value: val}
-}
-
-// The flags byte of a bucket's value.
-const (
-	flagLowerLive  = 1 << 0
-	flagCalibrated = 1 << 1
-	flagMinLive    = 1 << 2
-	flagMaxLive    = 1 << 3
-	knownFlags     = flagLowerLive | flagCalibrated | flagMinLive | flagMaxLive
-)
 
 // Normalize merges the small and the empty buckets of the touched vnodes
 // into their left neighbours. The buckets that grew too big are split
@@ -1626,179 +1599,4 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 		b.touched[bucketID{table: table, first: true, lower: estimatesMarker}] = struct{}{}
 	}
 	return b, nil
-}
-
-// ---- Persistence ----------------------------------------------------------
-
-// Metadata names of the live statistics (under keys.MetaTable):
-//
-//	live/<table u32 BE><vnode u16 BE>\x00              first bucket of a vnode:
-//	                                                     rows, bytes (zigzag varints),
-//	                                                     min pk, max pk (uvarint length + bytes),
-//	                                                     [flags u8, [calibration]]
-//	live/<table u32 BE><vnode u16 BE>\x01<lower pk>   other buckets: rows, bytes,
-//	                                                     [flags u8, [calibration]]
-//	calibration: sum of residuals f64 BE, sum of positions f64 BE
-//	live_est/<table u32 BE>                            present (value 1) while the
-//	                                                     table's counts may contain estimates
-//
-// The flags (lower bound live, calibrated, min pk live, max pk live) and
-// the calibration (see bucket), present when the calibrated flag is, were
-// added after the first format: a value without them loads with every flag clear
-// (the bounds then count no anchor row, the estimate uses the uniform
-// model), and an older reader ignores them.
-const (
-	livePrefix      = "live/"
-	estimatesPrefix = "live_est/"
-)
-
-// BucketKey returns the metadata key of a bucket.
-func BucketKey(table uint32, vnode uint16, lower []byte, first bool) []byte {
-	name := binary.BigEndian.AppendUint32([]byte(livePrefix), table)
-	name = binary.BigEndian.AppendUint16(name, vnode)
-	if first {
-		name = append(name, 0)
-	} else {
-		name = append(name, 1)
-		name = append(name, lower...)
-	}
-	return keys.MetaKey(name)
-}
-
-func estimatesKey(table uint32) []byte {
-	return keys.MetaKey(binary.BigEndian.AppendUint32([]byte(estimatesPrefix), table))
-}
-
-// LiveSpans are the metadata spans holding live statistics, for loading.
-func LiveSpans() [][2][]byte {
-	a, b := keys.MetaSpan(livePrefix)
-	c, d := keys.MetaSpan(estimatesPrefix)
-	return [][2][]byte{{a, b}, {c, d}}
-}
-
-// FinishLoad ends loading: it trims each vnode's buckets to their number
-// (Load appends them one by one, and the slack of the appends, up to as much
-// again, would otherwise stay until a commit copies the vnode), and builds
-// the vnodes' indexes, which copy the keys Load appended. Until then queries
-// of a loaded vnode sum its buckets.
-func (s *LiveState) FinishLoad() {
-	for _, t := range s.cur.tables {
-		for _, v := range t.vnodes {
-			if v != nil {
-				v.buckets = slices.Clip(slices.Clone(v.buckets))
-				v.seal()
-			}
-		}
-	}
-}
-
-// ErrCorruptLive marks undecodable live-statistics metadata.
-var ErrCorruptLive = errors.New("lsmstats/stats: corrupt live statistics metadata")
-
-// Load adds one persisted metadata entry (from the spans of LiveSpans, in key
-// order) to the state. Tables must have been added first.
-func (s *LiveState) Load(key, value []byte) error {
-	name, ok := keys.MetaName(key)
-	bad := func(what string) error {
-		return errors.Wrapf(ErrCorruptLive, "key %x: %s", key, what)
-	}
-	if !ok {
-		return bad("not a metadata key")
-	}
-	switch {
-	case bytes.HasPrefix(name, []byte(estimatesPrefix)):
-		if len(name) != len(estimatesPrefix)+4 {
-			return bad("bad length")
-		}
-		t := s.cur.tables[binary.BigEndian.Uint32(name[len(estimatesPrefix):])]
-		if t == nil {
-			return bad("unknown table")
-		}
-		t.estimates = true
-		return nil
-	case bytes.HasPrefix(name, []byte(livePrefix)):
-	default:
-		return bad("unknown name")
-	}
-	rest := name[len(livePrefix):]
-	if len(rest) < 7 || rest[6] > 1 {
-		return bad("truncated")
-	}
-	table, vnode := binary.BigEndian.Uint32(rest), binary.BigEndian.Uint16(rest[4:])
-	first := rest[6] == 0
-	if first && len(rest) != 7 {
-		return bad("first bucket with a lower bound")
-	}
-	t := s.cur.tables[table]
-	if t == nil || int(vnode) >= len(t.vnodes) {
-		return bad("unknown table or vnode")
-	}
-	rows, n := binary.Varint(value)
-	if n <= 0 {
-		return bad("rows")
-	}
-	value = value[n:]
-	byts, n := binary.Varint(value)
-	if n <= 0 {
-		return bad("bytes")
-	}
-	value = value[n:]
-	v := t.vnodes[vnode]
-	if v == nil {
-		v = newLiveVnode()
-		t.vnodes[vnode] = v
-	}
-	v.cum = nil // until FinishLoad
-	bk := bucket{LiveCounts: LiveCounts{Rows: rows, Bytes: byts}}
-	var hints [2][]byte // smallest and largest pk
-	if first {
-		for i := range hints {
-			l, n := binary.Uvarint(value)
-			if n <= 0 || uint64(len(value)-n) < l {
-				return bad("pk hint")
-			}
-			if l > 0 {
-				hints[i] = slices.Clone(value[n : n+int(l)])
-			}
-			value = value[n+int(l):]
-		}
-	}
-	var flags byte
-	if len(value) > 0 {
-		flags, value = value[0], value[1:]
-		if flags&^knownFlags != 0 || !first && flags&(flagMinLive|flagMaxLive) != 0 || first && flags&flagLowerLive != 0 {
-			return bad("flags")
-		}
-		if flags&flagCalibrated != 0 {
-			if len(value) < 16 {
-				return bad("calibration")
-			}
-			resid := math.Float64frombits(binary.BigEndian.Uint64(value))
-			pos := math.Float64frombits(binary.BigEndian.Uint64(value[8:]))
-			if math.IsNaN(resid) || math.IsInf(resid, 0) || math.IsNaN(pos) || math.IsInf(pos, 0) {
-				return bad("calibration")
-			}
-			bk.calibrated, bk.sumResid, bk.sumPos, value = true, resid, pos, value[16:]
-		}
-		if len(value) != 0 {
-			return bad("trailing bytes")
-		}
-	}
-	bk.lowerLive = flags&flagLowerLive != 0
-	c := bk.LiveCounts
-	if first {
-		bk.lower = nil
-		v.buckets[0] = bk
-		v.setHints(hints[0], hints[1])
-		v.minLive, v.maxLive = flags&flagMinLive != 0 && hints[0] != nil, flags&flagMaxLive != 0 && hints[1] != nil
-	} else {
-		bk.lower = slices.Clone(rest[7:])
-		if bytes.Compare(v.buckets[len(v.buckets)-1].lower, bk.lower) >= 0 && len(v.buckets) > 1 {
-			return bad("bucket out of order")
-		}
-		v.appendBucket(bk)
-	}
-	v.total = v.total.Add(c)
-	t.total = t.total.Add(c)
-	return nil
 }

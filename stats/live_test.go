@@ -118,7 +118,7 @@ func TestLiveRandom(t *testing.T) {
 			// live is the row's state once the commit lands, whatever
 			// this op did.
 			_, live := m[o.vnode][string(o.pk)]
-			require.NoError(t, b.Apply(table, o.vnode, o.pk, o.d, live))
+			require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: o.vnode, PK: o.pk, LiveCounts: o.d, Live: live}))
 		}
 		b.Normalize()
 		for _, e := range b.MetaEntries() {
@@ -257,7 +257,7 @@ func TestLivePartition(t *testing.T) {
 		for i := range 500 * (int(v) + 1) {
 			pk := keys.AppendUint64(nil, uint64(i))
 			m[v][string(pk)] = 10
-			require.NoError(t, b.Apply(table, v, pk, LiveCounts{1, 10}, true))
+			require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: v, PK: pk, LiveCounts: LiveCounts{1, 10}, Live: true}))
 		}
 	}
 	b.Normalize()
@@ -341,7 +341,7 @@ func TestLiveRecount(t *testing.T) {
 			nb := int64(8 + r.IntN(50))
 			m[v][string(pk)] = nb
 			// An insert whether or not the pk was live: wrong when it was.
-			require.NoError(t, b.Apply(table, v, pk, LiveCounts{1, nb}, true))
+			require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: v, PK: pk, LiveCounts: LiveCounts{1, nb}, Live: true}))
 		}
 		b.Normalize()
 		persist(b)
