@@ -4,7 +4,7 @@ PKGS     := ./...
 FUZZTIME ?= 10s
 OUT      := out
 
-.PHONY: all build test race bench bench-compare results demo lint fuzz torture faults clean
+.PHONY: all build test race bench bench-compare matrix results demo lint fuzz torture faults clean
 
 all: build test
 
@@ -41,6 +41,15 @@ bench:
 	@mkdir -p $(OUT)
 	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m $(PKGS) | tee $(OUT)/bench.txt
 
+# The full accuracy matrix: every pk shape at 10k, 100k and 1M rows, in 1, 4,
+# 256 and 4096 vnodes, under four churn patterns (288 backfills; hours on
+# two cores: MATRIX_ROWS=10000,100000 takes about half an hour). make bench
+# runs the reduced matrix of make test; make results prefers this output.
+MATRIX_ROWS ?= 10000,100000,1000000
+matrix:
+	@mkdir -p $(OUT)
+	$(GO) test -run '^$$' -bench '^BenchmarkAccuracyMatrix$$' -benchtime 1x -timeout 12h ./bench/ -matrix-rows $(MATRIX_ROWS) | tee $(OUT)/matrix.txt
+
 # benchstat over three runs of the backfill benchmarks (compared with the
 # previous run's file when there is one).
 bench-compare:
@@ -59,7 +68,7 @@ bench-compare:
 results:
 	@mkdir -p $(OUT) docs
 	@if [ ! -f $(OUT)/bench.txt ]; then $(MAKE) --no-print-directory bench; fi
-	$(GO) run ./internal/tools/results -bench $(OUT)/bench.txt -readme README.md
+	$(GO) run ./internal/tools/results -bench $(OUT)/bench.txt -matrix-bench $(OUT)/matrix.txt -readme README.md
 	$(GO) run ./cmd/lsmstats backfill --rows 200000 --workload update-churn --crash-at 20 --bars off \
 		--json docs/progress.json --plot docs/progress.png
 

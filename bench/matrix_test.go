@@ -79,57 +79,62 @@ func abs(x float64) float64 {
 	return x
 }
 
-var matrixRows = flag.String("matrix-rows", "10000,100000,1000000", "table sizes of BenchmarkAccuracyMatrix")
+var matrixRows = flag.String("matrix-rows", "", "table sizes of BenchmarkAccuracyMatrix's full matrix, e.g. 10000,100000,1000000 (make matrix); empty: the reduced matrix of make test")
 
-// BenchmarkAccuracyMatrix runs the full accuracy matrix: every pk shape,
-// table size (-matrix-rows), vnode count (1, 4, 256, 4096) and churn
-// pattern, each cell once (the backfill with both approaches, a restart
-// halfway), and reports per cell the stats and row-count approaches' mean,
-// max and signed mean error against the truth over every checkpoint, in
-// percentage points, and the stats estimator's CPU per checkpoint. ns/op is
-// the cell's backfill time. make results tabulates it in README.md.
+// BenchmarkAccuracyMatrix runs the accuracy matrix: with -matrix-rows every
+// pk shape, table size, vnode count (1, 4, 256, 4096) and churn pattern
+// (make matrix: 10k, 100k and 1M rows, 288 cells), else the reduced matrix
+// of TestAccuracyMatrix (make bench). Each cell runs once (the backfill
+// with both approaches, a restart halfway) and reports the stats and
+// row-count approaches' mean, max and signed mean error against the truth
+// over every checkpoint, in percentage points, the stats figure's bounds
+// (mean and largest width, checkpoints whose truth lay outside), and the
+// stats estimator's CPU per checkpoint. ns/op is the cell's backfill time.
+// make results tabulates it in README.md and docs/accuracy.md.
 func BenchmarkAccuracyMatrix(b *testing.B) {
-	var sizes []int
-	for _, f := range strings.Split(*matrixRows, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		require.NoError(b, err, "-matrix-rows")
-		sizes = append(sizes, n)
-	}
-	for _, shape := range workload.Shapes() {
-		for _, rows := range sizes {
-			for _, vnodes := range []int{1, 4, 256, 4096} {
-				for _, churn := range Churns() {
-					c := Cell{shape, rows, vnodes, churn}
-					if *matrixCells != "" && !strings.Contains(c.String(), *matrixCells) {
-						continue
+	cells := reducedMatrix()
+	if *matrixRows != "" {
+		cells = nil
+		for _, f := range strings.Split(*matrixRows, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			require.NoError(b, err, "-matrix-rows")
+			for _, shape := range workload.Shapes() {
+				for _, vnodes := range []int{1, 4, 256, 4096} {
+					for _, churn := range Churns() {
+						cells = append(cells, Cell{shape, n, vnodes, churn})
 					}
-					b.Run(c.String(), func(b *testing.B) {
-						var st, rc ErrorStats
-						var cpu, seconds float64
-						for i := range b.N {
-							sum, err := c.Run(context.Background(), b.TempDir(), uint64(i)+1)
-							require.NoError(b, err)
-							st.merge(sum.Errors["stats"])
-							rc.merge(sum.Errors["rowcount"])
-							cpu += sum.ProgressNanos["stats"]
-							seconds += sum.Backfill.Seconds()
-						}
-						n := float64(b.N)
-						b.ReportMetric(st.MeanPP, "stats-mean-pp")
-						b.ReportMetric(st.MaxPP, "stats-max-pp")
-						b.ReportMetric(st.SignedPP, "stats-signed-pp")
-						b.ReportMetric(st.WidthMeanPP, "stats-bounds-mean-pp")
-						b.ReportMetric(st.WidthMaxPP, "stats-bounds-max-pp")
-						b.ReportMetric(float64(st.Outside), "stats-outside-bounds")
-						b.ReportMetric(rc.MeanPP, "rowcount-mean-pp")
-						b.ReportMetric(rc.MaxPP, "rowcount-max-pp")
-						b.ReportMetric(rc.SignedPP, "rowcount-signed-pp")
-						b.ReportMetric(cpu/n, "stats-cpu-ns/barrier")
-						b.ReportMetric(float64(st.N)/n, "checkpoints")
-						b.ReportMetric(seconds*1e9/n, "ns/op")
-					})
 				}
 			}
 		}
+	}
+	for _, c := range cells {
+		if *matrixCells != "" && !strings.Contains(c.String(), *matrixCells) {
+			continue
+		}
+		b.Run(c.String(), func(b *testing.B) {
+			var st, rc ErrorStats
+			var cpu, seconds float64
+			for i := range b.N {
+				sum, err := c.Run(context.Background(), b.TempDir(), uint64(i)+1)
+				require.NoError(b, err)
+				st.merge(sum.Errors["stats"])
+				rc.merge(sum.Errors["rowcount"])
+				cpu += sum.ProgressNanos["stats"]
+				seconds += sum.Backfill.Seconds()
+			}
+			n := float64(b.N)
+			b.ReportMetric(st.MeanPP, "stats-mean-pp")
+			b.ReportMetric(st.MaxPP, "stats-max-pp")
+			b.ReportMetric(st.SignedPP, "stats-signed-pp")
+			b.ReportMetric(st.WidthMeanPP, "stats-bounds-mean-pp")
+			b.ReportMetric(st.WidthMaxPP, "stats-bounds-max-pp")
+			b.ReportMetric(float64(st.Outside), "stats-outside-bounds")
+			b.ReportMetric(rc.MeanPP, "rowcount-mean-pp")
+			b.ReportMetric(rc.MaxPP, "rowcount-max-pp")
+			b.ReportMetric(rc.SignedPP, "rowcount-signed-pp")
+			b.ReportMetric(cpu/n, "stats-cpu-ns/barrier")
+			b.ReportMetric(float64(st.N)/n, "checkpoints")
+			b.ReportMetric(seconds*1e9/n, "ns/op")
+		})
 	}
 }

@@ -30,9 +30,13 @@ func main() {
 	benchPath := flag.String("bench", "out/bench.txt", "benchmark output")
 	readme := flag.String("readme", "README.md", "README to update")
 	matrixPath := flag.String("matrix", "docs/accuracy.md", "file to write the full accuracy matrix to")
+	matrixBench := flag.String("matrix-bench", "out/matrix.txt", "BenchmarkAccuracyMatrix output of make matrix, which replaces make bench's reduced matrix (skipped when missing)")
 	flag.Parse()
 	metrics, err := parse(*benchPath)
 	if err != nil {
+		fail(err)
+	}
+	if err := replaceMatrix(metrics, *matrixBench); err != nil {
 		fail(err)
 	}
 	cells := matrixCells(metrics)
