@@ -267,6 +267,21 @@ func (v *liveVnode) seal() {
 	v.keys, v.cum = index[:n:n], index[n:]
 }
 
+// anchors are a vnode's pk hints and what is derived from them.
+type anchors struct {
+	minPK, maxPK   []byte
+	minKey, maxKey uint64
+	short          bool
+}
+
+func (v *liveVnode) anchors() anchors {
+	return anchors{v.minPK, v.maxPK, v.minKey, v.maxKey, v.shortHints}
+}
+
+func (v *liveVnode) setAnchors(a anchors) {
+	v.minPK, v.maxPK, v.minKey, v.maxKey, v.shortHints = a.minPK, a.maxPK, a.minKey, a.maxKey, a.short
+}
+
 // setHints sets the smallest and largest pk hints.
 func (v *liveVnode) setHints(minPK, maxPK []byte) {
 	v.minPK, v.maxPK = minPK, maxPK
@@ -732,34 +747,95 @@ func compareAnchor(x []byte, k uint64, anchor []byte, ak uint64) int {
 // agrees with position, which a scan uses on the bounds' bytes, to within
 // 2⁻⁸ (TestFractionAgrees).
 func (v *liveVnode) fraction(i int, x []byte, k uint64) float64 {
-	loKey := v.keys[i]
+	return v.frame(i).at(x, k)
+}
+
+// frame is how fraction measures positions in a bucket between its
+// anchors loPK and hiPK: by the words of the 8 bytes past their first off
+// bytes, which they share (off 0: their keys), lo and hi; flat puts every
+// row at 0.5. A row's position is linear in its word, so positions in two
+// frames of one bucket are affine in each other (moveFrame).
+type frame struct {
+	off        int
+	lo, hi     uint64
+	loPK, hiPK []byte
+	flat       bool
+}
+
+func (v *liveVnode) frame(i int) frame {
+	loKey, lo := v.keys[i], v.buckets[i].lower
 	if i == 0 {
 		if v.minPK == nil {
-			return 0.5
+			return frame{flat: true}
 		}
-		loKey = v.minKey
+		loKey, lo = v.minKey, v.minPK
 	}
-	var hi []byte
 	var hiKey uint64
+	var hi []byte
 	if i+1 < len(v.keys) {
-		hiKey = v.keys[i+1]
+		hiKey, hi = v.keys[i+1], v.buckets[i+1].lower
 	} else {
 		if v.maxPK == nil {
-			return 0.5
+			return frame{flat: true}
 		}
-		hi, hiKey = v.maxPK, v.maxKey
+		hiKey, hi = v.maxKey, v.maxPK
 	}
 	if hiKey > loKey && (v.shortBounds && v.shortHints || hiKey-loKey >= 1<<8) {
-		return keyFraction(loKey, k, hiKey)
+		return frame{lo: loKey, hi: hiKey, loPK: lo, hiPK: hi}
 	}
-	lo := v.buckets[i].lower
-	if i == 0 {
-		lo = v.minPK
+	n := sharedPrefix(lo, hi)
+	fa, fb := word(lo[n:]), word(hi[n:])
+	if fb <= fa {
+		return frame{flat: true}
 	}
-	if hi == nil {
-		hi = v.buckets[i+1].lower
+	return frame{off: n, lo: fa, hi: fb, loPK: lo, hiPK: hi}
+}
+
+// at returns the position of x (whose key8 is k) in the frame.
+func (f frame) at(x []byte, k uint64) float64 {
+	switch {
+	case f.flat:
+		return 0.5
+	case f.off == 0:
+		return keyFraction(f.lo, k, f.hi)
+	case bytes.Compare(x, f.hiPK) >= 0:
+		return 1
+	case bytes.Compare(x, f.loPK) <= 0:
+		return 0
 	}
-	return interpolate(lo, x, hi)
+	return min(float64(word(x[f.off:])-f.lo)/float64(f.hi-f.lo), 1)
+}
+
+// moveFrame carries the calibration of bucket i, an end bucket whose
+// anchor moved out to a new row, from its frame before the move (was) to
+// its frame now. The bucket's rows lie between was's anchors, which share
+// the bytes the new frame skips: in the new frame's words they lie where
+// was's anchors map, at a·u + c for a row at u in was. With the same bytes
+// measured the sums follow exactly; when the shared prefix shrank, to
+// within a unit of the new frame's words (a fraction 1/(hi−lo) of the
+// bucket), as fraction's own rounding. The bucket then needs no rescan.
+func (v *liveVnode) moveFrame(i int, was frame) {
+	b := &v.buckets[i]
+	if !b.calibrated {
+		return
+	}
+	now := v.frame(i)
+	if was.flat || now.flat || now.off > len(was.loPK) || now.off > len(was.hiPK) {
+		b.calibrated = false
+		return
+	}
+	lo, hi := word(was.loPK[now.off:]), word(was.hiPK[now.off:])
+	if now.lo > lo || lo > hi || hi > now.hi {
+		b.calibrated = false
+		return
+	}
+	span := float64(now.hi - now.lo)
+	a, c := float64(hi-lo)/span, float64(lo-now.lo)/span
+	n := float64(max(b.Rows, 0))
+	sumPos := a*b.sumPos + n*c
+	// Σ rank is unchanged: sumResid = Σ rank − n·sumPos.
+	b.sumResid -= n * (sumPos - b.sumPos)
+	b.sumPos = sumPos
 }
 
 func keyFraction(loKey, k, hiKey uint64) float64 {
@@ -1006,6 +1082,24 @@ func (b *LiveBatch) Apply(d LiveDelta) error {
 	}
 	k := vkey{d.Table, d.Vnode}
 	pkKey := key8(d.PK)
+	// An anchor moving out to this pk first carries the end buckets'
+	// calibration into their new frames, where the pk then lands.
+	was := v.anchors()
+	if v.updateHints(d.PK, pkKey, d.Live) {
+		b.touched[bucketID{table: d.Table, vnode: d.Vnode, first: true}] = struct{}{}
+		if moved := !sameSlice(was.minPK, v.minPK) || !sameSlice(was.maxPK, v.maxPK); moved {
+			now := v.anchors()
+			v.setAnchors(was)
+			first, last := v.frame(0), v.frame(len(v.buckets)-1)
+			v.setAnchors(now)
+			if !sameSlice(was.minPK, v.minPK) {
+				v.moveFrame(0, first)
+			}
+			if !sameSlice(was.maxPK, v.maxPK) {
+				v.moveFrame(len(v.buckets)-1, last)
+			}
+		}
+	}
 	i := b.seq.find(k, v, d.PK, pkKey)
 	bk := &v.buckets[i]
 	if bk.calibrated && d.Rows != 0 {
@@ -1025,18 +1119,6 @@ func (b *LiveBatch) Apply(d LiveDelta) error {
 	t.total = t.total.Add(d.LiveCounts)
 	if b.seq.touch(k, bk.lower) {
 		b.touched[bucketID{table: d.Table, vnode: d.Vnode, lower: string(bk.lower), first: i == 0}] = struct{}{}
-	}
-	minPK, maxPK := v.minPK, v.maxPK
-	if v.updateHints(d.PK, pkKey, d.Live) {
-		b.touched[bucketID{table: d.Table, vnode: d.Vnode, first: true}] = struct{}{}
-		// An end bucket whose anchor moved out to a new row has its rows at
-		// other positions: it is rescanned.
-		if !sameSlice(minPK, v.minPK) {
-			v.buckets[0].calibrated = false
-		}
-		if !sameSlice(maxPK, v.maxPK) {
-			v.buckets[len(v.buckets)-1].calibrated = false
-		}
 	}
 	return nil
 }
