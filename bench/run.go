@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -39,6 +40,12 @@ type Config struct {
 	OnCheckpoint func(backfill.Record)
 	// OnPhase, if set, sees the pipeline's phases (backfill.JobConfig).
 	OnPhase func(string)
+	// OnStart, if set, is called by Run and RunRaw with their Pebble
+	// database once everything is open, right before the load; OnEnd by
+	// Run with the finished session, before it closes. For measurements
+	// outside the timed work.
+	OnStart func(*pebble.DB)
+	OnEnd   func(*Session)
 }
 
 // Estimators returns the estimators of the named approaches.
@@ -65,6 +72,50 @@ type Session struct {
 	Store *lsm.Store
 	Gen   *workload.Generator
 	Job   *backfill.Job
+	h     *harness
+}
+
+// Harness returns the time the run spent in the workload model since Open
+// returned: generating the steps and computing each checkpoint's truth. It
+// is the harness's, not the store's: Summary's times exclude it.
+func (s *Session) Harness() time.Duration { return s.h.d }
+
+// harness times the workload model's work inside a run. The job calls its
+// source and oracle from one goroutine.
+type harness struct {
+	d   time.Duration
+	ops uint64
+}
+
+// timedSource is the generator as the job's source, timed.
+type timedSource struct {
+	workload.Source
+	h *harness
+}
+
+func (s timedSource) Next() []backfill.RowOp {
+	start := time.Now()
+	ops := s.Source.Next()
+	s.h.d += time.Since(start)
+	for _, op := range ops {
+		if op.Kind != backfill.UpdateInsert {
+			s.h.ops++ // an update is one op of the workload
+		}
+	}
+	return ops
+}
+
+// timedOracle is the generator's truth, timed.
+type timedOracle struct {
+	workload.Oracle
+	h *harness
+}
+
+func (o timedOracle) Rows(vnode uint16, cursor []byte) (int64, int64, error) {
+	start := time.Now()
+	behind, total, err := o.Oracle.Rows(vnode, cursor)
+	o.h.d += time.Since(start)
+	return behind, total, err
 }
 
 // Open opens (or recovers) a run in cfg.Dir.
@@ -81,18 +132,21 @@ func Open(cfg Config) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	h := &harness{}
 	j, err := backfill.OpenJob(backfill.JobConfig{
 		Store: s, Upstream: g.Params().TableDef(UpstreamTable), MV: MVTable, State: StateTable, Meta: MetaTable,
 		Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
 		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit,
-		Source: workload.Source{G: g}, Oracle: workload.Oracle{G: g},
+		Source: timedSource{workload.Source{G: g}, h}, Oracle: timedOracle{workload.Oracle{G: g}, h},
 		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase,
 	})
 	if err != nil {
 		_ = s.Close()
 		return nil, err
 	}
-	return &Session{Store: s, Gen: g, Job: j}, nil
+	// Recovery replayed the source: that is Open's work, not the run's.
+	*h = harness{}
+	return &Session{Store: s, Gen: g, Job: j, h: h}, nil
 }
 
 // Close closes the job and the store.
@@ -133,9 +187,21 @@ type Summary struct {
 	Errors  map[string]*ErrorStats
 	// SnapshotRows is the number of snapshot rows the backfill read.
 	SnapshotRows uint64
-	// Load is the time of the load and churn before the backfill; Backfill
-	// the time from the job's start to its end.
+	// Load is the time of the load and churn before the backfill (LoadOps
+	// ops), from the opened store to the job's start; Backfill the time
+	// from the job's start to its end. Both exclude the workload model's
+	// time (Harness: generating steps, computing the truth), which is the
+	// harness's, not the store's; the raw-Pebble pipeline's times exclude
+	// the generator the same way.
 	Load, Backfill time.Duration
+	LoadOps        uint64
+	Harness        time.Duration
+	// LoadCPU and BackfillCPU are the process's CPU time in each phase
+	// (Pebble's background work included), less the harness's time.
+	LoadCPU, BackfillCPU time.Duration
+	// LoadCommits and BackfillCommits are the latencies of the
+	// checkpoints' commits (Store.Commit) in each phase.
+	LoadCommits, BackfillCommits []time.Duration
 	// StateBytesPerBarrier is the backfill state bytes (pk and row) written
 	// per checkpoint barrier: all state written up to the last checkpoint
 	// over the number of checkpoint records (state is also written at
@@ -164,8 +230,6 @@ func Summarize(records []backfill.Record) map[string]*ErrorStats {
 // Run opens a fresh run and drives it to the end.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	var sum Summary
-	start := time.Now()
-	var jobStart time.Time
 	user := cfg.OnCheckpoint
 	cfg.OnCheckpoint = func(r backfill.Record) {
 		sum.Records = append(sum.Records, r)
@@ -173,27 +237,66 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			user(r)
 		}
 	}
+	// A commit's latency runs from its phase to the next one.
+	commits := &sum.LoadCommits
+	var commitStart time.Time
+	userPhase := cfg.OnPhase
+	cfg.OnPhase = func(p string) {
+		if !commitStart.IsZero() {
+			*commits = append(*commits, time.Since(commitStart))
+			commitStart = time.Time{}
+		}
+		if p == "commit" {
+			commitStart = time.Now()
+		}
+		if userPhase != nil {
+			userPhase(p)
+		}
+	}
 	s, err := Open(cfg)
 	if err != nil {
 		return sum, err
 	}
 	defer s.Close()
+	if cfg.OnStart != nil {
+		cfg.OnStart(s.Store.DB())
+	}
+	start, cpu := time.Now(), processCPU()
 	for !s.Job.Started() {
 		if _, _, err := s.Job.Step(ctx); err != nil {
 			return sum, err
 		}
 	}
-	jobStart = time.Now()
-	sum.Load = jobStart.Sub(start)
+	jobStart, jobCPU := time.Now(), processCPU()
+	sum.LoadOps = s.h.ops
+	sum.Load = jobStart.Sub(start) - s.h.d
+	sum.LoadCPU = jobCPU - cpu - s.h.d
+	sum.Harness = s.h.d
+	*s.h = harness{}
+	commits = &sum.BackfillCommits
 	res, err := s.Job.Run(ctx)
 	if err != nil {
 		return sum, err
 	}
-	sum.Backfill = time.Since(jobStart)
+	if !commitStart.IsZero() {
+		*commits = append(*commits, time.Since(commitStart))
+	}
+	sum.Backfill = time.Since(jobStart) - s.h.d
+	sum.BackfillCPU = processCPU() - jobCPU - s.h.d
+	sum.Harness += s.h.d
 	sum.Epoch = res.Epoch
 	finish(&sum, s)
+	if cfg.OnEnd != nil {
+		cfg.OnEnd(s)
+	}
 	return sum, nil
 }
+
+// LoadRate returns load ops per second.
+func (s Summary) LoadRate() float64 { return rate(s.LoadOps, s.Load) }
+
+// SnapshotRate returns snapshot rows per second.
+func (s Summary) SnapshotRate() float64 { return rate(s.SnapshotRows, s.Backfill) }
 
 // finish fills the summary's derived fields from a finished session.
 func finish(sum *Summary, s *Session) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/stats"
 )
 
 // Options configures a Store. A nil *Options is valid and means the defaults.
@@ -84,6 +86,44 @@ type WriterOptions struct {
 	// until Store.RecomputeLiveStats recomputes them, like CockroachDB's
 	// ContainsEstimates.
 	Unchecked bool
+}
+
+// PebbleOptions returns the Pebble options of a store opened with opts (nil:
+// the defaults), Options.Pebble applied, without the store's event
+// listeners: what a comparison with raw Pebble doing the same work opens
+// its database with. Each call returns new options (and, with CacheSize,
+// a block cache of its own when opened).
+func PebbleOptions(opts *Options) *pebble.Options {
+	o := opts.withDefaults()
+	popts := o.pebbleOptions()
+	if o.Pebble != nil {
+		o.Pebble(popts)
+	}
+	return popts
+}
+
+// pebbleOptions returns the store's Pebble options before its listeners
+// and the Options.Pebble hook.
+func (o *Options) pebbleOptions() *pebble.Options {
+	popts := &pebble.Options{
+		FS:                          o.FS,
+		Comparer:                    keys.Comparer,
+		Logger:                      o.Logger,
+		BlockPropertyCollectors:     []func() pebble.BlockPropertyCollector{stats.NewCollector},
+		FormatMajorVersion:          pebble.FormatNewest,
+		L0CompactionThreshold:       4,
+		L0StopWritesThreshold:       max(12, o.L0StopSublevels),
+		CompactionConcurrencyRange:  compactionConcurrency,
+		MaxOpenFiles:                1000,
+		DisableAutomaticCompactions: false,
+	}
+	popts.EnsureDefaults()
+	// An ingestion that overlaps the memtable (which holds only what was
+	// written through DB()) would be queued as a flushable, outside the LSM
+	// version until a flush: the statistics refresh at the end of Commit
+	// would miss the checkpoint's SSTs. Make Pebble flush the memtable first.
+	popts.Experimental.DisableIngestAsFlushable = func() bool { return true }
+	return popts
 }
 
 func compactionConcurrency() (int, int) {
