@@ -7,6 +7,7 @@ import (
 	"runtime"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
@@ -26,6 +27,14 @@ type Options struct {
 	// TargetFileSize is the size at which the SSTs a commit writes are cut.
 	// Zero means 16 MiB.
 	TargetFileSize int64
+
+	// CacheSize is the size of Pebble's block cache, shared by reads, the
+	// checks of checked writers and compactions. Zero means an eighth of
+	// the machine's memory, at least 32 MiB (256 MiB where the memory
+	// cannot be read): like RisingWave, which gives its block cache a fixed
+	// share of the node's memory. The cache grows to its size as blocks are
+	// read; it does not take the memory up front.
+	CacheSize int64
 
 	// L0StopSublevels makes Commit wait for compactions while L0 has at least
 	// this many sublevels. Ingestion bypasses Pebble's own write stalls (they
@@ -74,7 +83,19 @@ func (o *Options) withDefaults() Options {
 	if out.L0StopSublevels == 0 {
 		out.L0StopSublevels = 24
 	}
+	if out.CacheSize <= 0 {
+		out.CacheSize = defaultCacheSize(machineMemory())
+	}
 	return out
+}
+
+// defaultCacheSize is the block cache of a machine with mem bytes of
+// memory (0: unknown).
+func defaultCacheSize(mem int64) int64 {
+	if mem <= 0 {
+		return 256 << 20
+	}
+	return max(32<<20, mem/8)
 }
 
 // WriterOptions configures one Writer.
@@ -116,6 +137,14 @@ func (o *Options) pebbleOptions() *pebble.Options {
 		CompactionConcurrencyRange:  compactionConcurrency,
 		MaxOpenFiles:                1000,
 		DisableAutomaticCompactions: false,
+		CacheSize:                   o.CacheSize,
+	}
+	// Bloom filters on the prefixes (table, vnode, pk) of every level: a
+	// checked writer's read before an insert, and a point read of a pk
+	// that is not there, skip the SSTs that cannot hold it without reading
+	// their data blocks.
+	for i := range popts.Levels {
+		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	popts.EnsureDefaults()
 	// An ingestion that overlaps the memtable (which holds only what was
