@@ -161,8 +161,8 @@ func (s *Store) getPrefix(prefix []byte, epoch uint64) ([]byte, bool, error) {
 	if epoch == math.MaxUint64 {
 		epoch = it.epoch
 	}
-	seek := keys.AppendSeekKey(make([]byte, 0, len(prefix)+keys.SuffixLen), prefix, epoch)
-	if !it.SeekPrefixGE(seek) {
+	it.seek = keys.AppendSeekKey(it.seek[:0], prefix, epoch)
+	if !it.SeekPrefixGE(it.seek) {
 		if err := it.Error(); err != nil {
 			return nil, false, errors.Wrapf(err, "lsmstats: read %v", keys.Comparer.FormatKey(prefix))
 		}
@@ -235,6 +235,7 @@ type pooledIter struct {
 	*pebble.Iterator
 	gen   uint64
 	epoch uint64 // the committed epoch it can read
+	seek  []byte // the last seek key
 }
 
 const maxPooledIters = 8
@@ -301,6 +302,7 @@ func (p *iterPool) close() {
 // Iter iterates live rows of one vnode in pk order. PK and Row are valid
 // until the next positioning call. Not safe for concurrent use.
 type Iter struct {
+	s  *Store
 	it *pebble.Iterator
 	// closed is the store's: an iterator used after the store's Close
 	// stops with ErrClosed instead of touching the closed Pebble DB.
@@ -325,22 +327,9 @@ func (s *Store) newIter(table uint32, vnode uint16, lo, hi []byte, epoch uint64)
 	if err != nil {
 		return nil, err
 	}
-	if int(vnode) >= def.VnodeCount {
-		return nil, errors.Wrapf(ErrInvalidVnode, "vnode %d of table %d (vnode count %d)", vnode, table, def.VnodeCount)
-	}
-	for _, b := range [][]byte{lo, hi} {
-		if b != nil {
-			if err := def.PK.Validate(b); err != nil {
-				return nil, errors.Wrapf(err, "iterator bound of table %d", table)
-			}
-		}
-	}
-	lower, upper := keys.VnodeSpan(table, vnode)
-	if lo != nil {
-		lower = keys.AppendPrefix(nil, table, vnode, lo)
-	}
-	if hi != nil {
-		upper = keys.AppendPrefix(nil, table, vnode, hi)
+	lower, upper, err := iterBounds(def, table, vnode, lo, hi)
+	if err != nil {
+		return nil, err
 	}
 	o := &pebble.IterOptions{LowerBound: lower, UpperBound: upper}
 	var it *pebble.Iterator
@@ -354,9 +343,59 @@ func (s *Store) newIter(table uint32, vnode uint16, lo, hi []byte, epoch uint64)
 	} else if it, err = s.db.NewIter(o); err != nil {
 		return nil, err
 	}
-	i := &Iter{it: it, closed: &s.closed, pool: &s.iters, table: table, vnode: vnode, epoch: epoch, lower: lower}
+	i := &Iter{s: s, it: it, closed: &s.closed, pool: &s.iters, table: table, vnode: vnode, epoch: epoch, lower: lower}
 	s.iters.track(i)
 	return i, nil
+}
+
+// iterBounds returns the Pebble bounds of the rows of a vnode with pk in
+// [lo, hi) (nil: unbounded).
+func iterBounds(def *TableDef, table uint32, vnode uint16, lo, hi []byte) (lower, upper []byte, err error) {
+	if int(vnode) >= def.VnodeCount {
+		return nil, nil, errors.Wrapf(ErrInvalidVnode, "vnode %d of table %d (vnode count %d)", vnode, table, def.VnodeCount)
+	}
+	for _, b := range [][]byte{lo, hi} {
+		if b != nil {
+			if err := def.PK.Validate(b); err != nil {
+				return nil, nil, errors.Wrapf(err, "iterator bound of table %d", table)
+			}
+		}
+	}
+	lower, upper = keys.VnodeSpan(table, vnode)
+	if lo != nil {
+		lower = keys.AppendPrefix(nil, table, vnode, lo)
+	}
+	if hi != nil {
+		upper = keys.AppendPrefix(nil, table, vnode, hi)
+	}
+	return lower, upper, nil
+}
+
+// Reset makes the iterator one over the live rows of another vnode of its
+// table with pk in [lo, hi) (nil: unbounded), at the same epoch and with the
+// same view of the store, and unpositions it: cheaper than closing it and
+// creating another, since Pebble keeps the files and blocks it has loaded.
+// A reader that visits many vnodes in turn uses one iterator this way.
+func (i *Iter) Reset(vnode uint16, lo, hi []byte) error {
+	return i.rebind(i.table, vnode, lo, hi)
+}
+
+func (i *Iter) rebind(table uint32, vnode uint16, lo, hi []byte) error {
+	if err := i.s.checkOpen(); err != nil {
+		return err
+	}
+	def, err := i.s.table(table)
+	if err != nil {
+		return err
+	}
+	lower, upper, err := iterBounds(def, table, vnode, lo, hi)
+	if err != nil {
+		return err
+	}
+	i.table, i.vnode, i.lower = table, vnode, lower
+	i.valid, i.err, i.pk, i.row = false, nil, nil, nil
+	i.it.SetBounds(lower, upper)
+	return nil
 }
 
 // First positions at the first live row.
@@ -467,11 +506,27 @@ func (i *Iter) Close() error {
 
 // splitBuckets splits the live-statistics buckets that grew too big, by
 // scanning their rows at the committed epoch. A failure only leaves a bucket
-// big (bounds wider), so it is logged, not returned.
+// big (bounds wider), so it is logged, not returned. One Pebble iterator,
+// re-bounded per bucket, serves every request: a backfill's commits ask for
+// many small splits, and creating an iterator costs more than scanning one
+// of them.
 func (s *Store) splitBuckets(reqs []stats.SplitRequest) {
+	if len(reqs) == 0 {
+		return
+	}
 	epoch := s.committed.Load()
+	var it *Iter
+	defer func() {
+		if it != nil {
+			_ = it.Close()
+		}
+	}()
 	for _, r := range reqs {
-		pieces, err := s.scanPieces(r, epoch)
+		var pieces []stats.Piece
+		var err error
+		if it, err = s.boundIter(it, r.Table, r.Vnode, r.Lower, r.Upper, epoch); err == nil {
+			pieces, err = s.scanPieces(it, r)
+		}
 		if err == nil {
 			s.mu.Lock()
 			err = s.mu.live.ApplySplit(r, pieces)
@@ -479,16 +534,27 @@ func (s *Store) splitBuckets(reqs []stats.SplitRequest) {
 		}
 		if err != nil {
 			s.logf("lsmstats: split live bucket of table %d vnode %d: %v", r.Table, r.Vnode, err)
+			if it != nil {
+				_ = it.Close()
+				it = nil
+			}
 		}
 	}
 }
 
-func (s *Store) scanPieces(r stats.SplitRequest, epoch uint64) ([]stats.Piece, error) {
-	it, err := s.newIter(r.Table, r.Vnode, r.Lower, r.Upper, epoch)
-	if err != nil {
-		return nil, err
+// boundIter returns an iterator over [lo, hi) of a vnode at epoch: it (if
+// not nil) with new bounds, or a new one.
+func (s *Store) boundIter(it *Iter, table uint32, vnode uint16, lo, hi []byte, epoch uint64) (*Iter, error) {
+	if it == nil || it.epoch != epoch {
+		if it != nil {
+			_ = it.Close()
+		}
+		return s.newIter(table, vnode, lo, hi, epoch)
 	}
-	defer it.Close()
+	return it, it.rebind(table, vnode, lo, hi)
+}
+
+func (s *Store) scanPieces(it *Iter, r stats.SplitRequest) ([]stats.Piece, error) {
 	pieces := []stats.Piece{{Lower: r.Lower}}
 	cur := &pieces[0]
 	var n int64
