@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"runtime/pprof"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -48,6 +49,8 @@ type RawResult struct {
 	// LoadCPU and BackfillCPU are the process's CPU time in each phase,
 	// less the generator's time.
 	LoadCPU, BackfillCPU time.Duration
+	// LoadLSM and BackfillLSM are the bytes Pebble wrote in each phase.
+	LoadLSM, BackfillLSM LSMWrites
 }
 
 // LoadRate returns load ops per second.
@@ -82,7 +85,9 @@ func RunRaw(ctx context.Context, cfg Config) (RawResult, error) {
 	}
 
 	// The load and the churn before the backfill.
-	start, cpu := time.Now(), processCPU()
+	defer pprof.SetGoroutineLabels(ctx)
+	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "raw-load")))
+	start, cpu, lsm0 := time.Now(), processCPU(), lsmWrites(db)
 	for g.Step()+1 < g.BackfillStep() {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -98,9 +103,11 @@ func RunRaw(ctx context.Context, cfg Config) (RawResult, error) {
 		_ = b.Close()
 		res.LoadOps += uint64(len(ops))
 	}
-	res.Load = time.Since(start) - r.harness
-	res.LoadCPU = processCPU() - cpu - r.harness
-	r.harness = 0
+	res.Load = time.Since(start) - r.h.d
+	res.LoadCPU = processCPU() - cpu - r.h.cpu
+	lsm1 := lsmWrites(db)
+	res.LoadLSM = lsm1.Sub(lsm0)
+	r.h = harness{}
 
 	// The backfill.
 	actors, barrierRows := max(cfg.Actors, 1), cfg.BarrierRows
@@ -108,6 +115,7 @@ func RunRaw(ctx context.Context, cfg Config) (RawResult, error) {
 		barrierRows = 2048
 	}
 	quota := actors * barrierRows
+	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "raw-backfill")))
 	start, cpu = time.Now(), processCPU()
 	done, tail := false, 0
 	for !done || tail < 1 {
@@ -138,30 +146,33 @@ func RunRaw(ctx context.Context, cfg Config) (RawResult, error) {
 		}
 		_ = b.Close()
 	}
-	res.Backfill = time.Since(start) - r.harness
-	res.BackfillCPU = processCPU() - cpu - r.harness
+	res.Backfill = time.Since(start) - r.h.d
+	res.BackfillCPU = processCPU() - cpu - r.h.cpu
+	res.BackfillLSM = lsmWrites(db).Sub(lsm1)
 	if err := r.compare(); err != nil {
 		return res, err
+	}
+	if cfg.OnEnd != nil {
+		cfg.OnEnd(&Session{Raw: db})
 	}
 	return res, nil
 }
 
 // rawRun is the state of one raw pipeline. Its epochs count steps.
 type rawRun struct {
-	db      *pebble.DB
-	g       *workload.Generator
-	harness time.Duration
-	epoch   uint64
-	cursor  []byte // upstream prefix of the last snapshot row
-	key     []byte
-	it      *pebble.Iterator
+	db     *pebble.DB
+	g      *workload.Generator
+	h      harness
+	epoch  uint64
+	cursor []byte // upstream prefix of the last snapshot row
+	key    []byte
+	it     *pebble.Iterator
 }
 
 // next returns the next step's ops, timing the generator apart.
 func (r *rawRun) next() []workload.Op {
-	start := time.Now()
-	ops := r.g.Next()
-	r.harness += time.Since(start)
+	var ops []workload.Op
+	r.h.time(func() { ops = r.g.Next() })
 	r.epoch++
 	return ops
 }

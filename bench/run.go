@@ -7,6 +7,7 @@ package bench
 import (
 	"context"
 	"math"
+	"runtime/pprof"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -36,14 +37,20 @@ type Config struct {
 	Approaches []string
 	// Store options (nil: defaults).
 	Store *lsm.Options
+	// Checked makes the upstream writer read before each write
+	// (backfill.JobConfig.Unchecked false). By default it trusts the
+	// generator, which is consistent by construction, and writes blind, as
+	// raw Pebble does; the upstream's live statistics are then flagged as
+	// possibly containing estimates (Verify still recounts them).
+	Checked bool
 	// OnCheckpoint, if set, sees every checkpoint record.
 	OnCheckpoint func(backfill.Record)
 	// OnPhase, if set, sees the pipeline's phases (backfill.JobConfig).
 	OnPhase func(string)
 	// OnStart, if set, is called by Run and RunRaw with their Pebble
-	// database once everything is open, right before the load; OnEnd by
-	// Run with the finished session, before it closes. For measurements
-	// outside the timed work.
+	// database once everything is open, right before the load; OnEnd with
+	// the finished session (RunRaw's has only Raw set), before it closes.
+	// For measurements outside the timed work.
 	OnStart func(*pebble.DB)
 	OnEnd   func(*Session)
 }
@@ -72,7 +79,10 @@ type Session struct {
 	Store *lsm.Store
 	Gen   *workload.Generator
 	Job   *backfill.Job
-	h     *harness
+	// Raw is the database of a raw-Pebble run (RunRaw), whose OnEnd gets
+	// a Session with this field alone.
+	Raw *pebble.DB
+	h   *harness
 }
 
 // Harness returns the time the run spent in the workload model since Open
@@ -80,11 +90,19 @@ type Session struct {
 // is the harness's, not the store's: Summary's times exclude it.
 func (s *Session) Harness() time.Duration { return s.h.d }
 
-// harness times the workload model's work inside a run. The job calls its
-// source and oracle from one goroutine.
+// harness times the workload model's work inside a run: its wall time d
+// and its CPU time cpu. The job calls its source and oracle from one
+// goroutine.
 type harness struct {
-	d   time.Duration
-	ops uint64
+	d, cpu time.Duration
+	ops    uint64
+}
+
+// time runs f and adds its wall and CPU time.
+func (h *harness) time(f func()) {
+	start := time.Now()
+	h.cpu += cpuOf(f)
+	h.d += time.Since(start)
 }
 
 // timedSource is the generator as the job's source, timed.
@@ -94,9 +112,8 @@ type timedSource struct {
 }
 
 func (s timedSource) Next() []backfill.RowOp {
-	start := time.Now()
-	ops := s.Source.Next()
-	s.h.d += time.Since(start)
+	var ops []backfill.RowOp
+	s.h.time(func() { ops = s.Source.Next() })
 	for _, op := range ops {
 		if op.Kind != backfill.UpdateInsert {
 			s.h.ops++ // an update is one op of the workload
@@ -111,10 +128,8 @@ type timedOracle struct {
 	h *harness
 }
 
-func (o timedOracle) Rows(vnode uint16, cursor []byte) (int64, int64, error) {
-	start := time.Now()
-	behind, total, err := o.Oracle.Rows(vnode, cursor)
-	o.h.d += time.Since(start)
+func (o timedOracle) Rows(vnode uint16, cursor []byte) (behind, total int64, err error) {
+	o.h.time(func() { behind, total, err = o.Oracle.Rows(vnode, cursor) })
 	return behind, total, err
 }
 
@@ -138,7 +153,7 @@ func Open(cfg Config) (*Session, error) {
 		Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
 		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit,
 		Source: timedSource{workload.Source{G: g}, h}, Oracle: timedOracle{workload.Oracle{G: g}, h},
-		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase,
+		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked,
 	})
 	if err != nil {
 		_ = s.Close()
@@ -197,8 +212,10 @@ type Summary struct {
 	LoadOps        uint64
 	Harness        time.Duration
 	// LoadCPU and BackfillCPU are the process's CPU time in each phase
-	// (Pebble's background work included), less the harness's time.
+	// (Pebble's background work included), less the harness's CPU time.
 	LoadCPU, BackfillCPU time.Duration
+	// LoadLSM and BackfillLSM are the bytes Pebble wrote in each phase.
+	LoadLSM, BackfillLSM LSMWrites
 	// LoadCommits and BackfillCommits are the latencies of the
 	// checkpoints' commits (Store.Commit) in each phase.
 	LoadCommits, BackfillCommits []time.Duration
@@ -261,19 +278,25 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.OnStart != nil {
 		cfg.OnStart(s.Store.DB())
 	}
-	start, cpu := time.Now(), processCPU()
+	// CPU profiles tell the phases apart by this label; goroutines started
+	// during a phase (actors, Pebble's compactions) inherit it.
+	defer pprof.SetGoroutineLabels(ctx)
+	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "load")))
+	start, cpu, lsm0 := time.Now(), processCPU(), lsmWrites(s.Store.DB())
 	for !s.Job.Started() {
 		if _, _, err := s.Job.Step(ctx); err != nil {
 			return sum, err
 		}
 	}
-	jobStart, jobCPU := time.Now(), processCPU()
+	jobStart, jobCPU, jobLSM := time.Now(), processCPU(), lsmWrites(s.Store.DB())
+	sum.LoadLSM = jobLSM.Sub(lsm0)
 	sum.LoadOps = s.h.ops
 	sum.Load = jobStart.Sub(start) - s.h.d
-	sum.LoadCPU = jobCPU - cpu - s.h.d
+	sum.LoadCPU = jobCPU - cpu - s.h.cpu
 	sum.Harness = s.h.d
 	*s.h = harness{}
 	commits = &sum.BackfillCommits
+	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "backfill")))
 	res, err := s.Job.Run(ctx)
 	if err != nil {
 		return sum, err
@@ -282,7 +305,8 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		*commits = append(*commits, time.Since(commitStart))
 	}
 	sum.Backfill = time.Since(jobStart) - s.h.d
-	sum.BackfillCPU = processCPU() - jobCPU - s.h.d
+	sum.BackfillCPU = processCPU() - jobCPU - s.h.cpu
+	sum.BackfillLSM = lsmWrites(s.Store.DB()).Sub(jobLSM)
 	sum.Harness += s.h.d
 	sum.Epoch = res.Epoch
 	finish(&sum, s)
@@ -290,6 +314,26 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		cfg.OnEnd(s)
 	}
 	return sum, nil
+}
+
+// LSMWrites are the bytes Pebble wrote into SSTs, by way.
+type LSMWrites struct {
+	Ingested, Flushed, Compacted uint64
+}
+
+func lsmWrites(db *pebble.DB) LSMWrites {
+	var w LSMWrites
+	for _, l := range db.Metrics().Levels {
+		w.Ingested += l.TableBytesIngested
+		w.Flushed += l.TableBytesFlushed
+		w.Compacted += l.TableBytesCompacted
+	}
+	return w
+}
+
+// Sub returns w - o.
+func (w LSMWrites) Sub(o LSMWrites) LSMWrites {
+	return LSMWrites{w.Ingested - o.Ingested, w.Flushed - o.Flushed, w.Compacted - o.Compacted}
 }
 
 // LoadRate returns load ops per second.

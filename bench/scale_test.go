@@ -28,6 +28,7 @@ import (
 
 var (
 	scaleRows      = flag.String("scale-rows", "1M", "table sizes of BenchmarkScale, comma-separated (e.g. 1M,4M,16M)")
+	scaleLSM       = flag.Bool("scale-lsm", false, "log the LSM shape (Pebble's metrics) at the end of each run")
 	scaleWorkloads = flag.String("scale-workloads", "uniform,update-churn", "workloads of BenchmarkScale, comma-separated")
 )
 
@@ -89,8 +90,10 @@ func scaleConfig(b *testing.B, rows int, name string) Config {
 	require.NoError(b, err)
 	const actors, barrierRows = 2, 2048
 	p.DuringSteps = max(1, rows/(actors*barrierRows)) // the CLI's default
-	return Config{Dir: b.TempDir(), Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows,
+	cfg := Config{Dir: b.TempDir(), Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows,
 		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: lsm.QuietLogger{}}}
+	tune(cfg.Store)
+	return cfg
 }
 
 // scaleRun runs one size: the store, then raw Pebble. The metrics are of
@@ -121,6 +124,9 @@ func scaleRun(b *testing.B, rows int, name string) {
 	}
 	heapBeforeOpen := heapLive()
 	cfg.OnEnd = func(s *Session) {
+		if *scaleLSM {
+			b.Logf("store LSM at the end:\n%s", s.Store.DB().Metrics())
+		}
 		peakStore = peakRSS()
 		harness = base - heapBeforeOpen
 		probe = probeStore(b, s, cfg)
@@ -131,7 +137,11 @@ func scaleRun(b *testing.B, rows int, name string) {
 
 	rcfg := cfg
 	rcfg.Dir = b.TempDir()
-	rcfg.OnPhase, rcfg.OnEnd = nil, nil
+	rcfg.OnPhase, rcfg.OnEnd = nil, func(s *Session) {
+		if *scaleLSM {
+			b.Logf("raw LSM at the end:\n%s", s.Raw.Metrics())
+		}
+	}
 	rcfg.OnStart = func(*pebble.DB) { baseRawRSS = resetPeakRSS() }
 	raw, err := RunRaw(context.Background(), rcfg)
 	require.NoError(b, err)
@@ -149,6 +159,12 @@ func scaleRun(b *testing.B, rows int, name string) {
 	b.ReportMetric(perRow(sum.BackfillCPU, sum.SnapshotRows), "backfill-cpu-ns/row")
 	b.ReportMetric(perRow(sum.Load, sum.LoadOps), "load-ns/row")
 	b.ReportMetric(perRow(sum.LoadCPU, sum.LoadOps), "load-cpu-ns/row")
+	b.ReportMetric(perRow(raw.BackfillCPU, raw.SnapshotRows), "raw-backfill-cpu-ns/row")
+	b.ReportMetric(perRow(raw.LoadCPU, raw.LoadOps), "raw-load-cpu-ns/row")
+	b.ReportMetric(float64(sum.BackfillLSM.Compacted)/float64(max(sum.SnapshotRows, 1)), "backfill-compact-B/row")
+	b.ReportMetric(float64(raw.BackfillLSM.Compacted)/float64(max(raw.SnapshotRows, 1)), "raw-backfill-compact-B/row")
+	b.ReportMetric(float64(sum.LoadLSM.Compacted)/float64(max(sum.LoadOps, 1)), "load-compact-B/row")
+	b.ReportMetric(float64(raw.LoadLSM.Compacted)/float64(max(raw.LoadOps, 1)), "raw-load-compact-B/row")
 	b.ReportMetric(peakStore/1e6, "peak-rss-MB")
 	b.ReportMetric(peakRaw/1e6, "raw-peak-rss-MB")
 	b.ReportMetric(harness/1e6, "harness-MB")
