@@ -69,6 +69,20 @@ func rate(n uint64, d time.Duration) float64 {
 // RunRaw runs cfg's workload through the raw-Pebble pipeline in cfg.Dir
 // (which must not hold a store).
 func RunRaw(ctx context.Context, cfg Config) (RawResult, error) {
+	return runRaw(ctx, cfg, false)
+}
+
+// RunRawInterleaved is RunRaw with the backfill's read order: each
+// checkpoint takes its quota from every unfinished vnode in turn, as the
+// store's actors do (design.md §6), instead of scanning the table in key
+// order. Its MV writes then cover every vnode at every checkpoint, as the
+// store's do, and Pebble compacts them as it does the store's: the
+// difference from RunRaw is the price of the interleaved order itself.
+func RunRawInterleaved(ctx context.Context, cfg Config) (RawResult, error) {
+	return runRaw(ctx, cfg, true)
+}
+
+func runRaw(ctx context.Context, cfg Config, interleaved bool) (RawResult, error) {
 	var res RawResult
 	g, err := workload.New(cfg.Workload)
 	if err != nil {
@@ -80,6 +94,10 @@ func RunRaw(ctx context.Context, cfg Config) (RawResult, error) {
 	}
 	defer db.Close()
 	r := &rawRun{db: db, g: g}
+	if interleaved {
+		r.cursors = make([][]byte, g.Params().VnodeCount)
+		r.finished = make([]bool, g.Params().VnodeCount)
+	}
 	if cfg.OnStart != nil {
 		cfg.OnStart(db)
 	}
@@ -128,7 +146,11 @@ func RunRaw(ctx context.Context, cfg Config) (RawResult, error) {
 		b := db.NewBatch()
 		ops := r.next()
 		if !done {
-			n, finished, err := r.scan(b, quota)
+			scan := r.scan
+			if interleaved {
+				scan = r.scanInterleaved
+			}
+			n, finished, err := scan(b, quota)
 			if err != nil {
 				return res, err
 			}
@@ -166,7 +188,9 @@ type rawRun struct {
 	epoch  uint64
 	cursor []byte // upstream prefix of the last snapshot row
 	key    []byte
-	it     *pebble.Iterator
+	// cursors and finished are the per-vnode state of an interleaved run.
+	cursors  [][]byte
+	finished []bool
 }
 
 // next returns the next step's ops, timing the generator apart.
@@ -196,12 +220,21 @@ func (r *rawRun) writeUpstream(b *pebble.Batch, ops []workload.Op) error {
 }
 
 // forward writes into the MV the ops the snapshot will not read: all of
-// them once the scan is done, else those at or below the cursor.
+// them once the scan is done, else those at or below the cursor (of their
+// vnode, in an interleaved run).
 func (r *rawRun) forward(b *pebble.Batch, ops []workload.Op, done bool) error {
 	for _, op := range ops {
 		if !done {
 			r.key = keys.AppendPrefix(r.key[:0], UpstreamTable, op.Vnode, op.PK)
-			if r.cursor == nil || bytes.Compare(r.key, r.cursor) > 0 {
+			cursor := r.cursor
+			if r.cursors != nil {
+				if r.finished[op.Vnode] {
+					cursor = r.key
+				} else {
+					cursor = r.cursors[op.Vnode]
+				}
+			}
+			if cursor == nil || bytes.Compare(r.key, cursor) > 0 {
 				continue
 			}
 		}
@@ -250,6 +283,73 @@ func (r *rawRun) scan(b *pebble.Batch, quota int) (n int, finished bool, err err
 		n++
 	}
 	return n, !valid, it.Error()
+}
+
+// scanInterleaved reads the quota from the unfinished vnodes in turn:
+// each gets an equal share (the first ones one more), and a vnode that
+// runs out is finished. One iterator moves from vnode to vnode.
+func (r *rawRun) scanInterleaved(b *pebble.Batch, quota int) (n int, finished bool, err error) {
+	var unfinished []int
+	for v, f := range r.finished {
+		if !f {
+			unfinished = append(unfinished, v)
+		}
+	}
+	it, err := r.db.NewIter(&pebble.IterOptions{})
+	if err != nil {
+		return 0, false, err
+	}
+	defer it.Close()
+	version := keys.MakeVersion(r.epoch, 0)
+	for len(unfinished) > 0 && n < quota {
+		share, extra := (quota-n)/len(unfinished), (quota-n)%len(unfinished)
+		var still []int
+		for j, v := range unfinished {
+			want := share
+			if j < extra {
+				want++
+			}
+			lo, hi := keys.VnodeSpan(UpstreamTable, uint16(v))
+			it.SetBounds(lo, hi)
+			var valid bool
+			if c := r.cursors[v]; c == nil {
+				valid = it.First()
+			} else if valid = it.SeekGE(c); valid && bytes.Equal(prefixOf(it.Key()), c) {
+				valid = it.NextPrefix()
+			}
+			got := 0
+			for ; valid && got < want; valid = it.NextPrefix() {
+				key := it.Key()
+				if key[len(key)-2] != keys.KindPut {
+					continue
+				}
+				val, err := it.ValueAndErr()
+				if err != nil {
+					return n, false, err
+				}
+				prefix := prefixOf(key)
+				r.key = append(r.key[:0], prefix...)
+				binary.BigEndian.PutUint32(r.key, MVTable)
+				r.key = keys.AppendSuffix(r.key, version, keys.KindPut)
+				if err := b.Set(r.key, val, nil); err != nil {
+					return n, false, err
+				}
+				r.cursors[v] = append(r.cursors[v][:0], prefix...)
+				got++
+			}
+			n += got
+			if err := it.Error(); err != nil {
+				return n, false, err
+			}
+			if !valid {
+				r.finished[v] = true
+			} else {
+				still = append(still, v)
+			}
+		}
+		unfinished = still
+	}
+	return n, len(unfinished) == 0, nil
 }
 
 func prefixOf(key []byte) []byte { return key[:keys.Split(key)] }

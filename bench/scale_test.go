@@ -40,6 +40,9 @@ var (
 // part grows with the table:
 //
 //	rows/s, raw-rows/s, x-of-raw-pebble     snapshot rows per second, both
+//	raw-interleaved-rows/s,                 raw Pebble reading the vnodes in
+//	x-of-raw-interleaved                    turn as the actors do
+//	                                        (RunRawInterleaved)
 //	load-rows/s, raw-load-rows/s,           the load (and churn before the
 //	load-x-of-raw-pebble                    backfill), ops per second
 //	backfill-ns/row, backfill-cpu-ns/row,   wall and process CPU per row of
@@ -146,6 +149,10 @@ func scaleRun(b *testing.B, rows int, name string) {
 	raw, err := RunRaw(context.Background(), rcfg)
 	require.NoError(b, err)
 	peakRaw = peakRSS()
+	rcfg.Dir = b.TempDir()
+	rcfg.OnStart, rcfg.OnEnd = nil, nil
+	inter, err := RunRawInterleaved(context.Background(), rcfg)
+	require.NoError(b, err)
 	b.Logf("rows=%d %s: store load %s backfill %s (harness %s); raw load %s backfill %s; rss at start %.0f/%.0f MB",
 		rows, name, sum.Load.Round(time.Millisecond), sum.Backfill.Round(time.Millisecond), sum.Harness.Round(time.Millisecond),
 		raw.Load.Round(time.Millisecond), raw.Backfill.Round(time.Millisecond), baseStore/1e6, baseRawRSS/1e6)
@@ -159,6 +166,10 @@ func scaleRun(b *testing.B, rows int, name string) {
 	b.ReportMetric(perRow(sum.BackfillCPU, sum.SnapshotRows), "backfill-cpu-ns/row")
 	b.ReportMetric(perRow(sum.Load, sum.LoadOps), "load-ns/row")
 	b.ReportMetric(perRow(sum.LoadCPU, sum.LoadOps), "load-cpu-ns/row")
+	b.ReportMetric(inter.SnapshotRate(), "raw-interleaved-rows/s")
+	b.ReportMetric(sum.SnapshotRate()/inter.SnapshotRate(), "x-of-raw-interleaved")
+	b.ReportMetric(perRow(inter.BackfillCPU, inter.SnapshotRows), "raw-interleaved-cpu-ns/row")
+	b.ReportMetric(float64(inter.BackfillLSM.Compacted)/float64(max(inter.SnapshotRows, 1)), "raw-interleaved-compact-B/row")
 	b.ReportMetric(perRow(raw.BackfillCPU, raw.SnapshotRows), "raw-backfill-cpu-ns/row")
 	b.ReportMetric(perRow(raw.LoadCPU, raw.LoadOps), "raw-load-cpu-ns/row")
 	b.ReportMetric(float64(sum.BackfillLSM.Compacted)/float64(max(sum.SnapshotRows, 1)), "backfill-compact-B/row")
