@@ -1,11 +1,12 @@
 // Command results turns the output of make bench into the results tables of
 // README.md (between the results markers): the backfill comparison of both
-// progress approaches, and the storage goals of the lsm, stats and
-// compaction packages, so that the tables are always generated from a
-// benchmark run, never typed by hand. A metric missing from the run is
-// shown as "—".
+// progress approaches, the storage goals of the lsm, stats and compaction
+// packages, and the scale table of BenchmarkScale (from make scale's output
+// when there is one, else from make bench's 1M rows), with its plot against
+// rows, so that the tables are always generated from a benchmark run, never
+// typed by hand. A metric missing from the run is shown as "—".
 //
-//	go run ./internal/tools/results -bench out/bench.txt -readme README.md
+//	go run ./internal/tools/results -bench out/bench.txt -scale out/scale.txt -readme README.md -plot docs/scale.png
 package main
 
 import (
@@ -28,13 +29,39 @@ var line = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 
 func main() {
 	benchPath := flag.String("bench", "out/bench.txt", "benchmark output")
+	scalePath := flag.String("scale", "out/scale.txt", "BenchmarkScale output of make scale (skipped when missing)")
 	readme := flag.String("readme", "README.md", "README to update")
+	plotPath := flag.String("plot", "docs/scale.png", "plot of the scale table against rows (empty: none)")
 	flag.Parse()
 	metrics, err := parse(*benchPath)
 	if err != nil {
 		fail(err)
 	}
+	if _, err := os.Stat(*scalePath); err == nil {
+		scale, err := parse(*scalePath)
+		if err != nil {
+			fail(err)
+		}
+		// make scale's sizes replace make bench's.
+		for name := range metrics {
+			if strings.HasPrefix(name, scalePrefix) {
+				delete(metrics, name)
+			}
+		}
+		for name, m := range scale {
+			if strings.HasPrefix(name, scalePrefix) {
+				metrics[name] = m
+			}
+		}
+	}
 	table := render(metrics)
+	if *plotPath != "" {
+		if pts := scalePoints(metrics); len(pts) > 0 {
+			if err := plotScale(*plotPath, pts); err != nil {
+				fail(err)
+			}
+		}
+	}
 	b, err := os.ReadFile(*readme)
 	if err != nil {
 		fail(err)
@@ -85,8 +112,8 @@ func parse(path string) (map[string]map[string]float64, error) {
 
 func render(m map[string]map[string]float64) string {
 	var b strings.Builder
-	b.WriteString("\n| workload | approach | mean error (pp) | max error (pp) | progress CPU per barrier | state bytes per barrier | snapshot rows/s |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n| workload | approach | mean error (pp) | max error (pp) | progress CPU per barrier | state bytes per barrier | snapshot rows/s | × raw Pebble | load × raw Pebble |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	var names []string
 	for name := range m {
 		if strings.HasPrefix(name, "BenchmarkBackfill/") {
@@ -105,8 +132,9 @@ func render(m map[string]map[string]float64) string {
 	for _, name := range names {
 		w, a := parts(name)
 		x := m[name]
-		fmt.Fprintf(&b, "| %s | %s | %.3f | %.3f | %s | %.0f | %.0f |\n", w, a, x["err-mean-pp"], x["err-max-pp"],
-			duration(x["progress-cpu-ns/barrier"]), x["state-bytes/barrier"], x["rows/s"])
+		fmt.Fprintf(&b, "| %s | %s | %.3f | %.3f | %s | %.0f | %.0f | %s | %s |\n", w, a, x["err-mean-pp"], x["err-max-pp"],
+			duration(x["progress-cpu-ns/barrier"]), x["state-bytes/barrier"], x["rows/s"],
+			optional(x, "x-of-raw-pebble", "%.3f×"), optional(x, "load-x-of-raw-pebble", "%.3f×"))
 	}
 	for _, name := range []string{"BenchmarkRecovery/approach=rowcount", "BenchmarkRecovery/approach=stats"} {
 		if x, ok := m[name]; ok {
@@ -120,7 +148,17 @@ func render(m map[string]map[string]float64) string {
 	}
 	b.WriteString("\n\n")
 	renderStorage(&b, m)
+	renderScale(&b, m)
 	return b.String()
+}
+
+// optional formats metric key of x, or "—" when the run lacks it.
+func optional(x map[string]float64, key, format string) string {
+	v, ok := x[key]
+	if !ok {
+		return "—"
+	}
+	return fmt.Sprintf(format, v)
 }
 
 // source is one benchmark metric: the benchmark's name and the metric's unit.
