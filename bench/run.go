@@ -283,7 +283,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	defer pprof.SetGoroutineLabels(ctx)
 	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "load")))
 	start, cpu, lsm0 := time.Now(), processCPU(), lsmWrites(s.Store.DB())
-	for !s.Job.Started() {
+	// The load is every step before the backfill's first (which starts
+	// the actors): the same steps as the raw pipeline's load.
+	for !s.Job.Started() && s.Gen.Step()+1 < s.Gen.BackfillStep() {
 		if _, _, err := s.Job.Step(ctx); err != nil {
 			return sum, err
 		}
