@@ -119,7 +119,8 @@ func (s *Store) spill(b *epochBuf) error {
 		return err
 	}
 	path := s.stagingPath("spill")
-	out := &output{fs: s.fs, opts: s.spillOpts, target: 1 << 62, path: func() string { return path }}
+	// Not synced: only this writer reads the spill, and Open deletes it.
+	out := &output{fs: s.fs, opts: s.spillOpts, target: 1 << 62, path: func() string { return path }, noSync: true}
 	entries := b.sortedEntries()
 	if len(entries) == 0 {
 		// Only no-op entries: nothing to write, the memory is freed all the
