@@ -227,11 +227,11 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 
 	// Heap held by the statistics: a physical Version built from the live
 	// SSTs and the live buckets loaded from their metadata, as the store
-	// holds them (the stats package's memory benchmark does the same).
-	before := heapLive()
-	v, err := stats.Recompute(tcfg)
-	require.NoError(b, err)
-	physical := heapLive() - before
+	// holds them (the stats package's memory benchmark does the same). The
+	// store's background work allocates and frees meanwhile: the probe waits
+	// for Pebble's compactions to finish and builds statsCopies copies, to
+	// divide that noise.
+	quiesce(db)
 	var entries [][2][]byte
 	for _, span := range stats.LiveSpans() {
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
@@ -241,21 +241,29 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 		}
 		require.NoError(b, it.Close())
 	}
-	before = heapLive()
-	ls := stats.NewLiveState()
-	for _, def := range s.Store.Tables() {
-		ls.AddTable(def.ID, def.VnodeCount)
+	const statsCopies = 4
+	var kept []any
+	before := heapLive()
+	for range statsCopies {
+		v, err := stats.Recompute(tcfg)
+		require.NoError(b, err)
+		ls := stats.NewLiveState()
+		for _, def := range s.Store.Tables() {
+			ls.AddTable(def.ID, def.VnodeCount)
+		}
+		for _, kv := range entries {
+			require.NoError(b, ls.Load(kv[0], kv[1]))
+		}
+		ls.FinishLoad()
+		kept = append(kept, v, ls)
+		if p.keys == 0 {
+			for _, t := range v.Tables() {
+				p.keys += v.Table(t).TotalKeyCount
+			}
+		}
 	}
-	for _, kv := range entries {
-		require.NoError(b, ls.Load(kv[0], kv[1]))
-	}
-	ls.FinishLoad()
-	p.statsHeap = physical + heapLive() - before
-	for _, t := range v.Tables() {
-		p.keys += v.Table(t).TotalKeyCount
-	}
-	runtime.KeepAlive(v)
-	runtime.KeepAlive(ls)
+	p.statsHeap = (heapLive() - before) / statsCopies
+	runtime.KeepAlive(kept)
 	runtime.KeepAlive(entries)
 
 	p.payload, p.readerPayload = readerPayload(b, db, s.Store.PebbleDir(), ropts)
@@ -362,6 +370,18 @@ func filesChanged(a, b *stats.Version) int {
 		delete(seen, f.FileNum)
 	}
 	return n + len(seen)
+}
+
+// quiesce waits (up to a minute) until Pebble runs no compaction.
+func quiesce(db *pebble.DB) {
+	deadline := time.Now().Add(time.Minute)
+	for quiet := 0; quiet < 3 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if db.Metrics().Compact.NumInProgress == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+	}
 }
 
 // heapLive returns the live heap after two collections.
