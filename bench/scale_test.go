@@ -48,10 +48,11 @@ var (
 //	backfill-ns/row, backfill-cpu-ns/row,   wall and process CPU per row of
 //	load-ns/row, load-cpu-ns/row            each phase (the store's)
 //	peak-rss-MB, raw-peak-rss-MB,           peak RSS of the process during
-//	harness-MB                              each pipeline (both hold the
+//	harness-MB, cache-MB                    each pipeline (both hold the
 //	                                        workload model, harness-MB of
 //	                                        heap, and the same Pebble caches
-//	                                        and memtables)
+//	                                        and memtables), and the store's
+//	                                        block cache at the end
 //	stats-heap-MB, stats-bytes/Mkeys        heap held by the statistics
 //	                                        (physical Version rebuilt from
 //	                                        the SSTs, live buckets reloaded)
@@ -184,6 +185,7 @@ func scaleRun(b *testing.B, rows int, name string) {
 	b.ReportMetric(peakStore/1e6, "peak-rss-MB")
 	b.ReportMetric(peakRaw/1e6, "raw-peak-rss-MB")
 	b.ReportMetric(harness/1e6, "harness-MB")
+	b.ReportMetric(probe.cache/1e6, "cache-MB")
 	b.ReportMetric(probe.statsHeap/1e6, "stats-heap-MB")
 	b.ReportMetric(probe.statsHeap/(float64(probe.keys)/1e6), "stats-bytes/Mkeys")
 	b.ReportMetric(probe.payload/1e6, "payload-MB")
@@ -210,6 +212,7 @@ type scaleProbe struct {
 	keys                              uint64
 	refreshPerFile, listing           float64
 	ssts, l0                          int
+	cache                             float64
 }
 
 // probeStore measures the finished store (its job done, before it
@@ -219,6 +222,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	db := s.Store.DB()
 	m := db.Metrics()
 	p.l0 = int(m.Levels[0].Sublevels)
+	p.cache = float64(m.BlockCache.Size)
 	for _, l := range m.Levels {
 		p.ssts += int(l.TablesCount)
 	}

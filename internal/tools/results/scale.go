@@ -88,18 +88,18 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 		return
 	}
 	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; ![plot](docs/scale.png)):\n\n")
-	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | stats heap | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | block cache | stats heap | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {
 		x := p.m
 		f := func(key, format string) string { return optional(x, key, format) }
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s (%s) | %s (%s) | %s | %s / %s | %s | %s | %s / %s | %s | %s (%s) |\n",
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s (%s) | %s (%s) | %s | %s | %s / %s | %s | %s | %s / %s | %s | %s (%s) |\n",
 			p.sizeName, p.workload,
 			f("load-rows/s", "%.0f"), f("load-x-of-raw-pebble", "%.3f×"),
 			f("rows/s", "%.0f"), f("x-of-raw-pebble", "%.3f×"), f("x-of-raw-interleaved", "%.3f×"),
 			dur(x, "backfill-ns/row"), dur(x, "backfill-cpu-ns/row"), dur(x, "load-ns/row"), dur(x, "load-cpu-ns/row"),
 			f("backfill-compact-B/row", "%.0f B"), f("raw-interleaved-compact-B/row", "%.0f B"),
-			f("peak-rss-MB", "%.0f MB"), f("raw-peak-rss-MB", "%.0f MB"),
+			f("peak-rss-MB", "%.0f MB"), f("raw-peak-rss-MB", "%.0f MB"), f("cache-MB", "%.0f MB"),
 			f("stats-heap-MB", "%.1f MB"), f("payload-MB", "%.2f MB"), f("reader-payload-MB", "%.2f MB"),
 			dur(x, "progress-cpu-ns/barrier"), dur(x, "refresh-ns/changed-file"),
 			f("commit-p50-ms", "%.0f ms"), f("commit-p99-ms", "%.0f ms"),
@@ -147,6 +147,7 @@ func plotScale(path string, pts []scalePoint) error {
 			{"load wall", "load-ns/row", 1e-3, red}, {"load CPU", "load-cpu-ns/row", 1e-3, orange}}},
 		{"Memory", "MB", []series{
 			{"peak RSS", "peak-rss-MB", 1, blue}, {"raw peak RSS", "raw-peak-rss-MB", 1, grey},
+			{"block cache", "cache-MB", 1, green},
 			{"stats heap", "stats-heap-MB", 1, red}, {"payload held by readers", "reader-payload-MB", 1, orange}}},
 		{"Statistics per checkpoint", "µs", []series{
 			{"progress CPU per checkpoint", "progress-cpu-ns/barrier", 1e-3, blue},
