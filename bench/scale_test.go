@@ -63,9 +63,10 @@ var (
 //	                                        it in UserProperties, measured by
 //	                                        dropping it from those maps
 //	progress-cpu-ns/barrier                 the stats estimate per checkpoint
-//	split-scans/commit, split-rows/row      the live buckets split by a
-//	                                        scan, per commit, and the rows
-//	                                        scanned per row loaded or read
+//	bucket-scans/commit,                    the live buckets scanned to be
+//	bucket-scan-rows/row                    split or calibrated, per commit,
+//	                                        and the rows scanned per row
+//	                                        loaded or read
 //	refresh-ns/changed-file, listing-ns     a statistics refresh after a
 //	                                        flush and after a compaction,
 //	                                        per changed file, and one with
@@ -191,8 +192,8 @@ func scaleRun(b *testing.B, rows int, name string) {
 	b.ReportMetric(probe.payload/1e6, "payload-MB")
 	b.ReportMetric(probe.readerPayload/1e6, "reader-payload-MB")
 	b.ReportMetric(sum.ProgressNanos["stats"], "progress-cpu-ns/barrier")
-	b.ReportMetric(float64(splits.SplitScans)/float64(max(splits.Commits, 1)), "split-scans/commit")
-	b.ReportMetric(float64(splits.SplitRows)/float64(max(sum.LoadOps+sum.SnapshotRows, 1)), "split-rows/row")
+	b.ReportMetric(float64(splits.BucketScans)/float64(max(splits.Commits, 1)), "bucket-scans/commit")
+	b.ReportMetric(float64(splits.BucketScanRows)/float64(max(sum.LoadOps+sum.SnapshotRows, 1)), "bucket-scan-rows/row")
 	b.ReportMetric(probe.refreshPerFile, "refresh-ns/changed-file")
 	b.ReportMetric(probe.listing, "listing-ns")
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }

@@ -504,41 +504,48 @@ func (i *Iter) Close() error {
 	return err
 }
 
-// splitBuckets splits the live-statistics buckets that grew too big, by
-// scanning their rows at the committed epoch. A failure only leaves a bucket
-// big (bounds wider), so it is logged, not returned. One Pebble iterator,
-// re-bounded per bucket, serves every request: a backfill's commits ask for
-// many small splits, and creating an iterator costs more than scanning one
-// of them.
-func (s *Store) splitBuckets(reqs []stats.SplitRequest) {
-	if len(reqs) == 0 {
-		return
-	}
+// rescanBuckets scans the live-statistics buckets that grew too big, to
+// split them, or whose calibration is stale, at the committed epoch (see
+// stats.Rescan), and publishes them together. A backfill's commit asks for
+// hundreds of small scans, and creating a Pebble iterator costs more than
+// scanning one bucket: one iterator, re-bounded per vnode, serves them all.
+// A scan that fails leaves its bucket as it was: its counts stay exact,
+// only its estimates are less so until a later commit asks again.
+func (s *Store) rescanBuckets(reqs []stats.Rescan) {
 	epoch := s.committed.Load()
+	var done []stats.ScannedBucket
 	var it *Iter
 	defer func() {
 		if it != nil {
 			_ = it.Close()
 		}
 	}()
-	for _, r := range reqs {
-		var pieces []stats.Piece
-		var err error
-		if it, err = s.boundIter(it, r.Table, r.Vnode, r.Lower, r.Upper, epoch); err == nil {
-			pieces, err = s.scanPieces(it, r)
+	for len(reqs) > 0 {
+		n := 1 // reqs is in (table, vnode, pk) order
+		for n < len(reqs) && reqs[n].Table == reqs[0].Table && reqs[n].Vnode == reqs[0].Vnode {
+			n++
 		}
-		if err == nil {
-			s.mu.Lock()
-			err = s.mu.live.ApplySplit(r, pieces)
-			s.mu.Unlock()
+		var err error
+		if it, err = s.boundIter(it, reqs[0].Table, reqs[0].Vnode, reqs[0].Lower, reqs[n-1].Upper, epoch); err == nil {
+			done, err = s.scanBuckets(it, reqs[:n], done)
 		}
 		if err != nil {
-			s.logf("lsmstats: split live bucket of table %d vnode %d: %v", r.Table, r.Vnode, err)
+			s.logf("lsmstats: rescan live buckets of table %d vnode %d: %v", reqs[0].Table, reqs[0].Vnode, err)
 			if it != nil {
 				_ = it.Close()
 				it = nil
 			}
 		}
+		reqs = reqs[n:]
+	}
+	if len(done) == 0 {
+		return
+	}
+	s.mu.Lock()
+	err := s.mu.live.ApplyRescans(done)
+	s.mu.Unlock()
+	if err != nil {
+		s.logf("lsmstats: rescan live buckets: %v", err)
 	}
 }
 
@@ -554,25 +561,28 @@ func (s *Store) boundIter(it *Iter, table uint32, vnode uint16, lo, hi []byte, e
 	return it, it.rebind(table, vnode, lo, hi)
 }
 
-func (s *Store) scanPieces(it *Iter, r stats.SplitRequest) ([]stats.Piece, error) {
-	pieces := []stats.Piece{{Lower: r.Lower}}
-	cur := &pieces[0]
-	var n int64
-	for valid := it.First(); valid; valid = it.Next() {
-		if cur.Rows >= r.Target {
-			pieces = append(pieces, stats.Piece{Lower: slices.Clone(it.PK())})
-			cur = &pieces[len(pieces)-1]
+// scanBuckets scans the rows of the buckets of reqs, all of one vnode and
+// in pk order, with it (bounded to them), and appends them to done.
+func (s *Store) scanBuckets(it *Iter, reqs []stats.Rescan, done []stats.ScannedBucket) ([]stats.ScannedBucket, error) {
+	for _, r := range reqs {
+		sc := stats.NewBucketScan(r)
+		var n int64
+		valid := it.First()
+		if r.Lower != nil {
+			valid = it.SeekGE(r.Lower)
 		}
-		cur.Rows++
-		cur.Bytes += int64(len(it.PK()) + len(it.Row()))
-		n++
+		for ; valid && (r.Upper == nil || bytes.Compare(it.PK(), r.Upper) < 0); valid = it.Next() {
+			sc.Add(it.PK(), int64(len(it.PK())+len(it.Row())))
+			n++
+		}
+		if err := it.Error(); err != nil {
+			return done, err
+		}
+		s.metrics.bucketScans.Add(1)
+		s.metrics.bucketScanRows.Add(n)
+		done = append(done, sc.Finish())
 	}
-	if err := it.Error(); err != nil {
-		return nil, err
-	}
-	s.metrics.splitScans.Add(1)
-	s.metrics.splitRows.Add(n)
-	return pieces, nil
+	return done, nil
 }
 
 // Live returns the current live statistics.

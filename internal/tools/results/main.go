@@ -32,6 +32,7 @@ func main() {
 	scalePath := flag.String("scale", "out/scale.txt", "BenchmarkScale output of make scale (skipped when missing)")
 	readme := flag.String("readme", "README.md", "README to update")
 	plotPath := flag.String("plot", "docs/scale.png", "plot of the scale table against rows (empty: none)")
+	matrixPath := flag.String("matrix", "docs/accuracy.md", "file to write the full accuracy matrix to")
 	flag.Parse()
 	metrics, err := parse(*benchPath)
 	if err != nil {
@@ -54,7 +55,6 @@ func main() {
 			}
 		}
 	}
-	table := render(metrics)
 	if *plotPath != "" {
 		if pts := scalePoints(metrics); len(pts) > 0 {
 			if err := plotScale(*plotPath, pts); err != nil {
@@ -62,6 +62,13 @@ func main() {
 			}
 		}
 	}
+	cells := matrixCells(metrics)
+	if len(cells) > 0 {
+		if err := os.WriteFile(*matrixPath, []byte(renderFullMatrix(cells)), 0o644); err != nil {
+			fail(err)
+		}
+	}
+	table := render(metrics) + renderMatrix(cells)
 	b, err := os.ReadFile(*readme)
 	if err != nil {
 		fail(err)
