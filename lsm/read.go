@@ -562,13 +562,29 @@ func (s *Store) boundIter(it *Iter, table uint32, vnode uint16, lo, hi []byte, e
 }
 
 // scanBuckets scans the rows of the buckets of reqs, all of one vnode and
-// in pk order, with it (bounded to them), and appends them to done.
+// in pk order, with it (just bounded to them: its lower bound is the first
+// bucket's), and appends them to done.
+//
+// Each positioning of a Pebble iterator seeks in every level and L0
+// sublevel, which costs more than the few rows of a bucket (the rescans of
+// a backfill's commit are hundreds of small buckets, each the last of its
+// vnode): the first bucket starts at the iterator's lower bound (First),
+// and a bucket that starts where the previous one ended (adjacent buckets
+// of a split) continues from where that scan stopped, at the first row at
+// or after its lower bound. Only a gap between two buckets costs a seek.
 func (s *Store) scanBuckets(it *Iter, reqs []stats.Rescan, done []stats.ScannedBucket) ([]stats.ScannedBucket, error) {
-	for _, r := range reqs {
+	for k, r := range reqs {
 		sc := stats.NewBucketScan(r)
 		var n int64
-		valid := it.First()
-		if r.Lower != nil {
+		var valid bool
+		switch {
+		case k == 0:
+			valid = it.First()
+		case reqs[k-1].Upper != nil && bytes.Equal(reqs[k-1].Upper, r.Lower):
+			valid = it.Valid() // at the first row at or after r.Lower, or exhausted
+		case r.Lower == nil:
+			valid = it.First()
+		default:
 			valid = it.SeekGE(r.Lower)
 		}
 		for ; valid && (r.Upper == nil || bytes.Compare(it.PK(), r.Upper) < 0); valid = it.Next() {
