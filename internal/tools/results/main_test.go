@@ -30,7 +30,9 @@ BenchmarkScale/rows=1M/workload=uniform-2  1  2e9 ns/op  90000 rows/s  0.21 x-of
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := render(m)
+	var scale strings.Builder
+	renderScale(&scale, m)
+	table := render(m) + scale.String()
 	if i, j := strings.Index(table, "| 1M | uniform"), strings.Index(table, "| 4M | uniform"); i < 0 || j < i {
 		t.Errorf("scale rows out of order:\n%s", table)
 	}
@@ -57,5 +59,32 @@ BenchmarkScale/rows=1M/workload=uniform-2  1  2e9 ns/op  90000 rows/s  0.21 x-of
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
+	}
+}
+
+// TestBlocks: a scale-only run updates the scale block and leaves the
+// results block alone; a README without scale markers is an error naming
+// them.
+func TestBlocks(t *testing.T) {
+	readme := "intro\n" + startMarker + "\nold results\n" + endMarker + "\n" + scaleStartMarker + "\nold scale\n" + scaleEndMarker + "\n"
+	m := map[string]map[string]float64{"BenchmarkScale/rows=1M/workload=uniform": {"rows/s": 1000}}
+	if hasBench(m) {
+		t.Fatal("a scale-only run counted as a make bench run")
+	}
+	var scale strings.Builder
+	renderScale(&scale, m)
+	got, err := replaceBlock(readme, scaleStartMarker, scaleEndMarker, scale.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "\nold results\n") || strings.Contains(got, "old scale") || !strings.Contains(got, "| 1M | uniform | — | — | 1000 |") {
+		t.Errorf("blocks not replaced as expected:\n%s", got)
+	}
+	m["BenchmarkGet"] = map[string]float64{"ns/get": 1}
+	if !hasBench(m) {
+		t.Error("a make bench run not recognised")
+	}
+	if _, err := replaceBlock("no markers", scaleStartMarker, scaleEndMarker, "x"); err == nil || !strings.Contains(err.Error(), "scale:start") {
+		t.Errorf("missing markers: %v", err)
 	}
 }
