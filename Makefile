@@ -4,7 +4,7 @@ PKGS     := ./...
 FUZZTIME ?= 10s
 OUT      := out
 
-.PHONY: all build test race bench bench-compare matrix results demo lint fuzz torture faults clean
+.PHONY: all build test race bench bench-compare matrix scale results demo lint fuzz torture faults clean
 
 all: build test
 
@@ -36,7 +36,8 @@ RACE_PKGS = $(shell $(GO) list $(PKGS) | grep -v '/internal/torture$$')
 race:
 	$(GO) test -count=1 -race -timeout 40m $(RACE_PKGS)
 
-# Every benchmark; the backfill ones run each workload once per approach.
+# Every benchmark; the backfill ones run each workload once per approach,
+# beside the raw-Pebble pipeline, and BenchmarkScale runs at 1M rows.
 bench:
 	@mkdir -p $(OUT)
 	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m $(PKGS) | tee $(OUT)/bench.txt
@@ -62,13 +63,27 @@ bench-compare:
 		$(GO) run golang.org/x/perf/cmd/benchstat@latest $(OUT)/bench-new.txt; \
 	fi
 
+# BenchmarkScale at 1M, 4M and 16M rows without churn and at 1M and 4M with
+# it (about an hour here), into $(OUT)/scale.txt: the store beside raw Pebble
+# in one process, and per size the per-row cost, memory, statistics costs,
+# commit latency and LSM shape. make results tabulates and plots it.
+scale:
+	@mkdir -p $(OUT)
+	$(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 6h ./bench/ \
+		-scale-rows 1M,4M,16M -scale-workloads uniform | tee $(OUT)/scale.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 6h ./bench/ \
+		-scale-rows 1M,4M -scale-workloads update-churn | tee -a $(OUT)/scale.txt
+
 # Regenerates README.md's results tables from the last make bench output
-# ($(OUT)/bench.txt; make bench runs first when there is none) and
-# docs/progress.png from a run of the main job.
+# ($(OUT)/bench.txt; make bench runs first when there is none) and make
+# scale's ($(OUT)/scale.txt, when there is one; else the 1M rows of make
+# bench), docs/scale.png from the scale figures, and docs/progress.png from
+# a run of the main job.
 results:
 	@mkdir -p $(OUT) docs
 	@if [ ! -f $(OUT)/bench.txt ]; then $(MAKE) --no-print-directory bench; fi
-	$(GO) run ./internal/tools/results -bench $(OUT)/bench.txt -matrix-bench $(OUT)/matrix.txt -readme README.md
+	$(GO) run ./internal/tools/results -bench $(OUT)/bench.txt -scale $(OUT)/scale.txt -matrix-bench $(OUT)/matrix.txt \
+		-readme README.md -plot docs/scale.png
 	$(GO) run ./cmd/lsmstats backfill --rows 200000 --workload update-churn --crash-at 20 --bars off \
 		--json docs/progress.json --plot docs/progress.png
 

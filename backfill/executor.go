@@ -3,7 +3,6 @@ package backfill
 import (
 	"bytes"
 	"context"
-	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
@@ -50,11 +49,16 @@ type Actor struct {
 	mv    *Materialize
 	state *lsm.Writer
 
-	vnodes  []VnodeState // by vnode
-	dirty   []bool       // state changed since the last barrier
-	saved   [][]byte     // the persisted state row of each vnode, nil if none
-	index   map[uint16]int
-	buffer  []RowOp
+	vnodes []VnodeState // by vnode
+	dirty  []bool       // state changed since the last barrier
+	saved  [][]byte     // the persisted state row of each vnode, nil if none
+	index  map[uint16]int
+	buffer []RowOp
+	// chunk, arena and streams are readSnapshot's buffers, kept between
+	// barriers.
+	chunk   []RowOp
+	arena   []byte
+	streams []stream
 	snapAt  uint64 // snapshot reads are at this epoch (the previous barrier's)
 	curr    uint64 // the epoch being written
 	started bool   // the first barrier arrived
@@ -81,11 +85,19 @@ func NewActor(cfg ActorConfig) (*Actor, error) {
 	if err != nil {
 		return nil, err
 	}
-	mvw, err := cfg.Store.NewWriter(cfg.MV, cfg.Vnodes, nil)
+	// Both writers are unchecked: their ops are consistent by construction,
+	// so reading before each write would only cost. A snapshot row is new
+	// to the MV (its pk is above the vnode's cursor, and only this actor
+	// writes the vnode), a forwarded op carries the row it replaces, and a
+	// state row's previous value is the one this actor persisted (saved).
+	// The store then flags the MV's and the state table's live statistics
+	// as possibly containing estimates; Verify still recounts them.
+	trusted := &lsm.WriterOptions{Unchecked: true}
+	mvw, err := cfg.Store.NewWriter(cfg.MV, cfg.Vnodes, trusted)
 	if err != nil {
 		return nil, err
 	}
-	sw, err := cfg.Store.NewWriter(cfg.State, cfg.Vnodes, nil)
+	sw, err := cfg.Store.NewWriter(cfg.State, cfg.Vnodes, trusted)
 	if err != nil {
 		_ = mvw.Close()
 		return nil, err
@@ -219,33 +231,70 @@ func (a *Actor) OnBarrier(ctx context.Context, b Barrier) error {
 
 // readSnapshot reads up to BarrierRows rows of the unfinished vnodes, one
 // row of each in turn, at the previous barrier's epoch.
+//
+// One snapshot iterator serves every vnode: it visits the vnodes in turn
+// and buffers the rows each will take this barrier (its share of the quota,
+// and one more to tell whether the vnode is exhausted); the round robin then
+// takes them from the buffers. The rows taken, their order and the vnodes
+// found finished are those of one iterator per vnode read in turn, at the
+// cost of at most one row read and not taken per vnode.
 func (a *Actor) readSnapshot(ctx context.Context) error {
 	snap, err := a.table.Snapshot(a.snapAt)
 	if err != nil {
 		return err
 	}
 	defer snap.Close()
-	type stream struct {
-		i  int
-		it *replicated.Iter
-	}
-	var streams []stream
+	var it *replicated.Iter
 	defer func() {
-		for _, s := range streams {
-			_ = s.it.Close()
+		if it != nil {
+			_ = it.Close()
 		}
 	}()
+	a.arena = a.arena[:0]
+	streams := a.streams[:0]
 	for i, s := range a.vnodes {
-		if s.Finished {
-			continue
+		if !s.Finished {
+			streams = append(streams, stream{i: i})
 		}
-		it, err := snap.Iter(s.Vnode, s.Cursor)
+	}
+	a.streams = streams
+	quota := a.cfg.BarrierRows
+	// fill buffers up to n rows of a stream's vnode after its last row.
+	fill := func(s *stream, n int) error {
+		st := &a.vnodes[s.i]
+		after := s.last
+		if after == nil {
+			after = st.Cursor
+		}
+		var err error
+		if it == nil {
+			it, err = snap.Iter(st.Vnode, after)
+		} else {
+			err = it.Reset(st.Vnode, after)
+		}
 		if err != nil {
 			return err
 		}
-		streams = append(streams, stream{i, it})
+		if cap(s.rows) < n {
+			s.rows = make([]RowOp, 0, n)
+		}
+		s.rows, s.next = s.rows[:0], 0
+		for len(s.rows) < n {
+			if !it.Next() {
+				if err := it.Err(); err != nil {
+					return errors.Wrapf(err, "backfill actor %d: snapshot of vnode %d", a.cfg.ID, st.Vnode)
+				}
+				s.exhausted = true
+				break
+			}
+			pk, row := a.copy(it.PK()), a.copy(it.Row())
+			s.rows = append(s.rows, RowOp{Kind: Insert, Vnode: st.Vnode, PK: pk, Row: row})
+			s.last = pk
+		}
+		return nil
 	}
-	chunk := make([]RowOp, 0, a.cfg.ChunkSize)
+	chunk := a.chunk[:0]
+	defer func() { a.chunk = chunk[:0] }()
 	flush := func() error {
 		if len(chunk) == 0 {
 			return nil
@@ -261,38 +310,67 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 		chunk = chunk[:0]
 		return nil
 	}
-	quota := a.cfg.BarrierRows
 	for quota > 0 && len(streams) > 0 {
 		live := streams[:0]
-		for _, s := range streams {
+		share := quota/len(streams) + 2 // a round's worth for each, and one to see the end
+		for j := range streams {
+			s := &streams[j]
 			if quota == 0 {
-				live = append(live, s)
+				live = append(live, *s)
 				continue
 			}
-			st := &a.vnodes[s.i]
-			if !s.it.Next() {
-				if err := s.it.Close(); err != nil {
-					return errors.Wrapf(err, "backfill actor %d: snapshot of vnode %d", a.cfg.ID, st.Vnode)
+			if s.next == len(s.rows) && !s.exhausted {
+				if err := fill(s, share); err != nil {
+					return err
 				}
+			}
+			st := &a.vnodes[s.i]
+			if s.next == len(s.rows) {
 				st.Finished = true
 				a.dirty[s.i] = true
 				continue
 			}
-			st.Cursor = append(st.Cursor[:0], s.it.PK()...)
+			op := s.rows[s.next]
+			s.next++
+			st.Cursor = append(st.Cursor[:0], op.PK...)
 			st.RowCount++
 			a.dirty[s.i] = true
-			chunk = append(chunk, RowOp{Kind: Insert, Vnode: st.Vnode, PK: slices.Clone(s.it.PK()), Row: slices.Clone(s.it.Row())})
+			chunk = append(chunk, op)
 			quota--
 			if len(chunk) == a.cfg.ChunkSize {
 				if err := flush(); err != nil {
 					return err
 				}
 			}
-			live = append(live, s)
+			live = append(live, *s)
 		}
 		streams = live
 	}
 	return flush()
+}
+
+// stream is one unfinished vnode of a readSnapshot: the rows buffered for
+// it (rows[next:] not taken yet), the pk of the last one, and whether the
+// vnode has no rows after them.
+type stream struct {
+	i         int
+	rows      []RowOp
+	next      int
+	last      []byte
+	exhausted bool
+}
+
+// copy copies b into the actor's arena, which lives until the next
+// readSnapshot: the rows buffered and chunked during one barrier cost no
+// allocation of their own (the MV writer copies them again).
+func (a *Actor) copy(b []byte) []byte {
+	if len(a.arena)+len(b) > cap(a.arena) {
+		// A new slab: the rows in the old one stay valid.
+		a.arena = make([]byte, 0, max(2*cap(a.arena), len(b), 64<<10))
+	}
+	n := len(a.arena)
+	a.arena = append(a.arena, b...)
+	return a.arena[n:len(a.arena):len(a.arena)]
 }
 
 // forward writes the buffered upstream ops that the snapshot will not read:

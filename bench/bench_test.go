@@ -30,7 +30,12 @@ func canonical(b *testing.B, name string, approach []string) Config {
 
 // BenchmarkBackfill runs each workload once per approach and reports how
 // far the approach's raw figure was from the truth, what it persisted and
-// what its progress computation cost per checkpoint.
+// what its progress computation cost per checkpoint. Each iteration also
+// runs the raw-Pebble pipeline (RunRaw) on the same workload, before or
+// after the store in turn, and the throughputs are reported side by side:
+// rows/s and raw-rows/s of the backfill's snapshot, load-rows/s and
+// raw-load-rows/s of the load, and their ratios x-of-raw-pebble and
+// load-x-of-raw-pebble.
 func BenchmarkBackfill(b *testing.B) {
 	for _, name := range []string{"uniform", "skew", "update-churn", "delete-churn", "tombstone-prefix", "insert-during"} {
 		for _, approach := range []string{"rowcount", "stats"} {
@@ -39,20 +44,24 @@ func BenchmarkBackfill(b *testing.B) {
 				// error of any, rows/s over all of them. ns/op is the
 				// backfill's time (Summary.Backfill), without loading
 				// the table or comparing the MV.
-				var meanPP, maxPP, stateBytes, progressNs, progressWallNs, rows, seconds float64
-				for range b.N {
+				var meanPP, maxPP, stateBytes, progressNs, progressWallNs float64
+				var t throughput
+				for i := range b.N {
 					cfg := canonical(b, name, []string{approach})
-					sum, err := Run(context.Background(), cfg)
-					require.NoError(b, err)
-					require.True(b, sum.MVMatches, sum.MVError)
+					var sum Summary
+					inTurn(i, func() {
+						var err error
+						sum, err = Run(context.Background(), cfg)
+						require.NoError(b, err)
+						require.True(b, sum.MVMatches, sum.MVError)
+					}, func() { t.addRaw(b, cfg) })
+					t.add(sum)
 					e := sum.Errors[approach]
 					meanPP += e.MeanPP
 					maxPP = max(maxPP, e.MaxPP)
 					stateBytes += sum.StateBytesPerBarrier
 					progressNs += sum.ProgressNanos[approach]
 					progressWallNs += sum.ProgressWallNanos[approach]
-					rows += float64(sum.SnapshotRows)
-					seconds += sum.Backfill.Seconds()
 				}
 				n := float64(b.N)
 				b.ReportMetric(meanPP/n, "err-mean-pp")
@@ -60,10 +69,59 @@ func BenchmarkBackfill(b *testing.B) {
 				b.ReportMetric(stateBytes/n, "state-bytes/barrier")
 				b.ReportMetric(progressNs/n, "progress-cpu-ns/barrier")
 				b.ReportMetric(progressWallNs/n, "progress-wall-ns/barrier")
-				b.ReportMetric(rows/seconds, "rows/s")
-				b.ReportMetric(seconds*1e9/n, "ns/op")
+				t.report(b)
+				b.ReportMetric(t.store.Backfill.Seconds()*1e9/n, "ns/op")
 			})
 		}
+	}
+}
+
+// throughput adds up the store's and the raw pipeline's runs of a
+// benchmark.
+type throughput struct {
+	store Summary
+	raw   RawResult
+}
+
+func (t *throughput) add(s Summary) {
+	t.store.SnapshotRows += s.SnapshotRows
+	t.store.Backfill += s.Backfill
+	t.store.LoadOps += s.LoadOps
+	t.store.Load += s.Load
+}
+
+// addRaw runs the raw-Pebble pipeline on cfg's workload in a directory of
+// its own.
+func (t *throughput) addRaw(b *testing.B, cfg Config) {
+	cfg.Dir = b.TempDir()
+	r, err := RunRaw(context.Background(), cfg)
+	require.NoError(b, err)
+	t.raw.SnapshotRows += r.SnapshotRows
+	t.raw.Backfill += r.Backfill
+	t.raw.LoadOps += r.LoadOps
+	t.raw.Load += r.Load
+}
+
+// report reports both sides' rows/s and their ratios.
+func (t *throughput) report(b *testing.B) {
+	b.ReportMetric(t.store.SnapshotRate(), "rows/s")
+	b.ReportMetric(t.raw.SnapshotRate(), "raw-rows/s")
+	b.ReportMetric(t.store.SnapshotRate()/t.raw.SnapshotRate(), "x-of-raw-pebble")
+	b.ReportMetric(t.store.LoadRate(), "load-rows/s")
+	b.ReportMetric(t.raw.LoadRate(), "raw-load-rows/s")
+	b.ReportMetric(t.store.LoadRate()/t.raw.LoadRate(), "load-x-of-raw-pebble")
+}
+
+// inTurn runs both sides of a side-by-side comparison, the store first on
+// even iterations and raw Pebble first on odd ones, so that neither always
+// runs on the caches (and the compaction debt) the other left.
+func inTurn(i int, store, raw func()) {
+	if i%2 == 0 {
+		store()
+		raw()
+	} else {
+		raw()
+		store()
 	}
 }
 

@@ -7,9 +7,11 @@ package bench
 import (
 	"context"
 	"math"
+	"runtime/pprof"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -35,10 +37,22 @@ type Config struct {
 	Approaches []string
 	// Store options (nil: defaults).
 	Store *lsm.Options
+	// Checked makes the upstream writer read before each write
+	// (backfill.JobConfig.Unchecked false). By default it trusts the
+	// generator, which is consistent by construction, and writes blind, as
+	// raw Pebble does; the upstream's live statistics are then flagged as
+	// possibly containing estimates (Verify still recounts them).
+	Checked bool
 	// OnCheckpoint, if set, sees every checkpoint record.
 	OnCheckpoint func(backfill.Record)
 	// OnPhase, if set, sees the pipeline's phases (backfill.JobConfig).
 	OnPhase func(string)
+	// OnStart, if set, is called by Run and RunRaw with their Pebble
+	// database once everything is open, right before the load; OnEnd with
+	// the finished session (RunRaw's has only Raw set), before it closes.
+	// For measurements outside the timed work.
+	OnStart func(*pebble.DB)
+	OnEnd   func(*Session)
 	// RestartAt, if positive, drops the run after that many checkpoints of
 	// the job, without closing it (its uncommitted work is lost, as in a
 	// crash), and reopens it from what the store persisted; the figure the
@@ -70,6 +84,58 @@ type Session struct {
 	Store *lsm.Store
 	Gen   *workload.Generator
 	Job   *backfill.Job
+	// Raw is the database of a raw-Pebble run (RunRaw), whose OnEnd gets
+	// a Session with this field alone.
+	Raw *pebble.DB
+	h   *harness
+}
+
+// Harness returns the time the run spent in the workload model since Open
+// returned: generating the steps and computing each checkpoint's truth. It
+// is the harness's, not the store's: Summary's times exclude it.
+func (s *Session) Harness() time.Duration { return s.h.d }
+
+// harness times the workload model's work inside a run: its wall time d
+// and its CPU time cpu. The job calls its source and oracle from one
+// goroutine.
+type harness struct {
+	d, cpu time.Duration
+	ops    uint64
+}
+
+// time runs f and adds its wall and CPU time.
+func (h *harness) time(f func()) {
+	start := time.Now()
+	h.cpu += cpuOf(f)
+	h.d += time.Since(start)
+}
+
+// timedSource is the generator as the job's source, timed.
+type timedSource struct {
+	workload.Source
+	h *harness
+}
+
+func (s timedSource) Next() []backfill.RowOp {
+	var ops []backfill.RowOp
+	s.h.time(func() { ops = s.Source.Next() })
+	for _, op := range ops {
+		if op.Kind != backfill.UpdateInsert {
+			s.h.ops++ // an update is one op of the workload
+		}
+	}
+	return ops
+}
+
+// timedOracle is the generator's truth, timed.
+type timedOracle struct {
+	workload.Oracle
+	h *harness
+}
+
+func (o timedOracle) Rows(vnode uint16, cursor []byte) (behind, total int64, err error) {
+	o.h.time(func() { behind, total, err = o.Oracle.Rows(vnode, cursor) })
+	return behind, total, err
 }
 
 // Open opens (or recovers) a run in cfg.Dir.
@@ -86,18 +152,21 @@ func Open(cfg Config) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	h := &harness{}
 	j, err := backfill.OpenJob(backfill.JobConfig{
 		Store: s, Upstream: g.Params().TableDef(UpstreamTable), MV: MVTable, State: StateTable, Meta: MetaTable,
 		Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
 		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit,
-		Source: workload.Source{G: g}, Oracle: workload.Oracle{G: g},
-		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase,
+		Source: timedSource{workload.Source{G: g}, h}, Oracle: timedOracle{workload.Oracle{G: g}, h},
+		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked,
 	})
 	if err != nil {
 		_ = s.Close()
 		return nil, err
 	}
-	return &Session{Store: s, Gen: g, Job: j}, nil
+	// Recovery replayed the source: that is Open's work, not the run's.
+	*h = harness{}
+	return &Session{Store: s, Gen: g, Job: j, h: h}, nil
 }
 
 // Close closes the job and the store.
@@ -183,9 +252,23 @@ type Summary struct {
 	Errors  map[string]*ErrorStats
 	// SnapshotRows is the number of snapshot rows the backfill read.
 	SnapshotRows uint64
-	// Load is the time of the load and churn before the backfill; Backfill
-	// the time from the job's start to its end.
+	// Load is the time of the load and churn before the backfill (LoadOps
+	// ops), from the opened store to the job's start; Backfill the time
+	// from the job's start to its end. Both exclude the workload model's
+	// time (Harness: generating steps, computing the truth), which is the
+	// harness's, not the store's; the raw-Pebble pipeline's times exclude
+	// the generator the same way.
 	Load, Backfill time.Duration
+	LoadOps        uint64
+	Harness        time.Duration
+	// LoadCPU and BackfillCPU are the process's CPU time in each phase
+	// (Pebble's background work included), less the harness's CPU time.
+	LoadCPU, BackfillCPU time.Duration
+	// LoadLSM and BackfillLSM are the bytes Pebble wrote in each phase.
+	LoadLSM, BackfillLSM LSMWrites
+	// LoadCommits and BackfillCommits are the latencies of the
+	// checkpoints' commits (Store.Commit) in each phase.
+	LoadCommits, BackfillCommits []time.Duration
 	// StateBytesPerBarrier is the backfill state bytes (pk and row) written
 	// per checkpoint barrier: all state written up to the last checkpoint
 	// over the number of checkpoint records (state is also written at
@@ -214,8 +297,6 @@ func Summarize(records []backfill.Record) map[string]*ErrorStats {
 // Run opens a fresh run and drives it to the end.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	var sum Summary
-	start := time.Now()
-	var jobStart time.Time
 	user := cfg.OnCheckpoint
 	cfg.OnCheckpoint = func(r backfill.Record) {
 		sum.Records = append(sum.Records, r)
@@ -223,18 +304,51 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			user(r)
 		}
 	}
+	// A commit's latency runs from its phase to the next one.
+	commits := &sum.LoadCommits
+	var commitStart time.Time
+	userPhase := cfg.OnPhase
+	cfg.OnPhase = func(p string) {
+		if !commitStart.IsZero() {
+			*commits = append(*commits, time.Since(commitStart))
+			commitStart = time.Time{}
+		}
+		if p == "commit" {
+			commitStart = time.Now()
+		}
+		if userPhase != nil {
+			userPhase(p)
+		}
+	}
 	s, err := Open(cfg)
 	if err != nil {
 		return sum, err
 	}
 	defer func() { _ = s.Close() }()
-	for !s.Job.Started() {
+	if cfg.OnStart != nil {
+		cfg.OnStart(s.Store.DB())
+	}
+	// CPU profiles tell the phases apart by this label; goroutines started
+	// during a phase (actors, Pebble's compactions) inherit it.
+	defer pprof.SetGoroutineLabels(ctx)
+	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "load")))
+	start, cpu, lsm0 := time.Now(), processCPU(), lsmWrites(s.Store.DB())
+	// The load is every step before the backfill's first (which starts
+	// the actors): the same steps as the raw pipeline's load.
+	for !s.Job.Started() && s.Gen.Step()+1 < s.Gen.BackfillStep() {
 		if _, _, err := s.Job.Step(ctx); err != nil {
 			return sum, err
 		}
 	}
-	jobStart = time.Now()
-	sum.Load = jobStart.Sub(start)
+	jobStart, jobCPU, jobLSM := time.Now(), processCPU(), lsmWrites(s.Store.DB())
+	sum.LoadLSM = jobLSM.Sub(lsm0)
+	sum.LoadOps = s.h.ops
+	sum.Load = jobStart.Sub(start) - s.h.d
+	sum.LoadCPU = jobCPU - cpu - s.h.cpu
+	sum.Harness = s.h.d
+	*s.h = harness{}
+	commits = &sum.BackfillCommits
+	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "backfill")))
 	if cfg.RestartAt > 0 {
 		for len(sum.Records) < cfg.RestartAt && !s.Job.Finished() {
 			if _, _, err := s.Job.Step(ctx); err != nil {
@@ -249,6 +363,8 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		if s, err = Open(cfg); err != nil {
 			return sum, err
 		}
+		// The reopened Pebble counts its bytes from zero.
+		jobLSM = lsmWrites(s.Store.DB())
 		if rec := s.Job.Initial(); rec != nil {
 			cfg.OnCheckpoint(*rec)
 		}
@@ -257,11 +373,46 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if err != nil {
 		return sum, err
 	}
-	sum.Backfill = time.Since(jobStart)
+	if !commitStart.IsZero() {
+		*commits = append(*commits, time.Since(commitStart))
+	}
+	sum.Backfill = time.Since(jobStart) - s.h.d
+	sum.BackfillCPU = processCPU() - jobCPU - s.h.cpu
+	sum.BackfillLSM = lsmWrites(s.Store.DB()).Sub(jobLSM)
+	sum.Harness += s.h.d
 	sum.Epoch = res.Epoch
 	finish(&sum, s)
+	if cfg.OnEnd != nil {
+		cfg.OnEnd(s)
+	}
 	return sum, nil
 }
+
+// LSMWrites are the bytes Pebble wrote into SSTs, by way.
+type LSMWrites struct {
+	Ingested, Flushed, Compacted uint64
+}
+
+func lsmWrites(db *pebble.DB) LSMWrites {
+	var w LSMWrites
+	for _, l := range db.Metrics().Levels {
+		w.Ingested += l.TableBytesIngested
+		w.Flushed += l.TableBytesFlushed
+		w.Compacted += l.TableBytesCompacted
+	}
+	return w
+}
+
+// Sub returns w - o.
+func (w LSMWrites) Sub(o LSMWrites) LSMWrites {
+	return LSMWrites{w.Ingested - o.Ingested, w.Flushed - o.Flushed, w.Compacted - o.Compacted}
+}
+
+// LoadRate returns load ops per second.
+func (s Summary) LoadRate() float64 { return rate(s.LoadOps, s.Load) }
+
+// SnapshotRate returns snapshot rows per second.
+func (s Summary) SnapshotRate() float64 { return rate(s.SnapshotRows, s.Backfill) }
 
 // finish fills the summary's derived fields from a finished session.
 func finish(sum *Summary, s *Session) {

@@ -48,6 +48,24 @@
 // are off, and not past a failed compaction or a second with none running
 // (Pebble retries failed compactions itself; holding commits would not help).
 //
+// # Pebble's configuration for one ingestion per checkpoint
+//
+// A checkpoint's SSTs land in L0 and, when its rows are spread over a
+// table's key space (a load, or a backfill writing every vnode of its MV at
+// every checkpoint), overlap every earlier checkpoint: each is an L0
+// sublevel. Pebble compacts L0 into its base level at 16 sublevels rather
+// than its default 4, so that each base compaction merges four times as
+// much new data into the same base level (the bytes compacted per row fell
+// by half or more in BenchmarkScale); Options.L0StopSublevels defaults to 48
+// above it. Every level has bloom filters on the row prefixes (a checked
+// writer's read of a pk that is not there skips the SSTs that cannot hold
+// it) and MinLZ compression, and the block cache (Options.CacheSize)
+// defaults to an eighth of the machine's memory. Even so, a backfill's
+// interleaved MV writes are compacted several times over, where a scan in
+// key order would write files that never overlap: BenchmarkScale measures
+// the store against raw Pebble both ways (RunRaw, RunRawInterleaved in
+// package bench).
+//
 // # Epoch high-water mark
 //
 // Epochs only increase, across restarts too. A spill that writes data of an

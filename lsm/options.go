@@ -7,7 +7,11 @@ import (
 	"runtime"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/stats"
 )
 
 // Options configures a Store. A nil *Options is valid and means the defaults.
@@ -25,13 +29,22 @@ type Options struct {
 	// Zero means 16 MiB.
 	TargetFileSize int64
 
+	// CacheSize is the size of Pebble's block cache, shared by reads, the
+	// checks of checked writers and compactions. Zero means an eighth of
+	// the machine's memory, at least 32 MiB (256 MiB where the memory
+	// cannot be read): like RisingWave, which gives its block cache a fixed
+	// share of the node's memory. The cache grows to its size as blocks are
+	// read; it does not take the memory up front.
+	CacheSize int64
+
 	// L0StopSublevels makes Commit wait for compactions while L0 has at least
 	// this many sublevels. Ingestion bypasses Pebble's own write stalls (they
 	// apply to memtable writes only), so without this back-pressure read
 	// amplification would grow without bound under a fast checkpoint cadence.
 	// The wait ends early when compactions cannot drain L0 (off, failing, or
-	// none running for a second), so keep it above Pebble's
-	// L0CompactionThreshold. Zero means 24; negative disables the wait.
+	// none running for a second), so keep it well above Pebble's
+	// L0CompactionThreshold (16 in the store's options). Zero means 48;
+	// negative disables the wait.
 	L0StopSublevels int
 
 	// Logger receives Pebble's and the store's log lines; nil means Pebble's
@@ -70,9 +83,21 @@ func (o *Options) withDefaults() Options {
 		out.TargetFileSize = 16 << 20
 	}
 	if out.L0StopSublevels == 0 {
-		out.L0StopSublevels = 24
+		out.L0StopSublevels = 48
+	}
+	if out.CacheSize <= 0 {
+		out.CacheSize = defaultCacheSize(machineMemory())
 	}
 	return out
+}
+
+// defaultCacheSize is the block cache of a machine with mem bytes of
+// memory (0: unknown).
+func defaultCacheSize(mem int64) int64 {
+	if mem <= 0 {
+		return 256 << 20
+	}
+	return max(32<<20, mem/8)
 }
 
 // WriterOptions configures one Writer.
@@ -85,6 +110,73 @@ type WriterOptions struct {
 	// ContainsEstimates.
 	Unchecked bool
 }
+
+// PebbleOptions returns the Pebble options of a store opened with opts (nil:
+// the defaults), Options.Pebble applied, without the store's event
+// listeners: what a comparison with raw Pebble doing the same work opens
+// its database with. Each call returns new options (and, with CacheSize,
+// a block cache of its own when opened).
+func PebbleOptions(opts *Options) *pebble.Options {
+	o := opts.withDefaults()
+	popts := o.pebbleOptions()
+	if o.Pebble != nil {
+		o.Pebble(popts)
+	}
+	return popts
+}
+
+// pebbleOptions returns the store's Pebble options before its listeners
+// and the Options.Pebble hook.
+func (o *Options) pebbleOptions() *pebble.Options {
+	popts := &pebble.Options{
+		FS:                          o.FS,
+		Comparer:                    keys.Comparer,
+		Logger:                      o.Logger,
+		BlockPropertyCollectors:     []func() pebble.BlockPropertyCollector{stats.NewCollector},
+		FormatMajorVersion:          pebble.FormatNewest,
+		L0CompactionThreshold:       l0CompactionThreshold,
+		L0StopWritesThreshold:       max(2*l0CompactionThreshold, o.L0StopSublevels),
+		CompactionConcurrencyRange:  compactionConcurrency,
+		MaxOpenFiles:                1000,
+		DisableAutomaticCompactions: false,
+		CacheSize:                   o.CacheSize,
+	}
+	// Bloom filters on the prefixes (table, vnode, pk) of every level: a
+	// checked writer's read before an insert, and a point read of a pk
+	// that is not there, skip the SSTs that cannot hold it without reading
+	// their data blocks.
+	//
+	// MinLZ (Pebble's fastest compression on amd64, Snappy elsewhere) on every
+	// level: a checkpoint's SSTs are written on the commit path, and the
+	// interleaved writes of a backfill are compacted several times.
+	for i := range popts.Levels {
+		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		popts.Levels[i].Compression = fastestCompression
+	}
+	popts.EnsureDefaults()
+	// An ingestion that overlaps the memtable (which holds only what was
+	// written through DB()) would be queued as a flushable, outside the LSM
+	// version until a flush: the statistics refresh at the end of Commit
+	// would miss the checkpoint's SSTs. Make Pebble flush the memtable first.
+	popts.Experimental.DisableIngestAsFlushable = func() bool { return true }
+	return popts
+}
+
+// l0CompactionThreshold is the store's Pebble L0CompactionThreshold: the L0
+// sublevels at which Pebble compacts L0 into the base level. Every
+// checkpoint ingests its SSTs into L0, and a backfill's (all of the MV's
+// vnodes at once) and a load's (pks spread over the table) overlap every
+// earlier one, so each checkpoint is a sublevel: with Pebble's default of 4,
+// each base compaction merges four small checkpoints into the whole base
+// level, and the same rows are rewritten again and again. 16 sublevels
+// merge four times as much at once — the measured bytes compacted per row
+// fell by half or more (BenchmarkScale's *-compact-B/row) — as RisingWave's
+// Hummock lets checkpoint sub-levels pile up in L0 before compacting them.
+// Reads pay with more L0 files to merge; checked writers' reads mostly skip
+// them by their bloom filters.
+const l0CompactionThreshold = 16
+
+func fastestCompression() *sstable.CompressionProfile { return sstable.FastestCompression }
 
 func compactionConcurrency() (int, int) {
 	return 1, max(2, runtime.GOMAXPROCS(0))

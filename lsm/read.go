@@ -161,8 +161,8 @@ func (s *Store) getPrefix(prefix []byte, epoch uint64) ([]byte, bool, error) {
 	if epoch == math.MaxUint64 {
 		epoch = it.epoch
 	}
-	seek := keys.AppendSeekKey(make([]byte, 0, len(prefix)+keys.SuffixLen), prefix, epoch)
-	if !it.SeekPrefixGE(seek) {
+	it.seek = keys.AppendSeekKey(it.seek[:0], prefix, epoch)
+	if !it.SeekPrefixGE(it.seek) {
 		if err := it.Error(); err != nil {
 			return nil, false, errors.Wrapf(err, "lsmstats: read %v", keys.Comparer.FormatKey(prefix))
 		}
@@ -235,6 +235,7 @@ type pooledIter struct {
 	*pebble.Iterator
 	gen   uint64
 	epoch uint64 // the committed epoch it can read
+	seek  []byte // the last seek key
 }
 
 const maxPooledIters = 8
@@ -301,6 +302,7 @@ func (p *iterPool) close() {
 // Iter iterates live rows of one vnode in pk order. PK and Row are valid
 // until the next positioning call. Not safe for concurrent use.
 type Iter struct {
+	s  *Store
 	it *pebble.Iterator
 	// closed is the store's: an iterator used after the store's Close
 	// stops with ErrClosed instead of touching the closed Pebble DB.
@@ -325,22 +327,9 @@ func (s *Store) newIter(table uint32, vnode uint16, lo, hi []byte, epoch uint64)
 	if err != nil {
 		return nil, err
 	}
-	if int(vnode) >= def.VnodeCount {
-		return nil, errors.Wrapf(ErrInvalidVnode, "vnode %d of table %d (vnode count %d)", vnode, table, def.VnodeCount)
-	}
-	for _, b := range [][]byte{lo, hi} {
-		if b != nil {
-			if err := def.PK.Validate(b); err != nil {
-				return nil, errors.Wrapf(err, "iterator bound of table %d", table)
-			}
-		}
-	}
-	lower, upper := keys.VnodeSpan(table, vnode)
-	if lo != nil {
-		lower = keys.AppendPrefix(nil, table, vnode, lo)
-	}
-	if hi != nil {
-		upper = keys.AppendPrefix(nil, table, vnode, hi)
+	lower, upper, err := iterBounds(def, table, vnode, lo, hi)
+	if err != nil {
+		return nil, err
 	}
 	o := &pebble.IterOptions{LowerBound: lower, UpperBound: upper}
 	var it *pebble.Iterator
@@ -354,9 +343,59 @@ func (s *Store) newIter(table uint32, vnode uint16, lo, hi []byte, epoch uint64)
 	} else if it, err = s.db.NewIter(o); err != nil {
 		return nil, err
 	}
-	i := &Iter{it: it, closed: &s.closed, pool: &s.iters, table: table, vnode: vnode, epoch: epoch, lower: lower}
+	i := &Iter{s: s, it: it, closed: &s.closed, pool: &s.iters, table: table, vnode: vnode, epoch: epoch, lower: lower}
 	s.iters.track(i)
 	return i, nil
+}
+
+// iterBounds returns the Pebble bounds of the rows of a vnode with pk in
+// [lo, hi) (nil: unbounded).
+func iterBounds(def *TableDef, table uint32, vnode uint16, lo, hi []byte) (lower, upper []byte, err error) {
+	if int(vnode) >= def.VnodeCount {
+		return nil, nil, errors.Wrapf(ErrInvalidVnode, "vnode %d of table %d (vnode count %d)", vnode, table, def.VnodeCount)
+	}
+	for _, b := range [][]byte{lo, hi} {
+		if b != nil {
+			if err := def.PK.Validate(b); err != nil {
+				return nil, nil, errors.Wrapf(err, "iterator bound of table %d", table)
+			}
+		}
+	}
+	lower, upper = keys.VnodeSpan(table, vnode)
+	if lo != nil {
+		lower = keys.AppendPrefix(nil, table, vnode, lo)
+	}
+	if hi != nil {
+		upper = keys.AppendPrefix(nil, table, vnode, hi)
+	}
+	return lower, upper, nil
+}
+
+// Reset makes the iterator one over the live rows of another vnode of its
+// table with pk in [lo, hi) (nil: unbounded), at the same epoch and with the
+// same view of the store, and unpositions it: cheaper than closing it and
+// creating another, since Pebble keeps the files and blocks it has loaded.
+// A reader that visits many vnodes in turn uses one iterator this way.
+func (i *Iter) Reset(vnode uint16, lo, hi []byte) error {
+	return i.rebind(i.table, vnode, lo, hi)
+}
+
+func (i *Iter) rebind(table uint32, vnode uint16, lo, hi []byte) error {
+	if err := i.s.checkOpen(); err != nil {
+		return err
+	}
+	def, err := i.s.table(table)
+	if err != nil {
+		return err
+	}
+	lower, upper, err := iterBounds(def, table, vnode, lo, hi)
+	if err != nil {
+		return err
+	}
+	i.table, i.vnode, i.lower = table, vnode, lower
+	i.valid, i.err, i.pk, i.row = false, nil, nil, nil
+	i.it.SetBounds(lower, upper)
+	return nil
 }
 
 // First positions at the first live row.
@@ -467,21 +506,35 @@ func (i *Iter) Close() error {
 
 // rescanBuckets scans the live-statistics buckets that grew too big, to
 // split them, or whose calibration is stale, at the committed epoch (see
-// stats.Rescan): the buckets of one vnode with one iterator, all of them
-// published together. A scan that fails leaves its bucket as it was: its
-// counts stay exact, only its estimates are less so until a later commit
-// asks again.
+// stats.Rescan), and publishes them together. A backfill's commit asks for
+// hundreds of small scans, and creating a Pebble iterator costs more than
+// scanning one bucket: one iterator, re-bounded per vnode, serves them all.
+// A scan that fails leaves its bucket as it was: its counts stay exact,
+// only its estimates are less so until a later commit asks again.
 func (s *Store) rescanBuckets(reqs []stats.Rescan) {
 	epoch := s.committed.Load()
 	var done []stats.ScannedBucket
+	var it *Iter
+	defer func() {
+		if it != nil {
+			_ = it.Close()
+		}
+	}()
 	for len(reqs) > 0 {
 		n := 1 // reqs is in (table, vnode, pk) order
 		for n < len(reqs) && reqs[n].Table == reqs[0].Table && reqs[n].Vnode == reqs[0].Vnode {
 			n++
 		}
 		var err error
-		if done, err = s.scanBuckets(reqs[:n], epoch, done); err != nil {
+		if it, err = s.boundIter(it, reqs[0].Table, reqs[0].Vnode, reqs[0].Lower, reqs[n-1].Upper, epoch); err == nil {
+			done, err = s.scanBuckets(it, reqs[:n], done)
+		}
+		if err != nil {
 			s.logf("lsmstats: rescan live buckets of table %d vnode %d: %v", reqs[0].Table, reqs[0].Vnode, err)
+			if it != nil {
+				_ = it.Close()
+				it = nil
+			}
 		}
 		reqs = reqs[n:]
 	}
@@ -496,19 +549,42 @@ func (s *Store) rescanBuckets(reqs []stats.Rescan) {
 	}
 }
 
-// scanBuckets scans the rows of the buckets of reqs, all of one vnode and
-// in pk order, at epoch, and appends them to done.
-func (s *Store) scanBuckets(reqs []stats.Rescan, epoch uint64, done []stats.ScannedBucket) ([]stats.ScannedBucket, error) {
-	it, err := s.newIter(reqs[0].Table, reqs[0].Vnode, reqs[0].Lower, reqs[len(reqs)-1].Upper, epoch)
-	if err != nil {
-		return done, err
+// boundIter returns an iterator over [lo, hi) of a vnode at epoch: it (if
+// not nil) with new bounds, or a new one.
+func (s *Store) boundIter(it *Iter, table uint32, vnode uint16, lo, hi []byte, epoch uint64) (*Iter, error) {
+	if it == nil || it.epoch != epoch {
+		if it != nil {
+			_ = it.Close()
+		}
+		return s.newIter(table, vnode, lo, hi, epoch)
 	}
-	defer it.Close()
-	for _, r := range reqs {
+	return it, it.rebind(table, vnode, lo, hi)
+}
+
+// scanBuckets scans the rows of the buckets of reqs, all of one vnode and
+// in pk order, with it (just bounded to them: its lower bound is the first
+// bucket's), and appends them to done.
+//
+// Each positioning of a Pebble iterator seeks in every level and L0
+// sublevel, which costs more than the few rows of a bucket (the rescans of
+// a backfill's commit are hundreds of small buckets, each the last of its
+// vnode): the first bucket starts at the iterator's lower bound (First),
+// and a bucket that starts where the previous one ended (adjacent buckets
+// of a split) continues from where that scan stopped, at the first row at
+// or after its lower bound. Only a gap between two buckets costs a seek.
+func (s *Store) scanBuckets(it *Iter, reqs []stats.Rescan, done []stats.ScannedBucket) ([]stats.ScannedBucket, error) {
+	for k, r := range reqs {
 		sc := stats.NewBucketScan(r)
 		var n int64
-		valid := it.First()
-		if r.Lower != nil {
+		var valid bool
+		switch {
+		case k == 0:
+			valid = it.First()
+		case reqs[k-1].Upper != nil && bytes.Equal(reqs[k-1].Upper, r.Lower):
+			valid = it.Valid() // at the first row at or after r.Lower, or exhausted
+		case r.Lower == nil:
+			valid = it.First()
+		default:
 			valid = it.SeekGE(r.Lower)
 		}
 		for ; valid && (r.Upper == nil || bytes.Compare(it.PK(), r.Upper) < 0); valid = it.Next() {

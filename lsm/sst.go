@@ -1,12 +1,13 @@
 package lsm
 
 import (
+	"bufio"
 	"bytes"
 	"os"
+	"sync"
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/keys"
@@ -18,17 +19,40 @@ var errNotExist = os.ErrNotExist
 // output writes a sorted stream of keys into one or more staged SSTs for a
 // single ingestion, cutting files at the target size between prefixes (so
 // the files never overlap and each prefix's versions stay in one file).
+//
+// Its files stay open until finish, which syncs them all at once: a
+// checkpoint writes one SST per table, and syncing them one after the other
+// cost a disk flush each on the commit path. (Pebble requires an ingested
+// file to be synced before its handle is closed.) A spill's file, which only
+// its own writer reads and which Open deletes, is not synced at all (noSync).
 type output struct {
 	fs     vfs.FS
 	opts   sstable.WriterOptions
 	target uint64
 	path   func() string
+	noSync bool
 
 	paths  []string
+	files  []vfs.File // open files, synced and closed by finish
 	w      *sstable.Writer
 	prefix []byte // prefix of the last key written
 	n      int    // keys in the current file
 }
+
+// heldWritable is an objstorage.Writable whose Finish flushes its buffer
+// and leaves the file open: the output syncs and closes it.
+type heldWritable struct {
+	bw *bufio.Writer
+}
+
+func (w *heldWritable) Write(p []byte) error {
+	_, err := w.bw.Write(p)
+	return err
+}
+
+func (w *heldWritable) Finish() error { return w.bw.Flush() }
+
+func (w *heldWritable) Abort() {}
 
 func (s *Store) newOutput() *output {
 	return &output{fs: s.fs, opts: s.wopts, target: uint64(s.opts.TargetFileSize), path: func() string { return s.stagingPath("ingest") }}
@@ -41,7 +65,8 @@ func (o *output) open() error {
 		return errors.Wrapf(err, "lsmstats: create %s", p)
 	}
 	o.paths = append(o.paths, p)
-	o.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), o.opts)
+	o.files = append(o.files, f)
+	o.w = sstable.NewWriter(&heldWritable{bw: bufio.NewWriterSize(f, 256<<10)}, o.opts)
 	o.n = 0
 	return nil
 }
@@ -114,13 +139,41 @@ func (o *output) closeFile() error {
 	return nil
 }
 
-// finish closes the last file (synced by the writer) and returns the paths.
+// finish finishes the last file, syncs every file (concurrently) and closes
+// them, and returns the paths. On error every file is removed.
 func (o *output) finish() ([]string, error) {
 	if o.w != nil {
 		if err := o.closeFile(); err != nil {
 			o.abort()
 			return nil, err
 		}
+	}
+	errs := make([]error, len(o.files))
+	if !o.noSync {
+		if len(o.files) == 1 {
+			errs[0] = o.files[0].Sync()
+		} else {
+			var wg sync.WaitGroup
+			for i, f := range o.files {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[i] = f.Sync()
+				}()
+			}
+			wg.Wait()
+		}
+	}
+	var err error
+	for i, f := range o.files {
+		if e := errors.CombineErrors(errs[i], f.Close()); e != nil && err == nil {
+			err = errors.Wrapf(e, "lsmstats: sync %s", o.paths[i])
+		}
+	}
+	o.files = nil
+	if err != nil {
+		o.abort()
+		return nil, err
 	}
 	return o.paths, nil
 }
@@ -131,6 +184,10 @@ func (o *output) abort() {
 		_ = o.w.Close()
 		o.w = nil
 	}
+	for _, f := range o.files {
+		_ = f.Close()
+	}
+	o.files = nil
 	for _, p := range o.paths {
 		_ = o.fs.Remove(p)
 	}

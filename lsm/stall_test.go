@@ -40,7 +40,10 @@ func TestCommitStallOnlyWhileCompactionsDrain(t *testing.T) {
 		// ones are linked there from staging/.
 		faults := newFaultInjector(dir, 1)
 		log := &recordingLogger{}
-		s, err := Open(dir, &Options{FS: faults.fs(), Logger: log, L0StopSublevels: 2})
+		// Pebble compacts L0 from 2 sublevels here (the store's default is
+		// 16), so that compactions are tried, and fail, before L0 is deep.
+		s, err := Open(dir, &Options{FS: faults.fs(), Logger: log, L0StopSublevels: 2,
+			Pebble: func(o *pebble.Options) { o.L0CompactionThreshold = 2 }})
 		require.NoError(t, err)
 		defer s.Close()
 		c := newChurn(t, s, def, 2)

@@ -135,24 +135,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return nil, err
 	}
 
-	popts := &pebble.Options{
-		FS:                          s.fs,
-		Comparer:                    keys.Comparer,
-		Logger:                      o.Logger,
-		BlockPropertyCollectors:     []func() pebble.BlockPropertyCollector{stats.NewCollector},
-		FormatMajorVersion:          pebble.FormatNewest,
-		L0CompactionThreshold:       4,
-		L0StopWritesThreshold:       max(12, o.L0StopSublevels),
-		CompactionConcurrencyRange:  compactionConcurrency,
-		MaxOpenFiles:                1000,
-		DisableAutomaticCompactions: false,
-	}
-	popts.EnsureDefaults()
-	// An ingestion that overlaps the memtable (which holds only what was
-	// written through DB()) would be queued as a flushable, outside the LSM
-	// version until a flush: the statistics refresh at the end of Commit
-	// would miss the checkpoint's SSTs. Make Pebble flush the memtable first.
-	popts.Experimental.DisableIngestAsFlushable = func() bool { return true }
+	popts := o.pebbleOptions()
 	s.tracker = stats.NewTracker(stats.TrackerConfig{
 		Dir:           s.fs.PathJoin(dir, pebbleDir),
 		FS:            s.fs,
@@ -373,6 +356,10 @@ func (s *Store) DB() *pebble.DB { return s.db }
 
 // Dir returns the store's directory.
 func (s *Store) Dir() string { return s.dir }
+
+// PebbleDir returns the directory of the underlying Pebble database, for
+// tools that read its SSTs.
+func (s *Store) PebbleDir() string { return s.fs.PathJoin(s.dir, pebbleDir) }
 
 // CreateTable adds a table to the catalog, durably. Creating a table that
 // exists with the same definition is a no-op.

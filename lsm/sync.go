@@ -119,13 +119,14 @@ func (s *Store) spill(b *epochBuf) error {
 		return err
 	}
 	path := s.stagingPath("spill")
-	out := &output{fs: s.fs, opts: s.spillOpts, target: 1 << 62, path: func() string { return path }}
+	// Not synced: only this writer reads the spill, and Open deletes it.
+	out := &output{fs: s.fs, opts: s.spillOpts, target: 1 << 62, path: func() string { return path }, noSync: true}
 	entries := b.sortedEntries()
 	if len(entries) == 0 {
 		// Only no-op entries: nothing to write, the memory is freed all the
 		// same and the offset stays.
 		s.buffered.Add(-b.bytes)
-		b.piece = piece{index: map[string]int32{}}
+		b.piece = newPiece(0)
 		return nil
 	}
 	version := keys.MakeVersion(b.epoch, b.offset)
@@ -154,7 +155,7 @@ func (s *Store) spill(b *epochBuf) error {
 	s.metrics.spills.Add(1)
 	s.metrics.spilledBytes.Add(b.bytes)
 	s.buffered.Add(-b.bytes)
-	b.piece = piece{index: map[string]int32{}}
+	b.piece = newPiece(0)
 	b.offset++
 	return nil
 }

@@ -3,8 +3,9 @@ package lsm
 import (
 	"bytes"
 	"fmt"
-	"sort"
+	"slices"
 	"sync"
+	"unsafe"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
@@ -23,7 +24,11 @@ type Writer struct {
 	checked bool
 	name    string
 
-	mu         sync.Mutex
+	mu      sync.Mutex
+	scratch []byte // the prefix of the op being applied
+	// sizeHint sizes the index of a new epoch's piece: the entries of the
+	// last piece this writer began.
+	sizeHint   int
 	closed     bool
 	open       *epochBuf   // the epoch being written; nil between seal and the next op
 	sealed     []*epochBuf // sealed, uncommitted, by ascending epoch
@@ -96,6 +101,43 @@ type piece struct {
 	index   map[string]int32
 	entries []entry
 	bytes   int64
+	// arena holds the entries' prefixes and rows, so that an op costs no
+	// allocation of its own; the index's keys are the prefixes in it, which
+	// never change. A row replaced by a longer one moves to the heap.
+	arena []byte
+}
+
+// arenaSlab is the size of a piece's arena slabs.
+const arenaSlab = 64 << 10
+
+func newPiece(hint int) piece { return piece{index: make(map[string]int32, hint)} }
+
+// reserve makes room for n more bytes in the arena.
+func (p *piece) reserve(n int) {
+	if len(p.arena)+n > cap(p.arena) {
+		p.arena = make([]byte, 0, max(arenaSlab, n))
+	}
+}
+
+// copyBytes returns a copy of b in the arena (nil for an empty b), its
+// capacity capped at its length.
+func (p *piece) copyBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	p.reserve(len(b))
+	n := len(p.arena)
+	p.arena = append(p.arena, b...)
+	return p.arena[n:len(p.arena):len(p.arena)]
+}
+
+// addPrefix copies the prefix of (table, vnode, pk) into the arena.
+func (p *piece) addPrefix(table uint32, vnode uint16, pk []byte) []byte {
+	n := len(pk) + 7
+	p.reserve(n)
+	start := len(p.arena)
+	p.arena = keys.AppendPrefix(p.arena, table, vnode, pk)
+	return p.arena[start:len(p.arena):len(p.arena)]
 }
 
 // entry is the net effect of the ops on one pk within one piece. prior is
@@ -138,7 +180,7 @@ func liveDelta(put bool, rowBytes int, prior bool, priorBytes int64) stats.LiveC
 }
 
 func newEpochBuf(w *Writer, epoch uint64) *epochBuf {
-	return &epochBuf{w: w, epoch: epoch, piece: piece{index: map[string]int32{}}}
+	return &epochBuf{w: w, epoch: epoch, piece: newPiece(w.sizeHint)}
 }
 
 func (b *epochBuf) empty() bool { return len(b.entries) == 0 && len(b.spills) == 0 }
@@ -152,7 +194,7 @@ func (p *piece) sortedEntries() []*entry {
 			out = append(out, &p.entries[i])
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].prefix, out[j].prefix) < 0 })
+	slices.SortFunc(out, func(a, b *entry) int { return bytes.Compare(a.prefix, b.prefix) })
 	return out
 }
 
@@ -211,7 +253,8 @@ func (w *Writer) applyLocked(op opKind, epoch uint64, vnode uint16, pk, oldRow, 
 		return 0, err
 	}
 	b := w.open
-	prefix := keys.AppendPrefix(make([]byte, 0, len(pk)+7), w.def.ID, vnode, pk)
+	w.scratch = keys.AppendPrefix(w.scratch[:0], w.def.ID, vnode, pk)
+	prefix := w.scratch
 	inconsistent := func(why string) error {
 		return errors.Wrapf(ErrInconsistentOp, "%s of pk %s in vnode %d of table %d at epoch %d: %s",
 			op, w.def.PK.Format(pk), vnode, w.def.ID, epoch, why)
@@ -233,7 +276,7 @@ func (w *Writer) applyLocked(op opKind, epoch uint64, vnode uint16, pk, oldRow, 
 		b.bytes += grew
 		return grew, nil
 	}
-	e := entry{prefix: prefix, value: append([]byte(nil), newRow...), put: op != opDelete, checked: w.checked}
+	e := entry{put: op != opDelete, checked: w.checked}
 	if w.checked {
 		cur, live, err := w.lookupLocked(prefix, b)
 		if err != nil {
@@ -254,7 +297,9 @@ func (w *Writer) applyLocked(op opKind, epoch uint64, vnode uint16, pk, oldRow, 
 		e.prior = true
 		e.priorBytes = int64(len(pk) + len(oldRow))
 	}
-	b.index[string(prefix)] = int32(len(b.entries))
+	e.prefix = b.addPrefix(w.def.ID, vnode, pk)
+	e.value = b.copyBytes(newRow)
+	b.index[unsafe.String(unsafe.SliceData(e.prefix), len(e.prefix))] = int32(len(b.entries))
 	b.entries = append(b.entries, e)
 	grew := int64(2*len(prefix)+len(newRow)) + entryOverhead
 	b.bytes += grew
@@ -310,6 +355,7 @@ func (w *Writer) Seal(epoch uint64) error {
 		if !w.open.empty() {
 			w.sealed = append(w.sealed, w.open)
 		}
+		w.sizeHint = len(w.open.entries)
 		w.open = nil
 	} else if err := w.checkNewEpoch(epoch); err != nil {
 		return err
@@ -346,13 +392,16 @@ func (w *Writer) Get(vnode uint16, pk []byte) ([]byte, bool, error) {
 // lookupLocked finds the newest state of prefix in the writer's view, below
 // the in-memory piece of skip (nil: include every piece).
 func (w *Writer) lookupLocked(prefix []byte, skip *epochBuf) ([]byte, bool, error) {
-	bufs := make([]*epochBuf, 0, len(w.sealed)+1)
-	bufs = append(bufs, w.sealed...)
-	if w.open != nil {
-		bufs = append(bufs, w.open)
-	}
-	for i := len(bufs) - 1; i >= 0; i-- {
-		b := bufs[i]
+	for i := len(w.sealed); i >= 0; i-- {
+		// The open epoch first, then the sealed ones, newest first.
+		var b *epochBuf
+		if i == len(w.sealed) {
+			if b = w.open; b == nil {
+				continue
+			}
+		} else {
+			b = w.sealed[i]
+		}
 		if b != skip {
 			if j, ok := b.index[string(prefix)]; ok {
 				e := &b.entries[j]

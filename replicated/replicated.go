@@ -199,14 +199,35 @@ func (s *Snapshot) Iter(vnode uint16, after []byte) (*Iter, error) {
 	if err != nil {
 		return nil, err
 	}
-	it := &Iter{s: s, base: base, after: after}
-	if o := s.t.overlay[vnode]; o != nil {
+	it := &Iter{s: s, base: base}
+	it.start(vnode, after)
+	return it, nil
+}
+
+// Reset makes the iterator one over the live rows of another vnode (or the
+// same) with pk > after, as Iter would return, reusing its store iterator
+// (lsm.Iter.Reset): a reader that visits the vnodes in turn needs one.
+func (it *Iter) Reset(vnode uint16, after []byte) error {
+	if !it.s.t.vnodes.Contains(uint32(vnode)) {
+		return errors.Wrapf(lsm.ErrInvalidVnode, "replicated table %d does not hold vnode %d", it.s.t.def.ID, vnode)
+	}
+	if err := it.base.Reset(vnode, after, nil); err != nil {
+		return err
+	}
+	it.start(vnode, after)
+	return nil
+}
+
+// start positions a new or reset iterator.
+func (it *Iter) start(vnode uint16, after []byte) {
+	it.after, it.stepBase, it.pk, it.row = after, false, nil, nil
+	it.rows, it.keys, it.ki = nil, nil, 0
+	if o := it.s.t.overlay[vnode]; o != nil {
 		it.rows = o.rows
 		it.keys = o.keys()
 		it.ki = sort.SearchStrings(it.keys, string(after))
 	}
-	it.baseOK = base.First()
-	return it, nil
+	it.baseOK = it.base.First()
 }
 
 // Iter merges the store's rows with the overlay. Not safe for concurrent
@@ -285,6 +306,9 @@ func (it *Iter) PK() []byte { return it.pk }
 
 // Row returns the current row.
 func (it *Iter) Row() []byte { return it.row }
+
+// Err returns the error that ended the iteration, if any.
+func (it *Iter) Err() error { return it.base.Error() }
 
 // Close releases the iterator and returns the error that ended it, if any.
 func (it *Iter) Close() error { return it.base.Close() }

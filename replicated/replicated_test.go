@@ -101,6 +101,8 @@ func TestRandom(t *testing.T) {
 			snap, err := rt.Snapshot(e)
 			require.NoError(t, err)
 			st := s.Stats()
+			// shared reads every vnode again, Reset from one to the next.
+			var shared *Iter
 			for _, vn := range []uint16{1, 2} {
 				var want []string
 				var live stats.LiveCounts
@@ -133,11 +135,25 @@ func TestRandom(t *testing.T) {
 				}
 				require.NoError(t, it.Close())
 				require.Equal(t, want, got, "vnode %d at epoch %d (committed %d) after %x", vn, e, s.CommittedEpoch(), after)
+				if shared == nil {
+					shared, err = snap.Iter(vn, after)
+				} else {
+					err = shared.Reset(vn, after)
+				}
+				require.NoError(t, err)
+				got = nil
+				for shared.Next() {
+					got = append(got, fmt.Sprintf("%x=%s", shared.PK(), shared.Row()))
+				}
+				require.NoError(t, shared.Err())
+				require.Equal(t, want, got, "reset iterator: vnode %d at epoch %d after %x", vn, e, after)
 				require.Equal(t, live, snap.Live(st, vn), "live of vnode %d at epoch %d", vn, e)
 				est := snap.EstimateRows(st, vn, nil, nil)
 				require.Equal(t, live.Rows, est.Lower)
 				require.Equal(t, live.Rows, est.Upper)
 			}
+			require.ErrorIs(t, shared.Reset(0, nil), lsm.ErrInvalidVnode, "vnode 0 is not the table's")
+			require.NoError(t, shared.Close())
 			snap.Close()
 		}
 		epoch++

@@ -18,6 +18,9 @@ BenchmarkCommit/rows=20000/checked=false-2   26  113508121 ns/op  2 write-stalls
 BenchmarkGet-2   1011242  2490 ns/op  1030 ns/get  1239 pebble-ns/get  0.8320 x-of-pebble
 BenchmarkGC/rows=100000/workload=upd30-del30-2  19  121605086 ns/op  1.000 entries/row-after  2.479 entries/row-before
 BenchmarkBackfill/workload=skew/approach=stats-2  1  0.1864 err-max-pp  0.05046 err-mean-pp  125194 progress-cpu-ns/barrier  122629 rows/s  2361 state-bytes/barrier
+BenchmarkBackfill/workload=uniform/approach=stats-2  1  0.1 err-max-pp  0.05 err-mean-pp  125194 progress-cpu-ns/barrier  100000 rows/s  2361 state-bytes/barrier  0.25 x-of-raw-pebble  0.5 load-x-of-raw-pebble
+BenchmarkScale/rows=4M/workload=uniform-2  1  2e9 ns/op  80000 rows/s  0.2 x-of-raw-pebble  0.6 x-of-raw-interleaved  50000 load-rows/s  0.45 load-x-of-raw-pebble  12500 backfill-ns/row  20000 backfill-cpu-ns/row  300 peak-rss-MB  310 raw-peak-rss-MB  120 cache-MB  5 commit-p50-ms  40 commit-p99-ms  200 ssts  3 l0-sublevels  20 max-l0-sublevels
+BenchmarkScale/rows=1M/workload=uniform-2  1  2e9 ns/op  90000 rows/s  0.21 x-of-raw-pebble
 `
 	path := filepath.Join(t.TempDir(), "bench.txt")
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
@@ -27,17 +30,61 @@ BenchmarkBackfill/workload=skew/approach=stats-2  1  0.1864 err-max-pp  0.05046 
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := render(m)
+	var scale strings.Builder
+	renderScale(&scale, m)
+	table := render(m) + scale.String()
+	if i, j := strings.Index(table, "| 1M | uniform"), strings.Index(table, "| 4M | uniform"); i < 0 || j < i {
+		t.Errorf("scale rows out of order:\n%s", table)
+	}
+	png := filepath.Join(t.TempDir(), "scale.png")
+	if err := plotScale(png, scalePoints(m)); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() == 0 {
+		t.Fatalf("no plot: %v", err)
+	}
 	for _, want := range []string{
 		"| commit throughput, unchecked writers (lsm) | ≥ 0.8× Pebble | 0.93× |",
 		"| write stalls during the commit benchmarks | 0 | 2 |",
 		"| point read latency (lsm) | ≤ 1.3× Pebble | 0.83× |",
 		"| physical entries per live row, before → after GC + compaction | → 1.000 | 2.479 → 1.000 |",
 		"| vnode scan rows/s (lsm) | ≥ 0.7× Pebble | — |",
-		"| skew | stats | 0.050 | 0.186 | 125.2 µs | 2361 | 122629 |",
+		"| skew | stats | 0.050 | 0.186 | 125.2 µs | 2361 | 122629 | — | — |",
+		"| uniform | stats | 0.050 | 0.100 | 125.2 µs | 2361 | 100000 | 0.250× | 0.500× |",
+		"| 1M | uniform | — | — | 90000 | 0.210× | — |",
+		"| 4M | uniform | 50000 | 0.450× | 80000 | 0.200× | 0.600× | 12.5 µs / 20.0 µs |",
+		"| 300 MB (310 MB) | 120 MB |",
+		"| 5 ms / 40 ms | 200 | 3 (20) |",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
+	}
+}
+
+// TestBlocks: a scale-only run updates the scale block and leaves the
+// results block alone; a README without scale markers is an error naming
+// them.
+func TestBlocks(t *testing.T) {
+	readme := "intro\n" + startMarker + "\nold results\n" + endMarker + "\n" + scaleStartMarker + "\nold scale\n" + scaleEndMarker + "\n"
+	m := map[string]map[string]float64{"BenchmarkScale/rows=1M/workload=uniform": {"rows/s": 1000}}
+	if hasBench(m) {
+		t.Fatal("a scale-only run counted as a make bench run")
+	}
+	var scale strings.Builder
+	renderScale(&scale, m)
+	got, err := replaceBlock(readme, scaleStartMarker, scaleEndMarker, scale.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "\nold results\n") || strings.Contains(got, "old scale") || !strings.Contains(got, "| 1M | uniform | — | — | 1000 |") {
+		t.Errorf("blocks not replaced as expected:\n%s", got)
+	}
+	m["BenchmarkGet"] = map[string]float64{"ns/get": 1}
+	if !hasBench(m) {
+		t.Error("a make bench run not recognised")
+	}
+	if _, err := replaceBlock("no markers", scaleStartMarker, scaleEndMarker, "x"); err == nil || !strings.Contains(err.Error(), "scale:start") {
+		t.Errorf("missing markers: %v", err)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -190,27 +189,4 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
-}
-
-// replaceMatrix replaces the accuracy-matrix cells of metrics with those of
-// the make matrix output at path, if there is one.
-func replaceMatrix(metrics map[string]map[string]float64, path string) error {
-	if _, err := os.Stat(path); err != nil {
-		return nil
-	}
-	full, err := parse(path)
-	if err != nil {
-		return err
-	}
-	for name := range metrics {
-		if strings.HasPrefix(name, matrixPrefix) {
-			delete(metrics, name)
-		}
-	}
-	for name, m := range full {
-		if strings.HasPrefix(name, matrixPrefix) {
-			metrics[name] = m
-		}
-	}
-	return nil
 }

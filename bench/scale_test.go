@@ -1,0 +1,473 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/errors/oserror"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/stats"
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	scaleRows      = flag.String("scale-rows", "1M", "table sizes of BenchmarkScale, comma-separated (e.g. 1M,4M,16M)")
+	scaleLSM       = flag.Bool("scale-lsm", false, "log the LSM shape (Pebble's metrics) at the end of each run")
+	scaleWorkloads = flag.String("scale-workloads", "uniform,update-churn", "workloads of BenchmarkScale, comma-separated")
+)
+
+// BenchmarkScale runs the backfill job of the CLI's defaults (256 vnodes, 2
+// actors, 2,048 snapshot rows per actor per checkpoint, the churn spread
+// over the backfill, the stats approach) at each size of -scale-rows and
+// each workload of -scale-workloads, and the raw-Pebble pipeline on the
+// same rows right after it, and reports per size how the cost of each
+// part grows with the table:
+//
+//	rows/s, raw-rows/s, x-of-raw-pebble     snapshot rows per second, both
+//	raw-interleaved-rows/s,                 raw Pebble reading the vnodes in
+//	x-of-raw-interleaved                    turn as the actors do
+//	                                        (RunRawInterleaved)
+//	load-rows/s, raw-load-rows/s,           the load (and churn before the
+//	load-x-of-raw-pebble                    backfill), ops per second
+//	backfill-ns/row, backfill-cpu-ns/row,   wall and process CPU per row of
+//	load-ns/row, load-cpu-ns/row            each phase (the store's)
+//	peak-rss-MB, raw-peak-rss-MB,           peak RSS of the process during
+//	harness-MB, cache-MB                    each pipeline (both hold the
+//	                                        workload model, harness-MB of
+//	                                        heap, and the same Pebble caches
+//	                                        and memtables), and the store's
+//	                                        block cache at the end
+//	stats-heap-MB, stats-bytes/Mkeys        heap held by the statistics
+//	                                        (physical Version rebuilt from
+//	                                        the SSTs, live buckets reloaded)
+//	payload-MB, reader-payload-MB           the statistics payload of the
+//	                                        live SSTs, and the heap that
+//	                                        Pebble's sstable readers (as its
+//	                                        file cache opens them) hold for
+//	                                        it in UserProperties, measured by
+//	                                        dropping it from those maps
+//	progress-cpu-ns/barrier                 the stats estimate per checkpoint
+//	bucket-scans/commit,                    the live buckets scanned to be
+//	bucket-scan-rows/row                    split or calibrated, per commit,
+//	                                        and the rows scanned per row
+//	                                        loaded or read
+//	refresh-ns/changed-file, listing-ns     a statistics refresh after a
+//	                                        flush and after a compaction,
+//	                                        per changed file, and one with
+//	                                        nothing changed
+//	commit-p50-ms, commit-p99-ms,           Store.Commit latency of the
+//	load-commit-p50-ms, load-commit-p99-ms  backfill's and the load's
+//	                                        checkpoints
+//	ssts, l0-sublevels, max-l0-sublevels    at the end, and the most seen at
+//	                                        any checkpoint
+//
+// The MV must equal the upstream at the end of the run (both pipelines).
+// make bench runs it at 1M rows; make scale at 1M, 4M and 16M.
+func BenchmarkScale(b *testing.B) {
+	sizes, err := parseSizes(*scaleRows)
+	require.NoError(b, err)
+	for _, rows := range sizes {
+		for _, name := range strings.Split(*scaleWorkloads, ",") {
+			b.Run(fmt.Sprintf("rows=%s/workload=%s", sizeName(rows), name), func(b *testing.B) {
+				for range b.N {
+					scaleRun(b, rows, name)
+				}
+			})
+		}
+	}
+}
+
+func scaleConfig(b *testing.B, rows int, name string) Config {
+	p, err := workload.Preset(name, rows, 256, 7)
+	require.NoError(b, err)
+	const actors, barrierRows = 2, 2048
+	p.DuringSteps = max(1, rows/(actors*barrierRows)) // the CLI's default
+	cfg := Config{Dir: b.TempDir(), Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows,
+		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: lsm.QuietLogger{}}}
+	tune(cfg.Store)
+	return cfg
+}
+
+// scaleRun runs one size: the store, then raw Pebble. The metrics are of
+// the last iteration.
+func scaleRun(b *testing.B, rows int, name string) {
+	cfg := scaleConfig(b, rows, name)
+	var (
+		base, harness         float64
+		maxL0, checkpoints    int
+		db                    *pebble.DB
+		probe                 scaleProbe
+		peakStore, peakRaw    float64
+		baseStore, baseRawRSS float64
+	)
+	cfg.OnStart = func(d *pebble.DB) {
+		db = d
+		base = heapLive()
+		baseStore = resetPeakRSS()
+	}
+	cfg.OnPhase = func(p string) {
+		// Every 16th checkpoint: L0 of the store (Metrics takes Pebble's
+		// mutex and walks the version; not every time).
+		if p == "progress" {
+			if checkpoints++; checkpoints%16 == 0 {
+				maxL0 = max(maxL0, int(db.Metrics().Levels[0].Sublevels))
+			}
+		}
+	}
+	heapBeforeOpen := heapLive()
+	var splits lsm.Metrics
+	cfg.OnEnd = func(s *Session) {
+		splits = s.Store.Metrics()
+		if *scaleLSM {
+			b.Logf("store LSM at the end:\n%s", s.Store.DB().Metrics())
+		}
+		peakStore = peakRSS()
+		harness = base - heapBeforeOpen
+		probe = probeStore(b, s, cfg)
+	}
+	sum, err := Run(context.Background(), cfg)
+	require.NoError(b, err)
+	require.True(b, sum.MVMatches, sum.MVError)
+
+	rcfg := cfg
+	rcfg.Dir = b.TempDir()
+	rcfg.OnPhase, rcfg.OnEnd = nil, func(s *Session) {
+		if *scaleLSM {
+			b.Logf("raw LSM at the end:\n%s", s.Raw.Metrics())
+		}
+	}
+	rcfg.OnStart = func(*pebble.DB) { baseRawRSS = resetPeakRSS() }
+	raw, err := RunRaw(context.Background(), rcfg)
+	require.NoError(b, err)
+	peakRaw = peakRSS()
+	rcfg.Dir = b.TempDir()
+	rcfg.OnStart, rcfg.OnEnd = nil, nil
+	inter, err := RunRawInterleaved(context.Background(), rcfg)
+	require.NoError(b, err)
+	b.Logf("rows=%d %s: store load %s backfill %s (harness %s); raw load %s backfill %s; rss at start %.0f/%.0f MB",
+		rows, name, sum.Load.Round(time.Millisecond), sum.Backfill.Round(time.Millisecond), sum.Harness.Round(time.Millisecond),
+		raw.Load.Round(time.Millisecond), raw.Backfill.Round(time.Millisecond), baseStore/1e6, baseRawRSS/1e6)
+
+	var t throughput
+	t.add(sum)
+	t.raw = raw
+	t.report(b)
+	perRow := func(d time.Duration, n uint64) float64 { return float64(d.Nanoseconds()) / float64(max(n, 1)) }
+	b.ReportMetric(perRow(sum.Backfill, sum.SnapshotRows), "backfill-ns/row")
+	b.ReportMetric(perRow(sum.BackfillCPU, sum.SnapshotRows), "backfill-cpu-ns/row")
+	b.ReportMetric(perRow(sum.Load, sum.LoadOps), "load-ns/row")
+	b.ReportMetric(perRow(sum.LoadCPU, sum.LoadOps), "load-cpu-ns/row")
+	b.ReportMetric(inter.SnapshotRate(), "raw-interleaved-rows/s")
+	b.ReportMetric(sum.SnapshotRate()/inter.SnapshotRate(), "x-of-raw-interleaved")
+	b.ReportMetric(perRow(inter.BackfillCPU, inter.SnapshotRows), "raw-interleaved-cpu-ns/row")
+	b.ReportMetric(float64(inter.BackfillLSM.Compacted)/float64(max(inter.SnapshotRows, 1)), "raw-interleaved-compact-B/row")
+	b.ReportMetric(perRow(raw.BackfillCPU, raw.SnapshotRows), "raw-backfill-cpu-ns/row")
+	b.ReportMetric(perRow(raw.LoadCPU, raw.LoadOps), "raw-load-cpu-ns/row")
+	b.ReportMetric(float64(sum.BackfillLSM.Compacted)/float64(max(sum.SnapshotRows, 1)), "backfill-compact-B/row")
+	b.ReportMetric(float64(raw.BackfillLSM.Compacted)/float64(max(raw.SnapshotRows, 1)), "raw-backfill-compact-B/row")
+	b.ReportMetric(float64(sum.LoadLSM.Compacted)/float64(max(sum.LoadOps, 1)), "load-compact-B/row")
+	b.ReportMetric(float64(raw.LoadLSM.Compacted)/float64(max(raw.LoadOps, 1)), "raw-load-compact-B/row")
+	b.ReportMetric(peakStore/1e6, "peak-rss-MB")
+	b.ReportMetric(peakRaw/1e6, "raw-peak-rss-MB")
+	b.ReportMetric(harness/1e6, "harness-MB")
+	b.ReportMetric(probe.cache/1e6, "cache-MB")
+	b.ReportMetric(probe.statsHeap/1e6, "stats-heap-MB")
+	b.ReportMetric(probe.statsHeap/(float64(probe.keys)/1e6), "stats-bytes/Mkeys")
+	b.ReportMetric(probe.payload/1e6, "payload-MB")
+	b.ReportMetric(probe.readerPayload/1e6, "reader-payload-MB")
+	b.ReportMetric(sum.ProgressNanos["stats"], "progress-cpu-ns/barrier")
+	b.ReportMetric(float64(splits.BucketScans)/float64(max(splits.Commits, 1)), "bucket-scans/commit")
+	b.ReportMetric(float64(splits.BucketScanRows)/float64(max(sum.LoadOps+sum.SnapshotRows, 1)), "bucket-scan-rows/row")
+	b.ReportMetric(probe.refreshPerFile, "refresh-ns/changed-file")
+	b.ReportMetric(probe.listing, "listing-ns")
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+	b.ReportMetric(ms(quantile(sum.BackfillCommits, 0.5)), "commit-p50-ms")
+	b.ReportMetric(ms(quantile(sum.BackfillCommits, 0.99)), "commit-p99-ms")
+	b.ReportMetric(ms(quantile(sum.LoadCommits, 0.5)), "load-commit-p50-ms")
+	b.ReportMetric(ms(quantile(sum.LoadCommits, 0.99)), "load-commit-p99-ms")
+	b.ReportMetric(float64(probe.ssts), "ssts")
+	b.ReportMetric(float64(probe.l0), "l0-sublevels")
+	b.ReportMetric(float64(max(maxL0, probe.l0)), "max-l0-sublevels")
+	b.ReportMetric(float64(sum.Backfill.Nanoseconds()), "ns/op")
+}
+
+// scaleProbe is what probeStore measured on a finished store.
+type scaleProbe struct {
+	statsHeap, payload, readerPayload float64
+	keys                              uint64
+	refreshPerFile, listing           float64
+	ssts, l0                          int
+	cache                             float64
+}
+
+// probeStore measures the finished store (its job done, before it
+// closes).
+func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
+	var p scaleProbe
+	db := s.Store.DB()
+	m := db.Metrics()
+	p.l0 = int(m.Levels[0].Sublevels)
+	p.cache = float64(m.BlockCache.Size)
+	for _, l := range m.Levels {
+		p.ssts += int(l.TablesCount)
+	}
+	ropts := lsm.PebbleOptions(cfg.Store).MakeReaderOptions()
+	tcfg := stats.TrackerConfig{DB: db, Dir: s.Store.PebbleDir(), ReaderOptions: ropts, Logger: lsm.QuietLogger{}}
+
+	// Heap held by the statistics: a physical Version built from the live
+	// SSTs and the live buckets loaded from their metadata, as the store
+	// holds them (the stats package's memory benchmark does the same). The
+	// store's background work allocates and frees meanwhile: the probe waits
+	// for Pebble's compactions to finish and builds statsCopies copies, to
+	// divide that noise.
+	quiesce(db)
+	var entries [][2][]byte
+	for _, span := range stats.LiveSpans() {
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
+		require.NoError(b, err)
+		for ok := it.First(); ok; ok = it.Next() {
+			entries = append(entries, [2][]byte{slices.Clone(it.Key()), slices.Clone(it.Value())})
+		}
+		require.NoError(b, it.Close())
+	}
+	const statsCopies = 4
+	var kept []any
+	before := heapLive()
+	for range statsCopies {
+		v, err := stats.Recompute(tcfg)
+		require.NoError(b, err)
+		ls := stats.NewLiveState()
+		for _, def := range s.Store.Tables() {
+			ls.AddTable(def.ID, def.VnodeCount)
+		}
+		for _, kv := range entries {
+			require.NoError(b, ls.Load(kv[0], kv[1]))
+		}
+		ls.FinishLoad()
+		kept = append(kept, v, ls)
+		if p.keys == 0 {
+			for _, t := range v.Tables() {
+				p.keys += v.Table(t).TotalKeyCount
+			}
+		}
+	}
+	p.statsHeap = (heapLive() - before) / statsCopies
+	runtime.KeepAlive(kept)
+	runtime.KeepAlive(entries)
+
+	p.payload, p.readerPayload = readerPayload(b, db, s.Store.PebbleDir(), ropts)
+	p.refreshPerFile, p.listing = refreshProbe(b, db, tcfg)
+	return p
+}
+
+// readerPayload opens every live SST as Pebble's file cache does
+// (sstable.NewReader with the DB's reader options) and returns the
+// statistics payload of the SSTs and the heap that the open readers hold
+// for it: the heap freed when the payload leaves each reader's
+// UserProperties.
+func readerPayload(b *testing.B, db *pebble.DB, dir string, ropts sstable.ReaderOptions) (payload, held float64) {
+	levels, err := db.SSTables()
+	require.NoError(b, err)
+	var readers []*sstable.Reader
+	seen := map[uint64]bool{}
+	for _, l := range levels {
+		for _, t := range l {
+			n := uint64(t.BackingSSTNum)
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			f, err := vfs.Default.Open(vfs.Default.PathJoin(dir, fmt.Sprintf("%06d.sst", n)))
+			if oserror.IsNotExist(err) {
+				continue // compacted away since the listing
+			}
+			require.NoError(b, err)
+			readable, err := sstable.NewSimpleReadable(f)
+			require.NoError(b, err)
+			r, err := sstable.NewReader(context.Background(), readable, ropts)
+			require.NoError(b, err)
+			readers = append(readers, r)
+		}
+	}
+	for _, r := range readers {
+		payload += float64(len(r.UserProperties[stats.CollectorName]))
+	}
+	withProps := heapLive()
+	for _, r := range readers {
+		delete(r.UserProperties, stats.CollectorName)
+	}
+	held = withProps - heapLive()
+	for _, r := range readers {
+		_ = r.Close()
+	}
+	return payload, held
+}
+
+// refreshProbe times statistics refreshes on the store's DB with a tracker
+// of its own: each round writes 20 keys of a scratch table (no table of
+// the catalog) and flushes (one new file), refreshes, compacts that range
+// (its files out, one in) and refreshes again. It returns the refresh time
+// per changed file and the time of a refresh with nothing changed.
+func refreshProbe(b *testing.B, db *pebble.DB, cfg stats.TrackerConfig) (perFile, listing float64) {
+	tr := stats.NewTracker(cfg)
+	require.NoError(b, tr.Refresh())
+	const scratch, rounds = 0xFFFF0000, 16
+	val := bytes.Repeat([]byte{7}, 100)
+	var spent time.Duration
+	changed := 0
+	refresh := func() {
+		before := tr.Current()
+		start := time.Now()
+		require.NoError(b, tr.Refresh())
+		spent += time.Since(start)
+		changed += filesChanged(before, tr.Current())
+	}
+	for round := range rounds {
+		vnode := uint16(round % 4)
+		batch := db.NewBatch()
+		for pk := range 20 {
+			k := keys.AppendVersioned(nil, scratch, vnode, keys.AppendUint64(nil, uint64(pk*7+round)), keys.MakeVersion(1, 0), keys.KindPut)
+			require.NoError(b, batch.Set(k, val, nil))
+		}
+		require.NoError(b, batch.Commit(pebble.NoSync))
+		require.NoError(b, db.Flush())
+		refresh()
+		lo, hi := keys.VnodeSpan(scratch, vnode)
+		require.NoError(b, db.Compact(context.Background(), lo, hi, false))
+		refresh()
+	}
+	start := time.Now()
+	const idle = 8
+	for range idle {
+		require.NoError(b, tr.Refresh())
+	}
+	listing = float64(time.Since(start).Nanoseconds()) / idle
+	require.NoError(b, tr.Close())
+	return float64(spent.Nanoseconds()) / float64(max(changed, 1)), listing
+}
+
+func filesChanged(a, b *stats.Version) int {
+	seen := map[uint64]bool{}
+	for _, f := range a.Files() {
+		seen[f.FileNum] = true
+	}
+	n := 0
+	for _, f := range b.Files() {
+		if !seen[f.FileNum] {
+			n++
+		}
+		delete(seen, f.FileNum)
+	}
+	return n + len(seen)
+}
+
+// quiesce waits (up to a minute) until Pebble runs no compaction.
+func quiesce(db *pebble.DB) {
+	deadline := time.Now().Add(time.Minute)
+	for quiet := 0; quiet < 3 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if db.Metrics().Compact.NumInProgress == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+	}
+}
+
+// heapLive returns the live heap after two collections.
+func heapLive() float64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapAlloc)
+}
+
+// resetPeakRSS returns the memory the process holds (RSS) after returning
+// what it can to the OS, and resets the kernel's peak RSS to it (Linux;
+// elsewhere the peak stays the process's).
+func resetPeakRSS() float64 {
+	debug.FreeOSMemory()
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+	return procStatus("VmRSS:")
+}
+
+// peakRSS returns the peak RSS since the last reset (VmHWM), or 0 where
+// /proc is missing.
+func peakRSS() float64 { return procStatus("VmHWM:") }
+
+func procStatus(field string) float64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err == nil {
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}
+
+// quantile returns the q-quantile of ds (nearest rank), 0 for none.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// parseSizes parses "1M,4M,200k,5000".
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		mult := 1
+		switch {
+		case strings.HasSuffix(f, "M"):
+			mult, f = 1_000_000, strings.TrimSuffix(f, "M")
+		case strings.HasSuffix(f, "k"):
+			mult, f = 1_000, strings.TrimSuffix(f, "k")
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("bench: bad size %q in -scale-rows", f)
+		}
+		out = append(out, n*mult)
+	}
+	return out, nil
+}
+
+// sizeName is the inverse of parseSizes for one size.
+func sizeName(n int) string {
+	switch {
+	case n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n%1_000 == 0:
+		return fmt.Sprintf("%dk", n/1_000)
+	}
+	return strconv.Itoa(n)
+}

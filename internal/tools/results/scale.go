@@ -1,0 +1,253 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"sort"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// scalePrefix names BenchmarkScale's sub-benchmarks:
+// BenchmarkScale/rows=4M/workload=uniform.
+const scalePrefix = "BenchmarkScale/"
+
+// scalePoint is one sub-benchmark of BenchmarkScale.
+type scalePoint struct {
+	rows     float64
+	sizeName string
+	workload string
+	m        map[string]float64
+}
+
+// scalePoints returns BenchmarkScale's sub-benchmarks by workload, then
+// rows.
+func scalePoints(m map[string]map[string]float64) []scalePoint {
+	var out []scalePoint
+	for name, x := range m {
+		if !strings.HasPrefix(name, scalePrefix) {
+			continue
+		}
+		var pt scalePoint
+		for _, part := range strings.Split(strings.TrimPrefix(name, scalePrefix), "/") {
+			if v, ok := strings.CutPrefix(part, "rows="); ok {
+				pt.sizeName, pt.rows = v, sizeValue(v)
+			}
+			if v, ok := strings.CutPrefix(part, "workload="); ok {
+				pt.workload = v
+			}
+		}
+		if pt.rows > 0 && pt.workload != "" {
+			pt.m = x
+			out = append(out, pt)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].workload != out[j].workload {
+			return workloadRank(out[i].workload) < workloadRank(out[j].workload)
+		}
+		return out[i].rows < out[j].rows
+	})
+	return out
+}
+
+// workloadRank puts the workload without churn first.
+func workloadRank(w string) string {
+	if w == "uniform" {
+		return ""
+	}
+	return w
+}
+
+// sizeValue parses 1M, 200k or 5000.
+func sizeValue(s string) float64 {
+	mult := 1.0
+	switch {
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1e6, strings.TrimSuffix(s, "M")
+	case strings.HasSuffix(s, "k"):
+		mult, s = 1e3, strings.TrimSuffix(s, "k")
+	}
+	var v float64
+	if _, err := fmt.Sscan(s, &v); err != nil {
+		return 0
+	}
+	return v * mult
+}
+
+// renderScale writes the scale table: one row per size and workload.
+func renderScale(b *strings.Builder, m map[string]map[string]float64) {
+	pts := scalePoints(m)
+	if len(pts) == 0 {
+		return
+	}
+	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; ![plot](docs/scale.png)):\n\n")
+	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | block cache | stats heap | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range pts {
+		x := p.m
+		f := func(key, format string) string { return optional(x, key, format) }
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s (%s) | %s (%s) | %s | %s | %s / %s | %s | %s | %s / %s | %s | %s (%s) |\n",
+			p.sizeName, p.workload,
+			f("load-rows/s", "%.0f"), f("load-x-of-raw-pebble", "%.3f×"),
+			f("rows/s", "%.0f"), f("x-of-raw-pebble", "%.3f×"), f("x-of-raw-interleaved", "%.3f×"),
+			dur(x, "backfill-ns/row"), dur(x, "backfill-cpu-ns/row"), dur(x, "load-ns/row"), dur(x, "load-cpu-ns/row"),
+			f("backfill-compact-B/row", "%.0f B"), f("raw-interleaved-compact-B/row", "%.0f B"),
+			f("peak-rss-MB", "%.0f MB"), f("raw-peak-rss-MB", "%.0f MB"), f("cache-MB", "%.0f MB"),
+			f("stats-heap-MB", "%.1f MB"), f("payload-MB", "%.2f MB"), f("reader-payload-MB", "%.2f MB"),
+			dur(x, "progress-cpu-ns/barrier"), dur(x, "refresh-ns/changed-file"),
+			f("commit-p50-ms", "%.0f ms"), f("commit-p99-ms", "%.0f ms"),
+			f("ssts", "%.0f"), f("l0-sublevels", "%.0f"), f("max-l0-sublevels", "%.0f"))
+	}
+	b.WriteString("\n")
+}
+
+func dur(x map[string]float64, key string) string {
+	v, ok := x[key]
+	if !ok {
+		return "—"
+	}
+	return duration(v)
+}
+
+// series is one line of a scale panel: a metric of one workload, scaled.
+type series struct {
+	label, key string
+	scale      float64
+	color      color.RGBA
+}
+
+var (
+	blue   = color.RGBA{G: 119, B: 187, A: 255}
+	red    = color.RGBA{R: 214, G: 39, B: 40, A: 255}
+	green  = color.RGBA{R: 44, G: 160, B: 44, A: 255}
+	orange = color.RGBA{R: 255, G: 127, B: 14, A: 255}
+	grey   = color.RGBA{R: 110, G: 110, B: 110, A: 255}
+)
+
+// plotScale draws the scale table against rows: six panels, one line per
+// metric and workload (dashed with churn), rows on a log scale.
+func plotScale(path string, pts []scalePoint) error {
+	panels := []struct {
+		title, y string
+		lines    []series
+	}{
+		{"Throughput", "thousand rows/s", []series{
+			{"snapshot", "rows/s", 1e-3, blue}, {"raw snapshot", "raw-rows/s", 1e-3, grey},
+			{"raw snapshot, vnodes in turn", "raw-interleaved-rows/s", 1e-3, green},
+			{"load", "load-rows/s", 1e-3, red}, {"raw load", "raw-load-rows/s", 1e-3, orange}}},
+		{"Cost per row (the store)", "µs per row", []series{
+			{"backfill wall", "backfill-ns/row", 1e-3, blue}, {"backfill CPU", "backfill-cpu-ns/row", 1e-3, green},
+			{"load wall", "load-ns/row", 1e-3, red}, {"load CPU", "load-cpu-ns/row", 1e-3, orange}}},
+		{"Memory", "MB", []series{
+			{"peak RSS", "peak-rss-MB", 1, blue}, {"raw peak RSS", "raw-peak-rss-MB", 1, grey},
+			{"block cache", "cache-MB", 1, green},
+			{"stats heap", "stats-heap-MB", 1, red}, {"payload held by readers", "reader-payload-MB", 1, orange}}},
+		{"Statistics per checkpoint", "µs", []series{
+			{"progress CPU per checkpoint", "progress-cpu-ns/barrier", 1e-3, blue},
+			{"refresh per changed file", "refresh-ns/changed-file", 1e-3, red}}},
+		{"Commit latency", "ms", []series{
+			{"p50", "commit-p50-ms", 1, blue}, {"p99", "commit-p99-ms", 1, red}}},
+		{"LSM shape at the end", "count", []series{
+			{"SSTs", "ssts", 1, blue}, {"L0 sublevels (max seen)", "max-l0-sublevels", 1, red}}},
+	}
+	workloads := map[string]bool{}
+	for _, p := range pts {
+		workloads[p.workload] = true
+	}
+	const cols = 2
+	rows := (len(panels) + cols - 1) / cols
+	grid := make([][]*plot.Plot, rows)
+	for i := range grid {
+		grid[i] = make([]*plot.Plot, cols)
+	}
+	for i, panel := range panels {
+		p := plot.New()
+		p.Title.Text = panel.title
+		p.X.Label.Text = "rows"
+		p.Y.Label.Text = panel.y
+		// A log scale needs positive bounds even in a panel with no data.
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = sizeTicks(pts)
+		p.X.Min, p.X.Max = pts[0].rows, pts[0].rows
+		for _, pt := range pts {
+			p.X.Min, p.X.Max = min(p.X.Min, pt.rows), max(p.X.Max, pt.rows)
+		}
+		p.X.Min, p.X.Max = p.X.Min/1.2, p.X.Max*1.2
+		p.Add(plotter.NewGrid())
+		for _, s := range panel.lines {
+			for w := range workloads {
+				var xy plotter.XYs
+				for _, pt := range pts {
+					if v, ok := pt.m[s.key]; ok && pt.workload == w {
+						xy = append(xy, plotter.XY{X: pt.rows, Y: v * s.scale})
+					}
+				}
+				if len(xy) == 0 {
+					continue
+				}
+				l, pointsOf, err := plotter.NewLinePoints(xy)
+				if err != nil {
+					return err
+				}
+				l.Color, pointsOf.Color = s.color, s.color
+				l.Width = vg.Points(1.5)
+				label := s.label
+				if w != "uniform" {
+					l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+					label += " (" + w + ")"
+				}
+				p.Add(l, pointsOf)
+				p.Legend.Add(label, l)
+			}
+		}
+		p.Y.Min = 0
+		p.Y.Max = max(p.Y.Max, 1)
+		p.Legend.Top = true
+		p.Legend.Left = true
+		p.Legend.TextStyle.Font.Size = vg.Points(7)
+		grid[i/cols][i%cols] = p
+	}
+	for i := len(panels); i < rows*cols; i++ {
+		grid[i/cols][i%cols] = plot.New()
+	}
+	img := vgimg.New(12*vg.Inch, vg.Length(rows)*4*vg.Inch)
+	dc := draw.New(img)
+	t := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	canvases := plot.Align(grid, t, dc)
+	for j := range grid {
+		for i := range grid[j] {
+			grid[j][i].Draw(canvases[j][i])
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// sizeTicks marks the sizes measured.
+func sizeTicks(pts []scalePoint) plot.Ticker {
+	seen := map[float64]string{}
+	for _, p := range pts {
+		seen[p.rows] = p.sizeName
+	}
+	var ticks []plot.Tick
+	for v, name := range seen {
+		ticks = append(ticks, plot.Tick{Value: v, Label: name})
+	}
+	sort.Slice(ticks, func(i, j int) bool { return ticks[i].Value < ticks[j].Value })
+	return plot.ConstantTicks(ticks)
+}
