@@ -554,11 +554,11 @@ type etaLane struct {
 	runSpread    float64 // extra spread of the current run's prior (1: none)
 
 	lastProgress time.Time
-	pending      []float64 // lengths of the intervals without rows since the last progress
-	gap          float64   // typical seconds between progress observations
-	stalled      float64   // seconds of long stalls that ended
-	stalledNow   float64   // seconds of the stall in progress (0 if none)
-	runWall      float64   // seconds observed within runs (gaps between runs left out)
+	pending      float64 // seconds without rows since the last progress
+	gap          float64 // typical seconds between progress observations
+	stalled      float64 // seconds of long stalls that ended
+	stalledNow   float64 // seconds of the stall in progress (0 if none)
+	runWall      float64 // seconds observed within runs (gaps between runs left out)
 
 	hist []etaPoint
 }
@@ -592,7 +592,7 @@ func (l *etaLane) begin(e *ETA, t time.Time, f ETAFigure, prior, spread, weight 
 		l.stalled += l.stalledNow
 		l.stalledNow = 0
 	}
-	l.pending = l.pending[:0]
+	l.pending = 0
 	l.runSeq, l.runIntervals, l.runSpread = e.runSeq, 0, spread
 	l.lastProgress, l.anchorT, l.anchor = t, t, f
 	l.push(e, t, f)
@@ -614,7 +614,7 @@ func (l *etaLane) advance(e *ETA, t time.Time, f ETAFigure) {
 	rows := float64(f.SnapshotRows - l.anchor.SnapshotRows)
 	l.anchorT, l.anchor = t, f
 	if rows == 0 {
-		l.pending = append(l.pending, dt)
+		l.pending += dt
 		if since := t.Sub(l.lastProgress).Seconds(); l.gap > 0 && since >= etaStallGaps*l.gap && !f.Finished {
 			l.stalledNow = since
 		}
@@ -625,13 +625,11 @@ func (l *etaLane) advance(e *ETA, t time.Time, f ETAFigure) {
 	if l.stalledNow > 0 {
 		l.stalled += l.stalledNow
 		l.stalledNow = 0
-	} else {
-		for _, p := range l.pending {
-			l.rate.feed(0, p, l.tau, false)
-			l.tau += p
-		}
+	} else if l.pending > 0 {
+		l.rate.feed(0, l.pending, l.tau, false)
+		l.tau += l.pending
 	}
-	l.pending = l.pending[:0]
+	l.pending = 0
 	l.rate.feed(rows, dt, l.tau, true)
 	l.tau += dt
 	l.reads += rows

@@ -991,3 +991,218 @@ func BenchmarkETAObserve(b *testing.B) {
 		})
 	}
 }
+
+// checkForecast checks the invariants of a forecast.
+func checkForecast(t testing.TB, fc backfill.ETAForecast) {
+	t.Helper()
+	switch fc.Status {
+	case backfill.ETAFinished, backfill.ETAWarming:
+		if fc.Remaining != 0 || fc.Low != 0 || fc.High != 0 {
+			t.Fatalf("%s forecast with durations: %+v", fc.Status, fc)
+		}
+	case backfill.ETARunning, backfill.ETAStalled, backfill.ETADiverging:
+		if fc.Low < 0 || fc.Low > fc.Remaining || fc.Remaining > fc.High {
+			t.Fatalf("forecast out of order or negative: %+v", fc)
+		}
+		if (fc.Status == backfill.ETADiverging) != (fc.Remaining == backfill.ETAUnbounded) {
+			t.Fatalf("diverging iff unbounded: %+v", fc)
+		}
+		if (fc.Status == backfill.ETAStalled) != (fc.StalledFor > 0) {
+			t.Fatalf("stalled iff StalledFor: %+v", fc)
+		}
+	default:
+		t.Fatalf("unknown status %d", fc.Status)
+	}
+	if fc.Rate < 0 || math.IsNaN(fc.Rate) || math.IsNaN(fc.Churn) || math.IsInf(fc.Churn, 0) {
+		t.Fatalf("bad rate or churn: %+v", fc)
+	}
+	r, lo, hi := fc.Seconds()
+	if fc.Shown() && (r < 0 || lo < 0 || hi < r || lo > r) {
+		t.Fatalf("Seconds %v %v %v of %+v", r, lo, hi, fc)
+	}
+}
+
+// TestETAReplay feeds the observations of simulated jobs to two ETAs, one of
+// them with bad observations in between, and checks that the bad ones are
+// refused (ErrETAInput) without changing anything: both give the same
+// forecasts, as a process rebuilding its ETA from recorded observations
+// needs. Every forecast keeps its invariants.
+func TestETAReplay(t *testing.T) {
+	seed := testutil.Seed(t, "eta-seed", *etaSeedFlag)
+	rng := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
+	scs := etaScenarios()
+	for k := range 8 {
+		sc := scs[rng.IntN(len(scs))]
+		actors := []int{1, 2, 4}[rng.IntN(3)]
+		j := newSimJob(rng, uniform(rng, 1e4, 1e6), actors, uniform(rng, 100, 10000), 1)
+		j.noise, j.bounds, j.estNoise, j.parts = 0.2, 0.003, true, k%2 == 0
+		events := sc.setup(rng, j)
+		a, b := backfill.NewETA(nil), backfill.NewETA(nil)
+		var last backfill.ETAObservation
+		for n := 0; !j.finished; n++ {
+			for len(events) > 0 && j.progress() >= events[0].at {
+				events[0].do(j)
+				events = events[1:]
+			}
+			o := j.step()
+			if n > 0 && rng.IntN(4) == 0 {
+				bad := badObservation(rng, last, o)
+				if _, err := b.Observe(bad); !errors.Is(err, backfill.ErrETAInput) {
+					t.Fatalf("%s: a bad observation (%+v after %+v) gave %v", sc.name, bad, last, err)
+				}
+			}
+			fa, err := a.Observe(o)
+			if err != nil {
+				t.Fatalf("%s: %v", sc.name, err)
+			}
+			fb, err := b.Observe(o)
+			if err != nil {
+				t.Fatalf("%s: %v", sc.name, err)
+			}
+			checkForecast(t, fa)
+			if fa != fb {
+				t.Fatalf("%s: after a refused observation:\n%+v\n%+v", sc.name, fb, fa)
+			}
+			last = o
+		}
+	}
+}
+
+// badObservation returns an observation that breaks one rule, given the
+// last good one and the next.
+func badObservation(rng *rand.Rand, last, next backfill.ETAObservation) backfill.ETAObservation {
+	o := next
+	o.Parts = slices.Clone(next.Parts)
+	for {
+		switch rng.IntN(8) {
+		case 0:
+			o.Time = time.Time{}
+		case 1:
+			o.Time = last.Time.Add(-time.Millisecond)
+		case 2:
+			if last.SnapshotRows == 0 || next.Run != last.Run {
+				continue
+			}
+			o.SnapshotRows = last.SnapshotRows - 1
+		case 3:
+			o.Consumed = math.NaN()
+		case 4:
+			o.ConsumedLow = o.Consumed + 1 + o.Total*1e-6
+		case 5:
+			o.Total = -1
+		case 6:
+			if next.Run != last.Run || len(last.Parts) == 0 {
+				continue
+			}
+			o.Parts = o.Parts[:len(o.Parts)-1]
+		case 7:
+			if !last.Finished {
+				continue
+			}
+			o.Finished = false
+		}
+		return o
+	}
+}
+
+// FuzzETAObserve feeds arbitrary observation sequences: the ETA never
+// panics, refuses bad ones with ErrETAInput, and keeps its forecasts'
+// invariants. make test runs its seeds; go test -fuzz FuzzETAObserve
+// explores.
+func FuzzETAObserve(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte("\x01\x00\x10\x00\x05\x00\x00\x00\x10\x20\x30\x40\x01\x00\x10\x00\x05\x00\x00\x00\x10\x20\x30\x40"))
+	f.Add(bytesOfLen(12*64, 7))
+	f.Add(bytesOfLen(12*200, 11))
+	f.Fuzz(fuzzETA)
+}
+
+func fuzzETA(t *testing.T, data []byte) {
+	{
+		e := backfill.NewETA(&backfill.ETAOptions{MinIntervals: 1 + len(data)%5})
+		at := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+		var run uint64
+		var s uint64
+		total, consumed := 1e5, 0.0
+		for len(data) >= 12 {
+			c := data[:12]
+			data = data[12:]
+			at = at.Add(time.Duration(int16(uint16(c[0])|uint16(c[1])<<8)) * time.Millisecond)
+			if c[2]&1 != 0 {
+				run++
+			}
+			s += uint64(c[3]) * uint64(1+c[4]&15)
+			if c[2]&2 != 0 {
+				s = uint64(c[5]) // a count that may fall
+			}
+			consumed = math.Max(0, consumed+float64(int8(c[6]))*10)
+			total = math.Max(0, total+float64(int8(c[7]))*5)
+			lo, hi := consumed-float64(c[8]), consumed+float64(c[9])
+			if c[2]&4 != 0 {
+				lo, hi = math.Max(0, lo), math.Min(total, hi)
+			}
+			o := backfill.ETAObservation{Time: at, Run: run, Actors: int(c[10] & 7),
+				RateLimit: float64(c[11]&0x0f) * 100}
+			o.ETAFigure = backfill.ETAFigure{Consumed: math.Min(consumed, total), ConsumedLow: lo,
+				ConsumedHigh: hi, Total: total, SnapshotRows: s, Finished: c[2]&8 != 0}
+			if n := int(c[11] >> 6); n > 0 {
+				for i := range n {
+					o.Parts = append(o.Parts, backfill.ETAFigure{Consumed: o.Consumed / float64(n),
+						ConsumedLow: lo / float64(n), ConsumedHigh: hi / float64(n), Total: total / float64(n),
+						SnapshotRows: s / uint64(n) * uint64(i+1) / uint64(n)})
+				}
+			}
+			fc, err := e.Observe(o)
+			if err != nil && !errors.Is(err, backfill.ErrETAInput) {
+				t.Fatalf("an error not marked ErrETAInput: %v", err)
+			}
+			checkForecast(t, fc)
+			_ = fc.String()
+		}
+	}
+}
+
+func bytesOfLen(n int, seed uint64) []byte {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.IntN(256))
+	}
+	// Mostly forward in time, mostly the same run, counts that grow.
+	for i := 0; i+12 <= n; i += 12 {
+		b[i+1] = 0x03
+		b[i+2] &^= 3
+	}
+	return b
+}
+
+func TestFormatETA(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"}, {-time.Second, "0s"}, {300 * time.Millisecond, "<1s"}, {time.Second, "1s"},
+		{59*time.Second + 900*time.Millisecond, "59s"}, {time.Minute, "1m00s"},
+		{3*time.Minute + 9*time.Second + 600*time.Millisecond, "3m10s"}, {59*time.Minute + 59*time.Second, "59m59s"},
+		{time.Hour, "1h00m"}, {2*time.Hour + 4*time.Minute + 31*time.Second, "2h05m"},
+		{backfill.ETAUnbounded, "∞"},
+	} {
+		if got := backfill.FormatETA(c.d); got != c.want {
+			t.Errorf("FormatETA(%v) = %q, want %q", c.d, got, c.want)
+		}
+	}
+	fc := backfill.ETAForecast{Status: backfill.ETARunning, Remaining: 190 * time.Second, Low: 170 * time.Second, High: 220 * time.Second}
+	if got, want := fc.String(), "ETA 3m10s (2m50s–3m40s)"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if r, lo, hi := fc.Seconds(); r != 190 || lo != 170 || hi != 220 {
+		t.Errorf("Seconds() = %v, %v, %v", r, lo, hi)
+	}
+	fc = backfill.ETAForecast{Status: backfill.ETADiverging, Remaining: backfill.ETAUnbounded, High: backfill.ETAUnbounded}
+	if r, _, hi := fc.Seconds(); !math.IsInf(r, 1) || !math.IsInf(hi, 1) {
+		t.Errorf("Seconds() of a diverging forecast = %v, %v", r, hi)
+	}
+	if r, _, _ := (backfill.ETAForecast{}).Seconds(); !math.IsNaN(r) {
+		t.Errorf("Seconds() of a warming forecast = %v, want NaN", r)
+	}
+}
