@@ -72,10 +72,13 @@ var ErrETAInput = errors.New("lsmstats/backfill: bad ETA observation")
 // ETAFigure is the progress of a backfill job, or of one of its actors, at a
 // checkpoint, as the ETA needs it.
 type ETAFigure struct {
-	// Consumed is the stats approach's raw consumed rows, ConsumedLow and
-	// ConsumedHigh its bounds (Σ of the per-vnode EstimateRows bounds plus
-	// the live rows of finished vnodes), and Total the live rows of the
-	// vnodes: 0 <= ConsumedLow <= Consumed <= ConsumedHigh <= Total.
+	// Consumed is the stats approach's raw consumed rows (Σ of the
+	// per-vnode stats.RowEstimate.Mean plus the live rows of finished
+	// vnodes), ConsumedLow and ConsumedHigh its bounds (the same with the
+	// estimates' Lower and Upper), and Total the live rows of the vnodes:
+	// 0 <= ConsumedLow <= ConsumedHigh <= Total. Consumed may stray from its
+	// bounds (Mean may, by about a row per vnode): the ETA widens them to
+	// take it in, and takes Consumed above Total as Total.
 	Consumed, ConsumedLow, ConsumedHigh, Total float64
 	// SnapshotRows is the number of snapshot rows read, counted from any
 	// origin: only its increase within a run matters, and it must not
@@ -127,8 +130,9 @@ const (
 	// stall lasts as long again.
 	ETAStalled
 	// ETADiverging: the upstream adds rows ahead of the cursors at least as
-	// fast as the job reads them; at this rate the job does not finish.
-	// Remaining and High are ETAUnbounded.
+	// fast as the job reads them: the job finishes only once that churn
+	// subsides, which the forecast assumes it does in as long again as it
+	// has been seen.
 	ETADiverging
 	// ETAFinished: the job finished; the durations are 0.
 	ETAFinished
@@ -153,7 +157,7 @@ type ETAForecast struct {
 	Status ETAStatus
 	// Remaining is the forecast time left and [Low, High] its interval
 	// (Low <= Remaining <= High), when Shown; 0 otherwise, and 0 once the
-	// job finished. High and Remaining may be ETAUnbounded.
+	// job finished. They are ETAUnbounded if there is no finite forecast.
 	Remaining, Low, High time.Duration
 	// Rate is the smoothed snapshot read rate, rows/s: 0 while stalled, and
 	// 0 before the first interval with progress.
@@ -193,18 +197,20 @@ func (f ETAForecast) Seconds() (remaining, low, high float64) {
 }
 
 // String formats the forecast for a terminal: "ETA 3m10s (2m50s–3m40s)",
-// "ETA 4m (3m–9m), stalled 40s", "ETA ∞ (upstream outpaces the backfill)",
-// "ETA …" before there is one, "done" once finished.
+// "ETA 4m00s (3m00s–9m00s), stalled 40s", "ETA 5m00s (3m00s–40m00s),
+// upstream outpaces the backfill", "ETA …" before there is one, "done" once
+// finished.
 func (f ETAForecast) String() string {
 	switch f.Status {
 	case ETAFinished:
 		return "done"
-	case ETADiverging:
-		return "ETA ∞ (upstream outpaces the backfill)"
-	case ETARunning, ETAStalled:
+	case ETARunning, ETAStalled, ETADiverging:
 		s := fmt.Sprintf("ETA %s (%s–%s)", FormatETA(f.Remaining), FormatETA(f.Low), FormatETA(f.High))
-		if f.Status == ETAStalled {
+		switch f.Status {
+		case ETAStalled:
 			s += ", stalled " + FormatETA(f.StalledFor)
+		case ETADiverging:
+			s += ", upstream outpaces the backfill"
 		}
 		return s
 	default:
@@ -308,7 +314,7 @@ func (e *ETA) Forecast() ETAForecast { return e.fc }
 // Observe takes the observation of a checkpoint and returns the forecast.
 // It returns an error marked ErrETAInput, and keeps its state, for an
 // observation that breaks the rules of ETAObservation: a zero or earlier
-// time, counts that are negative, not finite or out of order, fewer snapshot
+// time, counts that are negative, not finite or bounds out of order, fewer snapshot
 // rows than before within a run, another number of Parts within a run, or an
 // unfinished job after a finished one.
 func (e *ETA) Observe(o ETAObservation) (ETAForecast, error) {
@@ -409,14 +415,16 @@ func checkFigure(f *ETAFigure) error {
 			return errors.Newf("%s is %v: it must be finite and >= 0", v.name, v.v)
 		}
 	}
-	// The bounds are sums of floats: allow their rounding, then clamp.
+	// The bounds are sums of floats: allow their rounding.
 	tol := 1e-9 * max(1, f.Total)
-	if f.ConsumedLow > f.Consumed+tol || f.Consumed > f.ConsumedHigh+tol || f.ConsumedHigh > f.Total+tol {
-		return errors.Newf("want ConsumedLow <= Consumed <= ConsumedHigh <= Total, got %g, %g, %g, %g",
-			f.ConsumedLow, f.Consumed, f.ConsumedHigh, f.Total)
+	if f.ConsumedLow > f.ConsumedHigh+tol || f.ConsumedHigh > f.Total+tol {
+		return errors.Newf("want ConsumedLow <= ConsumedHigh <= Total, got %g, %g, %g",
+			f.ConsumedLow, f.ConsumedHigh, f.Total)
 	}
-	f.ConsumedHigh = min(f.ConsumedHigh, f.Total)
-	f.Consumed = min(f.Consumed, f.ConsumedHigh)
+	// The estimate may stray from its bounds by about a row per vnode
+	// (stats.RowEstimate.Mean): the bounds take it in.
+	f.Consumed = min(f.Consumed, f.Total)
+	f.ConsumedHigh = min(max(f.ConsumedHigh, f.Consumed), f.Total)
 	f.ConsumedLow = min(f.ConsumedLow, f.Consumed)
 	return nil
 }
@@ -492,7 +500,8 @@ func (e *ETA) forecast() ETAForecast {
 		f.Churn, _, _ = e.job.churn()
 		return f
 	}
-	job := e.job.forecast(o.ETAFigure, 0, e.minIntervals, nil)
+	age := o.Time.Sub(e.origin).Seconds()
+	job := e.job.forecast(o.ETAFigure, 0, e.minIntervals, age, nil)
 	f.Rate, f.Churn, f.StalledFor = job.rate, job.churn, secondsDuration(job.stalledFor)
 	if e.job.intervals < e.minIntervals || !job.shown {
 		f.Status = ETAWarming
@@ -514,17 +523,17 @@ func (e *ETA) forecast() ETAForecast {
 			if p.Finished || p.Total <= p.ConsumedLow {
 				continue
 			}
-			lf := e.parts[i].forecast(p, job.rateForecast/float64(active), e.minIntervals, &job)
+			lf := e.parts[i].forecast(p, job.rateForecast/float64(active), e.minIntervals, age, &job)
 			point, low, high = math.Max(point, lf.point), math.Max(low, lf.low), math.Max(high, lf.high)
 		}
 		point, low, high = math.Max(point, job.floor), math.Min(math.Max(low, 0), math.Max(point, job.floor)), math.Max(high, math.Max(point, job.floor))
 	}
 	f.Status = ETARunning
 	switch {
-	case point >= etaForever:
-		f.Status = ETADiverging
 	case job.stalledFor > 0:
 		f.Status = ETAStalled
+	case job.diverging:
+		f.Status = ETADiverging
 	}
 	f.Remaining, f.Low, f.High = secondsDuration(point), secondsDuration(low), secondsDuration(high)
 	return f
@@ -680,14 +689,16 @@ type laneForecast struct {
 	rate, churn      float64 // shown (rate 0 while stalled)
 	rateForecast     float64 // the rate the forecast uses
 	stalledFor       float64
+	diverging        bool // churn >= rate
 	// The churn's shape and the rate's spread, which an actor's lane takes
 	// from the job's: its own are noisier, and cost as much again.
 	beta, mLo, mHi float64
 }
 
 // forecast returns the lane's forecast for figure f, with rate fallback if
-// the lane has fewer than minIntervals of its own and no prior.
-func (l *etaLane) forecast(f ETAFigure, fallback float64, minIntervals int, job *laneForecast) laneForecast {
+// the lane has fewer than minIntervals of its own and no prior, for a churn
+// seen for age seconds.
+func (l *etaLane) forecast(f ETAFigure, fallback float64, minIntervals int, age float64, job *laneForecast) laneForecast {
 	r := l.rate.value()
 	c, cLo, cHi := l.churn()
 	lf := laneForecast{rate: r, churn: c, stalledFor: l.stalledNow, floor: l.rate.dt}
@@ -712,13 +723,22 @@ func (l *etaLane) forecast(f ETAFigure, fallback float64, minIntervals int, job 
 	} else {
 		lf.beta = l.churnShape()
 	}
-	point := runTime(ahead, r, c, lf.beta)
+	// The churn lasts as long again as it has been seen (its median under
+	// a Lindy prior); the interval takes its 10th and 90th percentiles, a
+	// ninth of that and nine times that.
+	lf.diverging = c >= r
+	point := churnTime(ahead, r, c, lf.beta, age)
 	if job == nil {
 		lf.mLo, lf.mHi = l.rateSpread(point)
 	}
 	mLo, mHi := lf.mLo/spread, lf.mHi*spread
-	low := math.Min(runTime(aheadLo, r*mHi, cLo, 0), runTime(aheadLo, r*mHi, cLo, 1))
-	high := math.Max(runTime(aheadHi, r*mLo, cHi, 0), runTime(aheadHi, r*mLo, cHi, 1))
+	low, high := math.Inf(1), 0.0
+	for _, beta := range []float64{0, 1} {
+		for _, lasts := range []float64{age / 9, 9 * age} {
+			low = math.Min(low, churnTime(aheadLo, r*mHi, cLo, beta, lasts))
+			high = math.Max(high, churnTime(aheadHi, r*mLo, cHi, beta, lasts))
+		}
+	}
 	if share := l.stalled / max(l.runWall, 1e-9); share > 0 && share < 1 {
 		high /= 1 - share // stalls so far may recur
 	}
@@ -730,6 +750,22 @@ func (l *etaLane) forecast(f ETAFigure, fallback float64, minIntervals int, job 
 	point = math.Max(point, lf.floor)
 	lf.point, lf.low, lf.high = point, math.Min(math.Max(low, 0), point), math.Max(high, point)
 	return lf
+}
+
+// churnTime returns the seconds it takes to read w rows ahead at r rows/s
+// while the upstream adds c rows/s ahead of the cursors for l seconds (as
+// runTime says) and none after: the time without churn plus the share of
+// the churn's extra time that falls within l, exactly so for beta = 0.
+func churnTime(w, r, c, beta, l float64) float64 {
+	stop := runTime(w, r, 0, 0)
+	if c == 0 || w <= 0 || r <= 0 {
+		return stop
+	}
+	full := runTime(w, r, c, beta)
+	if math.IsInf(full, 1) {
+		return stop + c/r*l // the rows ahead grow as long as the churn lasts
+	}
+	return stop + (1-stop/full)*math.Min(l, full)
 }
 
 // runTime returns the seconds it takes to read w rows ahead at r rows/s
