@@ -1,59 +1,67 @@
 // # ETA (eta.go)
 //
-// An ETA (NewETA) forecasts the time a backfill job has left, from one
-// ETAObservation per checkpoint: its wall time, the stats approach's figure
-// (consumed rows with their bounds, total live rows), the cumulative snapshot
-// rows the job has read, and the run it comes from (a restart or a rescale
-// starts a new run). The time left is the work ahead divided by the rate the
-// job reads it at:
+// An ETA (NewETA) forecasts the time a backfill job has left, with an
+// interval, from one ETAObservation per checkpoint: its wall time, the stats
+// approach's figure (consumed rows with their bounds, total live rows), the
+// snapshot rows read, the run it comes from (a restart or a rescale starts a
+// new one), and optionally the same figures per actor. It reads no clock and
+// keeps no global state: the same observations give the same forecasts. The
+// time left is the work ahead over the rate the job reads it at:
 //
 //   - The work ahead is the live rows ahead of the cursors, total − consumed,
-//     plus what the upstream will add to the part still ahead before the
-//     cursors get there. Total − consumed falls by the rows the job reads and
-//     moves with the upstream's inserts and deletes ahead of the cursors only
-//     (changes behind them move consumed and total alike), so its change plus
-//     the rows read is the upstream's net churn ahead, in rows/s. The churn is
-//     the median of five slices of the recent past, so that a burst of inserts
-//     counts in the rows ahead but is not extrapolated. Where future churn
-//     lands is unknown: with hashed keys it shrinks with the part ahead, with
-//     appended keys it does not; the forecast takes the middle (churn
-//     proportional to the square root of the part ahead) and the interval
-//     spans both.
+//     plus what the upstream adds to the part still ahead before the cursors
+//     get there. Total − consumed falls by the rows read and moves with the
+//     upstream's inserts and deletes ahead of the cursors only (changes
+//     behind them move consumed and total alike), so its change plus the rows
+//     read is the upstream's net churn ahead. The churn is the median of five
+//     slices of the recent past, so that a burst counts in the rows ahead but
+//     is not extrapolated. How long it lasts is unknown: the forecast takes
+//     it to last as long again as it has been seen (the median under a Lindy
+//     prior; the interval takes a ninth of that and nine times that), so that
+//     an upstream inserting as fast as the job reads gives a long ETA, not an
+//     endless one. Where it lands is unknown too: with hashed keys the churn
+//     ahead shrinks with the part ahead, with appended keys it does not; the
+//     forecast fits which on the recent history, starting from the middle,
+//     and the interval spans both.
 //   - The rate is a time-weighted moving average of snapshot rows/s whose
 //     half-life is a quarter of the time since the rate last shifted (at
-//     least four checkpoints), so that it smooths more the longer the rate
-//     holds. A detector of level shifts (four checkpoints in a row on the same
-//     side of the average, together well outside its noise) restarts it from
-//     those checkpoints, so that a rate limit halved or doubled is followed
-//     within four checkpoints. A known rate-limit change, and a restart or a
-//     rescale (the carried rate scaled by the ratio of actors), restart it at
-//     once from a prior that the new run's checkpoints quickly replace.
-//   - A stall (no rows read for three typical gaps between progress) shows as
-//     such: the rate shown is 0, the time stalled is left out of the average,
-//     and the ETA adds the time stalled so far (a stall that has lasted d is
-//     as likely to last d more), so that it grows instead of holding still.
+//     least four checkpoints): the longer a rate holds, the more it is
+//     smoothed. A level-shift detector restarts the average from the
+//     checkpoints of a shift: four in a row on one side, together off by 15%
+//     and three standard errors, or two off by half (a rate limit halved or
+//     doubled is followed within two to four checkpoints). A known rate-limit
+//     change, a restart and a rescale (the rate scaled by the ratio of
+//     actors) restart it at once from a prior that the new checkpoints soon
+//     outweigh. Checkpoints without rows count in the average as pauses until
+//     they last three typical gaps between progress; then the job is stalled:
+//     the rate shown is 0, the stall is left out of the average, and the ETA
+//     adds the time stalled so far (a stall that has lasted d is as likely to
+//     last d more), so that it grows through a stall instead of standing
+//     still.
+//   - With the actors' figures, each actor has its own rate and churn and the
+//     ETA is the slowest actor's: a job whose vnodes were dealt unevenly
+//     finishes when its last actor does, at that actor's rate.
 //
-// The interval comes from the figure's bounds (the rows ahead are between
-// total − consumed high and total − consumed low), from the churn's spread,
-// and from how the rate's past forecasts fared: at every checkpoint, the ETA
-// compares the rate it had forecast at earlier checkpoints with the rate the
-// job then read over the horizon of the current forecast, and takes the 10th
-// and 90th percentiles of those ratios (blended with a ±30% prior while there
-// are few horizons to compare), so that the interval is as wide as the job
-// has shown it needs to be. The share of time stalled so far widens its upper
+// The interval comes from the figure's bounds, the churn's spread, its
+// duration and shape as above, and the rate's record: at every checkpoint the
+// ETA compares the rates it forecast at earlier checkpoints with what the job
+// then read over the horizon of the current forecast, and takes the 10th and
+// 90th percentiles of those ratios (blended with a ±15% prior while few
+// horizons fit in the job's past), so that the interval is as wide as the job
+// has shown it must be; the share of time stalled so far widens its upper
 // end. Nothing is shown before five intervals with progress; after a restart
 // the carried rate gives an ETA at once, with a wider interval until the new
 // run has five of its own. The ETA is never negative and never below one
 // checkpoint interval before the job finished, and it is 0 once it has.
-// Rows, rates and the churn are reported with the forecast for the terminal
-// bars and the metrics.
 //
-// In simulation (TestETAAccuracy) the forecast meets the goals of a median
-// error ≤ 10%, a p90 ≤ 25% and a coverage ≥ 80% after 10% progress when the
-// future resembles the past: steady rates, steady churn, and the checkpoints
-// after the last change of rate, restart, stall or burst. No forecast can
-// foresee a rate limit changed later, a stall or a burst to come: before
-// them the errors are those of the event, and the test reports them apart.
+// In simulation (TestETAAccuracy: jobs of 300 to 1,200 checkpoints with
+// noisy rates, the figure's bounds, churn and events), after 10% progress
+// the median error is 1–4%, the p90 4–14% and the interval holds the actual
+// time at 98–99% of checkpoints on steady rates, steady churn and skewed
+// actors; on the checkpoints after the last rate change, stall, restart,
+// rescale or burst of the other workloads, the median is 1–4%, the p90
+// 5–13% and the coverage 93–99%. Before such an event no forecast can know
+// it: a rate limit halved and doubled later leaves a median error of 31%.
 
 package backfill
 
@@ -314,9 +322,9 @@ func (e *ETA) Forecast() ETAForecast { return e.fc }
 // Observe takes the observation of a checkpoint and returns the forecast.
 // It returns an error marked ErrETAInput, and keeps its state, for an
 // observation that breaks the rules of ETAObservation: a zero or earlier
-// time, counts that are negative, not finite or bounds out of order, fewer snapshot
-// rows than before within a run, another number of Parts within a run, or an
-// unfinished job after a finished one.
+// time, counts that are negative or not finite, bounds out of order, fewer
+// snapshot rows than before within a run, another number of Parts within a
+// run, or an unfinished job after a finished one.
 func (e *ETA) Observe(o ETAObservation) (ETAForecast, error) {
 	if err := e.check(&o); err != nil {
 		return e.fc, err
@@ -512,10 +520,9 @@ func (e *ETA) forecast() ETAForecast {
 		// The slowest actor's; an actor whose own rate is not known yet
 		// reads at the job's share.
 		var active int
-		for i, p := range o.Parts {
+		for _, p := range o.Parts {
 			if !p.Finished && p.Total > p.ConsumedLow {
 				active++
-				_ = i
 			}
 		}
 		point, low, high = 0, 0, 0
@@ -526,7 +533,8 @@ func (e *ETA) forecast() ETAForecast {
 			lf := e.parts[i].forecast(p, job.rateForecast/float64(active), e.minIntervals, age, &job)
 			point, low, high = math.Max(point, lf.point), math.Max(low, lf.low), math.Max(high, lf.high)
 		}
-		point, low, high = math.Max(point, job.floor), math.Min(math.Max(low, 0), math.Max(point, job.floor)), math.Max(high, math.Max(point, job.floor))
+		point = math.Max(point, job.floor)
+		low, high = math.Min(low, point), math.Max(high, point)
 	}
 	f.Status = ETARunning
 	switch {
@@ -837,6 +845,8 @@ func (l *etaLane) churn() (c, lo, hi float64) {
 	if m == 0 {
 		return 0, 0, 0
 	}
+	last2 := rates[max(0, m-2):m] // in time order, before the median sorts
+	recent := math.Max(last2[0], last2[len(last2)-1])
 	c = median(rates[:m])
 	// The spread: 1.5 median absolute deviations (about one standard
 	// deviation of normal noise), which a burst in a slice or two leaves
@@ -846,6 +856,11 @@ func (l *etaLane) churn() (c, lo, hi float64) {
 		dev[i] = math.Abs(x - c)
 	}
 	mad := 1.5 * median(dev[:m])
+	// A burst that lasted a few slices holds the median up after it ended:
+	// the two latest slices, both well below it, say it has.
+	if m == etaChurnSlices && recent < c-mad && recent < c/2 {
+		c = recent
+	}
 	return c, c - mad, c + mad
 }
 
@@ -892,6 +907,28 @@ func (l *etaLane) churnShape() float64 {
 			xs[m], ys[m] = math.Log(ahead/secs), math.Log(rows/secs)
 			m++
 		}
+	}
+	if m < etaBetaSlices-2 {
+		return 0.5
+	}
+	// A burst raises the churn and the rows ahead together, which would
+	// pass for churn following the rows ahead: slices whose churn is far
+	// from the others' (3 median absolute deviations) are left out.
+	var tmp, dev [etaBetaSlices]float64
+	copy(tmp[:], ys[:m])
+	med := median(tmp[:m])
+	for i := range m {
+		dev[i] = math.Abs(ys[i] - med)
+	}
+	if mad := median(dev[:m]); mad > 0 {
+		k := 0
+		for i := range m {
+			if math.Abs(ys[i]-med) <= 3*mad {
+				xs[k], ys[k] = xs[i], ys[i]
+				k++
+			}
+		}
+		m = k
 	}
 	if m < etaBetaSlices-2 {
 		return 0.5
