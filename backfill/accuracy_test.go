@@ -33,7 +33,7 @@ func TestCanonicalAccuracy(t *testing.T) {
 				record := func(r backfill.Record) {
 					require.GreaterOrEqual(t, r.Truth, 0.0, "every record has the oracle's truth")
 					for _, a := range []string{"stats", "rowcount"} {
-						bench.AddError(errs, a, r.Figure(a).Raw, r.Truth)
+						bench.AddError(errs, r.Figure(a), r.Truth)
 					}
 					recs++
 				}
@@ -68,8 +68,10 @@ func TestCanonicalAccuracy(t *testing.T) {
 				require.NoError(t, j.Close())
 				require.NoError(t, s.Close())
 				stats, rowcount := errs["stats"], errs["rowcount"]
-				t.Logf("%d checkpoints: stats mean %.3f max %.3f pp; rowcount mean %.3f max %.3f pp",
-					recs, stats.MeanPP, stats.MaxPP, rowcount.MeanPP, rowcount.MaxPP)
+				t.Logf("%d checkpoints: stats mean %.3f max %.3f pp, bounds %.3f pp wide (max %.3f); rowcount mean %.3f max %.3f pp",
+					recs, stats.MeanPP, stats.MaxPP, stats.WidthMeanPP, stats.WidthMaxPP, rowcount.MeanPP, rowcount.MaxPP)
+				require.Equal(t, stats.N, stats.Bounded, "every stats figure has bounds")
+				require.Zero(t, stats.Outside, "checkpoints whose truth lay outside the stats figure's bounds")
 				if canonicalRows < 200000 {
 					// Race builds run a tenth of the table, where vnodes of
 					// 78 rows are too small for the canonical error bounds:

@@ -47,15 +47,15 @@
 //     progress in one call (lsm.Stats.AppendEstimates), whose searches
 //     overlap their cache misses.
 //
-// The truth (design.md §6) is the live rows at or below each cursor over
+// The truth (docs/design.md §7) is the live rows at or below each cursor over
 // all live rows, at the committed epoch; an Oracle computes it for tests
-// and benchmarks. In BenchmarkBackfill, over six workloads of 200,000 rows
-// in 256 vnodes, the stats figure is within 0.25 percentage points of the
-// truth at every checkpoint, while the row-count figure is off by up to 61
-// points under churn; the stats estimate costs under 0.13 ms of CPU per
-// checkpoint on average in every workload (the row-count one a few µs).
+// and benchmarks. How close each approach comes to it, and what each costs
+// per checkpoint, is measured by bench's BenchmarkBackfill and accuracy
+// matrix; make results writes the figures into README.md.
 //
-// The displayed figure is "%.2f%% (consumed/total)". It never decreases
+// The displayed figure is "%.2f%% [lower–upper] (consumed/total)", the
+// bounds there when the estimator gives them (an Accountant, as Stats is):
+// the sums of the vnodes' bounds, which hold the truth. It never decreases
 // within a job (its high-water mark is persisted and survives crashes and
 // rescale), is never 100% before the job finished, and is exactly 100% when
 // it has.

@@ -30,7 +30,8 @@ type Source interface {
 	BackfillStep() uint64
 }
 
-// Oracle knows the truth of design.md §6 at the committed epoch.
+// Oracle knows the truth (docs/design.md §7, "The truth") at the committed
+// epoch.
 type Oracle interface {
 	// Rows returns the live rows of a vnode with pk <= cursor (none for a
 	// nil cursor) and all its live rows.
@@ -80,12 +81,17 @@ type Record struct {
 	Barrier uint64
 	Epoch   uint64
 	Step    uint64
-	// Truth is design.md §6's truth in percent; -1 without an oracle.
+	// Truth is the truth (docs/design.md §7) in percent; -1 without an
+	// oracle.
 	Truth    float64
 	Figures  []Figure
 	Finished bool
-	// Vnodes are the states the figures were computed from.
-	Vnodes []VnodeState
+	// Vnodes are the states the figures were computed from, and
+	// Estimates the accounts of the same vnodes by the first Accountant
+	// among the estimators (Stats by default): consumed rows, bounds, live
+	// rows.
+	Vnodes    []VnodeState
+	Estimates []VnodeEstimate
 	// VnodeErrMean and VnodeErrMax are the errors of the per-vnode
 	// estimates behind the stats figure (vnodes in progress), in percent of
 	// each vnode's live rows; zero without an oracle or the Stats
@@ -505,7 +511,8 @@ func (j *Job) progress(epoch uint64) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Truth: -1, Figures: p.Figures, Finished: p.Finished, Vnodes: p.Vnodes}
+	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Truth: -1, Figures: p.Figures, Finished: p.Finished,
+		Vnodes: p.Vnodes, Estimates: p.Estimates}
 	if p.Finished {
 		j.finished = true
 	}
@@ -525,8 +532,8 @@ func (j *Job) progress(epoch uint64) (Record, error) {
 			case v.Cursor != nil:
 				behind += b
 				// The stats estimator's own estimate of this vnode.
-				if t > 0 && p.VnodeConsumed != nil {
-					e := 100 * math.Abs(p.VnodeConsumed[i]-float64(b)) / float64(t)
+				if t > 0 && p.Estimates != nil {
+					e := 100 * math.Abs(p.Estimates[i].Consumed-float64(b)) / float64(t)
 					errSum += e
 					rec.VnodeErrMax = max(rec.VnodeErrMax, e)
 					n++

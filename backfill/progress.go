@@ -54,19 +54,20 @@ func (Stats) Name() string { return "stats" }
 
 // Estimate implements Estimator.
 func (s Stats) Estimate(in Input) (float64, float64) {
-	consumed, total, _ := s.EstimateVnodes(in)
-	return consumed, total
+	a := s.Account(in)
+	return a.Consumed, a.Total
 }
 
-// EstimateVnodes is Estimate that also returns the consumed rows of each
-// vnode, by index of in.Vnodes: its live rows if finished, the estimated
-// live rows <= its cursor if in progress, 0 if not started. The vnodes in
-// progress are asked together (lsm.Stats.AppendEstimates), which overlaps
-// the cache misses of their searches; each asks the rows up to its cursor
-// inclusive, which the statistics estimate as what it is, the pk of a row
-// the backfill read.
-func (Stats) EstimateVnodes(in Input) (consumed, total float64, perVnode []float64) {
-	perVnode = make([]float64, len(in.Vnodes))
+// Account implements Accountant: a vnode's consumed rows are its live rows
+// if finished, the estimated live rows <= its cursor if in progress, 0 if
+// not started. The vnodes in progress are asked together
+// (lsm.Stats.AppendEstimates), which overlaps the cache misses of their
+// searches; each asks the rows up to its cursor inclusive, which the
+// statistics estimate as what it is, the pk of a row the backfill read.
+// The consumed rows add the vnodes' unbiased estimates (RowEstimate.Mean),
+// whose errors cancel over vnodes; the bounds add theirs.
+func (Stats) Account(in Input) Account {
+	a := Account{Vnodes: make([]VnodeEstimate, len(in.Vnodes))}
 	qs := make([]stats.RangeQuery, 0, len(in.Vnodes))
 	at := make([]int, 0, len(in.Vnodes)) // index in in.Vnodes of each query
 	for i, v := range in.Vnodes {
@@ -76,22 +77,45 @@ func (Stats) EstimateVnodes(in Input) (consumed, total float64, perVnode []float
 		}
 	}
 	for j, e := range in.Stats.AppendEstimates(make([]stats.RowEstimate, 0, len(qs)), in.Upstream, qs) {
-		perVnode[at[j]] = e.Mean
+		a.Vnodes[at[j]] = VnodeEstimate{Consumed: e.Mean, Lower: float64(e.Lower), Upper: float64(e.Upper)}
 	}
 	for i, v := range in.Vnodes {
-		live := float64(max(0, in.Stats.Live.Vnode(in.Upstream, v.Vnode).Rows))
-		total += live
+		ve := &a.Vnodes[i]
+		ve.Total = float64(max(0, in.Stats.Live.Vnode(in.Upstream, v.Vnode).Rows))
 		if v.Finished {
-			perVnode[i] = live
+			ve.Consumed, ve.Lower, ve.Upper = ve.Total, ve.Total, ve.Total
 		}
-		consumed += perVnode[i]
+		a.Consumed += ve.Consumed
+		a.Lower += ve.Lower
+		a.Upper += ve.Upper
+		a.Total += ve.Total
 	}
-	return consumed, total, perVnode
+	return a
 }
 
-// vnodeEstimator is an Estimator that also gives per-vnode consumed rows.
-type vnodeEstimator interface {
-	EstimateVnodes(in Input) (consumed, total float64, perVnode []float64)
+// An Accountant is an Estimator that also accounts for every vnode and
+// bounds its figure. The tracker asks it instead of Estimate.
+type Accountant interface {
+	Estimator
+	Account(in Input) Account
+}
+
+// Account is an Accountant's figure at a checkpoint, in rows.
+type Account struct {
+	Consumed, Total float64
+	// Lower and Upper bound the consumed rows: the truth lies between them
+	// whenever the statistics are exact.
+	Lower, Upper float64
+	// Vnodes are the accounts of the vnodes, by index of Input.Vnodes.
+	Vnodes []VnodeEstimate
+}
+
+// VnodeEstimate is the account of one vnode, in rows.
+type VnodeEstimate struct {
+	Consumed float64 `json:"consumed"`
+	Lower    float64 `json:"lower"`
+	Upper    float64 `json:"upper"`
+	Total    float64 `json:"total"`
 }
 
 // Figure is one approach's progress at a checkpoint. The JSON form is the
@@ -106,12 +130,22 @@ type Figure struct {
 	// Pct, Shown are what the tracker displays (high-water mark applied).
 	Pct   float64 `json:"pct"`
 	Shown string  `json:"shown"`
+	// Bounds, if the estimator gives them (an Accountant), bound the truth
+	// in percent. They are the current figure's, not the high-water mark's:
+	// a figure held up by the display rules can lie above them.
+	Bounds *Bounds `json:"bounds,omitempty"`
 	// Time is the wall time the estimator took, and CPU the CPU time of
 	// the thread it ran on (Linux; the wall time elsewhere). On a busy
 	// machine the wall time also counts the time the estimator waited for
 	// a core; CPU is its cost.
 	Time time.Duration `json:"time_ns"`
 	CPU  time.Duration `json:"cpu_ns"`
+}
+
+// Bounds are a figure's lower and upper bounds, in percent.
+type Bounds struct {
+	Lower float64 `json:"lower"`
+	Upper float64 `json:"upper"`
 }
 
 // FigureOf returns the figure of an approach among figs (an empty figure of
@@ -131,9 +165,9 @@ type Progress struct {
 	Finished bool
 	Figures  []Figure
 	Vnodes   []VnodeState
-	// VnodeConsumed are the consumed rows of each vnode (by index of
-	// Vnodes) as the Stats estimator computed them; nil without it.
-	VnodeConsumed []float64
+	// Estimates are the account of each vnode (by index of Vnodes) of the
+	// first Accountant among the estimators; nil without one.
+	Estimates []VnodeEstimate
 }
 
 // ErrEpochOrder is a progress report whose epoch does not increase.
@@ -255,16 +289,23 @@ func (t *Tracker) Progress(epoch uint64, st lsm.Stats) (Progress, error) {
 	// measure that span empty once, and take it off each figure's times.
 	floor := timed(func() {})
 	for _, e := range t.estimators {
-		var consumed, total float64
+		var a Account
+		var bounded bool
 		f := timed(func() {
-			if ve, ok := e.(vnodeEstimator); ok && p.VnodeConsumed == nil {
-				consumed, total, p.VnodeConsumed = ve.EstimateVnodes(in)
+			if ac, ok := e.(Accountant); ok {
+				a, bounded = ac.Account(in), true
 			} else {
-				consumed, total = e.Estimate(in)
+				a.Consumed, a.Total = e.Estimate(in)
 			}
 		})
 		f.Time, f.CPU = max(0, f.Time-floor.Time), max(0, f.CPU-floor.CPU)
-		f.Approach, f.Consumed, f.Total, f.Raw = e.Name(), consumed, total, percent(consumed, total)
+		f.Approach, f.Consumed, f.Total, f.Raw = e.Name(), a.Consumed, a.Total, percent(a.Consumed, a.Total)
+		if bounded {
+			f.Bounds = &Bounds{Lower: percent(a.Lower, a.Total), Upper: percent(a.Upper, a.Total)}
+			if p.Estimates == nil {
+				p.Estimates = a.Vnodes
+			}
+		}
 		t.display(&f, p.Finished)
 		p.Figures = append(p.Figures, f)
 	}
@@ -302,7 +343,13 @@ func (t *Tracker) display(f *Figure, finished bool) {
 			f.Pct, shownC, shownT = h.Pct, h.Consumed, h.Total
 		}
 	}
-	f.Shown = fmt.Sprintf("%.2f%% (%d/%d)", f.Pct, int64(math.Round(shownC)), int64(math.Round(shownT)))
+	var bounds string
+	if b := f.Bounds; b != nil && !finished {
+		// Rounded outwards, so that the printed bounds still hold the
+		// truth; a finished job's figure is exact.
+		bounds = fmt.Sprintf(" [%.2f–%.2f]", math.Floor(b.Lower*100)/100, math.Ceil(b.Upper*100)/100)
+	}
+	f.Shown = fmt.Sprintf("%.2f%%%s (%d/%d)", f.Pct, bounds, int64(math.Round(shownC)), int64(math.Round(shownT)))
 	t.hwm[f.Approach] = Figure{Approach: f.Approach, Pct: f.Pct, Consumed: shownC, Total: shownT}
 }
 

@@ -61,8 +61,10 @@ func TestAccuracyMatrix(t *testing.T) {
 			st, rc := sum.Errors["stats"], sum.Errors["rowcount"]
 			require.NotNil(t, st)
 			require.Greater(t, st.N, matrixCheckpoints/4, "checkpoints measured")
-			t.Logf("%d checkpoints: stats mean %.3f max %.3f signed %+.3f pp; rowcount mean %.2f max %.2f signed %+.2f pp",
-				st.N, st.MeanPP, st.MaxPP, st.SignedPP, rc.MeanPP, rc.MaxPP, rc.SignedPP)
+			t.Logf("%d checkpoints: stats mean %.3f max %.3f signed %+.3f pp, bounds %.3f pp wide (max %.3f); rowcount mean %.2f max %.2f signed %+.2f pp",
+				st.N, st.MeanPP, st.MaxPP, st.SignedPP, st.WidthMeanPP, st.WidthMaxPP, rc.MeanPP, rc.MaxPP, rc.SignedPP)
+			require.Equal(t, st.N, st.Bounded, "every stats figure has bounds")
+			require.Zero(t, st.Outside, "checkpoints whose truth lay outside the stats figure's bounds")
 			require.LessOrEqual(t, st.MeanPP, goalMeanPP, "stats mean error")
 			require.LessOrEqual(t, st.MaxPP, goalMaxPP, "stats max error")
 			require.LessOrEqual(t, abs(st.SignedPP), goalSignedPP, "stats bias")
@@ -116,6 +118,9 @@ func BenchmarkAccuracyMatrix(b *testing.B) {
 						b.ReportMetric(st.MeanPP, "stats-mean-pp")
 						b.ReportMetric(st.MaxPP, "stats-max-pp")
 						b.ReportMetric(st.SignedPP, "stats-signed-pp")
+						b.ReportMetric(st.WidthMeanPP, "stats-bounds-mean-pp")
+						b.ReportMetric(st.WidthMaxPP, "stats-bounds-max-pp")
+						b.ReportMetric(float64(st.Outside), "stats-outside-bounds")
 						b.ReportMetric(rc.MeanPP, "rowcount-mean-pp")
 						b.ReportMetric(rc.MaxPP, "rowcount-max-pp")
 						b.ReportMetric(rc.SignedPP, "rowcount-signed-pp")

@@ -107,20 +107,41 @@ func (s *Session) Close() error {
 
 // ErrorStats summarise one approach's raw figure - truth over checkpoints,
 // in percentage points: the mean and largest absolute error, and the mean
-// signed error (the bias: negative when the figure trails the truth).
+// signed error (the bias: negative when the figure trails the truth). For
+// figures with bounds they count the checkpoints whose truth lay outside
+// them and the bounds' mean and largest width.
 type ErrorStats struct {
 	MeanPP   float64 `json:"mean_pp"`
 	MaxPP    float64 `json:"max_pp"`
 	SignedPP float64 `json:"signed_mean_pp"`
 	N        int     `json:"checkpoints"`
+
+	Bounded     int     `json:"bounded,omitempty"`
+	Outside     int     `json:"outside_bounds,omitempty"`
+	WidthMeanPP float64 `json:"width_mean_pp,omitempty"`
+	WidthMaxPP  float64 `json:"width_max_pp,omitempty"`
 }
 
-func (e *ErrorStats) add(d float64) {
+// boundsSlack is how far outside its bounds, in percentage points, a truth
+// may lie and count as inside: the rounding of two divisions.
+const boundsSlack = 1e-9
+
+func (e *ErrorStats) add(f backfill.Figure, truth float64) {
+	d := f.Raw - truth
 	n := float64(e.N)
 	e.MeanPP = (e.MeanPP*n + math.Abs(d)) / (n + 1)
 	e.SignedPP = (e.SignedPP*n + d) / (n + 1)
 	e.MaxPP = math.Max(e.MaxPP, math.Abs(d))
 	e.N++
+	if b := f.Bounds; b != nil {
+		w := b.Upper - b.Lower
+		e.WidthMeanPP = (e.WidthMeanPP*float64(e.Bounded) + w) / float64(e.Bounded+1)
+		e.WidthMaxPP = math.Max(e.WidthMaxPP, w)
+		e.Bounded++
+		if truth < b.Lower-boundsSlack || truth > b.Upper+boundsSlack {
+			e.Outside++
+		}
+	}
 }
 
 // merge adds the checkpoints of o to e.
@@ -133,20 +154,27 @@ func (e *ErrorStats) merge(o *ErrorStats) {
 	e.SignedPP = (e.SignedPP*n + o.SignedPP*m) / (n + m)
 	e.MaxPP = math.Max(e.MaxPP, o.MaxPP)
 	e.N += o.N
+	if o.Bounded > 0 {
+		b, c := float64(e.Bounded), float64(o.Bounded)
+		e.WidthMeanPP = (e.WidthMeanPP*b + o.WidthMeanPP*c) / (b + c)
+		e.WidthMaxPP = math.Max(e.WidthMaxPP, o.WidthMaxPP)
+		e.Bounded += o.Bounded
+		e.Outside += o.Outside
+	}
 }
 
-// AddError adds raw - truth of an approach's figure at a checkpoint to
-// errs; a negative truth (no oracle) is skipped.
-func AddError(errs map[string]*ErrorStats, approach string, raw, truth float64) {
+// AddError adds a figure of an approach at a checkpoint, against that
+// checkpoint's truth, to errs; a negative truth (no oracle) is skipped.
+func AddError(errs map[string]*ErrorStats, f backfill.Figure, truth float64) {
 	if truth < 0 {
 		return
 	}
-	e := errs[approach]
+	e := errs[f.Approach]
 	if e == nil {
 		e = &ErrorStats{}
-		errs[approach] = e
+		errs[f.Approach] = e
 	}
-	e.add(raw - truth)
+	e.add(f, truth)
 }
 
 // Summary is what a run measured.
@@ -177,7 +205,7 @@ func Summarize(records []backfill.Record) map[string]*ErrorStats {
 	out := map[string]*ErrorStats{}
 	for _, r := range records {
 		for _, f := range r.Figures {
-			AddError(out, f.Approach, f.Raw, r.Truth)
+			AddError(out, f, r.Truth)
 		}
 	}
 	return out

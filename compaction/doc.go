@@ -35,15 +35,14 @@
 // second, resumed until the range is done), then a manual compaction of the
 // ranges left with at least MinGarbage Pebble tombstones to drop. Pebble
 // compacts whole SSTs, so ranges of a table that overlap a common SST are
-// compacted together, once (BenchmarkPolicyRoundWork: eight 8-vnode ranges
-// of a 64-vnode table compacted apart wrote 10.2 times the table's live SST
-// bytes, merged 2.5 to 3.6 times; a single 64-vnode range 2.3 times). A vnode on
+// compacted together, once (BenchmarkPolicyRoundWork measures the bytes
+// written both ways, in multiples of the table's live SST bytes). A vnode on
 // which a round could do nothing (its garbage is above the safe epoch,
 // pinned by a reader) is not retried until the safe epoch moves or it gains
 // MinGarbage more entries: an unchanged store costs a round nothing but the
-// scan of its statistics (BenchmarkPolicyRoundIdle: under a microsecond
-// for four clean 256-vnode tables, which the table totals rule out; about
-// 12 µs when all 1,024 vnodes must be evaluated and none triggers).
+// scan of its statistics (BenchmarkPolicyRoundIdle measures it, for clean
+// tables the table totals rule out and for vnodes that must each be
+// evaluated).
 //
 // # Thresholds, and why
 //

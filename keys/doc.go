@@ -36,7 +36,7 @@
 // Split never fails. A key is versioned when it is at least SuffixLen+1 bytes
 // long, ends in 0x0A, has 0x00 just before the suffix and a kind of 0 or 1;
 // its prefix is then key[:len-SuffixLen], else the whole key is the prefix.
-// design.md states a 17-byte minimum (the shortest table key); we accept
+// A 17-byte minimum (the shortest table key) would also do; we accept
 // versioned keys from 11 bytes on because Pebble's CheckComparer requires the
 // tails of a prefix to split too. No key the store writes is 11..16 bytes long
 // and ends in 0x0A, so both rules split every stored key identically.

@@ -16,12 +16,12 @@
 // # Keys
 //
 // Every Pebble key has one of the shapes of package keys (normative,
-// see design.md §3): a row version is table | vnode | pk | 0x00 | ^version |
+// see docs/format.md): a row version is table | vnode | pk | 0x00 | ^version |
 // kind | 0x0A with version = epoch<<16 | spill offset.
 //
 // # Spills and atomic checkpoints: why staging, and its cost
 //
-// design.md §4 names two ways to keep spilled data invisible until its epoch
+// docs/design.md §8 weighs two ways to keep spilled data invisible until its epoch
 // commits. We stage spills outside Pebble and ingest them at commit, rather
 // than writing them into Pebble early and removing uncommitted versions at
 // open, because:

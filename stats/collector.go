@@ -351,7 +351,7 @@ func (c *Collector) add(uk []byte, kind pebble.InternalKeyKind) {
 		return
 	}
 	// Split admits only keys.KindDelete (0) and keys.KindPut (1) as the
-	// byte before the terminator (design §3): del is 1 for an MVCC delete.
+	// byte before the terminator (docs/format.md, "Key shapes"): del is 1 for an MVCC delete.
 	del := uint64(uk[len(uk)-2] ^ keys.KindPut)
 	a := c.cur
 	l := &c.last

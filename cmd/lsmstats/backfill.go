@@ -278,16 +278,18 @@ type report struct {
 }
 
 type barrierJSON struct {
-	Barrier           uint64  `json:"barrier"`
-	Epoch             uint64  `json:"epoch"`
-	Truth             float64 `json:"truth"`
-	RowCount          float64 `json:"rowcount"`
-	Stats             float64 `json:"stats"`
-	DisplayedRowCount string  `json:"displayed_rowcount"`
-	DisplayedStats    string  `json:"displayed_stats"`
-	Finished          bool    `json:"finished"`
-	VnodeErrMeanPP    float64 `json:"vnode_err_mean_pp"`
-	VnodeErrMaxPP     float64 `json:"vnode_err_max_pp"`
+	Barrier  uint64  `json:"barrier"`
+	Epoch    uint64  `json:"epoch"`
+	Truth    float64 `json:"truth"`
+	RowCount float64 `json:"rowcount"`
+	Stats    float64 `json:"stats"`
+	// StatsBounds bound the truth (the stats approach's bounds).
+	StatsBounds       *backfill.Bounds `json:"stats_bounds,omitempty"`
+	DisplayedRowCount string           `json:"displayed_rowcount"`
+	DisplayedStats    string           `json:"displayed_stats"`
+	Finished          bool             `json:"finished"`
+	VnodeErrMeanPP    float64          `json:"vnode_err_mean_pp"`
+	VnodeErrMaxPP     float64          `json:"vnode_err_max_pp"`
 }
 
 // costJSON is an approach's cost per checkpoint barrier (the report's
@@ -311,7 +313,7 @@ type timingsJSON struct {
 func barrierOf(r *recordJSON) barrierJSON {
 	rc, st := r.figure("rowcount"), r.figure("stats")
 	return barrierJSON{Barrier: r.Barrier, Epoch: r.Epoch, Truth: r.Truth, RowCount: rc.Raw, Stats: st.Raw,
-		DisplayedRowCount: rc.Shown, DisplayedStats: st.Shown, Finished: r.Finished,
+		StatsBounds: st.Bounds, DisplayedRowCount: rc.Shown, DisplayedStats: st.Shown, Finished: r.Finished,
 		VnodeErrMeanPP: r.VnodeErrMean, VnodeErrMaxPP: r.VnodeErrMax}
 }
 
@@ -460,7 +462,7 @@ func summarize(records []*recordJSON) map[string]*bench.ErrorStats {
 	out := map[string]*bench.ErrorStats{}
 	for _, r := range records {
 		for _, f := range r.Figures {
-			bench.AddError(out, f.Approach, f.Raw, r.Truth)
+			bench.AddError(out, f, r.Truth)
 		}
 	}
 	return out
