@@ -253,6 +253,35 @@ type ETAOptions struct {
 	// MinIntervals is the number of checkpoint intervals with progress the
 	// ETA needs before it shows a forecast; 0 means 5.
 	MinIntervals int
+	// Resume, if set, continues the ETA of an earlier process (ETA.Resume,
+	// persisted with the job): its first observation starts a new run whose
+	// rate is carried over, as within one process.
+	Resume *ETAResume
+}
+
+// ETAResume is what an ETA carries across a restart: the job's origin, its
+// run, the rate it read and under which layout and limit. A process that
+// restarts feeds a new ETA built with it (ETAOptions.Resume) and its first
+// observation of a new Run.
+type ETAResume struct {
+	Origin    time.Time
+	Run       uint64
+	Actors    int
+	RateLimit float64
+	// Rate is the smoothed rows/s, Interval the typical seconds between
+	// checkpoints and Intervals the checkpoint intervals with progress seen.
+	Rate, Interval float64
+	Intervals      int
+}
+
+// Resume returns what a restarted process needs to continue this ETA (the
+// zero value before the first observation).
+func (e *ETA) Resume() ETAResume {
+	if !e.started {
+		return ETAResume{}
+	}
+	return ETAResume{Origin: e.origin, Run: e.run, Actors: e.actors, RateLimit: e.limit,
+		Rate: e.job.rate.value(), Interval: e.job.rate.dt, Intervals: e.job.intervals}
 }
 
 // The estimator's constants (see the file comment for their roles).
@@ -291,6 +320,7 @@ const (
 // use; forecasts are values.
 type ETA struct {
 	minIntervals int
+	resume       *ETAResume
 
 	started  bool
 	finished bool
@@ -312,6 +342,13 @@ func NewETA(opts *ETAOptions) *ETA {
 	if opts != nil && opts.MinIntervals > 0 {
 		e.minIntervals = opts.MinIntervals
 	}
+	if opts != nil && opts.Resume != nil && !opts.Resume.Origin.IsZero() {
+		r := *opts.Resume
+		if r.Rate < 0 || math.IsNaN(r.Rate) || math.IsInf(r.Rate, 0) || r.Interval < 0 || math.IsNaN(r.Interval) || math.IsInf(r.Interval, 0) {
+			r.Rate, r.Interval = 0, 0 // not worth carrying
+		}
+		e.resume = &r
+	}
 	return e
 }
 
@@ -331,6 +368,17 @@ func (e *ETA) Observe(o ETAObservation) (ETAForecast, error) {
 	}
 	if o.Actors == 0 {
 		o.Actors = len(o.Parts)
+	}
+	if r := e.resume; r != nil && !e.started && o.Run != r.Run && !o.Time.Before(r.Origin) {
+		// The earlier process's ETA, as far as it carries: its rate and
+		// its count of intervals; the new observation starts a new run.
+		e.started, e.origin, e.run, e.actors, e.limit = true, r.Origin, r.Run, r.Actors, r.RateLimit
+		e.job.intervals = r.Intervals
+		if r.Rate > 0 && r.Interval > 0 {
+			e.job.rate.dt = r.Interval
+			e.job.rate.reseed(r.Rate, 0, etaRestartWeight, r.Interval)
+		}
+		e.last = ETAObservation{Time: r.Origin}
 	}
 	switch {
 	case !e.started:
