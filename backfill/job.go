@@ -323,7 +323,7 @@ func (j *Job) startActors() (err error) {
 			j.owner[it.Next()] = i
 		}
 		j.limitMu.Lock()
-		lim := rate.NewLimiter(j.actorLimit(), max(j.cfg.ChunkSize, 256))
+		lim := rate.NewLimiter(j.actorLimit(), j.actorBurst())
 		j.limiters = append(j.limiters, lim)
 		j.limitMu.Unlock()
 		a, err := NewActor(ActorConfig{
@@ -354,6 +354,18 @@ func (j *Job) actorLimit() rate.Limit {
 	return rate.Limit(j.limit / float64(j.cfg.Actors))
 }
 
+// actorBurst is an actor's limiter's burst: a second of its share (at
+// least a chunk), so that the time a barrier spends outside snapshot reads
+// (upstream writes, the commit, the figures) is made up and the limit holds
+// as an average rate; limitMu is held.
+func (j *Job) actorBurst() int {
+	b := max(j.cfg.ChunkSize, 256)
+	if l := j.actorLimit(); l != rate.Inf {
+		b = max(b, int(math.Min(float64(l), 1<<30)))
+	}
+	return b
+}
+
 // RateLimit returns the job's rate limit in force, rows/s (0: none).
 func (j *Job) RateLimit() float64 {
 	j.limitMu.Lock()
@@ -373,6 +385,7 @@ func (j *Job) SetRateLimit(limit float64) {
 	defer j.limitMu.Unlock()
 	j.limit = limit
 	for _, l := range j.limiters {
+		l.SetBurst(j.actorBurst())
 		l.SetLimit(j.actorLimit())
 	}
 }
