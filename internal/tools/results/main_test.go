@@ -18,6 +18,8 @@ BenchmarkCommit/rows=20000/checked=false-2   26  113508121 ns/op  2 write-stalls
 BenchmarkGet-2   1011242  2490 ns/op  1030 ns/get  1239 pebble-ns/get  0.8320 x-of-pebble
 BenchmarkGC/rows=100000/workload=upd30-del30-2  19  121605086 ns/op  1.000 entries/row-after  2.479 entries/row-before
 BenchmarkBackfill/workload=skew/approach=stats-2  1  0.1864 err-max-pp  0.05046 err-mean-pp  125194 progress-cpu-ns/barrier  122629 rows/s  2361 state-bytes/barrier
+BenchmarkETA/workload=steady-2  1  24297139041 ns/op  53.00 checkpoints  79.25 eta-coverage-%  9.744 eta-median-err-%  15.37 eta-p90-err-%
+BenchmarkETA/workload=crash-rescale-2  1  24297139041 ns/op  40.00 checkpoints  85 eta-coverage-%  12.5 eta-median-err-%  30 eta-p90-err-%
 `
 	path := filepath.Join(t.TempDir(), "bench.txt")
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
@@ -35,6 +37,8 @@ BenchmarkBackfill/workload=skew/approach=stats-2  1  0.1864 err-max-pp  0.05046 
 		"| physical entries per live row, before → after GC + compaction | → 1.000 | 2.479 → 1.000 |",
 		"| vnode scan rows/s (lsm) | ≥ 0.7× Pebble | — |",
 		"| skew | stats | 0.050 | 0.186 | 125.2 µs | 2361 | 122629 |",
+		"| steady | 53 | 9.7% | 15.4% | 79% | no: coverage |",
+		"| crash-rescale | 40 | 12.5% | 30.0% | 85% | no: median, p90 |",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
