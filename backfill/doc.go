@@ -59,4 +59,15 @@
 // within a job (its high-water mark is persisted and survives crashes and
 // rescale), is never 100% before the job finished, and is exactly 100% when
 // it has.
+//
+// # ETA (eta.go)
+//
+// Every checkpoint Record also carries an ETA (ETAForecast): the live rows
+// ahead of the cursors, from the Stats account and its bounds, plus the
+// upstream's churn ahead, over a smoothed snapshot read rate, with an
+// interval; per actor, so that the slowest actor sets it. The job's rate
+// limit (JobConfig.RateLimit, RateChanges, Job.SetRateLimit) and the ETA's
+// carried rate are persisted in the job's metadata row, so that both
+// survive restarts and rescales. eta.go's file comment explains the
+// estimator; bench's BenchmarkETA measures it on the real backfill.
 package backfill

@@ -2,11 +2,14 @@ package backfill
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
@@ -53,9 +56,19 @@ type JobConfig struct {
 	ChunkSize, BarrierRows int
 	// CheckpointEvery makes every n-th barrier a checkpoint; 0 means 1.
 	CheckpointEvery int
-	// RateLimit limits snapshot rows per second per actor; 0 is unlimited.
+	// RateLimit limits the job's snapshot reads, in rows per second over
+	// all its actors, each of which gets an equal share (an actor whose
+	// vnodes finished early leaves its share unused); 0 is unlimited.
+	// SetRateLimit and RateChanges change it while the job runs; the limit
+	// in force is persisted and survives restarts.
 	RateLimit float64
-	Source    Source
+	// RateChanges change the rate limit when the job's figure (the first
+	// Accountant's raw figure, Stats by default) reaches each one's
+	// AtPercent, at the checkpoint that shows it: the limit is that of the
+	// last change reached. A restarted job applies them from the figure it
+	// recovers.
+	RateChanges []RateChange
+	Source      Source
 	// Oracle, if set, gives each checkpoint's truth.
 	Oracle Oracle
 	// TailSteps is the number of upstream steps after the job finished
@@ -75,12 +88,33 @@ type JobConfig struct {
 	Unchecked bool
 }
 
+// RateChange is a change of a job's rate limit at a progress figure.
+type RateChange struct {
+	// AtPercent is the figure, in percent, from which Limit applies.
+	AtPercent float64
+	// Limit is the job's new limit in rows/s (see JobConfig.RateLimit);
+	// 0 is unlimited.
+	Limit float64
+}
+
 // Record is the progress of one checkpoint barrier.
 type Record struct {
 	// Barrier counts checkpoints since the job started, across restarts.
 	Barrier uint64
 	Epoch   uint64
 	Step    uint64
+	// Time is the wall time the figures were computed at.
+	Time time.Time
+	// SnapshotRows is the number of snapshot rows the job's vnodes read
+	// (Σ VnodeState.RowCount: across restarts with the RowCount estimator,
+	// which persists it, else since this process opened the job).
+	SnapshotRows uint64
+	// RateLimit is the job's rate limit in force (rows/s, 0: none).
+	RateLimit float64
+	// ETA is the job's ETA after this checkpoint (ETAWarming without an
+	// Accountant among the estimators). It carries over restarts and
+	// rescales through the job's metadata row.
+	ETA ETAForecast
 	// Truth is the truth (docs/design.md §7) in percent; -1 without an
 	// oracle.
 	Truth    float64
@@ -119,6 +153,16 @@ type Job struct {
 	barriers int // barriers since the job started in this process
 	initial  *Record
 
+	// The rate limit in force (job-wide) and the actors' limiters, under
+	// limitMu (SetRateLimit may run beside Run); the rate changes already
+	// applied.
+	limitMu  sync.Mutex
+	limit    float64
+	limiters []*rate.Limiter
+	changes  int
+	eta      *ETA
+	run      uint64 // the ETA's run of this process
+
 	// The actors' goroutines while Run runs.
 	inputs []chan Message
 	acks   chan Ack
@@ -130,6 +174,10 @@ type jobMeta struct {
 	step, barrier     uint64
 	started, finished bool
 	hwm               []Figure
+	// Since version 2: the rate limit in force and the ETA's carry-over.
+	version byte
+	limit   float64
+	resume  ETAResume
 }
 
 // OpenJob creates the tables if needed and recovers the job from the
@@ -168,6 +216,16 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 			return nil, err
 		}
 	}
+	cfg.RateChanges = slices.Clone(cfg.RateChanges)
+	slices.SortStableFunc(cfg.RateChanges, func(a, b RateChange) int { return cmp.Compare(a.AtPercent, b.AtPercent) })
+	for _, c := range cfg.RateChanges {
+		if math.IsNaN(c.AtPercent) || math.IsNaN(c.Limit) || c.Limit < 0 || math.IsInf(c.Limit, 0) {
+			return nil, errors.Newf("lsmstats/backfill: rate change %g rows/s at %g%%: want a finite limit >= 0 at a percentage", c.Limit, c.AtPercent)
+		}
+	}
+	if math.IsNaN(cfg.RateLimit) || cfg.RateLimit < 0 || math.IsInf(cfg.RateLimit, 0) {
+		return nil, errors.Newf("lsmstats/backfill: rate limit %g rows/s: want a finite limit >= 0", cfg.RateLimit)
+	}
 	if cfg.Actors > up.VnodeCount {
 		return nil, errors.Newf("lsmstats/backfill: %d actors for %d vnodes", cfg.Actors, up.VnodeCount)
 	}
@@ -190,6 +248,12 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		return nil, err
 	}
 	j.step, j.barrier, j.started, j.finished = m.step, m.barrier, m.started, m.finished
+	j.limit = cfg.RateLimit
+	if m.version >= 2 {
+		j.limit = m.limit
+	}
+	j.eta = NewETA(&ETAOptions{Resume: &m.resume})
+	j.run = m.resume.Run + 1
 	j.epoch = s.EpochFloor() + 1
 	j.tracker.Restore(m.hwm)
 	cfg.Source.Replay(j.step)
@@ -201,6 +265,7 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		if err != nil {
 			return nil, err
 		}
+		j.applyRateChanges(rec)
 		j.initial = &rec // not a new checkpoint: OnCheckpoint does not see it
 	}
 	return j, nil
@@ -257,10 +322,10 @@ func (j *Job) startActors() (err error) {
 		for it := vn.Iterator(); it.HasNext(); {
 			j.owner[it.Next()] = i
 		}
-		var lim *rate.Limiter
-		if j.cfg.RateLimit > 0 {
-			lim = rate.NewLimiter(rate.Limit(j.cfg.RateLimit), max(j.cfg.ChunkSize, 256))
-		}
+		j.limitMu.Lock()
+		lim := rate.NewLimiter(j.actorLimit(), j.actorBurst())
+		j.limiters = append(j.limiters, lim)
+		j.limitMu.Unlock()
 		a, err := NewActor(ActorConfig{
 			ID: i, Store: j.store, Upstream: j.cfg.Upstream.ID, MV: j.cfg.MV, State: j.cfg.State,
 			Vnodes: vn, ChunkSize: j.cfg.ChunkSize, BarrierRows: j.cfg.BarrierRows, Limiter: lim,
@@ -279,6 +344,69 @@ func (j *Job) startActors() (err error) {
 		}
 	}
 	return nil
+}
+
+// actorLimit is an actor's share of the job's rate limit; limitMu is held.
+func (j *Job) actorLimit() rate.Limit {
+	if j.limit <= 0 {
+		return rate.Inf
+	}
+	return rate.Limit(j.limit / float64(j.cfg.Actors))
+}
+
+// actorBurst is an actor's limiter's burst: a second of its share (at
+// least a chunk), so that the time a barrier spends outside snapshot reads
+// (upstream writes, the commit, the figures) is made up and the limit holds
+// as an average rate; limitMu is held.
+func (j *Job) actorBurst() int {
+	b := max(j.cfg.ChunkSize, 256)
+	if l := j.actorLimit(); l != rate.Inf {
+		b = max(b, int(math.Min(float64(l), 1<<30)))
+	}
+	return b
+}
+
+// RateLimit returns the job's rate limit in force, rows/s (0: none).
+func (j *Job) RateLimit() float64 {
+	j.limitMu.Lock()
+	defer j.limitMu.Unlock()
+	return j.limit
+}
+
+// SetRateLimit changes the job's rate limit (rows/s over all its actors; 0
+// or less: none) from the actors' next snapshot reads on. It is safe to call
+// while Run runs, from one goroutine at a time; the limit is persisted at
+// the next checkpoint.
+func (j *Job) SetRateLimit(limit float64) {
+	if math.IsNaN(limit) || limit <= 0 || math.IsInf(limit, 1) {
+		limit = 0
+	}
+	j.limitMu.Lock()
+	defer j.limitMu.Unlock()
+	j.limit = limit
+	for _, l := range j.limiters {
+		l.SetBurst(j.actorBurst())
+		l.SetLimit(j.actorLimit())
+	}
+}
+
+// applyRateChanges applies the rate changes the record's figure reached.
+func (j *Job) applyRateChanges(rec Record) {
+	pct := -1.0
+	for _, f := range rec.Figures {
+		if f.Bounds != nil {
+			pct = f.Raw
+			break
+		}
+	}
+	n := j.changes
+	for n < len(j.cfg.RateChanges) && pct >= j.cfg.RateChanges[n].AtPercent {
+		n++
+	}
+	if n > j.changes {
+		j.changes = n
+		j.SetRateLimit(j.cfg.RateChanges[n-1].Limit)
+	}
 }
 
 // persistRowCount reports whether an estimator needs per-vnode row counts:
@@ -310,6 +438,9 @@ func (j *Job) Close() error {
 		err = errors.CombineErrors(err, a.Close())
 	}
 	j.actors = nil
+	j.limitMu.Lock()
+	j.limiters = nil
+	j.limitMu.Unlock()
 	for _, w := range []*lsm.Writer{j.upstream, j.meta} {
 		if w != nil {
 			err = errors.CombineErrors(err, w.Close())
@@ -441,6 +572,9 @@ func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
 	}
 	j.phase("progress")
 	rec, err := j.progress(epoch)
+	if err == nil {
+		j.applyRateChanges(rec)
+	}
 	if err == nil && j.cfg.OnCheckpoint != nil {
 		j.cfg.OnCheckpoint(rec)
 	}
@@ -489,7 +623,8 @@ func (j *Job) writeUpstream(epoch uint64, ops []RowOp) error {
 }
 
 func (j *Job) writeMeta(epoch uint64) error {
-	m := jobMeta{step: j.cfg.Source.Step(), barrier: j.barrier, started: j.started, finished: j.finished, hwm: j.tracker.HighWater()}
+	m := jobMeta{step: j.cfg.Source.Step(), barrier: j.barrier, started: j.started, finished: j.finished, hwm: j.tracker.HighWater(),
+		limit: j.RateLimit(), resume: j.eta.Resume()}
 	row := encodeMeta(m)
 	var err error
 	if j.metaRow == nil {
@@ -511,11 +646,15 @@ func (j *Job) progress(epoch uint64) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Truth: -1, Figures: p.Figures, Finished: p.Finished,
-		Vnodes: p.Vnodes, Estimates: p.Estimates}
+	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Time: time.Now(), Truth: -1, Figures: p.Figures, Finished: p.Finished,
+		Vnodes: p.Vnodes, Estimates: p.Estimates, RateLimit: j.RateLimit()}
+	for _, v := range p.Vnodes {
+		rec.SnapshotRows += v.RowCount
+	}
 	if p.Finished {
 		j.finished = true
 	}
+	rec.ETA = j.observeETA(rec)
 	if j.cfg.Oracle != nil {
 		var behind, total int64
 		var errSum float64
@@ -546,6 +685,42 @@ func (j *Job) progress(epoch uint64) (Record, error) {
 		}
 	}
 	return rec, nil
+}
+
+// observeETA feeds the checkpoint to the job's ETA: the first Accountant's
+// account of the job and of each actor's vnodes, and the snapshot rows
+// read. The run is the ETA's carried run + 1 in a new process (every
+// restart, and so every rescale, starts a new run). An observation the ETA
+// refuses (a wall clock that went back) leaves its last forecast.
+func (j *Job) observeETA(rec Record) ETAForecast {
+	if rec.Estimates == nil {
+		return ETAForecast{Time: rec.Time}
+	}
+	o := ETAObservation{Time: rec.Time, Run: j.run, Actors: len(j.actors), RateLimit: rec.RateLimit,
+		Parts: make([]ETAFigure, len(j.actors))}
+	o.SnapshotRows, o.Finished = rec.SnapshotRows, rec.Finished
+	for i := range o.Parts {
+		o.Parts[i].Finished = true
+	}
+	for i, v := range rec.Vnodes {
+		e := rec.Estimates[i]
+		o.Consumed += e.Consumed
+		o.ConsumedLow += e.Lower
+		o.ConsumedHigh += e.Upper
+		o.Total += e.Total
+		if int(v.Vnode) >= len(j.owner) || j.owner[v.Vnode] >= len(o.Parts) {
+			continue
+		}
+		p := &o.Parts[j.owner[v.Vnode]]
+		p.Consumed += e.Consumed
+		p.ConsumedLow += e.Lower
+		p.ConsumedHigh += e.Upper
+		p.Total += e.Total
+		p.SnapshotRows += v.RowCount
+		p.Finished = p.Finished && v.Finished
+	}
+	fc, _ := j.eta.Observe(o)
+	return fc
 }
 
 // Compare scans the upstream table and the MV at the committed epoch and
@@ -599,7 +774,9 @@ func truncate(b []byte) []byte {
 
 // ---- metadata ----------------------------------------------------------
 
-const metaVersion = 1
+// metaVersion is the version encodeMeta writes; decodeMeta reads 1 (without
+// the rate limit and the ETA) and 2.
+const metaVersion = 2
 
 func encodeMeta(m jobMeta) []byte {
 	b := []byte{metaVersion}
@@ -621,6 +798,18 @@ func encodeMeta(m jobMeta) []byte {
 			b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
 		}
 	}
+	r := m.resume
+	var origin int64
+	if !r.Origin.IsZero() {
+		origin = r.Origin.UnixNano()
+	}
+	b = binary.AppendVarint(b, origin)
+	b = binary.AppendUvarint(b, r.Run)
+	b = binary.AppendUvarint(b, uint64(max(0, r.Actors)))
+	b = binary.AppendUvarint(b, uint64(max(0, r.Intervals)))
+	for _, x := range []float64{m.limit, r.RateLimit, r.Rate, r.Interval} {
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
+	}
 	return b
 }
 
@@ -633,9 +822,10 @@ func decodeMeta(b []byte) (jobMeta, error) {
 	bad := func(what string) (jobMeta, error) {
 		return jobMeta{}, errors.Wrapf(ErrCorruptMeta, "%s (%x)", what, orig)
 	}
-	if len(b) < 1 || b[0] != metaVersion {
+	if len(b) < 1 || b[0] < 1 || b[0] > metaVersion {
 		return bad("unknown version")
 	}
+	m.version = b[0]
 	b = b[1:]
 	uv := func() (uint64, bool) {
 		v, n := binary.Uvarint(b)
@@ -681,6 +871,38 @@ func decodeMeta(b []byte) (jobMeta, error) {
 			return bad("figure above 100%")
 		}
 		m.hwm = append(m.hwm, f)
+	}
+	if m.version >= 2 {
+		origin, n := binary.Varint(b)
+		if n <= 0 || origin < 0 {
+			return bad("ETA origin")
+		}
+		b = b[n:]
+		if origin > 0 {
+			m.resume.Origin = time.Unix(0, origin)
+		}
+		var actors, intervals uint64
+		if m.resume.Run, ok = uv(); !ok {
+			return bad("ETA run")
+		}
+		if actors, ok = uv(); !ok || actors > math.MaxInt32 {
+			return bad("ETA actors")
+		}
+		if intervals, ok = uv(); !ok || intervals > math.MaxInt32 {
+			return bad("ETA intervals")
+		}
+		m.resume.Actors, m.resume.Intervals = int(actors), int(intervals)
+		if len(b) < 32 {
+			return bad("rate limit and ETA rates")
+		}
+		xs := []*float64{&m.limit, &m.resume.RateLimit, &m.resume.Rate, &m.resume.Interval}
+		for i, x := range xs {
+			*x = math.Float64frombits(binary.BigEndian.Uint64(b[8*i:]))
+			if math.IsNaN(*x) || math.IsInf(*x, 0) || *x < 0 {
+				return bad("rate value out of range")
+			}
+		}
+		b = b[32:]
 	}
 	if len(b) != 0 {
 		return bad("trailing bytes")

@@ -1,7 +1,11 @@
 package backfill
 
 import (
+	"encoding/binary"
+	"math"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/keys"
@@ -45,7 +49,9 @@ func TestStateRoundTrip(t *testing.T) {
 }
 
 func TestMetaRoundTrip(t *testing.T) {
-	m := jobMeta{step: 12, barrier: 7, started: true, hwm: []Figure{{Approach: "stats", Pct: 12.5, Consumed: 10, Total: 80}}}
+	m := jobMeta{step: 12, barrier: 7, started: true, hwm: []Figure{{Approach: "stats", Pct: 12.5, Consumed: 10, Total: 80}},
+		version: metaVersion, limit: 25000,
+		resume: ETAResume{Origin: time.Unix(0, 1700000000123456789), Run: 3, Actors: 4, RateLimit: 50000, Rate: 12345.5, Interval: 0.25, Intervals: 40}}
 	b := encodeMeta(m)
 	got, err := decodeMeta(b)
 	require.NoError(t, err)
@@ -54,6 +60,16 @@ func TestMetaRoundTrip(t *testing.T) {
 		_, err := decodeMeta(b[:i])
 		require.ErrorIs(t, err, ErrCorruptMeta, "truncated at %d", i)
 	}
+	// A version 1 row (before the rate limit and the ETA) still decodes.
+	v1 := []byte{1, 12, 7, 1, 0}
+	got, err = decodeMeta(v1)
+	require.NoError(t, err)
+	require.Equal(t, jobMeta{step: 12, barrier: 7, started: true, version: 1}, got)
+	// A negative rate is corruption.
+	bad := slices.Clone(b)
+	binary.BigEndian.PutUint64(bad[len(bad)-8:], math.Float64bits(-1))
+	_, err = decodeMeta(bad)
+	require.ErrorIs(t, err, ErrCorruptMeta)
 }
 
 // FuzzDecodeState: no input may panic, and whatever decodes survives a
@@ -73,6 +89,7 @@ func FuzzDecodeState(f *testing.F) {
 		if m, err := decodeMeta(b); err == nil {
 			m2, err := decodeMeta(encodeMeta(m))
 			require.NoError(t, err)
+			m.version = metaVersion // encodeMeta writes the current version
 			require.Equal(t, m, m2)
 		}
 	})

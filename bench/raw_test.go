@@ -85,9 +85,9 @@ func TestRawCompare(t *testing.T) {
 
 func TestQuantileAndSizes(t *testing.T) {
 	ds := []time.Duration{5, 1, 4, 2, 3}
-	require.Equal(t, time.Duration(3), quantile(ds, 0.5))
-	require.Equal(t, time.Duration(5), quantile(ds, 0.99))
-	require.Equal(t, time.Duration(0), quantile(nil, 0.5))
+	require.Equal(t, time.Duration(3), durationQuantile(ds, 0.5))
+	require.Equal(t, time.Duration(5), durationQuantile(ds, 0.99))
+	require.Equal(t, time.Duration(0), durationQuantile(nil, 0.5))
 	sizes, err := parseSizes("1M, 200k,5000")
 	require.NoError(t, err)
 	require.Equal(t, []int{1_000_000, 200_000, 5000}, sizes)

@@ -33,6 +33,8 @@ type Config struct {
 	// backfill.JobConfig.
 	Actors, ChunkSize, BarrierRows, CheckpointEvery int
 	RateLimit                                       float64
+	// RateChanges: see backfill.JobConfig.
+	RateChanges []backfill.RateChange
 	// Approaches are "rowcount" and/or "stats"; empty means both.
 	Approaches []string
 	// Store options (nil: defaults).
@@ -156,7 +158,7 @@ func Open(cfg Config) (*Session, error) {
 	j, err := backfill.OpenJob(backfill.JobConfig{
 		Store: s, Upstream: g.Params().TableDef(UpstreamTable), MV: MVTable, State: StateTable, Meta: MetaTable,
 		Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
-		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit,
+		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit, RateChanges: cfg.RateChanges,
 		Source: timedSource{workload.Source{G: g}, h}, Oracle: timedOracle{workload.Oracle{G: g}, h},
 		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked,
 	})

@@ -197,10 +197,10 @@ func scaleRun(b *testing.B, rows int, name string) {
 	b.ReportMetric(probe.refreshPerFile, "refresh-ns/changed-file")
 	b.ReportMetric(probe.listing, "listing-ns")
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
-	b.ReportMetric(ms(quantile(sum.BackfillCommits, 0.5)), "commit-p50-ms")
-	b.ReportMetric(ms(quantile(sum.BackfillCommits, 0.99)), "commit-p99-ms")
-	b.ReportMetric(ms(quantile(sum.LoadCommits, 0.5)), "load-commit-p50-ms")
-	b.ReportMetric(ms(quantile(sum.LoadCommits, 0.99)), "load-commit-p99-ms")
+	b.ReportMetric(ms(durationQuantile(sum.BackfillCommits, 0.5)), "commit-p50-ms")
+	b.ReportMetric(ms(durationQuantile(sum.BackfillCommits, 0.99)), "commit-p99-ms")
+	b.ReportMetric(ms(durationQuantile(sum.LoadCommits, 0.5)), "load-commit-p50-ms")
+	b.ReportMetric(ms(durationQuantile(sum.LoadCommits, 0.99)), "load-commit-p99-ms")
 	b.ReportMetric(float64(probe.ssts), "ssts")
 	b.ReportMetric(float64(probe.l0), "l0-sublevels")
 	b.ReportMetric(float64(max(maxL0, probe.l0)), "max-l0-sublevels")
@@ -430,7 +430,7 @@ func procStatus(field string) float64 {
 }
 
 // quantile returns the q-quantile of ds (nearest rank), 0 for none.
-func quantile(ds []time.Duration, q float64) time.Duration {
+func durationQuantile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}

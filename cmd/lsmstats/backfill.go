@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"net"
 	"os"
 	"os/exec"
 	"sort"
@@ -43,6 +45,27 @@ func (l *intList) Set(s string) error {
 	return nil
 }
 
+// rateChanges is the repeatable --rate-change-at PCT:N flag.
+type rateChanges []backfill.RateChange
+
+func (l *rateChanges) String() string { return fmt.Sprint(*l) }
+func (l *rateChanges) Set(s string) error {
+	pct, n, ok := strings.Cut(s, ":")
+	if !ok {
+		return errors.Newf("%q: want PCT:ROWS_PER_S, e.g. 40:25000", s)
+	}
+	at, err := strconv.ParseFloat(strings.TrimSpace(pct), 64)
+	if err != nil || at < 0 || at > 100 {
+		return errors.Newf("%q: the percentage must be a number from 0 to 100", s)
+	}
+	limit, err := strconv.ParseFloat(strings.TrimSpace(n), 64)
+	if err != nil || limit < 0 || math.IsInf(limit, 0) || math.IsNaN(limit) {
+		return errors.Newf("%q: the limit must be a number of rows/s >= 0 (0: none)", s)
+	}
+	*l = append(*l, backfill.RateChange{AtPercent: at, Limit: limit})
+	return nil
+}
+
 type backfillFlags struct {
 	workload                                 string
 	rows, vnodes, actors                     int
@@ -60,6 +83,9 @@ type backfillFlags struct {
 	dir, jsonPath, plotPath                  string
 	bars                                     string
 	worker                                   bool
+	rateLimit                                float64
+	rateChanges                              rateChanges
+	metricsAddr                              string
 }
 
 func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.FlagSet, error) {
@@ -90,6 +116,9 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 	fs.StringVar(&f.jsonPath, "json", "", "write the run's JSON report to this file")
 	fs.StringVar(&f.plotPath, "plot", "", "write a PNG plot of progress per barrier to this file")
 	fs.StringVar(&f.bars, "bars", "auto", "live progress bars: auto (on a terminal), on, off")
+	fs.Float64Var(&f.rateLimit, "rate-limit", 0, "limit the backfill's snapshot reads to this many rows/s over all actors (0: none)")
+	fs.Var(&f.rateChanges, "rate-change-at", "PCT:N: from the checkpoint whose stats figure reaches PCT%, limit the snapshot reads to N rows/s (0: none); repeatable")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of the running job and its store at http://ADDR/metrics (e.g. 127.0.0.1:9187; port 0 picks one)")
 	fs.BoolVar(&f.worker, "worker", false, "internal: run as the supervised worker")
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
@@ -139,6 +168,9 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 	if f.chunkSize < 1 || f.barrierRows < 1 || f.actors < 1 || f.checkpointEvery < 1 {
 		return p, errors.New("--chunk-size, --barrier-rows, --actors and --checkpoint-every must be positive")
 	}
+	if f.rateLimit < 0 || math.IsNaN(f.rateLimit) || math.IsInf(f.rateLimit, 0) {
+		return p, errors.Newf("--rate-limit %v: want rows/s >= 0 (0: none)", f.rateLimit)
+	}
 	return p, nil
 }
 
@@ -163,6 +195,9 @@ type event struct {
 type recordJSON struct {
 	Barrier      uint64            `json:"barrier"`
 	Epoch        uint64            `json:"epoch"`
+	TimeNS       int64             `json:"time_unix_ns"`
+	RateLimit    float64           `json:"rate_limit"`
+	ETA          etaJSON           `json:"eta"`
 	Truth        float64           `json:"truth"`
 	Finished     bool              `json:"finished"`
 	Figures      []backfill.Figure `json:"figures"`
@@ -171,12 +206,34 @@ type recordJSON struct {
 	Rows         uint64            `json:"snapshot_rows"`
 }
 
-func toJSON(r backfill.Record) *recordJSON {
-	out := &recordJSON{Barrier: r.Barrier, Epoch: r.Epoch, Truth: r.Truth, Finished: r.Finished,
-		Figures: r.Figures, VnodeErrMean: r.VnodeErrMean, VnodeErrMax: r.VnodeErrMax}
-	for _, v := range r.Vnodes {
-		out.Rows += v.RowCount
+// etaJSON is a record's ETA; the durations are in seconds, -1 when there
+// is no ETA to show (Status warming) or no finite one.
+type etaJSON struct {
+	Status     string  `json:"status"`
+	Shown      string  `json:"shown"`
+	RemainingS float64 `json:"remaining_s"`
+	LowS       float64 `json:"low_s"`
+	HighS      float64 `json:"high_s"`
+	RowsPerS   float64 `json:"snapshot_rows_per_s"`
+	ChurnPerS  float64 `json:"upstream_churn_rows_per_s"`
+}
+
+func etaOf(f backfill.ETAForecast) etaJSON {
+	rem, lo, hi := f.Seconds()
+	fin := func(x float64) float64 {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return -1
+		}
+		return x
 	}
+	return etaJSON{Status: f.Status.String(), Shown: f.String(), RemainingS: fin(rem), LowS: fin(lo), HighS: fin(hi),
+		RowsPerS: f.Rate, ChurnPerS: f.Churn}
+}
+
+func toJSON(r backfill.Record) *recordJSON {
+	out := &recordJSON{Barrier: r.Barrier, Epoch: r.Epoch, TimeNS: r.Time.UnixNano(), RateLimit: r.RateLimit, ETA: etaOf(r.ETA),
+		Truth: r.Truth, Finished: r.Finished, Figures: r.Figures, VnodeErrMean: r.VnodeErrMean, VnodeErrMax: r.VnodeErrMax,
+		Rows: r.SnapshotRows}
 	return out
 }
 
@@ -214,11 +271,13 @@ func runWorker(f *backfillFlags, p workload.Params, stdout io.Writer) error {
 		}
 	}
 	var s *bench.Session
+	var metrics *jobMetrics
 	cfg := bench.Config{
 		Dir: f.dir, Workload: p, Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
-		CheckpointEvery: f.checkpointEvery,
-		Store:           &lsm.Options{Logger: lsm.QuietLogger{W: os.Stderr}},
+		CheckpointEvery: f.checkpointEvery, RateLimit: f.rateLimit, RateChanges: f.rateChanges,
+		Store: &lsm.Options{Logger: lsm.QuietLogger{W: os.Stderr}},
 		OnCheckpoint: func(r backfill.Record) {
+			metrics.update(r)
 			// Each checkpoint carries the state bytes so far: a killed
 			// worker's bytes count up to its last reported checkpoint.
 			e := event{T: "ckpt", Rec: toJSON(r)}
@@ -233,7 +292,16 @@ func runWorker(f *backfillFlags, p workload.Params, stdout io.Writer) error {
 		return err
 	}
 	defer s.Close()
+	if f.metricsAddr != "" {
+		// The supervisor holds the listener (its address stays across
+		// restarts) and hands it to each worker as file descriptor 3.
+		if metrics, err = serveMetrics(os.NewFile(3, "metrics listener"), s.Store); err != nil {
+			return err
+		}
+		defer metrics.close()
+	}
 	if r := s.Job.Initial(); r != nil {
+		metrics.update(*r)
 		emit(event{T: "initial", Rec: toJSON(*r)})
 	}
 	ctx := context.Background()
@@ -275,6 +343,11 @@ type report struct {
 	Error          map[string]*bench.ErrorStats `json:"error"`
 	Cost           map[string]costJSON          `json:"cost"`
 	Timings        timingsJSON                  `json:"timings"`
+	// ETA is the accuracy of the ETA after 10% progress (truth), against
+	// the actual remaining time of each checkpoint.
+	ETA bench.ETAStats `json:"eta_after_10pct"`
+	// MetricsAddr is where --metrics-addr served the metrics.
+	MetricsAddr string `json:"metrics_addr,omitempty"`
 }
 
 type barrierJSON struct {
@@ -290,6 +363,13 @@ type barrierJSON struct {
 	Finished          bool             `json:"finished"`
 	VnodeErrMeanPP    float64          `json:"vnode_err_mean_pp"`
 	VnodeErrMaxPP     float64          `json:"vnode_err_max_pp"`
+	SnapshotRows      uint64           `json:"snapshot_rows"`
+	RateLimit         float64          `json:"rate_limit"`
+	TimeNS            int64            `json:"time_unix_ns"`
+	ETA               etaJSON          `json:"eta"`
+	// ActualRemainingS is the time from this checkpoint to the job's
+	// end, known once it finished.
+	ActualRemainingS float64 `json:"actual_remaining_s"`
 }
 
 // costJSON is an approach's cost per checkpoint barrier (the report's
@@ -314,7 +394,8 @@ func barrierOf(r *recordJSON) barrierJSON {
 	rc, st := r.figure("rowcount"), r.figure("stats")
 	return barrierJSON{Barrier: r.Barrier, Epoch: r.Epoch, Truth: r.Truth, RowCount: rc.Raw, Stats: st.Raw,
 		StatsBounds: st.Bounds, DisplayedRowCount: rc.Shown, DisplayedStats: st.Shown, Finished: r.Finished,
-		VnodeErrMeanPP: r.VnodeErrMean, VnodeErrMaxPP: r.VnodeErrMax}
+		VnodeErrMeanPP: r.VnodeErrMean, VnodeErrMaxPP: r.VnodeErrMax,
+		SnapshotRows: r.Rows, RateLimit: r.RateLimit, TimeNS: r.TimeNS, ETA: r.ETA}
 }
 
 func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stderr io.Writer) (int, error) {
@@ -333,6 +414,22 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	}
 	ui := newProgressUI(f.bars, stdout)
 	rep := &report{Parameters: parameters(f, p), Error: map[string]*bench.ErrorStats{}}
+	var metricsFile *os.File
+	if f.metricsAddr != "" {
+		l, err := net.Listen("tcp", f.metricsAddr)
+		if err != nil {
+			return 1, errors.Wrap(err, "--metrics-addr")
+		}
+		defer l.Close()
+		// Each worker serves on a duplicate of the listener: scrapes
+		// during a restart wait in its backlog for the next worker.
+		if metricsFile, err = l.(*net.TCPListener).File(); err != nil {
+			return 1, errors.Wrap(err, "--metrics-addr")
+		}
+		defer metricsFile.Close()
+		rep.MetricsAddr = l.Addr().String()
+		fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", rep.MetricsAddr)
+	}
 	crashAt := append(intList(nil), f.crashAt...)
 	sort.Ints(crashAt)
 	actors := f.actors
@@ -350,6 +447,9 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 			"--during-steps", strconv.Itoa(p.DuringSteps))
 		cmd := exec.Command(exe, append([]string{"backfill"}, wargs...)...)
 		cmd.Stderr = stderr
+		if metricsFile != nil {
+			cmd.ExtraFiles = []*os.File{metricsFile} // fd 3
+		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			return 1, err
@@ -436,6 +536,7 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	}
 	rep.Error = summarize(records)
 	rep.Cost = cost(records, stateBytes, statsOnlyBytes)
+	rep.ETA = etaAccuracy(rep.Barriers)
 	printSummary(stdout, rep)
 	if f.jsonPath != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
@@ -456,6 +557,42 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 		return 3, nil
 	}
 	return 0, nil
+}
+
+// etaAccuracy fills each barrier's actual remaining time (to the first
+// finished barrier) and compares it with the ETA after 10% progress.
+func etaAccuracy(barriers []barrierJSON) bench.ETAStats {
+	var end int64
+	for _, b := range barriers {
+		if b.Finished {
+			end = b.TimeNS
+			break
+		}
+	}
+	if end == 0 {
+		return bench.ETAStats{}
+	}
+	var pts []bench.ETAPoint
+	for i := range barriers {
+		b := &barriers[i]
+		b.ActualRemainingS = max(0, float64(end-b.TimeNS)/1e9)
+		if b.Finished || b.TimeNS >= end || b.ETA.RemainingS < 0 {
+			continue
+		}
+		sec := func(s float64) time.Duration {
+			if s < 0 {
+				return backfill.ETAUnbounded
+			}
+			return time.Duration(s * 1e9)
+		}
+		progress := b.Truth
+		if progress < 0 {
+			progress = b.Stats
+		}
+		pts = append(pts, bench.ETAPoint{Progress: progress / 100, Actual: time.Duration(end - b.TimeNS),
+			ETA: backfill.ETAForecast{Status: backfill.ETARunning, Remaining: sec(b.ETA.RemainingS), Low: sec(b.ETA.LowS), High: sec(b.ETA.HighS)}})
+	}
+	return bench.SummarizeETA(pts, 0.1)
 }
 
 func summarize(records []*recordJSON) map[string]*bench.ErrorStats {
@@ -491,6 +628,7 @@ func parameters(f *backfillFlags, p workload.Params) map[string]any {
 		"update_during": p.UpdateDuring, "delete_during": p.DeleteDuring, "insert_during": p.InsertDuring,
 		"during_steps": p.DuringSteps, "chunk_size": f.chunkSize, "barrier_rows": f.barrierRows,
 		"checkpoint_every": f.checkpointEvery, "crash_at": []int(f.crashAt), "rescale_to": f.rescaleTo,
+		"rate_limit": f.rateLimit, "rate_change_at": []backfill.RateChange(f.rateChanges),
 	}
 }
 
@@ -524,6 +662,29 @@ func printSummary(w io.Writer, rep *report) {
 		plural(len(rep.Barriers), "checkpoint"), plural(rep.Crashes, "crash"), plural(len(rep.Recoveries), "recovery"), match)
 	fmt.Fprintf(w, "time: %.1fs total, %.1fs load, %.1fs backfill with its crashes and recoveries, %.0f snapshot rows/s\n",
 		rep.Timings.TotalS, rep.Timings.LoadS, rep.Timings.BackfillS, rep.Timings.RowsPerS)
+	printETA(w, rep)
+}
+
+// printETA prints the ETA against the actual remaining time at a few
+// checkpoints, and its accuracy after 10% progress.
+func printETA(w io.Writer, rep *report) {
+	e := rep.ETA
+	if e.N == 0 {
+		fmt.Fprintln(w, "ETA: no checkpoint after 10% progress showed one")
+		return
+	}
+	fmt.Fprintf(w, "ETA after 10%% progress: median error %.1f%%, p90 %.1f%%, actual time inside the interval at %.0f%% of %s\n",
+		100*e.MedianErr, 100*e.P90Err, 100*e.Coverage, plural(e.N, "checkpoint"))
+	fmt.Fprintf(w, "%8s %9s  %-44s %9s\n", "barrier", "truth", "ETA", "actual")
+	next := 0.0
+	for _, b := range rep.Barriers {
+		if b.Finished || b.ETA.RemainingS < 0 || b.Truth < next {
+			continue
+		}
+		next = b.Truth + 20
+		fmt.Fprintf(w, "%8d %8.2f%%  %-44s %9s\n", b.Barrier, b.Truth, b.ETA.Shown,
+			backfill.FormatETA(time.Duration(b.ActualRemainingS*1e9)))
+	}
 }
 
 // plural renders n and a noun in its singular or plural form.

@@ -12,7 +12,9 @@ import (
 )
 
 // progressUI shows the run: live bars (mpb) for the load, the truth and both
-// approaches on a terminal, or a line per few checkpoints otherwise.
+// approaches on a terminal, or a line per few checkpoints otherwise. The
+// stats figure shows its bounds, and each line the snapshot rows/s and the
+// ETA with its interval.
 type progressUI struct {
 	w    io.Writer
 	bars bool
@@ -86,7 +88,7 @@ func (ui *progressUI) update(r *recordJSON, recovered bool) {
 			if recovered {
 				tag = "recovered at barrier"
 			}
-			fmt.Fprintf(ui.w, "%s %d: truth %.2f%%  rowcount %s  stats %s\n", tag, r.Barrier, r.Truth, rc.Shown, st.Shown)
+			fmt.Fprintf(ui.w, "%s %d: truth %.2f%%  rowcount %s  stats %s  %s\n", tag, r.Barrier, r.Truth, rc.Shown, st.Shown, rateETA(r))
 			ui.lastLine = time.Now()
 		}
 		return
@@ -101,10 +103,30 @@ func (ui *progressUI) update(r *recordJSON, recovered bool) {
 	}
 	ui.setText("truth", fmt.Sprintf("%.2f%%  (barrier %d)", r.Truth, r.Barrier))
 	ui.setText("rowcount", fmt.Sprintf("%s  raw %.2f%%", rc.Shown, rc.Raw))
-	ui.setText("stats", fmt.Sprintf("%s  raw %.2f%%", st.Shown, st.Raw))
+	ui.setText("stats", fmt.Sprintf("%s  raw %.2f%%  %s", st.Shown, st.Raw, rateETA(r)))
 	ui.truth.SetCurrent(int64(r.Truth * barScale / 100))
 	ui.rowcnt.SetCurrent(int64(rc.Pct * barScale / 100))
 	ui.stat.SetCurrent(int64(st.Pct * barScale / 100))
+}
+
+// rateETA formats a record's snapshot rows/s, rate limit and ETA:
+// "2,345 rows/s (limit 3,000)  ETA 3m10s (2m50s–3m40s)".
+func rateETA(r *recordJSON) string {
+	s := fmt.Sprintf("%s rows/s", thousands(r.ETA.RowsPerS))
+	if r.RateLimit > 0 {
+		s += fmt.Sprintf(" (limit %s)", thousands(r.RateLimit))
+	}
+	return s + "  " + r.ETA.Shown
+}
+
+// thousands formats a non-negative number rounded to an integer with
+// thousands separators.
+func thousands(x float64) string {
+	s := fmt.Sprintf("%.0f", x)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func (ui *progressUI) crash(n int) {

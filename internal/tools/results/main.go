@@ -1,10 +1,11 @@
 // Command results turns the output of make bench into the results tables of
 // README.md (between the results markers): the backfill comparison of both
 // progress approaches, the storage goals of the lsm, stats and compaction
-// packages, and the scale table of BenchmarkScale (from make scale's output
-// when there is one, else from make bench's 1M rows), with its plot against
-// rows, so that the tables are always generated from a benchmark run, never
-// typed by hand. A metric missing from the run is shown as "—".
+// packages, the ETA's accuracy per workload (BenchmarkETA), and the scale
+// table of BenchmarkScale (from make scale's output when there is one, else
+// from make bench's 1M rows), with its plot against rows, so that the
+// tables are always generated from a benchmark run, never typed by hand. A
+// metric missing from the run is shown as "—".
 //
 //	go run ./internal/tools/results -bench out/bench.txt -scale out/scale.txt -readme README.md -plot docs/scale.png
 package main
@@ -204,6 +205,7 @@ func render(m map[string]map[string]float64) string {
 	}
 	b.WriteString("\n\n")
 	renderStorage(&b, m)
+	renderETA(&b, m)
 	return b.String()
 }
 
@@ -214,6 +216,54 @@ func optional(x map[string]float64, key, format string) string {
 		return "—"
 	}
 	return fmt.Sprintf(format, v)
+}
+
+// renderETA writes BenchmarkETA's table: per workload, the ETA's median and
+// p90 relative error and its interval's coverage after 10% progress, held
+// against the goals (median ≤ 10%, p90 ≤ 25%, coverage ≥ 80%).
+func renderETA(b *strings.Builder, m map[string]map[string]float64) {
+	var names []string
+	for name := range m {
+		if strings.HasPrefix(name, "BenchmarkETA/") {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	order := map[string]int{"steady": 0, "rate-halve-double": 1, "insert-burst": 2, "skewed-vnodes": 3, "crash-rescale": 4}
+	workload := func(name string) string {
+		w := strings.TrimPrefix(name, "BenchmarkETA/workload=")
+		if i := strings.LastIndexByte(w, '-'); i > 0 {
+			if _, err := strconv.Atoi(w[i+1:]); err == nil {
+				w = w[:i] // the GOMAXPROCS suffix
+			}
+		}
+		return w
+	}
+	sort.Slice(names, func(i, j int) bool { return order[workload(names[i])] < order[workload(names[j])] })
+	b.WriteString("\nETA accuracy after 10% progress (BenchmarkETA: the real backfill under a snapshot rate limit; each checkpoint's ETA against the time that actually remained). Goals: median ≤ 10%, p90 ≤ 25%, coverage ≥ 80%.\n\n")
+	b.WriteString("| workload | checkpoints | median \\|ETA − actual\\| / actual | p90 | actual inside the interval | goals met |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---|\n")
+	for _, name := range names {
+		x := m[name]
+		med, p90, cov := x["eta-median-err-%"], x["eta-p90-err-%"], x["eta-coverage-%"]
+		met := "yes"
+		var missed []string
+		if med > 10 {
+			missed = append(missed, "median")
+		}
+		if p90 > 25 {
+			missed = append(missed, "p90")
+		}
+		if cov < 80 {
+			missed = append(missed, "coverage")
+		}
+		if len(missed) > 0 {
+			met = "no: " + strings.Join(missed, ", ")
+		}
+		fmt.Fprintf(b, "| %s | %.0f | %.1f%% | %.1f%% | %.0f%% | %s |\n", workload(name), x["checkpoints"], med, p90, cov, met)
+	}
 }
 
 // source is one benchmark metric: the benchmark's name and the metric's unit.

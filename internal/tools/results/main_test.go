@@ -21,6 +21,8 @@ BenchmarkBackfill/workload=skew/approach=stats-2  1  0.1864 err-max-pp  0.05046 
 BenchmarkBackfill/workload=uniform/approach=stats-2  1  0.1 err-max-pp  0.05 err-mean-pp  125194 progress-cpu-ns/barrier  100000 rows/s  2361 state-bytes/barrier  0.25 x-of-raw-pebble  0.5 load-x-of-raw-pebble
 BenchmarkScale/rows=4M/workload=uniform-2  1  2e9 ns/op  80000 rows/s  0.2 x-of-raw-pebble  0.6 x-of-raw-interleaved  50000 load-rows/s  0.45 load-x-of-raw-pebble  12500 backfill-ns/row  20000 backfill-cpu-ns/row  300 peak-rss-MB  310 raw-peak-rss-MB  120 cache-MB  5 commit-p50-ms  40 commit-p99-ms  200 ssts  3 l0-sublevels  20 max-l0-sublevels
 BenchmarkScale/rows=1M/workload=uniform-2  1  2e9 ns/op  90000 rows/s  0.21 x-of-raw-pebble
+BenchmarkETA/workload=steady-2  1  24297139041 ns/op  53.00 checkpoints  79.25 eta-coverage-%  9.744 eta-median-err-%  15.37 eta-p90-err-%
+BenchmarkETA/workload=crash-rescale-2  1  24297139041 ns/op  40.00 checkpoints  85 eta-coverage-%  12.5 eta-median-err-%  30 eta-p90-err-%
 `
 	path := filepath.Join(t.TempDir(), "bench.txt")
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
@@ -55,6 +57,9 @@ BenchmarkScale/rows=1M/workload=uniform-2  1  2e9 ns/op  90000 rows/s  0.21 x-of
 		"| 4M | uniform | 50000 | 0.450× | 80000 | 0.200× | 0.600× | 12.5 µs / 20.0 µs |",
 		"| 300 MB (310 MB) | 120 MB |",
 		"| 5 ms / 40 ms | 200 | 3 (20) |",
+		"| skew | stats | 0.050 | 0.186 | 125.2 µs | 2361 | 122629 |",
+		"| steady | 53 | 9.7% | 15.4% | 79% | no: coverage |",
+		"| crash-rescale | 40 | 12.5% | 30.0% | 85% | no: median, p90 |",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
