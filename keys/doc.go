@@ -44,7 +44,9 @@
 // # Metadata
 //
 // Table id 0xFFFFFFFF is reserved for the store's own unversioned keys,
-// 0xFFFFFFFF | name | 0x00. Names read by tools outside the package:
-// committed_epoch (u64 BE), format_version (u64 BE) and the catalog entries
-// table/<id u32 BE>.
+// 0xFFFFFFFF | name | 0x00. Every name the store writes is registered in
+// meta.go (KnownMetaName), with the package that owns its value; a store
+// refuses rows of names it does not know unless the store's minor format
+// version is newer than its own (then it opens read-only and ignores
+// them).
 package keys

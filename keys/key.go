@@ -237,13 +237,6 @@ func MetaSpan(namePrefix string) (start, end []byte) {
 	return start, nil
 }
 
-// Names of the metadata keys that tools outside the store read.
-const (
-	CommittedEpochName = "committed_epoch"
-	FormatVersionName  = "format_version"
-	CatalogPrefix      = "table/"
-)
-
 // CatalogKey returns the catalog key of a table: table/<id u32 BE>.
 func CatalogKey(table uint32) []byte {
 	return MetaKey(binary.BigEndian.AppendUint32([]byte(CatalogPrefix), table))

@@ -27,7 +27,7 @@ const (
 	pebbleDir  = "db"
 	stagingDir = "staging"
 
-	hwmName = "epoch_hwm"
+	hwmName = keys.EpochHWMName
 )
 
 // Store is a Hummock-like MVCC state store on Pebble. It is safe for
@@ -281,7 +281,7 @@ func (s *Store) load() error {
 	return nil
 }
 
-const gcEpochName = "gc_epoch"
+const gcEpochName = keys.GCEpochName
 
 func u64(name, val []byte) (uint64, error) {
 	if len(val) != 8 {

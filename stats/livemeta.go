@@ -29,8 +29,8 @@ import (
 // clear (the bounds then count no anchor row, the estimate uses the uniform
 // model).
 const (
-	livePrefix      = "live/"
-	estimatesPrefix = "live_est/"
+	livePrefix      = keys.LivePrefix
+	estimatesPrefix = keys.LiveEstimatesPrefix
 )
 
 // The flags byte of a bucket's value.
