@@ -10,6 +10,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"golang.org/x/time/rate"
@@ -613,8 +614,9 @@ func encodeMeta(m jobMeta) []byte {
 	return b
 }
 
-// ErrCorruptMeta marks a job metadata row that does not decode.
-var ErrCorruptMeta = errors.New("lsmstats/backfill: corrupt job metadata row")
+// ErrCorruptMeta marks a job metadata row that does not decode. It is also
+// lsmstats.ErrCorruption.
+var ErrCorruptMeta = lsmstats.NewCorruptionSentinel("lsmstats/backfill: corrupt job metadata row")
 
 func decodeMeta(b []byte) (jobMeta, error) {
 	var m jobMeta
