@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 )
@@ -94,6 +97,12 @@ type Store struct {
 	buffered atomic.Int64
 	fileSeq  atomic.Uint64
 	metrics  storeMetrics
+	// mark is the checkpoint mark, open for writing (checkpoint.go); nil
+	// until the first write, and on a read-only store.
+	mark vfs.File
+	// corruptMeta are the metadata rows a read-only Open left out because
+	// they do not decode (Verify reports them).
+	corruptMeta []error
 	// hooks let tests observe the store; nil functions are skipped.
 	hooks struct {
 		// phase is called when a spill starts ("spilling") and ends
@@ -113,9 +122,14 @@ type storeMetrics struct {
 	stallsAbandoned, stallNanos           atomic.Int64
 	pebbleStalls                          atomic.Int64
 	splitScans, splitRows                 atomic.Int64
+	corruptions                           atomic.Int64
 }
 
 // Open opens (or creates) the store in dir. A nil opts means the defaults.
+// With Options.ReadOnly or Options.MustExist, a path that holds no store is
+// refused with ErrNoStore; a store of a newer format is refused with
+// ErrFormatTooNew, and one written with another comparer with Pebble's
+// error naming both comparers.
 func Open(dir string, opts *Options) (*Store, error) {
 	o := opts.withDefaults()
 	s := &Store{dir: dir, opts: o, fs: o.FS, staging: o.FS.PathJoin(dir, stagingDir)}
@@ -126,13 +140,23 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.mu.live = stats.NewLiveState()
 	s.gc.closing = make(chan struct{})
 
-	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
-		return nil, errors.Wrapf(err, "lsmstats: create %s", dir)
+	if o.MustExist {
+		if err := s.checkExists(); err != nil {
+			return nil, err
+		}
 	}
-	// Staged spills and unfinished commit outputs belong to epochs that did
-	// not commit: they must not survive a restart.
-	if err := s.resetStaging(); err != nil {
-		return nil, err
+	if o.ReadOnly {
+		ro := errors.Wrapf(ErrReadOnly, "store %s", dir)
+		s.failed.Store(&ro)
+	} else {
+		if err := s.fs.MkdirAll(dir, 0o755); err != nil {
+			return nil, errors.Wrapf(err, "lsmstats: create %s", dir)
+		}
+		// Staged spills and unfinished commit outputs belong to epochs that
+		// did not commit: they must not survive a restart.
+		if err := s.resetStaging(); err != nil {
+			return nil, err
+		}
 	}
 
 	popts := &pebble.Options{
@@ -146,6 +170,8 @@ func Open(dir string, opts *Options) (*Store, error) {
 		CompactionConcurrencyRange:  compactionConcurrency,
 		MaxOpenFiles:                1000,
 		DisableAutomaticCompactions: false,
+		ReadOnly:                    o.ReadOnly,
+		ErrorIfNotExists:            o.MustExist,
 	}
 	popts.EnsureDefaults()
 	// An ingestion that overlaps the memtable (which holds only what was
@@ -168,11 +194,37 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if o.Pebble != nil {
 		o.Pebble(popts)
 	}
+	// Pebble's default reaction to corrupt data is Logger.Fatalf, which ends
+	// the process: the read that met it returns the error anyway (naming
+	// the file and block), so the store logs and counts it instead.
+	var user func(pebble.DataCorruptionInfo)
+	if o.EventListener != nil {
+		user = o.EventListener.DataCorruption
+	}
+	popts.EventListener.DataCorruption = func(info pebble.DataCorruptionInfo) {
+		s.metrics.corruptions.Add(1)
+		popts.Logger.Errorf("lsmstats: corrupt data in %s: %v", info.Path, info.Details)
+		if user != nil {
+			user(info)
+		}
+	}
 	s.popts = popts
 
+	if err := s.checkOptionsFile(popts); err != nil {
+		return nil, err
+	}
 	db, err := pebble.Open(s.fs.PathJoin(dir, pebbleDir), popts)
 	if err != nil {
-		return nil, errors.Wrapf(err, "lsmstats: open pebble in %s", dir)
+		if errors.Is(err, pebble.ErrDBDoesNotExist) {
+			return nil, errors.Wrapf(ErrNoStore, "%s holds no Pebble database", dir)
+		}
+		if oserror.IsNotExist(err) {
+			// Files the MANIFEST lists (or the MANIFEST the marker names)
+			// are gone: a MANIFEST that lost edits, or files removed.
+			return nil, lsmstats.MarkCorruption(errors.Wrapf(err,
+				"lsmstats: open pebble in %s: files the MANIFEST lists are missing (a damaged MANIFEST, or files removed)", dir))
+		}
+		return nil, markPebble(errors.Wrapf(err, "lsmstats: open pebble in %s", dir))
 	}
 	s.db = db
 	s.wopts = popts.MakeWriterOptions(0, db.TableFormat())
@@ -185,12 +237,28 @@ func Open(dir string, opts *Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	if err := s.tracker.Refresh(); err != nil {
+	if err := s.checkMark(); err != nil {
 		_ = s.tracker.Close()
 		_ = db.Close()
-		return nil, errors.Wrap(err, "lsmstats: load statistics")
+		s.closeMark()
+		return nil, err
+	}
+	if err := s.tracker.Refresh(); err != nil {
+		if !lsmstats.IsCorruption(err) {
+			_ = s.tracker.Close()
+			_ = db.Close()
+			return nil, errors.Wrap(err, "lsmstats: load statistics")
+		}
+		// A live SST whose properties cannot be read: Pebble cannot read
+		// the file either, so every read of its range fails and names it.
+		// The rest of the store is readable; Stats().PhysicalErr reports
+		// the file until a refresh succeeds, and Verify names it.
+		popts.Logger.Errorf("lsmstats: load statistics of %s: %v", dir, err)
 	}
 	s.tracker.Start()
+	if o.ReadOnly {
+		return s, nil
+	}
 	// Redo the bucket splits that were pending persistence at the crash or
 	// close (see stats.LiveState.Oversized): the live statistics are then
 	// exactly what they were before it.
@@ -199,6 +267,31 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.mu.Unlock()
 	s.splitBuckets(reqs)
 	return s, nil
+}
+
+// checkExists refuses a path that holds no store: no directory, no
+// Pebble directory in it, or no MANIFEST there (Pebble would lock the
+// directory, creating a file, before finding out).
+func (s *Store) checkExists() error {
+	for _, p := range []string{s.dir, s.fs.PathJoin(s.dir, pebbleDir)} {
+		if _, err := s.fs.Stat(p); err != nil {
+			if oserror.IsNotExist(err) {
+				return errors.Wrapf(ErrNoStore, "%s does not exist", p)
+			}
+			return errors.Wrapf(err, "lsmstats: open %s", s.dir)
+		}
+	}
+	dbDir := s.fs.PathJoin(s.dir, pebbleDir)
+	names, err := s.fs.List(dbDir)
+	if err != nil {
+		return errors.Wrapf(err, "lsmstats: list %s", dbDir)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "MANIFEST-") {
+			return nil
+		}
+	}
+	return errors.Wrapf(ErrNoStore, "%s holds no Pebble MANIFEST", dbDir)
 }
 
 func (s *Store) resetStaging() error {
@@ -217,11 +310,25 @@ func (s *Store) load() error {
 	start, end := keys.TableSpan(keys.MetaTable)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
 	if err != nil {
-		return err
+		return markPebble(errors.Wrapf(err, "lsmstats: read the metadata of %s", s.dir))
 	}
 	defer it.Close()
-	var formatSeen bool
+	// leaveOut takes a metadata row that does not decode: Open fails on it,
+	// unless the store is read-only, which leaves the row out, logs it and
+	// reports it in Verify.
+	leaveOut := func(err error) error {
+		if !s.opts.ReadOnly {
+			return err
+		}
+		s.corruptMeta = append(s.corruptMeta, err)
+		s.popts.Logger.Errorf("lsmstats: %s: %v; left out (read-only)", s.dir, err)
+		return nil
+	}
+	var formatSeen, gcEpochBad bool
 	liveEntries := [][2][]byte{}
+	// leftOut counts the live-statistics rows of each table whose catalog
+	// entry a read-only open left out: reported once per table.
+	leftOut := map[uint32]int{}
 	for valid := it.First(); valid; valid = it.Next() {
 		name, ok := keys.MetaName(it.Key())
 		if !ok {
@@ -232,7 +339,7 @@ func (s *Store) load() error {
 		}
 		val, err := it.ValueAndErr()
 		if err != nil {
-			return err
+			return markPebble(errors.Wrapf(err, "lsmstats: read the metadata of %s", s.dir))
 		}
 		switch n := string(name); {
 		case n == keys.FormatVersionName:
@@ -251,21 +358,34 @@ func (s *Store) load() error {
 			}
 			s.committed.Store(v)
 		case n == hwmName:
+			// Only writes need the mark: a read-only store does without.
 			if s.mu.hwm, err = u64(name, val); err != nil {
-				return err
+				if err := leaveOut(err); err != nil {
+					return err
+				}
 			}
 		case n == gcEpochName:
 			if s.mu.gcEpoch, err = u64(name, val); err != nil {
-				return err
+				if err := leaveOut(err); err != nil {
+					return err
+				}
+				gcEpochBad = true
 			}
 		case len(n) > len(keys.CatalogPrefix) && n[:len(keys.CatalogPrefix)] == keys.CatalogPrefix:
 			id, ok := keys.ParseCatalogKey(it.Key())
 			if !ok {
-				return errors.Wrapf(ErrCorruptMetadata, "catalog key %x", it.Key())
+				if err := leaveOut(errors.Wrapf(ErrCorruptMetadata, "catalog key %x", it.Key())); err != nil {
+					return err
+				}
+				continue
 			}
 			def, err := decodeCatalogEntry(id, val)
 			if err != nil {
-				return err
+				if err := leaveOut(err); err != nil {
+					return err
+				}
+				leftOut[id] = 0
+				continue
 			}
 			s.mu.catalog[id] = def
 			s.mu.live.AddTable(id, def.VnodeCount)
@@ -274,17 +394,40 @@ func (s *Store) load() error {
 		}
 	}
 	if err := it.Error(); err != nil {
-		return err
+		return markPebble(errors.Wrapf(err, "lsmstats: read the metadata of %s", s.dir))
 	}
 	for _, e := range liveEntries {
+		if t, ok := liveTableOf(e[0]); ok {
+			if _, gone := leftOut[t]; gone {
+				leftOut[t]++
+				continue
+			}
+		}
 		if err := s.mu.live.Load(e[0], e[1]); err != nil {
-			return errors.Mark(err, ErrCorruptMetadata)
+			if err := leaveOut(errors.Mark(lsmstats.MarkCorruption(err), ErrCorruptMetadata)); err != nil {
+				return err
+			}
 		}
 	}
 	s.mu.live.FinishLoad()
+	for t, n := range leftOut {
+		if n > 0 {
+			s.popts.Logger.Errorf("lsmstats: %s: %d live-statistics rows of table %d left out with its catalog entry", s.dir, n, t)
+		}
+	}
+	if gcEpochBad {
+		// The watermark is unknown: only the committed epoch is surely
+		// readable.
+		s.mu.gcEpoch = s.committed.Load()
+	}
 	if !formatSeen {
 		if s.committed.Load() != 0 || len(s.mu.catalog) > 0 {
 			return errors.Wrapf(ErrCorruptMetadata, "store %s has metadata but no format_version", s.dir)
+		}
+		if s.opts.ReadOnly {
+			// A Pebble database that a crash left before the store's first
+			// metadata, or none of ours: nothing to inspect.
+			return errors.Wrapf(ErrNoStore, "%s holds a Pebble database without a store's metadata", s.dir)
 		}
 		if err := s.ingestMeta([]stats.MetaEntry{
 			{Key: keys.MetaKey([]byte(keys.FormatVersionName)), Value: be64(FormatVersion)},
@@ -300,9 +443,24 @@ func (s *Store) load() error {
 
 const gcEpochName = "gc_epoch"
 
+// liveTableOf returns the table of a live-statistics metadata key
+// ("live/" or "live_est/" and the table id, see stats.BucketKey).
+func liveTableOf(key []byte) (uint32, bool) {
+	name, ok := keys.MetaName(key)
+	if !ok {
+		return 0, false
+	}
+	for _, p := range []string{"live/", "live_est/"} {
+		if rest, ok := bytes.CutPrefix(name, []byte(p)); ok && len(rest) >= 4 {
+			return binary.BigEndian.Uint32(rest), true
+		}
+	}
+	return 0, false
+}
+
 func u64(name, val []byte) (uint64, error) {
 	if len(val) != 8 {
-		return 0, errors.Wrapf(ErrCorruptMetadata, "metadata %q: want 8 bytes, have %x", name, val)
+		return 0, errors.Wrapf(ErrCorruptMetadata, "metadata row %q: want 8 bytes, have %x", name, val)
 	}
 	return binary.BigEndian.Uint64(val), nil
 }
@@ -327,8 +485,20 @@ func (s *Store) Close() error {
 	s.iters.closeOpen() // Iters the caller left open stop with ErrClosed
 	err := s.tracker.Close()
 	err = errors.CombineErrors(err, s.db.Close())
-	err = errors.CombineErrors(err, s.fs.RemoveAll(s.staging))
+	if !s.opts.ReadOnly {
+		err = errors.CombineErrors(err, s.fs.RemoveAll(s.staging))
+	}
+	s.closeMark()
 	return err
+}
+
+func (s *Store) closeMark() {
+	if s.mark != nil {
+		if err := s.mark.Close(); err != nil {
+			s.popts.Logger.Errorf("lsmstats: close the checkpoint mark: %v", err)
+		}
+		s.mark = nil
+	}
 }
 
 // checkWritable returns ErrClosed or the failure that stopped writes. It
@@ -497,7 +667,7 @@ type Metrics struct {
 	// nothing would drain L0), and CommitStallTime their total wait.
 	// CommitStallsAbandoned counts those that went on with L0 still deep:
 	// compactions failing, none running (then later ones do not wait until
-	// one succeeds again), or the 30 s bound.
+	// one succeeds again), or Options.L0StallLimit.
 	CommitStalls, CommitStallsAbandoned int64
 	CommitStallTime                     time.Duration
 	// PebbleWriteStalls counts Pebble's own write stalls (memtable writes).
@@ -506,8 +676,11 @@ type Metrics struct {
 	BufferedBytes int64
 	// SplitScans and SplitRows count the scans that split live buckets.
 	SplitScans, SplitRows int64
-	L0Sublevels           int
-	L0Files               int64
+	// Corruptions counts the corrupt blocks Pebble met (its DataCorruption
+	// events): each read that met one returned an error naming the file.
+	Corruptions int64
+	L0Sublevels int
+	L0Files     int64
 }
 
 // Metrics returns the store's counters.
@@ -523,6 +696,7 @@ func (s *Store) Metrics() Metrics {
 		BufferedBytes:         s.buffered.Load(),
 		SplitScans:            s.metrics.splitScans.Load(),
 		SplitRows:             s.metrics.splitRows.Load(),
+		Corruptions:           s.metrics.corruptions.Load(),
 	}
 	pm := s.db.Metrics()
 	m.L0Sublevels = int(pm.Levels[0].Sublevels)

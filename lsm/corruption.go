@@ -1,0 +1,88 @@
+package lsm
+
+import (
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/errors/oserror"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats"
+)
+
+// detailCarrier is the line Pebble's reports of corrupt data add to an
+// error's message: the error that carries the file's path and key bounds
+// for pebble.ExtractDataCorruptionInfo, which stays in the chain.
+const detailCarrier = "\n<corruption detail carrier>"
+
+// markPebble marks Pebble's corruption errors with lsmstats.ErrCorruption,
+// so that errors.Is(err, lsmstats.ErrCorruption) holds for every corruption
+// error the store returns, and drops Pebble's detail-carrier line from the
+// message (the message names the file: "pebble: file 000012: block ...").
+// Other errors are returned as they are.
+func markPebble(err error) error {
+	if err == nil || !pebble.IsCorruptionError(err) {
+		return err
+	}
+	if msg := err.Error(); strings.Contains(msg, detailCarrier) {
+		err = &cleanMessage{msg: strings.ReplaceAll(msg, detailCarrier, ""), cause: err}
+	}
+	return lsmstats.MarkCorruption(err)
+}
+
+// cleanMessage replaces the message of its cause and keeps the cause in the
+// chain (errors.Is, errors.As and pebble.ExtractDataCorruptionInfo see it).
+type cleanMessage struct {
+	msg   string
+	cause error
+}
+
+func (e *cleanMessage) Error() string { return e.msg }
+func (e *cleanMessage) Unwrap() error { return e.cause }
+
+// checkOptionsFile checks Pebble's most recent OPTIONS file as Pebble's
+// Open does (Options.CheckCompatibility), to name the file in the error:
+// Pebble's own error does not. A file of another comparer is refused with
+// Pebble's message naming both; one that does not parse is corrupt.
+func (s *Store) checkOptionsFile(popts *pebble.Options) error {
+	dbDir := s.fs.PathJoin(s.dir, pebbleDir)
+	names, err := s.fs.List(dbDir)
+	if err != nil {
+		if oserror.IsNotExist(err) {
+			return nil // a new store
+		}
+		return errors.Wrapf(err, "lsmstats: list %s", dbDir)
+	}
+	latest, latestNum := "", uint64(0)
+	for _, n := range names {
+		num, ok := strings.CutPrefix(n, "OPTIONS-")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseUint(num, 10, 64)
+		if err == nil && (latest == "" || v > latestNum) {
+			latest, latestNum = n, v
+		}
+	}
+	if latest == "" {
+		return nil
+	}
+	path := s.fs.PathJoin(dbDir, latest)
+	f, err := s.fs.Open(path)
+	if err != nil {
+		return errors.Wrapf(err, "lsmstats: open %s", path)
+	}
+	data, err := io.ReadAll(f)
+	err = errors.CombineErrors(err, f.Close())
+	if err != nil {
+		return errors.Wrapf(err, "lsmstats: read %s", path)
+	}
+	if err := popts.CheckCompatibility(dbDir, string(data)); err != nil {
+		if strings.Contains(err.Error(), "comparer name from file") {
+			return errors.Wrapf(err, "lsmstats: %s was written with another comparer", s.dir)
+		}
+		return lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats: Pebble's options file %s is corrupt", path))
+	}
+	return nil
+}
