@@ -404,6 +404,9 @@ func (s *Store) load() error {
 			}
 		}
 		if err := s.mu.live.Load(e[0], e[1]); err != nil {
+			if t, v, ok := liveVnodeOf(e[0]); ok {
+				err = errors.Wrapf(err, "live statistics of table %d vnode %d", t, v)
+			}
 			if err := leaveOut(errors.Mark(lsmstats.MarkCorruption(err), ErrCorruptMetadata)); err != nil {
 				return err
 			}
@@ -442,6 +445,20 @@ func (s *Store) load() error {
 }
 
 const gcEpochName = "gc_epoch"
+
+// liveVnodeOf returns the table and vnode of a live-statistics bucket key
+// ("live/", the table id, the vnode, see stats.BucketKey).
+func liveVnodeOf(key []byte) (uint32, uint16, bool) {
+	name, ok := keys.MetaName(key)
+	if !ok {
+		return 0, 0, false
+	}
+	rest, ok := bytes.CutPrefix(name, []byte("live/"))
+	if !ok || len(rest) < 6 {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint32(rest), binary.BigEndian.Uint16(rest[4:]), true
+}
 
 // liveTableOf returns the table of a live-statistics metadata key
 // ("live/" or "live_est/" and the table id, see stats.BucketKey).

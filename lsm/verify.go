@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/sstable/block"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
@@ -98,7 +99,7 @@ func (st Stats) Partition(table uint32, vnodes *roaring.Bitmap, n int) []stats.S
 type VerifyReport struct {
 	// Epoch is the committed epoch that was verified.
 	Epoch uint64
-	// Files is the number of live SSTs checked.
+	// Files is the number of live SSTs whose blocks were checked.
 	Files int
 	// Rows is the number of live rows scanned.
 	Rows int64
@@ -171,10 +172,11 @@ func (s *Store) Verify() (VerifyReport, error) {
 	}
 
 	// Every block of every live SST.
-	corrupt, err := s.checkFiles()
+	corrupt, files, err := s.checkFiles()
 	if err != nil {
 		return rep, err
 	}
+	rep.Files = files
 	for _, c := range corrupt {
 		rep.Corrupt = append(rep.Corrupt, fmt.Sprintf("sst %06d: %v", c.fileNum, c.err))
 	}
@@ -205,7 +207,6 @@ func (s *Store) Verify() (VerifyReport, error) {
 		if err := cur.Diff(re); err != nil {
 			differ("physical statistics differ from a recomputation: %v", err)
 		}
-		rep.Files = re.NumFiles()
 		for _, fi := range re.Files() {
 			if err := stats.CheckFile(fi); err != nil {
 				differ("%v", err)
@@ -284,6 +285,12 @@ func (s *Store) Verify() (VerifyReport, error) {
 	return rep, nil
 }
 
+// CorruptMetadata returns the metadata rows that a read-only Open left out
+// because they do not decode (each error names its key), and a damaged
+// checkpoint mark: what Verify reports in Corrupt before it checks
+// anything. Always empty on a writable store, whose Open fails instead.
+func (s *Store) CorruptMetadata() []error { return slices.Clone(s.corruptMeta) }
+
 type fileCorruption struct {
 	fileNum uint64
 	err     error
@@ -293,10 +300,10 @@ type fileCorruption struct {
 // returns the corrupt ones. An SST that cannot be opened because its
 // footer, metaindex or properties block is corrupt, or that is missing, is
 // corrupt too; other I/O errors fail the check.
-func (s *Store) checkFiles() ([]fileCorruption, error) {
+func (s *Store) checkFiles() (_ []fileCorruption, files int, _ error) {
 	levels, err := s.db.SSTables()
 	if err != nil {
-		return nil, errors.Wrap(err, "lsmstats: list SSTs")
+		return nil, 0, errors.Wrap(err, "lsmstats: list SSTs")
 	}
 	seen := map[uint64]bool{}
 	var out []fileCorruption
@@ -315,12 +322,12 @@ func (s *Store) checkFiles() ([]fileCorruption, error) {
 			case lsmstats.IsCorruption(err):
 				out = append(out, fileCorruption{num, err})
 			default:
-				return nil, err
+				return nil, 0, err
 			}
 		}
 	}
 	slices.SortFunc(out, func(a, b fileCorruption) int { return cmp.Compare(a.fileNum, b.fileNum) })
-	return out, nil
+	return out, len(seen), nil
 }
 
 func (s *Store) checkFile(num uint64, ropts sstable.ReaderOptions) error {
@@ -340,10 +347,63 @@ func (s *Store) checkFile(num uint64, ropts sstable.ReaderOptions) error {
 	r, err := sstable.NewReader(context.Background(), readable, ropts)
 	if err != nil {
 		_ = readable.Close()
+		if pebble.IsCorruptionError(err) {
+			err = errors.Wrap(err, "cannot be opened (its footer, metaindex or properties block)")
+		}
 		return markPebble(err)
 	}
-	err = r.ValidateBlockChecksums()
-	return markPebble(errors.CombineErrors(err, r.Close()))
+	defer func() { _ = r.Close() }()
+	if err := r.ValidateBlockChecksums(); err != nil {
+		if kind := blockKind(r, err); kind != "" {
+			err = errors.Wrap(err, kind)
+		}
+		return markPebble(err)
+	}
+	return nil
+}
+
+// blockKind names the block that err (Pebble's "block OFFSET/LENGTH: ...")
+// is about, from the SST's layout: "data block 3 of 12"; "" if unknown.
+func blockKind(r *sstable.Reader, err error) string {
+	l, lerr := r.Layout()
+	if lerr != nil {
+		return ""
+	}
+	msg := err.Error()
+	is := func(h block.Handle) bool {
+		return h.Length > 0 && strings.Contains(msg, fmt.Sprintf("block %d/%d:", h.Offset, h.Length))
+	}
+	for i, h := range l.Data {
+		if is(h.Handle) {
+			return fmt.Sprintf("data block %d of %d", i, len(l.Data))
+		}
+	}
+	for i, h := range l.Index {
+		if is(h) {
+			return fmt.Sprintf("index block %d of %d", i, len(l.Index))
+		}
+	}
+	for _, f := range l.Filter {
+		if is(f.Handle) {
+			return "filter block"
+		}
+	}
+	named := []struct {
+		name string
+		h    block.Handle
+	}{{"top-level index block", l.TopIndex}, {"range deletion block", l.RangeDel}, {"range key block", l.RangeKey},
+		{"value index block", l.ValueIndex}, {"properties block", l.Properties}, {"metaindex block", l.MetaIndex}}
+	for _, n := range named {
+		if is(n.h) {
+			return n.name
+		}
+	}
+	for i, h := range l.ValueBlock {
+		if is(h) {
+			return fmt.Sprintf("value block %d of %d", i, len(l.ValueBlock))
+		}
+	}
+	return ""
 }
 
 // verifyMeta reports every key in the metadata range that is not a

@@ -127,6 +127,12 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 		// barrier, each actor reading --barrier-rows at every barrier.
 		p.DuringSteps = max(1, p.Rows/(max(1, f.actors)*max(1, f.barrierRows)))
 	}
+	switch p.DeleteOrder {
+	case "", "random", "prefix", "suffix":
+	default:
+		// The worker's workload.New would refuse it too, as a failed run.
+		return p, errors.Newf("--delete-order %q is not random, prefix or suffix", p.DeleteOrder)
+	}
 	if f.chunkSize < 1 || f.barrierRows < 1 || f.actors < 1 || f.checkpointEvery < 1 {
 		return p, errors.New("--chunk-size, --barrier-rows, --actors and --checkpoint-every must be positive")
 	}
@@ -179,16 +185,17 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	f, fs, err := parseBackfillFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0, nil
+			return exitOK, nil
 		}
-		return 2, err
+		return usageError(err)
 	}
 	p, err := f.params(fs)
 	if err != nil {
-		return 2, err
+		return usageError(err)
 	}
 	if f.worker {
-		return 0, runWorker(f, p, stdout)
+		// exitOK: run classifies the error (corruption or not).
+		return exitOK, runWorker(f, p, stdout, os.Stderr)
 	}
 	return supervise(f, args, p, stdout, stderr)
 }
@@ -197,18 +204,18 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 
 // runWorker opens (or recovers) the job in f.dir and runs it to the end,
 // reporting on stdout.
-func runWorker(f *backfillFlags, p workload.Params, stdout io.Writer) error {
+func runWorker(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	emit := func(e event) {
 		if err := enc.Encode(e); err != nil {
-			os.Exit(5) // the supervisor is gone
+			os.Exit(exitWorkerLost) // the supervisor is gone
 		}
 	}
 	var s *bench.Session
 	cfg := bench.Config{
 		Dir: f.dir, Workload: p, Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
 		CheckpointEvery: f.checkpointEvery,
-		Store:           &lsm.Options{Logger: lsm.QuietLogger{W: os.Stderr}},
+		Store:           &lsm.Options{Logger: cliLogger{w: stderr}},
 		OnCheckpoint: func(r backfill.Record) {
 			// Each checkpoint carries the state bytes so far: a killed
 			// worker's bytes count up to its last reported checkpoint.
@@ -311,14 +318,14 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "lsmstats-backfill-")
 		if err != nil {
-			return 1, err
+			return exitError, err
 		}
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return 1, err
+		return exitError, err
 	}
 	ui := newProgressUI(f.bars, stdout)
 	rep := &report{Parameters: parameters(f, p), Error: map[string]*bench.ErrorStats{}}
@@ -331,7 +338,7 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	var done *event
 	for run := 0; done == nil; run++ {
 		if run > len(f.crashAt)+3 {
-			return 1, errors.New("the worker keeps dying without finishing")
+			return exitError, errors.New("the worker keeps dying without finishing")
 		}
 		// The workload must not change across restarts: pin what the
 		// supervisor resolved (--during-steps depends on --actors).
@@ -341,11 +348,11 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 		cmd.Stderr = stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
-			return 1, err
+			return exitError, err
 		}
 		runStart := time.Now()
 		if err := cmd.Start(); err != nil {
-			return 1, err
+			return exitError, err
 		}
 		killed := false
 		// This run's state bytes up to its last reported checkpoint.
@@ -355,7 +362,7 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 		for sc.Scan() {
 			var e event
 			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				return 1, errors.Wrapf(err, "worker output %q", sc.Text())
+				return exitError, errors.Wrapf(err, "worker output %q", sc.Text())
 			}
 			switch e.T {
 			case "load":
@@ -377,7 +384,7 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 					// The worker goes on after reporting: the kill lands in
 					// the next barrier's work.
 					if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-						return 1, err
+						return exitError, err
 					}
 					killed = true
 				}
@@ -406,9 +413,18 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 				actors = f.rescaleTo
 			}
 		case werr != nil:
-			return 1, errors.Wrap(werr, "worker failed")
+			var ee *exec.ExitError
+			if errors.As(werr, &ee) {
+				switch ee.ExitCode() {
+				case exitFatal:
+					return exitFatal, errors.New("the worker ended on a fatal error in Pebble (its reason is above)")
+				case exitCorrupt:
+					return exitCorrupt, errors.New("the worker found the store corrupt (its error is above)")
+				}
+			}
+			return exitError, errors.Wrap(werr, "worker failed")
 		case done == nil:
-			return 1, errors.New("worker ended without finishing")
+			return exitError, errors.New("worker ended without finishing")
 		}
 	}
 	ui.finish()
@@ -429,22 +445,22 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	if f.jsonPath != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
-			return 1, err
+			return exitError, err
 		}
 		if err := os.WriteFile(f.jsonPath, append(b, '\n'), 0o644); err != nil {
-			return 1, err
+			return exitError, err
 		}
 	}
 	if f.plotPath != "" {
 		if err := writePlot(f.plotPath, rep); err != nil {
-			return 1, err
+			return exitError, err
 		}
 	}
 	if !rep.MVMatches {
 		fmt.Fprintf(stderr, "lsmstats backfill: the MV does not match the upstream table: %s\n", rep.MVError)
-		return 3, nil
+		return exitMVMismatch, nil
 	}
-	return 0, nil
+	return exitOK, nil
 }
 
 func summarize(records []*recordJSON) map[string]*bench.ErrorStats {
