@@ -74,10 +74,12 @@ torture:
 
 # Fault injection at length (make test runs short versions): random faults
 # around 3,000 steps of the store, 200 child processes with WAL/MANIFEST
-# faults, and 30 s of the concurrency test. Each test logs its faults per kind.
+# faults, 30 s of the concurrency test, and 2,100 corruption injections
+# (make test runs 210). Each test logs its faults or outcomes per kind.
 faults:
 	$(GO) test -count=1 -v -timeout 60m -run '^TestFaults(Random|Crash)$$' ./lsm -fault-steps 3000 -fault-crash-runs 200
 	$(GO) test -count=1 -v -timeout 60m -run '^TestConcurrent$$' ./lsm -concurrent-for 30s
+	$(GO) test -count=1 -v -timeout 60m -run '^TestCorruption$$' ./cmd/lsmstats -corruption-injections 2100
 
 clean:
 	rm -rf bin $(OUT)

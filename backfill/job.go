@@ -559,6 +559,13 @@ func (j *Job) Compare() error {
 		okA, okB := a.First(), b.First()
 		for okA || okB {
 			if !okA || !okB || !bytes.Equal(a.PK(), b.PK()) || !bytes.Equal(a.Row(), b.Row()) {
+				// An iterator stopped by an error (a corrupt block) is not a
+				// table that ended: report the error, not a difference.
+				if err := errors.CombineErrors(a.Error(), b.Error()); err != nil {
+					_ = a.Close()
+					_ = b.Close()
+					return err
+				}
 				diff := describe("upstream", okA, a) + " vs " + describe("mv", okB, b)
 				_ = a.Close()
 				_ = b.Close()

@@ -224,6 +224,11 @@ func Open(dir string, opts *Options) (*Store, error) {
 			return nil, lsmstats.MarkCorruption(errors.Wrapf(err,
 				"lsmstats: open pebble in %s: files the MANIFEST lists are missing (a damaged MANIFEST, or files removed)", dir))
 		}
+		if strings.Contains(err.Error(), "object size mismatch") {
+			// Pebble's consistency check: an SST shorter or longer than the
+			// MANIFEST says (a cut or overwritten file).
+			return nil, lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats: open pebble in %s: SSTs differ from their size in the MANIFEST", dir))
+		}
 		return nil, markPebble(errors.Wrapf(err, "lsmstats: open pebble in %s", dir))
 	}
 	s.db = db

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -358,6 +359,46 @@ func (s *Store) checkFile(num uint64, ropts sstable.ReaderOptions) error {
 			err = errors.Wrap(err, kind)
 		}
 		return markPebble(err)
+	}
+	return s.checkValueBlocks(path, r)
+}
+
+// checkValueBlocks validates the checksums of the value blocks and the value
+// index block of an SST (Pebble keeps the values of older versions of a
+// key there), which Pebble's ValidateBlockChecksums leaves out.
+func (s *Store) checkValueBlocks(path string, r *sstable.Reader) error {
+	l, err := r.Layout()
+	if err != nil {
+		return markPebble(err)
+	}
+	if len(l.ValueBlock) == 0 && l.ValueIndex.Length == 0 {
+		return nil
+	}
+	f, err := s.fs.Open(path)
+	if err != nil {
+		return errors.Wrapf(err, "lsmstats: open %s", path)
+	}
+	defer f.Close()
+	check := func(what string, h block.Handle) error {
+		buf := make([]byte, h.Length+block.TrailerLen)
+		if _, err := f.ReadAt(buf, int64(h.Offset)); err != nil {
+			if errors.Is(err, io.EOF) {
+				return lsmstats.MarkCorruption(errors.Wrapf(err, "%s (block %d/%d) is past the end of the file", what, h.Offset, h.Length))
+			}
+			return errors.Wrapf(err, "lsmstats: read %s", path)
+		}
+		if err := block.ValidateChecksum(r.BlockReader().ChecksumType(), buf, h); err != nil {
+			return markPebble(errors.Wrap(err, what))
+		}
+		return nil
+	}
+	for i, h := range l.ValueBlock {
+		if err := check(fmt.Sprintf("value block %d of %d", i, len(l.ValueBlock)), h); err != nil {
+			return err
+		}
+	}
+	if l.ValueIndex.Length > 0 {
+		return check("value index block", l.ValueIndex)
 	}
 	return nil
 }

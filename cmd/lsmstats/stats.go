@@ -170,7 +170,7 @@ func statsProblem(s *lsm.Store, out statsJSON) error {
 		problems = append(problems, fmt.Sprintf("physical statistics unavailable: %v", err))
 	}
 	for _, m := range out.CorruptMetadata {
-		problems = append(problems, "metadata row left out: "+m)
+		problems = append(problems, "left out: "+m)
 	}
 	if len(problems) == 0 {
 		return nil
