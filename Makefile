@@ -4,7 +4,7 @@ PKGS     := ./...
 FUZZTIME ?= 10s
 OUT      := out
 
-.PHONY: all build test race bench bench-compare results demo lint fuzz torture faults clean
+.PHONY: all build test race bench bench-compare results demo lint fuzz torture faults soak clean
 
 all: build test
 
@@ -80,6 +80,15 @@ faults:
 	$(GO) test -count=1 -v -timeout 60m -run '^TestFaults(Random|Crash)$$' ./lsm -fault-steps 3000 -fault-crash-runs 200
 	$(GO) test -count=1 -v -timeout 60m -run '^TestConcurrent$$' ./lsm -concurrent-for 30s
 	$(GO) test -count=1 -v -timeout 60m -run '^TestCorruption$$' ./cmd/lsmstats -corruption-injections 2100
+
+# The soak: backfill jobs on churning workloads over one store directory,
+# with random SIGKILLs, injected I/O faults (errorfs), context cancels and
+# reopens with rescale, every invariant checked after each event, for
+# SOAK_FOR (make soak SOAK_FOR=30m; make test runs 20 s). It prints the
+# events per kind and the findings, and fails on any finding.
+SOAK_FOR ?= 10m
+soak:
+	$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/soak -soak-for $(SOAK_FOR)
 
 clean:
 	rm -rf bin $(OUT)

@@ -303,7 +303,7 @@ func (j *Job) Close() error {
 	j.actors = nil
 	for _, w := range []*lsm.Writer{j.upstream, j.meta} {
 		if w != nil {
-			err = errors.CombineErrors(err, w.Close())
+			err = errors.CombineErrors(err, w.Abort())
 		}
 	}
 	return err
@@ -366,9 +366,15 @@ func (j *Job) spawnActors(ctx context.Context) {
 		go func() {
 			defer j.wg.Done()
 			if err := a.Run(ctx, in, j.acks); err != nil {
-				// The error was acknowledged with its barrier; drain the
-				// input so the job never blocks on a dead actor.
-				for range in {
+				// Drain the input so the job never blocks on a dead actor.
+				// An error in a barrier was acknowledged with it, but an
+				// actor that stopped on ctx did so before taking its next
+				// barrier: acknowledge those with the error, or the job
+				// would wait for their acks forever.
+				for m := range in {
+					if b, ok := m.(Barrier); ok {
+						j.acks <- Ack{Actor: a.cfg.ID, Epoch: b.Prev, Err: err}
+					}
 				}
 			}
 		}()
