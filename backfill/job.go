@@ -504,7 +504,18 @@ func (j *Job) writeMeta(epoch uint64) error {
 // progress computes the figures and the truth at a committed checkpoint
 // epoch, which every actor reported.
 func (j *Job) progress(epoch uint64) (Record, error) {
-	p, err := j.tracker.Progress(epoch, j.store.Stats())
+	st := j.store.Stats()
+	if st.PhysicalErr != nil {
+		// The physical statistics lag behind the checkpoint (reading a new
+		// SST's properties failed): a figure from them is not the
+		// checkpoint's, and one shown now could exceed what a restart
+		// computes. Refresh them, or fail the step.
+		if err := j.store.RefreshStats(); err != nil {
+			return Record{}, errors.Wrapf(err, "lsmstats/backfill: physical statistics of epoch %d", epoch)
+		}
+		st = j.store.Stats()
+	}
+	p, err := j.tracker.Progress(epoch, st)
 	if err != nil {
 		return Record{}, err
 	}

@@ -380,8 +380,12 @@ func TestCorruptSST(t *testing.T) {
 					require.True(t, errors.Is(perr, lsmstats.ErrCorruption) || lsmstats.IsCorruption(perr), "%v", perr)
 					require.Contains(t, perr.Error(), name)
 					require.Contains(t, strings.Join(rep.Unchecked, "\n"), "physical statistics")
+					rerr := s.RefreshStats()
+					require.True(t, lsmstats.IsCorruption(rerr), "%v", rerr)
+					require.Contains(t, rerr.Error(), name)
 				} else {
 					require.NoError(t, s.Stats().PhysicalErr)
+					require.NoError(t, s.RefreshStats())
 				}
 				require.Positive(t, s.Metrics().Corruptions)
 				require.Contains(t, log.text(), "corrupt data in")

@@ -53,6 +53,20 @@ func (s *Store) Stats() Stats {
 	return Stats{CommittedEpoch: s.committed.Load(), Physical: s.tracker.Current(), PhysicalErr: perr, Live: live}
 }
 
+// RefreshStats brings the physical statistics up to date with the live SSTs
+// now, after which Stats().PhysicalErr is nil, or returns why it cannot (an
+// I/O error, or a corrupt SST, reading a new SST's properties). For callers
+// that must not compute from physical statistics that lag behind the
+// committed epoch.
+func (s *Store) RefreshStats() error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	return s.tracker.Refresh()
+}
+
 // Snapshot returns st as the stats package's Snapshot, which its Metrics
 // read:
 //
