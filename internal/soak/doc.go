@@ -16,7 +16,7 @@
 //     WAL, the MANIFEST, OPTIONS) from a random moment on. The worker ends
 //     with an error carrying the injected fault, with Pebble's Fatalf (a
 //     crash), with a panic Pebble raised on the fault (a crash), or — when
-//     the faults missed — by finishing;
+//     the faults missed — like a reopen at its time limit;
 //   - cancel: the worker cancels the job's context at a random moment; the
 //     job must return promptly with the cancellation, and the worker closes
 //     the job and the store cleanly;
@@ -24,7 +24,9 @@
 //     everything cleanly, and the next run reopens it with another actor
 //     count.
 //
-// One worker in four first garbage collects and compacts the tables of a
+// Every run but a SIGKILLed one stops cleanly after 2 to 6 s at most (so
+// that an event lands on a job in progress, not on whole jobs). One worker
+// in four first garbage collects and compacts the tables of a
 // finished job (Pebble SINGLEDELs, and compactions that elide them), under
 // the same event.
 //

@@ -160,6 +160,9 @@ func (sk *soak) event(n int, kind string) {
 	if len(sk.done) > 0 && r.IntN(4) == 0 {
 		tk.GC = &sk.done[r.IntN(len(sk.done))].spec
 	}
+	if kind != "sigkill" {
+		tk.Limit = time.Duration(2000+r.IntN(4000)) * time.Millisecond
+	}
 	switch kind {
 	case "fault":
 		tk.Fault = r.IntN(len(faultRules))
@@ -240,6 +243,9 @@ func (sk *soak) outcome(n int, kind string, lines []report, end testutil.Exit, s
 		return kind + ":job-finished"
 	case end.Code == 0 && last.T == "X" && (kind == "cancel" || kind == "reopen"):
 		return kind
+	case end.Code == 0 && last.T == "X" && kind == "fault":
+		// The run reached its limit: the faults hit nothing that failed.
+		return "fault:survived"
 	case kind == "fault" && end.Code == 3 && last.T == "E" && last.Injected:
 		return "fault:error"
 	case kind == "fault" && end.Code == 4 && last.T == "F" && injected:

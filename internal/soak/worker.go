@@ -35,6 +35,10 @@ type task struct {
 	// After is when the event starts: the fault's arming or the cancel,
 	// after the store opened; for reopen, the checkpoints to run first.
 	After time.Duration `json:"after"`
+	// Limit ends every run that lasts this long (a cancel, then a clean
+	// close), so that an event whose faults missed does not run a whole
+	// job; 0: no limit.
+	Limit time.Duration `json:"limit"`
 	// Fault is the rule a fault event arms, and FaultProb the probability
 	// of failing each matching operation.
 	Fault     int     `json:"fault"`
@@ -208,6 +212,9 @@ func Worker(taskJSON string) int {
 	}
 	if tk.Event == "cancel" {
 		time.AfterFunc(tk.After, cancel)
+	}
+	if tk.Limit > 0 {
+		time.AfterFunc(tk.Limit, cancel)
 	}
 	finished, err := RunJob(ctx, s, tk.Job, tk.Actors, h)
 	if err != nil && !(errors.Is(err, context.Canceled) && ctx.Err() != nil) {
