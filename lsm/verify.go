@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/sstable/block"
 	"github.com/lsmstats/lsmstats"
@@ -30,8 +30,8 @@ type Stats struct {
 	// PhysicalErr, if not nil, is why the last refresh of the physical
 	// statistics failed (an I/O error reading a new SST's properties):
 	// Physical then describes an earlier set of SSTs and may lag behind
-	// CommittedEpoch. The store retries in the background; the live
-	// statistics are exact either way.
+	// CommittedEpoch. The store retries in the background (RefreshStats
+	// retries at once); the live statistics are exact either way.
 	PhysicalErr error
 }
 
@@ -316,44 +316,67 @@ type fileCorruption struct {
 // footer, metaindex or properties block is corrupt, or that is missing, is
 // corrupt too; other I/O errors fail the check.
 func (s *Store) checkFiles() (_ []fileCorruption, files int, _ error) {
-	levels, err := s.db.SSTables()
-	if err != nil {
-		return nil, 0, errors.Wrap(err, "lsmstats: list SSTs")
-	}
 	seen := map[uint64]bool{}
 	var out []fileCorruption
 	ropts := s.popts.MakeReaderOptions()
-	for _, tables := range levels {
-		for _, t := range tables {
-			num := uint64(t.BackingSSTNum)
-			if seen[num] {
-				continue
+	// Compactions replace files while the check runs: a listed file that
+	// vanished before it was opened is checked through its replacements,
+	// which the next listing finds. A file that vanished and is still
+	// listed is missing: corrupt.
+	for attempt := 0; ; attempt++ {
+		levels, err := s.db.SSTables()
+		if err != nil {
+			return nil, 0, errors.Wrap(err, "lsmstats: list SSTs")
+		}
+		vanished := 0
+		for _, tables := range levels {
+			for _, t := range tables {
+				num := uint64(t.BackingSSTNum)
+				if seen[num] {
+					continue
+				}
+				ropts.CacheOpts.FileNum = t.BackingSSTNum // named in the errors
+				err := s.checkFile(num, ropts)
+				switch {
+				case err == nil:
+				case errors.Is(err, errVanished):
+					vanished++
+					if attempt < maxListAttempts {
+						continue // not seen: the next listing decides
+					}
+					out = append(out, fileCorruption{num, lsmstats.MarkCorruption(errors.Wrap(err, "live SST missing"))})
+				case lsmstats.IsCorruption(err):
+					out = append(out, fileCorruption{num, err})
+				default:
+					return nil, 0, err
+				}
+				seen[num] = true
 			}
-			seen[num] = true
-			ropts.CacheOpts.FileNum = t.BackingSSTNum // named in the errors
-			err := s.checkFile(num, ropts)
-			switch {
-			case err == nil:
-			case lsmstats.IsCorruption(err):
-				out = append(out, fileCorruption{num, err})
-			default:
-				return nil, 0, err
-			}
+		}
+		if vanished == 0 {
+			break
 		}
 	}
 	slices.SortFunc(out, func(a, b fileCorruption) int { return cmp.Compare(a.fileNum, b.fileNum) })
 	return out, len(seen), nil
 }
 
+// maxListAttempts bounds the listings of checkFiles.
+const maxListAttempts = 8
+
+// errVanished is an SST that did not exist when checkFile opened it.
+var errVanished = errors.New("lsmstats: SST vanished")
+
 func (s *Store) checkFile(num uint64, ropts sstable.ReaderOptions) error {
 	path := s.fs.PathJoin(s.dir, pebbleDir, fmt.Sprintf("%06d.sst", num))
 	f, err := s.fs.Open(path)
 	if err != nil {
 		if oserror.IsNotExist(err) {
-			return lsmstats.MarkCorruption(errors.Wrapf(err, "live SST missing"))
+			return errors.Mark(err, errVanished)
 		}
 		return errors.Wrapf(err, "lsmstats: open %s", path)
 	}
+	// The open file stays readable if a compaction deletes it meanwhile.
 	readable, err := sstable.NewSimpleReadable(f)
 	if err != nil {
 		_ = f.Close()
@@ -374,32 +397,24 @@ func (s *Store) checkFile(num uint64, ropts sstable.ReaderOptions) error {
 		}
 		return markPebble(err)
 	}
-	return s.checkValueBlocks(path, r)
+	return checkValueBlocks(readable, r)
 }
 
 // checkValueBlocks validates the checksums of the value blocks and the value
 // index block of an SST (Pebble keeps the values of older versions of a
 // key there), which Pebble's ValidateBlockChecksums leaves out.
-func (s *Store) checkValueBlocks(path string, r *sstable.Reader) error {
+func checkValueBlocks(f objstorage.Readable, r *sstable.Reader) error {
 	l, err := r.Layout()
 	if err != nil {
 		return markPebble(err)
 	}
-	if len(l.ValueBlock) == 0 && l.ValueIndex.Length == 0 {
-		return nil
-	}
-	f, err := s.fs.Open(path)
-	if err != nil {
-		return errors.Wrapf(err, "lsmstats: open %s", path)
-	}
-	defer f.Close()
 	check := func(what string, h block.Handle) error {
 		buf := make([]byte, h.Length+block.TrailerLen)
-		if _, err := f.ReadAt(buf, int64(h.Offset)); err != nil {
-			if errors.Is(err, io.EOF) {
-				return lsmstats.MarkCorruption(errors.Wrapf(err, "%s (block %d/%d) is past the end of the file", what, h.Offset, h.Length))
-			}
-			return errors.Wrapf(err, "lsmstats: read %s", path)
+		if int64(h.Offset)+int64(len(buf)) > f.Size() {
+			return lsmstats.Corruptionf("%s (block %d/%d) is past the end of the file", what, h.Offset, h.Length)
+		}
+		if err := f.ReadAt(context.Background(), buf, int64(h.Offset)); err != nil {
+			return errors.Wrapf(err, "lsmstats: read %s", what)
 		}
 		if err := block.ValidateChecksum(r.BlockReader().ChecksumType(), buf, h); err != nil {
 			return markPebble(errors.Wrap(err, what))

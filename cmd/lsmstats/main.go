@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats"
@@ -54,6 +55,8 @@ func main() {
 
 // run executes a command line and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	// The store's log lines come from Pebble's goroutines too.
+	stderr = &syncWriter{w: stderr}
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
@@ -129,6 +132,18 @@ func (l cliLogger) Fatalf(format string, args ...any) {
 	fmt.Fprintf(l.w, "lsmstats: Pebble ended the process on a fatal error: %s\n",
 		strings.TrimRight(fmt.Sprintf(format, args...), "\n"))
 	os.Exit(exitFatal)
+}
+
+// syncWriter serialises writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
 
 // errCorrupt is returned (marked lsmstats.ErrCorruption) by commands that
