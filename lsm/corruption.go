@@ -43,8 +43,10 @@ func (e *cleanMessage) Unwrap() error { return e.cause }
 
 // checkOptionsFile checks Pebble's most recent OPTIONS file as Pebble's
 // Open does (Options.CheckCompatibility), to name the file in the error:
-// Pebble's own error does not. A file of another comparer is refused with
-// Pebble's message naming both; one that does not parse is corrupt.
+// Pebble's own error does not. One that does not parse is corrupt. One
+// that names another comparer is left to pebble.Open, which compares the
+// MANIFEST's comparer first and so tells a store of another comparer from
+// a damaged OPTIONS file (openError).
 func (s *Store) checkOptionsFile(popts *pebble.Options) error {
 	dbDir := s.fs.PathJoin(s.dir, pebbleDir)
 	names, err := s.fs.List(dbDir)
@@ -79,10 +81,42 @@ func (s *Store) checkOptionsFile(popts *pebble.Options) error {
 		return errors.Wrapf(err, "lsmstats: read %s", path)
 	}
 	if err := popts.CheckCompatibility(dbDir, string(data)); err != nil {
-		if strings.Contains(err.Error(), "comparer name from file") {
-			return errors.Wrapf(err, "lsmstats: %s was written with another comparer", s.dir)
+		if isComparerMismatch(err) {
+			// Another comparer, or a damaged name: Pebble's Open tells
+			// (openError), comparing with the MANIFEST's first.
+			return nil
 		}
 		return lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats: Pebble's options file %s is corrupt", path))
 	}
 	return nil
+}
+
+func isComparerMismatch(err error) bool {
+	return strings.Contains(err.Error(), "comparer name from file")
+}
+
+// openError classifies an error of pebble.Open. Pebble checks the
+// comparer the MANIFEST names, then the one its OPTIONS file names: a
+// mismatch in the MANIFEST is a store of another comparer, one in OPTIONS
+// alone (the MANIFEST agreed) a corrupt OPTIONS file.
+func (s *Store) openError(err error) error {
+	switch {
+	case errors.Is(err, pebble.ErrDBDoesNotExist):
+		return errors.Wrapf(ErrNoStore, "%s holds no Pebble database", s.dir)
+	case isComparerMismatch(err) && strings.Contains(err.Error(), "manifest file"):
+		return errors.Wrapf(err, "lsmstats: %s was written with another comparer", s.dir)
+	case isComparerMismatch(err):
+		return lsmstats.MarkCorruption(errors.Wrapf(err,
+			"lsmstats: Pebble's options file in %s names another comparer than its MANIFEST: it is corrupt", s.dir))
+	case oserror.IsNotExist(err):
+		// Files the MANIFEST lists (or the MANIFEST the marker names) are
+		// gone: a MANIFEST that lost edits, or files removed.
+		return lsmstats.MarkCorruption(errors.Wrapf(err,
+			"lsmstats: open pebble in %s: files the MANIFEST lists are missing (a damaged MANIFEST, or files removed)", s.dir))
+	case strings.Contains(err.Error(), "object size mismatch"):
+		// Pebble's consistency check: an SST shorter or longer than the
+		// MANIFEST says (a cut or overwritten file).
+		return lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats: open pebble in %s: SSTs differ from their size in the MANIFEST", s.dir))
+	}
+	return markPebble(errors.Wrapf(err, "lsmstats: open pebble in %s", s.dir))
 }

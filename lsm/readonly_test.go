@@ -178,6 +178,7 @@ func TestOpenNoStore(t *testing.T) {
 	_, err = roOpen(other)
 	require.ErrorContains(t, err, "another comparer")
 	require.ErrorContains(t, err, `"leveldb.BytewiseComparator"`)
+	require.False(t, lsmstats.IsCorruption(err), "another comparer is not corruption: %v", err)
 }
 
 // TestReadOnlyCorruptMetadata: metadata rows that do not decode fail a
@@ -435,4 +436,58 @@ func corruptBlock(t *testing.T, path, kind string) {
 		}
 	}
 	t.Fatalf("%s has no %s block: %v", path, kind, blocks)
+}
+
+// TestOpenDamagedFiles: each way pebble.Open fails on damaged files comes
+// back as an error marked lsmstats.ErrCorruption naming what is wrong, for
+// a read-only and a writable open alike, and a refused read-only open
+// leaves the directory as it was. A store of another comparer is not
+// corruption (TestOpenNoStore): a comparer name that differs in the OPTIONS
+// file alone, the MANIFEST agreeing, is a damaged OPTIONS file.
+func TestOpenDamagedFiles(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, dir string)
+		want   string
+	}{
+		{"options-comparer", func(t *testing.T, dir string) {
+			opts, err := filepath.Glob(filepath.Join(dir, pebbleDir, "OPTIONS-*"))
+			require.NoError(t, err)
+			require.NotEmpty(t, opts)
+			for _, p := range opts {
+				b, err := os.ReadFile(p)
+				require.NoError(t, err)
+				require.Contains(t, string(b), keys.ComparerName)
+				// One byte of the name changes, as a flipped bit would.
+				b = []byte(strings.Replace(string(b), keys.ComparerName, keys.ComparerName[:len(keys.ComparerName)-1]+"7", 1))
+				require.NoError(t, os.WriteFile(p, b, 0o644))
+			}
+		}, "names another comparer than its MANIFEST: it is corrupt"},
+		{"sst-missing", func(t *testing.T, dir string) {
+			require.NoError(t, os.Remove(filepath.Join(dir, pebbleDir, fmt.Sprintf("%06d.sst", dataOnlySST(t, dir, 20000, 30000)))))
+		}, "files the MANIFEST lists are missing"},
+		{"sst-cut", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, pebbleDir, fmt.Sprintf("%06d.sst", dataOnlySST(t, dir, 20000, 30000)))
+			st, err := os.Stat(p)
+			require.NoError(t, err)
+			require.NoError(t, os.Truncate(p, st.Size()-10))
+		}, "SSTs differ from their size in the MANIFEST"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := smallStore(t, true)
+			c.damage(t, dir)
+			before := dirState(t, dir)
+			for _, readOnly := range []bool{true, false} {
+				_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: QuietLogger{W: io.Discard}})
+				require.Error(t, err, "read-only %v", readOnly)
+				require.True(t, errors.Is(err, lsmstats.ErrCorruption), "read-only %v: %v", readOnly, err)
+				require.ErrorContains(t, err, c.want)
+				require.ErrorContains(t, err, dir)
+				require.NotContains(t, err.Error(), "written with another comparer")
+				if readOnly {
+					require.Equal(t, before, dirState(t, dir), "a refused read-only open changed the directory")
+				}
+			}
+		})
+	}
 }

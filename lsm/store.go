@@ -215,21 +215,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 	db, err := pebble.Open(s.fs.PathJoin(dir, pebbleDir), popts)
 	if err != nil {
-		if errors.Is(err, pebble.ErrDBDoesNotExist) {
-			return nil, errors.Wrapf(ErrNoStore, "%s holds no Pebble database", dir)
-		}
-		if oserror.IsNotExist(err) {
-			// Files the MANIFEST lists (or the MANIFEST the marker names)
-			// are gone: a MANIFEST that lost edits, or files removed.
-			return nil, lsmstats.MarkCorruption(errors.Wrapf(err,
-				"lsmstats: open pebble in %s: files the MANIFEST lists are missing (a damaged MANIFEST, or files removed)", dir))
-		}
-		if strings.Contains(err.Error(), "object size mismatch") {
-			// Pebble's consistency check: an SST shorter or longer than the
-			// MANIFEST says (a cut or overwritten file).
-			return nil, lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats: open pebble in %s: SSTs differ from their size in the MANIFEST", dir))
-		}
-		return nil, markPebble(errors.Wrapf(err, "lsmstats: open pebble in %s", dir))
+		return nil, s.openError(err)
 	}
 	s.db = db
 	s.wopts = popts.MakeWriterOptions(0, db.TableFormat())
