@@ -219,6 +219,10 @@ func (j *Job) Initial() *Record { return j.initial }
 // Started reports whether the backfill started.
 func (j *Job) Started() bool { return j.started }
 
+// Finished reports whether every vnode of the backfill finished, as of the
+// last checkpoint.
+func (j *Job) Finished() bool { return j.finished }
+
 // Tracker returns the job's progress tracker.
 func (j *Job) Tracker() *Tracker { return j.tracker }
 

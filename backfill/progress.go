@@ -62,32 +62,21 @@ func (s Stats) Estimate(in Input) (float64, float64) {
 // vnode, by index of in.Vnodes: its live rows if finished, the estimated
 // live rows <= its cursor if in progress, 0 if not started. The vnodes in
 // progress are asked together (lsm.Stats.AppendEstimates), which overlaps
-// the cache misses of their searches.
+// the cache misses of their searches; each asks the rows up to its cursor
+// inclusive, which the statistics estimate as what it is, the pk of a row
+// the backfill read.
 func (Stats) EstimateVnodes(in Input) (consumed, total float64, perVnode []float64) {
 	perVnode = make([]float64, len(in.Vnodes))
-	// The successors of the cursors, in one buffer: sized up front, it is
-	// one allocation.
-	var size int
-	for _, v := range in.Vnodes {
-		if v.inProgress() {
-			size += len(v.Cursor) + 1
-		}
-	}
-	succ := make([]byte, 0, size)
 	qs := make([]stats.RangeQuery, 0, len(in.Vnodes))
 	at := make([]int, 0, len(in.Vnodes)) // index in in.Vnodes of each query
 	for i, v := range in.Vnodes {
 		if v.inProgress() {
-			// pk + 0x00 is the smallest key above pk: with prefix-free
-			// pk encodings, [nil, pk+0x00) holds exactly the pks <= pk.
-			n := len(succ)
-			succ = append(append(succ, v.Cursor...), 0)
-			qs = append(qs, stats.RangeQuery{Vnode: v.Vnode, Hi: succ[n:len(succ):len(succ)]})
+			qs = append(qs, stats.RangeQuery{Vnode: v.Vnode, Hi: v.Cursor, HiInclusive: true})
 			at = append(at, i)
 		}
 	}
 	for j, e := range in.Stats.AppendEstimates(make([]stats.RowEstimate, 0, len(qs)), in.Upstream, qs) {
-		perVnode[at[j]] = e.Rows
+		perVnode[at[j]] = e.Mean
 	}
 	for i, v := range in.Vnodes {
 		live := float64(max(0, in.Stats.Live.Vnode(in.Upstream, v.Vnode).Rows))

@@ -39,6 +39,11 @@ type Config struct {
 	OnCheckpoint func(backfill.Record)
 	// OnPhase, if set, sees the pipeline's phases (backfill.JobConfig).
 	OnPhase func(string)
+	// RestartAt, if positive, drops the run after that many checkpoints of
+	// the job, without closing it (its uncommitted work is lost, as in a
+	// crash), and reopens it from what the store persisted; the figure the
+	// reopened job shows before its first new checkpoint is a record too.
+	RestartAt int
 }
 
 // Estimators returns the estimators of the named approaches.
@@ -100,20 +105,37 @@ func (s *Session) Close() error {
 	return errors.CombineErrors(s.Job.Close(), s.Store.Close())
 }
 
-// ErrorStats summarise one approach's |raw figure - truth| in pp.
+// ErrorStats summarise one approach's raw figure - truth over checkpoints,
+// in percentage points: the mean and largest absolute error, and the mean
+// signed error (the bias: negative when the figure trails the truth).
 type ErrorStats struct {
-	MeanPP float64 `json:"mean_pp"`
-	MaxPP  float64 `json:"max_pp"`
-	n      int
+	MeanPP   float64 `json:"mean_pp"`
+	MaxPP    float64 `json:"max_pp"`
+	SignedPP float64 `json:"signed_mean_pp"`
+	N        int     `json:"checkpoints"`
 }
 
-func (e *ErrorStats) add(x float64) {
-	e.MeanPP = (e.MeanPP*float64(e.n) + x) / float64(e.n+1)
-	e.MaxPP = math.Max(e.MaxPP, x)
-	e.n++
+func (e *ErrorStats) add(d float64) {
+	n := float64(e.N)
+	e.MeanPP = (e.MeanPP*n + math.Abs(d)) / (n + 1)
+	e.SignedPP = (e.SignedPP*n + d) / (n + 1)
+	e.MaxPP = math.Max(e.MaxPP, math.Abs(d))
+	e.N++
 }
 
-// AddError adds |raw - truth| of an approach's figure at a checkpoint to
+// merge adds the checkpoints of o to e.
+func (e *ErrorStats) merge(o *ErrorStats) {
+	if o == nil || o.N == 0 {
+		return
+	}
+	n, m := float64(e.N), float64(o.N)
+	e.MeanPP = (e.MeanPP*n + o.MeanPP*m) / (n + m)
+	e.SignedPP = (e.SignedPP*n + o.SignedPP*m) / (n + m)
+	e.MaxPP = math.Max(e.MaxPP, o.MaxPP)
+	e.N += o.N
+}
+
+// AddError adds raw - truth of an approach's figure at a checkpoint to
 // errs; a negative truth (no oracle) is skipped.
 func AddError(errs map[string]*ErrorStats, approach string, raw, truth float64) {
 	if truth < 0 {
@@ -124,7 +146,7 @@ func AddError(errs map[string]*ErrorStats, approach string, raw, truth float64) 
 		e = &ErrorStats{}
 		errs[approach] = e
 	}
-	e.add(math.Abs(raw - truth))
+	e.add(raw - truth)
 }
 
 // Summary is what a run measured.
@@ -177,7 +199,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if err != nil {
 		return sum, err
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	for !s.Job.Started() {
 		if _, _, err := s.Job.Step(ctx); err != nil {
 			return sum, err
@@ -185,6 +207,24 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	jobStart = time.Now()
 	sum.Load = jobStart.Sub(start)
+	if cfg.RestartAt > 0 {
+		for len(sum.Records) < cfg.RestartAt && !s.Job.Finished() {
+			if _, _, err := s.Job.Step(ctx); err != nil {
+				return sum, err
+			}
+		}
+		// The job is dropped unclosed: only what the last checkpoint
+		// committed survives the store's Close.
+		if err := s.Store.Close(); err != nil {
+			return sum, err
+		}
+		if s, err = Open(cfg); err != nil {
+			return sum, err
+		}
+		if rec := s.Job.Initial(); rec != nil {
+			cfg.OnCheckpoint(*rec)
+		}
+	}
 	res, err := s.Job.Run(ctx)
 	if err != nil {
 		return sum, err

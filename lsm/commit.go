@@ -89,7 +89,7 @@ func (s *Store) Commit(epoch uint64) error {
 	s.iters.close() // pooled iterators predate the checkpoint: release their files
 	s.drop(bufs)
 	s.metrics.commits.Add(1)
-	s.splitBuckets(batch.Oversized())
+	s.rescanBuckets(batch.Rescans())
 	return nil
 }
 
@@ -169,6 +169,10 @@ func (s *Store) writeData(out *output, bufs []*epochBuf, batch *stats.LiveBatch)
 		}
 	}
 	heap.Init(&h)
+	// A pk's versions come newest first: the newest says whether its row is
+	// live once the commit lands, which Apply needs for every version.
+	var prefix []byte
+	var live bool
 	for len(h) > 0 {
 		src := h[0]
 		key := src.key()
@@ -179,7 +183,10 @@ func (s *Store) writeData(out *output, bufs []*epochBuf, batch *stats.LiveBatch)
 		if err != nil {
 			return errors.NewAssertionErrorWithWrappedErrf(err, "commit produced an invalid key")
 		}
-		if err := batch.Apply(k.Table, k.Vnode, k.PK, src.delta(len(k.PK)), k.Kind == keys.KindPut); err != nil {
+		if p := key[:keys.Split(key)]; !bytes.Equal(p, prefix) {
+			prefix, live = append(prefix[:0], p...), k.Kind == keys.KindPut
+		}
+		if err := batch.Apply(k.Table, k.Vnode, k.PK, src.delta(len(k.PK)), live); err != nil {
 			return err
 		}
 		if src.next(); src.valid() {

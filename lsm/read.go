@@ -465,48 +465,64 @@ func (i *Iter) Close() error {
 	return err
 }
 
-// splitBuckets splits the live-statistics buckets that grew too big, by
-// scanning their rows at the committed epoch. A failure only leaves a bucket
-// big (bounds wider), so it is logged, not returned.
-func (s *Store) splitBuckets(reqs []stats.SplitRequest) {
+// rescanBuckets scans the live-statistics buckets that grew too big, to
+// split them, or whose calibration is stale, at the committed epoch (see
+// stats.Rescan): the buckets of one vnode with one iterator, all of them
+// published together. A scan that fails leaves its bucket as it was: its
+// counts stay exact, only its estimates are less so until a later commit
+// asks again.
+func (s *Store) rescanBuckets(reqs []stats.Rescan) {
 	epoch := s.committed.Load()
-	for _, r := range reqs {
-		pieces, err := s.scanPieces(r, epoch)
-		if err == nil {
-			s.mu.Lock()
-			err = s.mu.live.ApplySplit(r, pieces)
-			s.mu.Unlock()
+	var done []stats.ScannedBucket
+	for len(reqs) > 0 {
+		n := 1 // reqs is in (table, vnode, pk) order
+		for n < len(reqs) && reqs[n].Table == reqs[0].Table && reqs[n].Vnode == reqs[0].Vnode {
+			n++
 		}
-		if err != nil {
-			s.logf("lsmstats: split live bucket of table %d vnode %d: %v", r.Table, r.Vnode, err)
+		var err error
+		if done, err = s.scanBuckets(reqs[:n], epoch, done); err != nil {
+			s.logf("lsmstats: rescan live buckets of table %d vnode %d: %v", reqs[0].Table, reqs[0].Vnode, err)
 		}
+		reqs = reqs[n:]
+	}
+	if len(done) == 0 {
+		return
+	}
+	s.mu.Lock()
+	err := s.mu.live.ApplyRescans(done)
+	s.mu.Unlock()
+	if err != nil {
+		s.logf("lsmstats: rescan live buckets: %v", err)
 	}
 }
 
-func (s *Store) scanPieces(r stats.SplitRequest, epoch uint64) ([]stats.Piece, error) {
-	it, err := s.newIter(r.Table, r.Vnode, r.Lower, r.Upper, epoch)
+// scanBuckets scans the rows of the buckets of reqs, all of one vnode and
+// in pk order, at epoch, and appends them to done.
+func (s *Store) scanBuckets(reqs []stats.Rescan, epoch uint64, done []stats.ScannedBucket) ([]stats.ScannedBucket, error) {
+	it, err := s.newIter(reqs[0].Table, reqs[0].Vnode, reqs[0].Lower, reqs[len(reqs)-1].Upper, epoch)
 	if err != nil {
-		return nil, err
+		return done, err
 	}
 	defer it.Close()
-	pieces := []stats.Piece{{Lower: r.Lower}}
-	cur := &pieces[0]
-	var n int64
-	for valid := it.First(); valid; valid = it.Next() {
-		if cur.Rows >= r.Target {
-			pieces = append(pieces, stats.Piece{Lower: slices.Clone(it.PK())})
-			cur = &pieces[len(pieces)-1]
+	for _, r := range reqs {
+		sc := stats.NewBucketScan(r)
+		var n int64
+		valid := it.First()
+		if r.Lower != nil {
+			valid = it.SeekGE(r.Lower)
 		}
-		cur.Rows++
-		cur.Bytes += int64(len(it.PK()) + len(it.Row()))
-		n++
+		for ; valid && (r.Upper == nil || bytes.Compare(it.PK(), r.Upper) < 0); valid = it.Next() {
+			sc.Add(it.PK(), int64(len(it.PK())+len(it.Row())))
+			n++
+		}
+		if err := it.Error(); err != nil {
+			return done, err
+		}
+		s.metrics.bucketScans.Add(1)
+		s.metrics.bucketScanRows.Add(n)
+		done = append(done, sc.Finish())
 	}
-	if err := it.Error(); err != nil {
-		return nil, err
-	}
-	s.metrics.splitScans.Add(1)
-	s.metrics.splitRows.Add(n)
-	return pieces, nil
+	return done, nil
 }
 
 // Live returns the current live statistics.

@@ -121,7 +121,7 @@ type storeMetrics struct {
 	commits, spills, spilledBytes, stalls atomic.Int64
 	stallsAbandoned, stallNanos           atomic.Int64
 	pebbleStalls                          atomic.Int64
-	splitScans, splitRows                 atomic.Int64
+	bucketScans, bucketScanRows           atomic.Int64
 	corruptions                           atomic.Int64
 }
 
@@ -250,13 +250,13 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if o.ReadOnly {
 		return s, nil
 	}
-	// Redo the bucket splits that were pending persistence at the crash or
-	// close (see stats.LiveState.Oversized): the live statistics are then
+	// Redo the bucket rescans that were pending persistence at the crash or
+	// close (see stats.LiveState.Rescans): the live statistics are then
 	// exactly what they were before it.
 	s.mu.Lock()
-	reqs := s.mu.live.Oversized()
+	reqs := s.mu.live.Rescans()
 	s.mu.Unlock()
-	s.splitBuckets(reqs)
+	s.rescanBuckets(reqs)
 	return s, nil
 }
 
@@ -682,8 +682,10 @@ type Metrics struct {
 	PebbleWriteStalls int64
 	// BufferedBytes is the memory held by writers' buffers now.
 	BufferedBytes int64
-	// SplitScans and SplitRows count the scans that split live buckets.
-	SplitScans, SplitRows int64
+	// BucketScans and BucketScanRows count the scans of live-statistics
+	// buckets (splits of buckets that grew too big, recalibrations) and the
+	// rows they read.
+	BucketScans, BucketScanRows int64
 	// Corruptions counts the corrupt blocks Pebble met (its DataCorruption
 	// events): each read that met one returned an error naming the file.
 	Corruptions int64
@@ -702,8 +704,8 @@ func (s *Store) Metrics() Metrics {
 		CommitStallTime:       time.Duration(s.metrics.stallNanos.Load()),
 		PebbleWriteStalls:     s.metrics.pebbleStalls.Load(),
 		BufferedBytes:         s.buffered.Load(),
-		SplitScans:            s.metrics.splitScans.Load(),
-		SplitRows:             s.metrics.splitRows.Load(),
+		BucketScans:           s.metrics.bucketScans.Load(),
+		BucketScanRows:        s.metrics.bucketScanRows.Load(),
 		Corruptions:           s.metrics.corruptions.Load(),
 	}
 	pm := s.db.Metrics()

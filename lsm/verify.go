@@ -498,15 +498,18 @@ func sameFiles(a, b *stats.Version) bool {
 }
 
 // verifyVnode scans one vnode and compares it with its live statistics,
-// bucket by bucket.
+// bucket by bucket: counts, whether each bucket's lower bound is a live
+// row, and the anchors of the first and last bucket.
 func (s *Store) verifyVnode(epoch uint64, live *stats.Live, table uint32, vnode uint16, differ func(string, ...any)) (int64, error) {
-	bounds := live.BucketBounds(table, vnode)
-	want := live.BucketCounts(table, vnode)
+	want := live.Detail(table, vnode)
+	bounds := make([][]byte, len(want.Buckets))
+	for i, b := range want.Buckets {
+		bounds[i] = b.Lower
+	}
 	rc, err := s.recountVnode(table, vnode, bounds, epoch)
-	got := rc.Buckets
 	var sum stats.LiveCounts
-	for _, c := range got {
-		sum = sum.Add(c)
+	for _, c := range rc.Buckets {
+		sum = sum.Add(c.LiveCounts)
 	}
 	if err != nil {
 		if errors.Is(err, keys.ErrMalformedKey) {
@@ -520,12 +523,30 @@ func (s *Store) verifyVnode(epoch uint64, live *stats.Live, table uint32, vnode 
 			table, vnode, total.Rows, total.Bytes, sum.Rows, sum.Bytes)
 		return sum.Rows, nil
 	}
-	for i := range got {
-		if got[i] != want[i] {
+	for i, got := range rc.Buckets {
+		w := want.Buckets[i]
+		if got.LiveCounts != w.LiveCounts {
 			differ("table %d vnode %d bucket %d (pk >= %x): live statistics say %d rows / %d bytes, a scan finds %d / %d",
-				table, vnode, i, bounds[i], want[i].Rows, want[i].Bytes, got[i].Rows, got[i].Bytes)
+				table, vnode, i, w.Lower, w.Rows, w.Bytes, got.Rows, got.Bytes)
+		}
+		if i > 0 && got.LowerLive != w.LowerLive {
+			differ("table %d vnode %d bucket %d: live statistics say its lower bound %x is live: %t, a scan finds %t",
+				table, vnode, i, w.Lower, w.LowerLive, got.LowerLive)
 		}
 	}
+	anchor := func(name string, hint, scanned []byte, live bool, outside int) {
+		switch {
+		case scanned == nil:
+		case hint == nil:
+			differ("table %d vnode %d has rows but no %s pk", table, vnode, name)
+		case live && !bytes.Equal(hint, scanned):
+			differ("table %d vnode %d: %s pk %x is said to be live, a scan finds %x", table, vnode, name, hint, scanned)
+		case bytes.Compare(scanned, hint) == outside:
+			differ("table %d vnode %d: live row %x is beyond the %s pk %x", table, vnode, scanned, name, hint)
+		}
+	}
+	anchor("smallest", want.MinPK, rc.MinPK, want.MinLive, -1)
+	anchor("largest", want.MaxPK, rc.MaxPK, want.MaxLive, 1)
 	return sum.Rows, nil
 }
 
@@ -571,32 +592,23 @@ func (s *Store) RecomputeLiveStats(table uint32) (before, after stats.LiveCounts
 	after = s.mu.live.Current().Table(table)
 	s.mu.Unlock()
 	s.statsMu.Unlock()
-	s.splitBuckets(batch.Oversized())
+	s.rescanBuckets(batch.Rescans())
 	return before, after, nil
 }
 
-// recountVnode scans a vnode at epoch and counts its live rows and bytes
-// per bucket (bounds are the buckets' lower bounds), and its smallest and
-// largest live pk: Verify compares the counts, RecomputeLiveStats keeps them.
+// recountVnode scans a vnode at epoch and recounts it against the given
+// bucket bounds (stats.VnodeScan): Verify compares the result with the
+// live statistics, RecomputeLiveStats keeps it.
 func (s *Store) recountVnode(table uint32, vnode uint16, bounds [][]byte, epoch uint64) (stats.VnodeRecount, error) {
-	rc := stats.VnodeRecount{Buckets: make([]stats.LiveCounts, len(bounds))}
 	it, err := s.newIter(table, vnode, nil, nil, epoch)
 	if err != nil {
-		return rc, err
+		return stats.VnodeRecount{}, err
 	}
-	b := 0
+	sc := stats.NewVnodeScan(bounds)
 	for ok := it.First(); ok; ok = it.Next() {
-		pk := it.PK()
-		for b+1 < len(bounds) && bytes.Compare(pk, bounds[b+1]) >= 0 {
-			b++
-		}
-		rc.Buckets[b].Rows++
-		rc.Buckets[b].Bytes += int64(len(pk) + len(it.Row()))
-		if rc.MinPK == nil {
-			rc.MinPK = slices.Clone(pk)
-		}
-		rc.MaxPK = append(rc.MaxPK[:0], pk...)
+		sc.Add(it.PK(), int64(len(it.PK())+len(it.Row())))
 	}
 	// The iterator's errors name the table and vnode.
-	return rc, it.Close()
+	err = it.Close()
+	return sc.Recount(), err
 }

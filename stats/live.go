@@ -17,17 +17,21 @@ package stats
 // its puts are shadowed, so from physical counts alone a range's live rows are
 // known only up to the number of such updates in the whole vnode (30% of it
 // under update churn). Buckets make every range query exact except for the
-// two buckets that hold its end points, which are bounded by [0, bucket rows]
-// and estimated by interpolating the pk inside the bucket.
+// two buckets that hold its end points, which are bounded by what their
+// anchors are known to hold and estimated by a calibrated interpolation of
+// the pk inside the bucket (the package doc says why it is unbiased).
 //
 // Bucket sizes follow the vnode: a bucket splits when it holds more than
-// max(MinSplitRows, rows(vnode)/SplitDivisor) rows, and neighbours merge when
-// together they hold less than half of that. A split needs the exact count of
-// each piece, which the store gets by scanning the bucket's rows once after
-// the commit that made it too big; each row is scanned O(log growth) times
-// over the life of a vnode, like a B-tree's splits. With SplitDivisor 96 no
-// bucket holds more than 1.04% of its vnode, so the bounds of any range are at
-// most 2.1% of the vnode wide.
+// splitLimit rows — max(MinSplitRows, rows(vnode)/SplitDivisor,
+// rows(table)/TableBucketBudget) — and a bucket merges into its left
+// neighbour when it is empty or the two together hold less than half of
+// that. A split needs the
+// exact count of each piece, which the store gets by scanning the bucket's
+// rows once after the commit that made it too big (BucketScan, which also
+// calibrates each piece); each row is scanned O(log growth) times over the
+// life of a vnode, like a B-tree's splits. With SplitDivisor 96 no bucket
+// of a large vnode holds more than 1.04% of it, so the bounds of any range
+// are at most 2.1% of the vnode wide.
 //
 // A Live value is an immutable snapshot, safe for concurrent use. LiveState
 // owns the current snapshot and the buckets not yet persisted; it is not safe
@@ -51,8 +55,14 @@ import (
 const (
 	// SplitDivisor sets the largest bucket to 1/SplitDivisor of its vnode.
 	SplitDivisor = 96
-	// MinSplitRows keeps buckets of small vnodes from shrinking below this.
-	MinSplitRows = 8
+	// MinSplitRows is the split limit of the smallest vnodes: at one row a
+	// bucket, a vnode of up to SplitDivisor rows is counted exactly.
+	MinSplitRows = 1
+	// TableBucketBudget bounds the buckets of one table: a bucket may hold
+	// at least 1/TableBucketBudget of its table's rows, so a table of many
+	// small vnodes keeps about TableBucketBudget buckets (16 bytes of index
+	// and 48 of bucket, plus its bound, each), not one per row.
+	TableBucketBudget = 1 << 16
 )
 
 // LiveCounts are live rows and live bytes (pk + row bytes of each live row).
@@ -69,7 +79,100 @@ func (c LiveCounts) Add(o LiveCounts) LiveCounts {
 type bucket struct {
 	lower []byte // nil for the first bucket
 	LiveCounts
+	// lowerLive says that lower is the pk of a live row (always false for
+	// the first bucket, whose smallest pk is the vnode's minPK hint).
+	lowerLive bool
+	// calibrated says that sumResid and sumPos hold, for the bucket's
+	// current rows, the sums of rank − n·position and of position, where
+	// rank counts the bucket's rows at or below a row, n is its rows and
+	// position is where the row lies between the bucket's anchors (see
+	// calibrate). A scan of the rows sets them; every insert and delete
+	// after it updates them exactly, as their change depends on the
+	// position of the row alone. Without them (no scan yet, a merge, an end
+	// bucket whose anchor moved) the bucket is rescanned after the commit,
+	// and estimates use the uniform model until then.
+	calibrated       bool
+	sumResid, sumPos float64
 }
+
+// offset returns the calibration offset of a bucket's estimates: the mean
+// of rank − n·position over its rows that are not anchors (the live lower
+// bound has rank 1 at position 0, the last bucket's live maxPK rank n at
+// position 1: residuals 1 and 0). loLive and hiLive say whether the
+// anchors are live rows of the bucket.
+func (b *bucket) offset(loLive, hiLive bool) (float64, bool) {
+	m := b.Rows - b2i(loLive) - b2i(hiLive)
+	if !b.calibrated || m <= 0 {
+		return 0, false
+	}
+	return (b.sumResid - float64(b2i(loLive))) / float64(m), true
+}
+
+// insert updates the calibration for a row inserted at position u. With n
+// rows before it and U the sum of their positions, the rows above the new
+// one rank one higher and every row's n·position grows by its position, so
+// the residuals change by n − U in all; the new row's own residual is its
+// rank minus (n+1)·u, and its rank plus the rows above it is n+1: the sum
+// of residuals grows by n − U + 1 − (n+1)·u, whichever rows are above it.
+func (b *bucket) insert(u float64) {
+	n := float64(max(b.Rows, 0))
+	b.sumResid += n - b.sumPos + 1 - (n+1)*u
+	b.sumPos += u
+}
+
+// remove updates the calibration for a row at position u deleted from
+// the bucket: the inverse of insert.
+func (b *bucket) remove(u float64) {
+	n := float64(max(b.Rows, 1))
+	b.sumPos -= u
+	b.sumResid -= (n - 1) - b.sumPos + 1 - n*u
+}
+
+// aux packs the per-bucket facts a query reads into the low auxBits of
+// the bucket's prefix sum (liveVnode.cum): the flags, and the calibration
+// offset as a signed fixed-point number of sixteenths of a row, held
+// within ±2¹³ rows.
+func (v *liveVnode) aux(i int) uint64 {
+	b := &v.buckets[i]
+	var a uint64
+	if b.lowerLive {
+		a |= auxLowerLive
+	}
+	loLive, hiLive := b.lowerLive, false
+	if i == 0 {
+		loLive = v.minLive
+	}
+	if i == len(v.buckets)-1 {
+		hiLive = v.maxLive
+	}
+	if off, ok := b.offset(loLive, hiLive); ok {
+		q := int64(math.Round(off * auxOffsetUnit))
+		q = min(max(q, -1<<(auxOffsetBits-1)), 1<<(auxOffsetBits-1)-1)
+		a |= auxCalibrated | uint64(q)&(1<<auxOffsetBits-1)<<2
+	}
+	return a
+}
+
+// auxOffset returns the calibration offset in an aux, in rows.
+func auxOffset(a uint64) float64 {
+	off := int64(a<<(64-auxBits)) >> (64 - auxOffsetBits) // sign-extended
+	return float64(off) / auxOffsetUnit
+}
+
+const (
+	auxLowerLive  = 1 << 0
+	auxCalibrated = 1 << 1
+	// auxBits are the low bits of each prefix sum that hold its bucket's
+	// aux: two flags and the offset's auxOffsetBits.
+	auxBits       = 20
+	auxOffsetBits = auxBits - 2
+	auxOffsetUnit = 16
+	auxMask       = 1<<auxBits - 1
+)
+
+// stale reports whether the bucket must be rescanned to be calibrated
+// again: it has rows but no calibration.
+func (b *bucket) stale() bool { return b.Rows > 0 && !b.calibrated }
 
 // key8 returns b's first 8 bytes as a big-endian integer, zero-padded. When
 // key8(a) != key8(b) their order is that of a and b: they differ within
@@ -103,9 +206,11 @@ type liveVnode struct {
 	// place.
 	keys []uint64
 	// cum[i] is the live rows of the buckets before bucket i, for i up to
-	// len(buckets), as int64 bits: seal puts it in one allocation with a
-	// copy of keys when a batch publishes the vnode. Nil while the vnode is
-	// being changed.
+	// len(buckets), shifted left by auxBits, with bucket i's aux in the
+	// low bits (int64 bits: unchecked writers may leave counts negative):
+	// a query reads both from one word. seal puts it in one allocation with
+	// a copy of keys when a batch publishes the vnode. Nil while the vnode
+	// is being changed.
 	cum []uint64
 	// minKey and maxKey are key8 of minPK and maxPK.
 	minKey, maxKey uint64
@@ -114,10 +219,15 @@ type liveVnode struct {
 	shortBounds, shortHints bool
 	total                   LiveCounts
 	buckets                 []bucket // sorted by lower; buckets[0].lower == nil
-	// minPK and maxPK are the smallest and largest pk ever inserted: hints
-	// that let the first and last bucket interpolate. They may be stale after
-	// deletes, which only affects estimates, never bounds.
-	minPK, maxPK []byte
+	// minPK and maxPK bound the vnode's pks: no live row is below minPK or
+	// above maxPK. They are the anchors of the first and last bucket's
+	// interpolation. Inserts below or above them move them; a scan of the
+	// first or last bucket (a split, a recount) sets them to the smallest
+	// and largest live pk. minLive and maxLive say whether they are the pks
+	// of live rows: a delete clears them, so they are exact, like each
+	// bucket's lowerLive.
+	minPK, maxPK     []byte
+	minLive, maxLive bool
 }
 
 func newLiveVnode() *liveVnode {
@@ -142,17 +252,19 @@ func (v *liveVnode) appendBucket(b bucket) {
 }
 
 // seal builds the index of a vnode about to be published: a copy of its
-// keys and the prefix sums of its rows, in one allocation.
+// keys and the prefix sums of its rows with each bucket's aux, in one
+// allocation.
 func (v *liveVnode) seal() {
 	n := len(v.buckets)
 	index := make([]uint64, 2*n+1)
 	copy(index, v.keys)
 	var sum int64
-	for i, b := range v.buckets {
-		index[n+i] = uint64(sum)
+	for i := range v.buckets {
+		b := &v.buckets[i]
+		index[n+i] = uint64(sum<<auxBits) | v.aux(i)
 		sum += b.Rows
 	}
-	index[2*n] = uint64(sum)
+	index[2*n] = uint64(sum << auxBits)
 	v.keys, v.cum = index[:n:n], index[n:]
 }
 
@@ -172,16 +284,17 @@ func (v *liveVnode) above(i int, pk []byte, k uint64) bool {
 	return bytes.Compare(v.buckets[i].lower, pk) > 0
 }
 
-// rows returns the live rows of the buckets before bucket i, and of bucket
-// i itself.
-func (v *liveVnode) rows(i int) (before, in int64) {
+// rows returns the live rows of the buckets before bucket i, of bucket i
+// itself, and bucket i's aux.
+func (v *liveVnode) rows(i int) (before, in int64, aux uint64) {
 	if v.cum != nil {
-		return int64(v.cum[i]), int64(v.cum[i+1] - v.cum[i])
+		c, next := int64(v.cum[i])>>auxBits, int64(v.cum[i+1])>>auxBits
+		return c, next - c, v.cum[i] & auxMask
 	}
 	for _, b := range v.buckets[:i] {
 		before += b.Rows
 	}
-	return before, v.buckets[i].Rows
+	return before, v.buckets[i].Rows, v.aux(i)
 }
 
 type liveTable struct {
@@ -281,30 +394,33 @@ func (l *Live) ContainsEstimates(table uint32) bool {
 	return t != nil && t.estimates
 }
 
-// Buckets returns the number of buckets of a vnode (for tests and metrics).
-func (l *Live) Buckets(table uint32, vnode uint16) int {
-	return len(l.table(table).vnode(vnode).buckets)
+// Bucket is one bucket of a vnode's live statistics: the live rows and
+// bytes with pk at or above Lower (nil for the first bucket) and below the
+// next bucket's, and whether Lower is the pk of a live row.
+type Bucket struct {
+	Lower []byte
+	LiveCounts
+	LowerLive bool
 }
 
-// BucketBounds returns the lower bounds of a vnode's buckets (the first is
-// nil), for verification.
-func (l *Live) BucketBounds(table uint32, vnode uint16) [][]byte {
-	v := l.table(table).vnode(vnode)
-	out := make([][]byte, len(v.buckets))
-	for i, b := range v.buckets {
-		out[i] = b.lower
-	}
-	return out
+// VnodeDetail is everything the live statistics hold of one vnode, for
+// verification and inspection: its buckets, and the anchors of its first
+// and last bucket (no live row is below MinPK or above MaxPK; MinLive and
+// MaxLive say whether they are live rows themselves).
+type VnodeDetail struct {
+	Buckets          []Bucket
+	MinPK, MaxPK     []byte
+	MinLive, MaxLive bool
 }
 
-// BucketCounts returns the counts of a vnode's buckets, for verification.
-func (l *Live) BucketCounts(table uint32, vnode uint16) []LiveCounts {
+// Detail returns the buckets and anchors of a vnode.
+func (l *Live) Detail(table uint32, vnode uint16) VnodeDetail {
 	v := l.table(table).vnode(vnode)
-	out := make([]LiveCounts, len(v.buckets))
+	d := VnodeDetail{Buckets: make([]Bucket, len(v.buckets)), MinPK: v.minPK, MaxPK: v.maxPK, MinLive: v.minLive, MaxLive: v.maxLive}
 	for i, b := range v.buckets {
-		out[i] = b.LiveCounts
+		d.Buckets[i] = Bucket{Lower: b.lower, LiveCounts: b.LiveCounts, LowerLive: b.lowerLive}
 	}
-	return out
+	return d
 }
 
 // BucketCount returns the number of buckets over all tables.
@@ -326,14 +442,24 @@ func (l *Live) BucketCount() int {
 // RowEstimate is an estimate of live rows with bounds that always contain
 // the true value, as long as the ops behind the counts were consistent.
 type RowEstimate struct {
-	Rows         float64
+	// Mean is the unbiased estimate: over many ranges its errors cancel,
+	// so a sum over ranges (a backfill's vnodes in progress) must add
+	// Mean. It may lie outside [Lower, Upper] by up to about a row, since
+	// keeping it inside would bias it towards the middle of the bounds
+	// where the truth sits at one of them.
+	Mean float64
+	// Rows is Mean within [Lower, Upper]: the better estimate of one
+	// range on its own.
+	Rows float64
+	// Lower and Upper bound the true value.
 	Lower, Upper int64
 }
 
 // EstimateRows estimates the live rows of a vnode whose pk lies in [lo, hi);
 // nil means unbounded. Buckets entirely inside the range count exactly; a
-// bucket holding an end point contributes [0, its rows] to the bounds and an
-// interpolated share to the estimate.
+// bucket holding an end point contributes what it is known to hold below
+// the end point to the lower bound, what it may hold to the upper bound,
+// and an unbiased estimate between them (see the package doc).
 func (l *Live) EstimateRows(table uint32, vnode uint16, lo, hi []byte) RowEstimate {
 	var out [1]RowEstimate
 	var ps [2]probe
@@ -341,13 +467,20 @@ func (l *Live) EstimateRows(table uint32, vnode uint16, lo, hi []byte) RowEstima
 }
 
 // RangeQuery is a range of AppendEstimates: the live rows of Vnode with pk
-// in [Lo, Hi); nil is unbounded.
+// in [Lo, Hi), or [Lo, Hi] when HiInclusive; a nil Lo or Hi is unbounded.
+//
+// An inclusive Hi is how a backfill asks for the rows behind its cursor,
+// and it is estimated as what a cursor is: the pk of a row the caller read.
+// Within the bucket that holds it, the estimate counts on that row being
+// there (the bounds do not: it may have been deleted since), which is what
+// keeps the estimates of a backfill's cursors unbiased.
 type RangeQuery struct {
-	Vnode  uint16
-	Lo, Hi []byte
+	Vnode       uint16
+	Lo, Hi      []byte
+	HiInclusive bool
 }
 
-// AppendEstimates appends to dst the EstimateRows of each query, in order.
+// AppendEstimates appends to dst the estimate of each query, in order.
 // It answers them together, which is what a backfill's checkpoint asks (one
 // range per vnode in progress). Each query is a chain of dependent memory
 // loads (the vnode, its keys, its prefix sums), cold after a commit; taking
@@ -373,8 +506,8 @@ func (l *Live) AppendEstimates(dst []RowEstimate, table uint32, qs []RangeQuery)
 func (t *liveTable) estimate(qs []RangeQuery, ps []probe, dst []RowEstimate) []RowEstimate {
 	for i, q := range qs {
 		v := t.vnode(q.Vnode)
-		ps[2*i].start(v, q.Lo)
-		ps[2*i+1].start(v, q.Hi)
+		ps[2*i].start(v, q.Lo, false)
+		ps[2*i+1].start(v, q.Hi, q.HiInclusive)
 	}
 	for i := range ps {
 		ps[i].guess()
@@ -398,11 +531,11 @@ func (t *liveTable) estimate(qs []RangeQuery, ps []probe, dst []RowEstimate) []R
 			upTo = cumBound{lower: total, upper: total, est: float64(total)}
 		}
 		est := RowEstimate{
-			Rows:  upTo.est - below.est,
+			Mean:  upTo.est - below.est,
 			Lower: max(0, upTo.lower-below.upper),
 			Upper: max(0, upTo.upper-below.lower),
 		}
-		est.Rows = math.Min(math.Max(est.Rows, float64(est.Lower)), float64(est.Upper))
+		est.Rows = min(max(est.Mean, float64(est.Lower)), float64(est.Upper))
 		dst = append(dst, est)
 	}
 	return dst
@@ -416,18 +549,21 @@ type probe struct {
 	v *liveVnode
 	x []byte
 	k uint64 // key8(x)
+	// through counts x itself (an inclusive end: a cursor).
+	through bool
 	// i and n bracket the search: the last key at most k is among
 	// keys[i : i+n]. Once located, i is the bucket holding x.
 	i, n int
-	// before and rows are the rows before bucket i and in it, once
-	// located.
+	// before, rows and aux are the rows before bucket i, in it, and its
+	// aux, once located.
 	before, rows int64
+	aux          uint64
 }
 
 // start begins the search for x in v; nil x is minus infinity, in bucket
 // 0 (keys[0] is 0, at most any k).
-func (p *probe) start(v *liveVnode, x []byte) {
-	*p = probe{v: v, x: x, k: key8(x), n: len(v.keys)}
+func (p *probe) start(v *liveVnode, x []byte, through bool) {
+	*p = probe{v: v, x: x, k: key8(x), n: len(v.keys), through: through}
 	if x == nil {
 		p.n = 1
 	}
@@ -491,32 +627,99 @@ func (p *probe) bucket() int {
 	})
 }
 
-// locate ends the search: i becomes the bucket holding x, and before and
-// rows are read.
+// locate ends the search: i becomes the bucket holding x, and before, rows
+// and aux are read.
 func (p *probe) locate() {
 	p.i = p.bucket()
-	p.before, p.rows = p.v.rows(p.i)
+	p.before, p.rows, p.aux = p.v.rows(p.i)
 }
 
-// cumBound brackets the live rows with pk < x.
+// cumBound brackets the live rows below x (at or below x for an inclusive
+// end), with an unbiased estimate, which may lie outside the bounds by up
+// to about a row.
 type cumBound struct {
 	lower, upper int64
 	est          float64
 }
 
-// cumulative brackets the live rows with pk < x, once the probe is
-// located; nil x is minus infinity.
+func exactBound(n int64) cumBound { return cumBound{lower: n, upper: n, est: float64(n)} }
+
+// cumulative brackets the live rows below x (at or below x for an
+// inclusive end), once the probe is located; nil x is minus infinity.
+//
+// The rows of the buckets before x's bucket are exact. Within the bucket,
+// the rows at its two anchors are known: its lower bound (or the vnode's
+// minPK for the first bucket) holds a live row if lowerLive (minLive), and
+// the last bucket's upper anchor, maxPK, if maxLive. An end point at an
+// anchor, or in a bucket with no rows between its anchors, is therefore
+// counted exactly. Otherwise the n rows of the bucket are placed by
+// interpolation: n·position(x) + offset, where offset is the bucket's
+// calibration (the mean, over its rows when it was last scanned, of the
+// rows at or below each row minus n·position(row)), so that over cursors
+// at its rows the estimate is unbiased whatever the keys' shape (see the
+// package doc). An exclusive end takes half a row less: a point between
+// two rows is, on average, half a row past the earlier one.
 func (p *probe) cumulative() cumBound {
 	if p.x == nil {
 		return cumBound{}
 	}
-	v, i, before, rows := p.v, p.i, p.before, p.rows
-	if i > 0 && v.keys[i] == p.k && bytes.Equal(v.buckets[i].lower, p.x) {
-		return cumBound{lower: before, upper: before, est: float64(before)}
+	v, i, before, n := p.v, p.i, p.before, max(p.rows, 0)
+	var loLive bool
+	if i == 0 {
+		if v.minPK != nil {
+			switch c := compareAnchor(p.x, p.k, v.minPK, v.minKey); {
+			case c < 0:
+				return exactBound(before) // no live row is below minPK
+			case c == 0:
+				return exactBound(before + b2i(p.through && v.minLive))
+			}
+		}
+		loLive = v.minLive
+	} else {
+		if v.keys[i] == p.k && bytes.Equal(v.buckets[i].lower, p.x) {
+			return exactBound(before + b2i(p.through && p.aux&auxLowerLive != 0))
+		}
+		loLive = p.aux&auxLowerLive != 0
 	}
-	rows = max(rows, 0)
-	f := v.fraction(i, p.x, p.k)
-	return cumBound{lower: before, upper: before + rows, est: float64(before) + f*float64(rows)}
+	var hiLive bool
+	if i == len(v.keys)-1 && v.maxPK != nil {
+		switch c := compareAnchor(p.x, p.k, v.maxPK, v.maxKey); {
+		case c > 0 || c == 0 && p.through:
+			return exactBound(before + n) // no live row is above maxPK
+		case c == 0:
+			return exactBound(before + n - min(n, b2i(v.maxLive)))
+		}
+		hiLive = v.maxLive
+	}
+	lower := before + min(n, b2i(loLive))
+	upper := max(lower, before+n-b2i(hiLive))
+	if upper == lower {
+		return exactBound(lower) // no row between the anchors
+	}
+	offset := 0.5 * float64(1+b2i(loLive)-b2i(hiLive)) // the uniform model's
+	if p.aux&auxCalibrated != 0 {
+		offset = auxOffset(p.aux)
+	}
+	if !p.through {
+		offset -= 0.5
+	}
+	return cumBound{lower: lower, upper: upper, est: float64(before) + float64(n)*v.fraction(i, p.x, p.k) + offset}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// compareAnchor compares x (whose key8 is k) with an anchor pk whose key8
+// is ak, reading the anchor's bytes only when the keys are equal.
+func compareAnchor(x []byte, k uint64, anchor []byte, ak uint64) int {
+	if k != ak {
+		return cmp.Compare(k, ak)
+	}
+	return bytes.Compare(x, anchor)
 }
 
 // fraction estimates where x (whose key8 is k) lies in bucket i: between
@@ -526,7 +729,9 @@ func (p *probe) cumulative() cumBound {
 // (every bound of the vnode is at most 8 bytes), or when they differ by at
 // least 2⁸: the bytes past the keys then move the fraction by less than
 // 2⁻⁸ of the bucket. Else the bounds' bytes past their shared prefix are
-// interpolated, which reads two bounds that a checkpoint meets cold.
+// interpolated, which reads two bounds that a checkpoint meets cold. It
+// agrees with position, which a scan uses on the bounds' bytes, to within
+// 2⁻⁸ (TestFractionAgrees).
 func (v *liveVnode) fraction(i int, x []byte, k uint64) float64 {
 	loKey := v.keys[i]
 	if i == 0 {
@@ -546,13 +751,7 @@ func (v *liveVnode) fraction(i int, x []byte, k uint64) float64 {
 		hi, hiKey = v.maxPK, v.maxKey
 	}
 	if hiKey > loKey && (v.shortBounds && v.shortHints || hiKey-loKey >= 1<<8) {
-		switch {
-		case k <= loKey:
-			return 0
-		case k >= hiKey:
-			return 1
-		}
-		return float64(k-loKey) / float64(hiKey-loKey)
+		return keyFraction(loKey, k, hiKey)
 	}
 	lo := v.buckets[i].lower
 	if i == 0 {
@@ -560,6 +759,26 @@ func (v *liveVnode) fraction(i int, x []byte, k uint64) float64 {
 	}
 	if hi == nil {
 		hi = v.buckets[i+1].lower
+	}
+	return interpolate(lo, x, hi)
+}
+
+func keyFraction(loKey, k, hiKey uint64) float64 {
+	switch {
+	case k <= loKey:
+		return 0
+	case k >= hiKey:
+		return 1
+	}
+	return float64(k-loKey) / float64(hiKey-loKey)
+}
+
+// position is fraction on bytes alone: where x lies between the anchors lo
+// and hi of a bucket, as a scan of its rows sees it.
+func position(lo, x, hi []byte) float64 {
+	loKey, hiKey := key8(lo), key8(hi)
+	if hiKey > loKey && (len(lo) <= 8 && len(hi) <= 8 || hiKey-loKey >= 1<<8) {
+		return keyFraction(loKey, key8(x), hiKey)
 	}
 	return interpolate(lo, x, hi)
 }
@@ -628,7 +847,8 @@ func (l *Live) Partition(table uint32, vnodes *roaring.Bitmap, n int) []ScanRang
 
 // ---- Mutation --------------------------------------------------------------
 
-// BucketKey identifies a bucket for persistence.
+// bucketID identifies a bucket (or, with lower == estimatesMarker, a
+// table's estimates marker) whose metadata entry a batch must rewrite.
 type bucketID struct {
 	table uint32
 	vnode uint16
@@ -732,6 +952,7 @@ func (b *LiveBatch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
 	v := &liveVnode{
 		buckets: slices.Clone(old.buckets), keys: old.keys, total: old.total,
 		minPK: old.minPK, maxPK: old.maxPK, minKey: old.minKey, maxKey: old.maxKey,
+		minLive: old.minLive, maxLive: old.maxLive,
 		shortBounds: old.shortBounds, shortHints: old.shortHints,
 	}
 	t.vnodes[vnode] = v
@@ -754,9 +975,11 @@ func (b *LiveBatch) MarkEstimates(table uint32) error {
 
 const estimatesMarker = "\x00estimates"
 
-// Apply adds the live delta of one pk. Deltas are fastest in (table, vnode,
-// pk) order but any order is correct. inserted reports whether the pk's row
-// became (or stayed) live, to maintain the interpolation hints.
+// Apply adds the live delta of one version of a pk. Deltas are fastest in
+// (table, vnode, pk) order but any order is correct. live reports whether
+// the pk's row is live once the batch is applied (the same for every
+// version of a pk in the batch), which keeps the anchors' flags (lowerLive,
+// minLive, maxLive) exact and moves minPK and maxPK out to new rows.
 func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, live bool) error {
 	v, err := b.vnode(table, vnode)
 	if err != nil {
@@ -764,7 +987,8 @@ func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, l
 	}
 	k := vkey{table, vnode}
 	i := 0
-	if pkKey := key8(pk); k == b.last && b.lastIdx >= 0 && b.lastIdx < len(v.buckets) && !v.above(b.lastIdx, pk, pkKey) {
+	pkKey := key8(pk)
+	if k == b.last && b.lastIdx >= 0 && b.lastIdx < len(v.buckets) && !v.above(b.lastIdx, pk, pkKey) {
 		i = b.lastIdx
 		for i+1 < len(v.buckets) && !v.above(i+1, pk, pkKey) {
 			i++
@@ -773,32 +997,80 @@ func (b *LiveBatch) Apply(table uint32, vnode uint16, pk []byte, d LiveCounts, l
 		i = v.find(pk)
 	}
 	b.last, b.lastIdx = k, i
-	v.buckets[i].LiveCounts = v.buckets[i].Add(d)
+	bk := &v.buckets[i]
+	if bk.calibrated && d.Rows != 0 {
+		switch u := v.fraction(i, pk, pkKey); {
+		case d.Rows > 0:
+			bk.insert(u)
+		default:
+			bk.remove(u)
+		}
+	}
+	bk.LiveCounts = bk.Add(d)
+	if i > 0 && v.keys[i] == pkKey && bk.lowerLive != live && bytes.Equal(bk.lower, pk) {
+		bk.lowerLive = live
+	}
 	v.total = v.total.Add(d)
 	t := b.tables[table]
 	t.total = t.total.Add(d)
-	if lower := v.buckets[i].lower; !b.haveTouched || b.lastTouched != k || !bytes.Equal(b.lastTouchedLow, lower) {
+	if lower := bk.lower; !b.haveTouched || b.lastTouched != k || !bytes.Equal(b.lastTouchedLow, lower) {
 		b.touched[bucketID{table: table, vnode: vnode, lower: string(lower), first: i == 0}] = struct{}{}
 		b.lastTouched, b.lastTouchedLow, b.haveTouched = k, lower, true
 	}
-	if live {
-		if v.minPK == nil || bytes.Compare(pk, v.minPK) < 0 {
-			v.setHints(slices.Clone(pk), v.maxPK)
-			b.touched[bucketID{table: table, vnode: vnode, first: true}] = struct{}{}
+	minPK, maxPK := v.minPK, v.maxPK
+	if v.updateHints(pk, pkKey, live) {
+		b.touched[bucketID{table: table, vnode: vnode, first: true}] = struct{}{}
+		// An end bucket whose anchor moved out to a new row has its rows at
+		// other positions: it is rescanned.
+		if !sameSlice(minPK, v.minPK) {
+			v.buckets[0].calibrated = false
 		}
-		if v.maxPK == nil || bytes.Compare(pk, v.maxPK) > 0 {
-			v.setHints(v.minPK, slices.Clone(pk))
-			b.touched[bucketID{table: table, vnode: vnode, first: true}] = struct{}{}
+		if !sameSlice(maxPK, v.maxPK) {
+			v.buckets[len(v.buckets)-1].calibrated = false
 		}
 	}
 	return nil
+}
+
+// sameSlice reports whether a and b are the same slice (not only equal).
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// updateHints keeps minPK and maxPK and their flags current with an op on
+// pk, and reports whether they changed.
+func (v *liveVnode) updateHints(pk []byte, k uint64, live bool) bool {
+	changed := false
+	if v.minPK == nil {
+		if live {
+			v.setHints(slices.Clone(pk), v.maxPK)
+			v.minLive, changed = true, true
+		}
+	} else if c := compareAnchor(pk, k, v.minPK, v.minKey); live && c < 0 {
+		v.setHints(slices.Clone(pk), v.maxPK)
+		v.minLive, changed = true, true
+	} else if c == 0 && v.minLive != live {
+		v.minLive, changed = live, true
+	}
+	if v.maxPK == nil {
+		if live {
+			v.setHints(v.minPK, slices.Clone(pk))
+			v.maxLive, changed = true, true
+		}
+	} else if c := compareAnchor(pk, k, v.maxPK, v.maxKey); live && c > 0 {
+		v.setHints(v.minPK, slices.Clone(pk))
+		v.maxLive, changed = true, true
+	} else if c == 0 && v.maxLive != live {
+		v.maxLive, changed = live, true
+	}
+	return changed
 }
 
 // find returns the index of the bucket holding pk: the last whose lower
 // bound is at most pk.
 func (v *liveVnode) find(pk []byte) int {
 	var p probe
-	p.start(v, pk)
+	p.start(v, pk, false)
 	p.guess()
 	for p.step() {
 	}
@@ -856,26 +1128,53 @@ func (l *Live) metaEntry(id bucketID) MetaEntry {
 	b := v.buckets[i]
 	val := binary.AppendVarint(nil, b.Rows)
 	val = binary.AppendVarint(val, b.Bytes)
+	var flags byte
 	if i == 0 {
 		val = binary.AppendUvarint(val, uint64(len(v.minPK)))
 		val = append(val, v.minPK...)
 		val = binary.AppendUvarint(val, uint64(len(v.maxPK)))
 		val = append(val, v.maxPK...)
+		if v.minLive {
+			flags |= flagMinLive
+		}
+		if v.maxLive {
+			flags |= flagMaxLive
+		}
+	}
+	if b.lowerLive {
+		flags |= flagLowerLive
+	}
+	if b.calibrated {
+		flags |= flagCalibrated
+	}
+	val = append(val, flags)
+	if b.calibrated {
+		val = binary.BigEndian.AppendUint64(val, math.Float64bits(b.sumResid))
+		val = binary.BigEndian.AppendUint64(val, math.Float64bits(b.sumPos))
 	}
 	return MetaEntry{Key: key, Value: val}
 }
 
-// Normalize merges small neighbouring buckets of the touched vnodes and
-// returns the buckets that are too big and must be split by the caller, who
-// scans them at the committed epoch and calls ApplySplit.
+// The flags byte of a bucket's value.
+const (
+	flagLowerLive  = 1 << 0
+	flagCalibrated = 1 << 1
+	flagMinLive    = 1 << 2
+	flagMaxLive    = 1 << 3
+	knownFlags     = flagLowerLive | flagCalibrated | flagMinLive | flagMaxLive
+)
+
+// Normalize merges the small and the empty buckets of the touched vnodes
+// into their left neighbours. The buckets that grew too big are split
+// after the commit (Rescans).
 func (b *LiveBatch) Normalize() {
 	for k, v := range b.vnodes {
-		limit := splitLimit(v.total.Rows)
+		limit := splitLimit(v.total.Rows, b.tables[k.table].total.Rows)
 		out := v.buckets[:1] // the batch's own copy
 		for _, bk := range v.buckets[1:] {
 			prev := &out[len(out)-1]
-			if prev.Rows+bk.Rows < limit/2 {
-				prev.LiveCounts = prev.Add(bk.LiveCounts)
+			if bk.Rows <= 0 || 2*(prev.Rows+bk.Rows) < limit {
+				prev.merge(bk)
 				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(prev.lower), first: len(out) == 1}] = struct{}{}
 				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(bk.lower)}] = struct{}{} // now deleted
 				continue
@@ -888,8 +1187,24 @@ func (b *LiveBatch) Normalize() {
 	}
 }
 
-func splitLimit(rows int64) int64 {
-	return max(MinSplitRows, (rows+SplitDivisor-1)/SplitDivisor)
+// calibrate takes the calibration of a scanned piece of the bucket's rows.
+func (b *bucket) calibrate(p Piece) {
+	b.calibrated, b.sumResid, b.sumPos = p.Calibrated, p.SumResid, p.SumPos
+}
+
+// merge adds the rows of o, the next bucket, to b. The merged bucket spans
+// both, so its rows sit elsewhere between its anchors than the calibration
+// of either measured: it is rescanned after the commit.
+func (b *bucket) merge(o bucket) {
+	b.LiveCounts = b.Add(o.LiveCounts)
+	b.calibrate(Piece{})
+}
+
+// splitLimit is the most rows a bucket of a vnode may hold: 1/SplitDivisor
+// of the vnode, 1/TableBucketBudget of its table, and at least
+// MinSplitRows.
+func splitLimit(vnodeRows, tableRows int64) int64 {
+	return max(MinSplitRows, (vnodeRows+SplitDivisor-1)/SplitDivisor, (tableRows+TableBucketBudget-1)/TableBucketBudget)
 }
 
 // Publish makes the batch the current snapshot; its entries are persisted.
@@ -907,51 +1222,60 @@ func (b *LiveBatch) publish() {
 	b.s.cur = b.next
 }
 
-// SplitRequest names a bucket to split: the rows of a vnode with pk in
-// [Lower, Upper) (nil: unbounded), into pieces of about Target rows.
-type SplitRequest struct {
+// Rescan names a bucket whose rows the store must scan at the committed
+// epoch, after the commit that published it: the rows of a vnode with pk in
+// [Lower, Upper) (nil: unbounded). A bucket that grew too big is cut into
+// pieces of about Target rows; a bucket whose calibration is stale (see
+// bucket.stale) has Target 0, and is scanned into one piece.
+type Rescan struct {
 	Table        uint32
 	Vnode        uint16
 	Lower, Upper []byte
 	Target       int64
 }
 
-// Oversized returns the buckets of the vnodes this batch touched that exceed
-// their vnode's split limit, in (table, vnode, pk) order.
-func (b *LiveBatch) Oversized() []SplitRequest {
-	var out []SplitRequest
+// Rescans returns the buckets of the vnodes this batch touched that exceed
+// their vnode's split limit or whose calibration is stale, in (table,
+// vnode, pk) order.
+func (b *LiveBatch) Rescans() []Rescan {
+	var out []Rescan
 	for k, v := range b.vnodes {
-		out = v.oversized(k.table, k.vnode, out)
+		out = v.rescans(k.table, k.vnode, b.next.tables[k.table].total.Rows, out)
 	}
-	sortSplits(out)
+	sortRescans(out)
 	return out
 }
 
-// Oversized returns every bucket of the current snapshot that exceeds its
-// vnode's split limit. Splits are persisted with the next commit, so after
-// a restart the store splits these again: the same scans at the same
-// committed epoch give the same buckets, and estimates made before a crash
-// are reproduced exactly after it.
-func (s *LiveState) Oversized() []SplitRequest {
-	var out []SplitRequest
+// Rescans returns every bucket of the current snapshot to rescan. Rescans
+// are persisted with the next commit, so after a restart the store rescans
+// these again: the same scans at the same committed epoch give the same
+// buckets, and estimates made before a crash are reproduced exactly after
+// it.
+func (s *LiveState) Rescans() []Rescan {
+	var out []Rescan
 	for id, t := range s.cur.tables {
 		for vi, v := range t.vnodes {
 			if v != nil {
-				out = v.oversized(id, uint16(vi), out)
+				out = v.rescans(id, uint16(vi), t.total.Rows, out)
 			}
 		}
 	}
-	sortSplits(out)
+	sortRescans(out)
 	return out
 }
 
-func (v *liveVnode) oversized(table uint32, vnode uint16, out []SplitRequest) []SplitRequest {
-	limit := splitLimit(v.total.Rows)
-	for i, bk := range v.buckets {
-		if bk.Rows <= limit {
+func (v *liveVnode) rescans(table uint32, vnode uint16, tableRows int64, out []Rescan) []Rescan {
+	limit := splitLimit(v.total.Rows, tableRows)
+	for i := range v.buckets {
+		bk := &v.buckets[i]
+		var target int64
+		switch {
+		case bk.Rows > limit:
+			target = max(1, limit/2)
+		case !bk.stale():
 			continue
 		}
-		r := SplitRequest{Table: table, Vnode: vnode, Lower: bk.lower, Target: max(1, limit/2)}
+		r := Rescan{Table: table, Vnode: vnode, Lower: bk.lower, Target: target}
 		if i+1 < len(v.buckets) {
 			r.Upper = v.buckets[i+1].lower
 		}
@@ -960,8 +1284,8 @@ func (v *liveVnode) oversized(table uint32, vnode uint16, out []SplitRequest) []
 	return out
 }
 
-func sortSplits(out []SplitRequest) {
-	slices.SortFunc(out, func(a, b SplitRequest) int {
+func sortRescans(out []Rescan) {
+	slices.SortFunc(out, func(a, b Rescan) int {
 		if a.Table != b.Table {
 			return cmp.Compare(a.Table, b.Table)
 		}
@@ -972,45 +1296,165 @@ func sortSplits(out []SplitRequest) {
 	})
 }
 
-// Piece is a scanned part of a bucket: the rows with pk >= Lower up to the
-// next piece.
+// Piece is a scanned part of a vnode: the rows with pk >= Lower up to the
+// next piece, whether Lower is the pk of one of them, and the piece's
+// calibration (see calibrate).
 type Piece struct {
 	Lower []byte
 	LiveCounts
+	LowerLive        bool
+	Calibrated       bool
+	SumResid, SumPos float64
 }
 
-// ApplySplit replaces the bucket [r.Lower, r.Upper) by the scanned pieces,
-// whose counts are exact at the committed epoch. pieces[0].Lower must equal
-// r.Lower. Publishes a new snapshot and marks the buckets for persistence.
-func (s *LiveState) ApplySplit(r SplitRequest, pieces []Piece) error {
-	if len(pieces) == 0 || !bytes.Equal(pieces[0].Lower, r.Lower) {
-		return errors.AssertionFailedf("split of table %d vnode %d must start at its lower bound", r.Table, r.Vnode)
+// scanAcc accumulates a scan of consecutive pieces of one vnode, its rows
+// fed in pk order: each piece's counts, whether its lower bound is a live
+// row, and its calibration, which needs the piece's rows and both its
+// anchors, so a piece is finished when the next one opens.
+type scanAcc struct {
+	pieces []Piece
+	// upper is the upper anchor of the last piece; nil means the scan's
+	// last row (the vnode's largest pk).
+	upper []byte
+	// The open piece's pks, in arena, each ending at its ends entry.
+	arena       []byte
+	ends        []int
+	first, last []byte
+}
+
+func (a *scanAcc) open(lower []byte) {
+	if len(a.pieces) > 0 {
+		a.close(lower)
 	}
+	a.pieces = append(a.pieces, Piece{Lower: lower})
+}
+
+func (a *scanAcc) add(pk []byte, rowBytes int64) {
+	p := &a.pieces[len(a.pieces)-1]
+	if p.Rows == 0 && bytes.Equal(pk, p.Lower) {
+		p.LowerLive = true
+	}
+	p.Rows++
+	p.Bytes += rowBytes
+	a.arena = append(a.arena, pk...)
+	a.ends = append(a.ends, len(a.arena))
+	if a.first == nil {
+		a.first = slices.Clone(pk)
+	}
+	a.last = append(a.last[:0], pk...)
+}
+
+// close finishes the open piece, whose upper anchor is hi.
+func (a *scanAcc) close(hi []byte) {
+	p := &a.pieces[len(a.pieces)-1]
+	lo := p.Lower
+	if lo == nil {
+		lo = a.first // the first bucket's anchor: the vnode's smallest pk
+	}
+	if p.Rows > 0 {
+		p.SumResid, p.SumPos = calibrate(lo, hi, a.arena, a.ends)
+		p.Calibrated = true
+	}
+	a.arena, a.ends = a.arena[:0], a.ends[:0]
+}
+
+func (a *scanAcc) finish() {
+	if a.upper != nil {
+		a.close(a.upper)
+	} else {
+		a.close(a.last) // the vnode's largest pk, a row of the piece
+	}
+}
+
+// calibrate returns, for a bucket's rows (pks in arena, cut at ends) between
+// the bucket's anchors lo and hi, the sum of rank − n·position and the sum
+// of position over them: rank counts the rows at or below a row, n is the
+// rows. The mean residual over the rows that are not anchors is the offset
+// of the bucket's estimates (bucket.offset), and both sums follow inserts
+// and deletes exactly (bucket.insert, bucket.remove).
+//
+// Interpolation in a bucket assumes its rows spread evenly between its
+// anchors. Where they do (hashed or sequential keys), the j-th row sits on
+// average at j/n of the span from a live lower bound, so n·position counts
+// the rows below it and the offset is about 1: the row itself, which an
+// estimate of the rows at or below a cursor must count (without it, every
+// vnode in progress is short by a row, and a backfill's figure trails the
+// truth by as many rows as it has vnodes in progress). Where rows do not
+// spread evenly, the offset takes the difference in: rows that share their
+// keys up to the bytes that tell the anchors apart (the children of one
+// parent, all the rows of a category) sit at one position, and the offset
+// adds, on average, the part of such a group that a cursor inside it has
+// passed. The estimates of cursors spread over the bucket's rows are then
+// unbiased, whichever rows come and go: their errors cancel across vnodes
+// instead of adding up.
+func calibrate(lo, hi, arena []byte, ends []int) (sumResid, sumPos float64) {
+	n := float64(len(ends))
+	start := 0
+	for j, end := range ends {
+		u := position(lo, arena[start:end], hi)
+		start = end
+		sumResid += float64(j+1) - n*u
+		sumPos += u
+	}
+	return sumResid, sumPos
+}
+
+// BucketScan builds the pieces of a rescanned bucket from its rows at the
+// committed epoch, fed in pk order: pieces (but the last) of Target rows,
+// each with its first row as lower bound, or one piece for Target 0.
+type BucketScan struct {
+	r   Rescan
+	acc scanAcc
+}
+
+// NewBucketScan starts the scan of the bucket of r.
+func NewBucketScan(r Rescan) *BucketScan {
+	sc := &BucketScan{r: r}
+	sc.acc.upper = r.Upper
+	sc.acc.open(r.Lower)
+	return sc
+}
+
+// Add adds a row: its pk, and its bytes (pk and row).
+func (sc *BucketScan) Add(pk []byte, rowBytes int64) {
+	if sc.r.Target > 0 && sc.acc.pieces[len(sc.acc.pieces)-1].Rows >= sc.r.Target {
+		sc.acc.open(slices.Clone(pk))
+	}
+	sc.acc.add(pk, rowBytes)
+}
+
+// ScannedBucket is a rescanned bucket, ready for ApplyRescan.
+type ScannedBucket struct {
+	Rescan
+	Pieces []Piece
+	// First and Last are the smallest and largest pk scanned (nil without
+	// rows): the vnode's when the bucket was its first or last.
+	First, Last []byte
+}
+
+// Finish ends the scan.
+func (sc *BucketScan) Finish() ScannedBucket {
+	sc.acc.finish()
+	var last []byte
+	if sc.acc.first != nil {
+		last = slices.Clone(sc.acc.last)
+	}
+	return ScannedBucket{Rescan: sc.r, Pieces: sc.acc.pieces, First: sc.acc.first, Last: last}
+}
+
+// ApplyRescans replaces each rescanned bucket [Lower, Upper) by its
+// scanned pieces, whose counts are exact at the committed epoch, and sets
+// the vnode's minPK and maxPK from the scan when the bucket was the first
+// or the last. Publishes one new snapshot and marks the buckets for
+// persistence. A bucket that no longer exists is an error, and nothing is
+// applied.
+func (s *LiveState) ApplyRescans(sbs []ScannedBucket) error {
 	b := s.Begin()
-	v, err := b.vnode(r.Table, r.Vnode)
-	if err != nil {
-		return err
-	}
-	i := v.find(r.Lower)
-	if !bytes.Equal(v.buckets[i].lower, r.Lower) {
-		return errors.AssertionFailedf("split of a bucket that no longer exists")
-	}
-	old := v.buckets[i].LiveCounts
-	repl := make([]bucket, len(pieces))
-	var sum LiveCounts
-	for j, p := range pieces {
-		repl[j] = bucket{lower: slices.Clone(p.Lower), LiveCounts: p.LiveCounts}
-		if j == 0 {
-			repl[j].lower = v.buckets[i].lower
+	for _, sb := range sbs {
+		if err := b.applyRescan(sb); err != nil {
+			return err
 		}
-		sum = sum.Add(p.LiveCounts)
-		b.touched[bucketID{table: r.Table, vnode: r.Vnode, lower: string(repl[j].lower), first: i == 0 && j == 0}] = struct{}{}
 	}
-	v.setBuckets(slices.Concat(v.buckets[:i], repl, v.buckets[i+1:]))
-	// A scan is the truth: correct the totals if trusted ops were off.
-	d := LiveCounts{Rows: sum.Rows - old.Rows, Bytes: sum.Bytes - old.Bytes}
-	v.total = v.total.Add(d)
-	b.tables[r.Table].total = b.tables[r.Table].total.Add(d)
 	b.publish()
 	for id := range b.touched {
 		s.dirty[id] = struct{}{}
@@ -1018,12 +1462,101 @@ func (s *LiveState) ApplySplit(r SplitRequest, pieces []Piece) error {
 	return nil
 }
 
+func (b *LiveBatch) applyRescan(sb ScannedBucket) error {
+	r, pieces := sb.Rescan, sb.Pieces
+	if len(pieces) == 0 || !bytes.Equal(pieces[0].Lower, r.Lower) {
+		return errors.AssertionFailedf("rescan of table %d vnode %d must start at its lower bound", r.Table, r.Vnode)
+	}
+	v, err := b.vnode(r.Table, r.Vnode)
+	if err != nil {
+		return err
+	}
+	i := v.find(r.Lower)
+	if !bytes.Equal(v.buckets[i].lower, r.Lower) {
+		return errors.AssertionFailedf("rescan of a bucket that no longer exists")
+	}
+	old := v.buckets[i].LiveCounts
+	repl := make([]bucket, len(pieces))
+	var sum LiveCounts
+	for j, p := range pieces {
+		repl[j] = bucket{lower: slices.Clone(p.Lower), LiveCounts: p.LiveCounts, lowerLive: p.LowerLive && i+j > 0}
+		repl[j].calibrate(p)
+		if j == 0 {
+			repl[j].lower = v.buckets[i].lower
+		}
+		sum = sum.Add(p.LiveCounts)
+		b.touched[bucketID{table: r.Table, vnode: r.Vnode, lower: string(repl[j].lower), first: i == 0 && j == 0}] = struct{}{}
+	}
+	last := i == len(v.buckets)-1
+	if len(repl) == 1 {
+		v.buckets[i] = repl[0] // the bounds are the same
+	} else {
+		v.setBuckets(slices.Concat(v.buckets[:i], repl, v.buckets[i+1:]))
+	}
+	// The scan saw the smallest and largest live pk of a first and a last
+	// bucket: the anchors become exact.
+	if sb.First != nil && (i == 0 || last) {
+		minPK, maxPK, minLive, maxLive := v.minPK, v.maxPK, v.minLive, v.maxLive
+		if i == 0 {
+			minPK, minLive = sb.First, true
+		}
+		if last {
+			maxPK, maxLive = sb.Last, true
+		}
+		v.setHints(minPK, maxPK)
+		v.minLive, v.maxLive = minLive, maxLive
+		b.touched[bucketID{table: r.Table, vnode: r.Vnode, first: true}] = struct{}{}
+	}
+	// A scan is the truth: correct the totals if trusted ops were off.
+	d := LiveCounts{Rows: sum.Rows - old.Rows, Bytes: sum.Bytes - old.Bytes}
+	v.total = v.total.Add(d)
+	b.tables[r.Table].total = b.tables[r.Table].total.Add(d)
+	return nil
+}
+
+// VnodeScan recounts one vnode from its rows at the committed epoch, fed in
+// pk order, against the lower bounds of its buckets.
+type VnodeScan struct {
+	bounds [][]byte
+	acc    scanAcc
+}
+
+// NewVnodeScan starts the scan of a vnode whose buckets have the given
+// lower bounds (the first is nil).
+func NewVnodeScan(bounds [][]byte) *VnodeScan {
+	sc := &VnodeScan{bounds: bounds}
+	sc.acc.open(nil)
+	return sc
+}
+
+// Add adds a row: its pk, and its bytes (pk and row).
+func (sc *VnodeScan) Add(pk []byte, rowBytes int64) {
+	for b := len(sc.acc.pieces); b < len(sc.bounds) && bytes.Compare(pk, sc.bounds[b]) >= 0; b++ {
+		sc.acc.open(sc.bounds[b])
+	}
+	sc.acc.add(pk, rowBytes)
+}
+
 // VnodeRecount is what a scan of one vnode at the committed epoch found:
-// the live rows and bytes of each bucket, in the order of the bounds it was
-// given, and the smallest and largest live pk (nil without rows).
+// each bucket's counts, whether its lower bound is a live row and its
+// calibration, in the order of the bounds it was given, and the smallest
+// and largest live pk (nil without rows).
 type VnodeRecount struct {
-	Buckets      []LiveCounts
+	Buckets      []Piece
 	MinPK, MaxPK []byte
+}
+
+// Recount ends the scan.
+func (sc *VnodeScan) Recount() VnodeRecount {
+	for b := len(sc.acc.pieces); b < len(sc.bounds); b++ {
+		sc.acc.open(sc.bounds[b])
+	}
+	sc.acc.finish()
+	rc := VnodeRecount{Buckets: sc.acc.pieces, MinPK: sc.acc.first}
+	if sc.acc.first != nil {
+		rc.MaxPK = slices.Clone(sc.acc.last)
+	}
+	return rc
 }
 
 // Recount starts a batch that replaces the live counts of every vnode of a
@@ -1031,9 +1564,10 @@ type VnodeRecount struct {
 // written by unchecked writers needs to be exact again (CockroachDB
 // recomputes a range's stats the same way). scan is called for each vnode
 // with the lower bounds of its buckets (the first is nil) and must scan the
-// vnode at the committed epoch; the caller holds commits off until the
-// batch is published. Nothing is visible until Publish; MetaEntries persist
-// the buckets that changed, Normalize and Oversized apply as after a commit.
+// vnode at the committed epoch (NewVnodeScan); the caller holds commits off
+// until the batch is published. Nothing is visible until Publish;
+// MetaEntries persist the buckets that changed, Normalize and Rescans
+// apply as after a commit.
 func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byte) (VnodeRecount, error)) (*LiveBatch, error) {
 	b := s.Begin()
 	t, err := b.table(table)
@@ -1057,7 +1591,7 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 		}
 		var sum LiveCounts
 		for _, c := range rc.Buckets {
-			sum = sum.Add(c)
+			sum = sum.Add(c.LiveCounts)
 		}
 		if t.vnodes[vi] == nil && sum == (LiveCounts{}) && rc.MinPK == nil {
 			continue // never had a row, and has none
@@ -1067,14 +1601,21 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 			return nil, err
 		}
 		for i, c := range rc.Buckets {
-			if v.buckets[i].LiveCounts != c {
-				v.buckets[i].LiveCounts = c
-				b.touched[bucketID{table: table, vnode: vn, lower: string(v.buckets[i].lower), first: i == 0}] = struct{}{}
+			// A bucket whose counts were right keeps its calibration
+			// (unless it has none): a recount of exact statistics changes
+			// nothing.
+			bk := &v.buckets[i]
+			if bk.LiveCounts != c.LiveCounts || bk.lowerLive != (c.LowerLive && i > 0) || !bk.calibrated && c.Calibrated {
+				bk.LiveCounts, bk.lowerLive = c.LiveCounts, c.LowerLive && i > 0
+				bk.calibrate(c)
+				b.touched[bucketID{table: table, vnode: vn, lower: string(bk.lower), first: i == 0}] = struct{}{}
 			}
 		}
-		if !bytes.Equal(v.minPK, rc.MinPK) || !bytes.Equal(v.maxPK, rc.MaxPK) {
+		live := rc.MinPK != nil
+		if !bytes.Equal(v.minPK, rc.MinPK) || !bytes.Equal(v.maxPK, rc.MaxPK) || v.minLive != live || v.maxLive != live {
 			// Exact hints: the interpolation of the end buckets improves.
-			v.setHints(slices.Clone(rc.MinPK), slices.Clone(rc.MaxPK))
+			v.setHints(rc.MinPK, rc.MaxPK)
+			v.minLive, v.maxLive = live, live
 			b.touched[bucketID{table: table, vnode: vn, first: true}] = struct{}{}
 		}
 		t.total = t.total.Add(LiveCounts{Rows: sum.Rows - v.total.Rows, Bytes: sum.Bytes - v.total.Bytes})
@@ -1093,10 +1634,19 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 //
 //	live/<table u32 BE><vnode u16 BE>\x00              first bucket of a vnode:
 //	                                                     rows, bytes (zigzag varints),
-//	                                                     min pk, max pk (uvarint length + bytes)
-//	live/<table u32 BE><vnode u16 BE>\x01<lower pk>   other buckets: rows, bytes
+//	                                                     min pk, max pk (uvarint length + bytes),
+//	                                                     [flags u8, [calibration]]
+//	live/<table u32 BE><vnode u16 BE>\x01<lower pk>   other buckets: rows, bytes,
+//	                                                     [flags u8, [calibration]]
+//	calibration: sum of residuals f64 BE, sum of positions f64 BE
 //	live_est/<table u32 BE>                            present (value 1) while the
 //	                                                     table's counts may contain estimates
+//
+// The flags (lower bound live, calibrated, min pk live, max pk live) and
+// the calibration (see bucket), present when the calibrated flag is, were
+// added after the first format: a value without them loads with every flag clear
+// (the bounds then count no anchor row, the estimate uses the uniform
+// model), and an older reader ignores them.
 const (
 	livePrefix      = "live/"
 	estimatesPrefix = "live_est/"
@@ -1199,10 +1749,9 @@ func (s *LiveState) Load(key, value []byte) error {
 		t.vnodes[vnode] = v
 	}
 	v.cum = nil // until FinishLoad
-	c := LiveCounts{Rows: rows, Bytes: byts}
+	bk := bucket{LiveCounts: LiveCounts{Rows: rows, Bytes: byts}}
+	var hints [2][]byte // smallest and largest pk
 	if first {
-		v.buckets[0].LiveCounts = c
-		var hints [2][]byte // smallest and largest pk
 		for i := range hints {
 			l, n := binary.Uvarint(value)
 			if n <= 0 || uint64(len(value)-n) < l {
@@ -1213,13 +1762,41 @@ func (s *LiveState) Load(key, value []byte) error {
 			}
 			value = value[n+int(l):]
 		}
+	}
+	var flags byte
+	if len(value) > 0 {
+		flags, value = value[0], value[1:]
+		if flags&^knownFlags != 0 || !first && flags&(flagMinLive|flagMaxLive) != 0 || first && flags&flagLowerLive != 0 {
+			return bad("flags")
+		}
+		if flags&flagCalibrated != 0 {
+			if len(value) < 16 {
+				return bad("calibration")
+			}
+			resid := math.Float64frombits(binary.BigEndian.Uint64(value))
+			pos := math.Float64frombits(binary.BigEndian.Uint64(value[8:]))
+			if math.IsNaN(resid) || math.IsInf(resid, 0) || math.IsNaN(pos) || math.IsInf(pos, 0) {
+				return bad("calibration")
+			}
+			bk.calibrated, bk.sumResid, bk.sumPos, value = true, resid, pos, value[16:]
+		}
+		if len(value) != 0 {
+			return bad("trailing bytes")
+		}
+	}
+	bk.lowerLive = flags&flagLowerLive != 0
+	c := bk.LiveCounts
+	if first {
+		bk.lower = nil
+		v.buckets[0] = bk
 		v.setHints(hints[0], hints[1])
+		v.minLive, v.maxLive = flags&flagMinLive != 0 && hints[0] != nil, flags&flagMaxLive != 0 && hints[1] != nil
 	} else {
-		lower := slices.Clone(rest[7:])
-		if bytes.Compare(v.buckets[len(v.buckets)-1].lower, lower) >= 0 && len(v.buckets) > 1 {
+		bk.lower = slices.Clone(rest[7:])
+		if bytes.Compare(v.buckets[len(v.buckets)-1].lower, bk.lower) >= 0 && len(v.buckets) > 1 {
 			return bad("bucket out of order")
 		}
-		v.appendBucket(bucket{lower: lower, LiveCounts: c})
+		v.appendBucket(bk)
 	}
 	v.total = v.total.Add(c)
 	t.total = t.total.Add(c)

@@ -33,25 +33,34 @@ func (m liveModel) count(vnode uint16, lo, hi []byte) LiveCounts {
 	return c
 }
 
-// split plays the store's part: scan the model for the bucket's rows.
-func (m liveModel) split(r SplitRequest) []Piece {
+// rows returns the sorted live pks of a vnode in [lo, hi) (nil unbounded).
+func (m liveModel) rows(vnode uint16, lo, hi []byte) []string {
 	var pks []string
-	for pk := range m[r.Vnode] {
-		if (r.Lower == nil || pk >= string(r.Lower)) && (r.Upper == nil || pk < string(r.Upper)) {
+	for pk := range m[vnode] {
+		if (lo == nil || pk >= string(lo)) && (hi == nil || pk < string(hi)) {
 			pks = append(pks, pk)
 		}
 	}
 	sort.Strings(pks)
-	pieces := []Piece{{Lower: r.Lower}}
-	for _, pk := range pks {
-		if pieces[len(pieces)-1].Rows >= r.Target {
-			pieces = append(pieces, Piece{Lower: []byte(pk)})
-		}
-		p := &pieces[len(pieces)-1]
-		p.Rows++
-		p.Bytes += m[r.Vnode][pk]
+	return pks
+}
+
+// split plays the store's part: scan the model for the bucket's rows.
+func (m liveModel) split(r Rescan) ScannedBucket {
+	sc := NewBucketScan(r)
+	for _, pk := range m.rows(r.Vnode, r.Lower, r.Upper) {
+		sc.Add([]byte(pk), m[r.Vnode][pk])
 	}
-	return pieces
+	return sc.Finish()
+}
+
+// recount plays the store's part in a recount: scan the model's vnode.
+func (m liveModel) recount(vnode uint16, bounds [][]byte) VnodeRecount {
+	sc := NewVnodeScan(bounds)
+	for _, pk := range m.rows(vnode, nil, nil) {
+		sc.Add([]byte(pk), m[vnode][pk])
+	}
+	return sc.Recount()
 }
 
 // TestLiveRandom applies random commits of inserts, updates and deletes,
@@ -73,7 +82,6 @@ func TestLiveRandom(t *testing.T) {
 			vnode uint16
 			pk    []byte
 			d     LiveCounts
-			live  bool
 		}
 		var ops []op
 		for range r.IntN(400) {
@@ -87,14 +95,14 @@ func TestLiveRandom(t *testing.T) {
 			case !live && r.IntN(4) > 0 || !live && commit < 5:
 				nb := int64(8 + r.IntN(50))
 				m[v][string(pk)] = nb
-				ops = append(ops, op{v, pk, LiveCounts{1, nb}, true})
+				ops = append(ops, op{v, pk, LiveCounts{1, nb}})
 			case live && r.IntN(2) == 0:
 				delete(m[v], string(pk))
-				ops = append(ops, op{v, pk, LiveCounts{-1, -old}, false})
+				ops = append(ops, op{v, pk, LiveCounts{-1, -old}})
 			case live:
 				nb := int64(8 + r.IntN(50))
 				m[v][string(pk)] = nb
-				ops = append(ops, op{v, pk, LiveCounts{0, nb - old}, true})
+				ops = append(ops, op{v, pk, LiveCounts{0, nb - old}})
 			}
 		}
 		// Commits feed deltas in key order, but any order must work.
@@ -107,7 +115,10 @@ func TestLiveRandom(t *testing.T) {
 			})
 		}
 		for _, o := range ops {
-			require.NoError(t, b.Apply(table, o.vnode, o.pk, o.d, o.live))
+			// live is the row's state once the commit lands, whatever
+			// this op did.
+			_, live := m[o.vnode][string(o.pk)]
+			require.NoError(t, b.Apply(table, o.vnode, o.pk, o.d, live))
 		}
 		b.Normalize()
 		for _, e := range b.MetaEntries() {
@@ -118,8 +129,8 @@ func TestLiveRandom(t *testing.T) {
 			}
 		}
 		b.Publish()
-		for _, req := range b.Oversized() {
-			require.NoError(t, s.ApplySplit(req, m.split(req)))
+		for _, req := range b.Rescans() {
+			require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
 		}
 		l := s.Current()
 		for v := uint16(0); v < vnodes; v++ {
@@ -147,7 +158,7 @@ func TestLiveRandom(t *testing.T) {
 				require.GreaterOrEqual(t, est.Upper, truth, "vnode %d [%x, %x)", v, lo, hi)
 				require.LessOrEqual(t, float64(est.Lower), est.Rows)
 				require.GreaterOrEqual(t, float64(est.Upper), est.Rows)
-				require.LessOrEqual(t, est.Upper-est.Lower, 2*splitLimit(total), "bounds wider than two buckets")
+				require.LessOrEqual(t, est.Upper-est.Lower, 2*splitLimit(total, l.Table(table).Rows), "bounds wider than two buckets")
 			}
 			// Answered together, in lockstep, the queries get the same
 			// answers.
@@ -184,8 +195,7 @@ func TestLiveRandom(t *testing.T) {
 			require.Equal(t, loading, re.Current().AppendEstimates(nil, table, probes), "estimates before and after FinishLoad")
 			for v := uint16(0); v < vnodes; v++ {
 				require.Equal(t, l.Vnode(table, v), re.Current().Vnode(table, v))
-				require.Equal(t, l.Buckets(table, v), re.Current().Buckets(table, v))
-				require.Equal(t, l.BucketCounts(table, v), re.Current().BucketCounts(table, v))
+				require.Equal(t, l.Detail(table, v), re.Current().Detail(table, v))
 				if lv := re.Current().table(table).vnodes[v]; lv != nil {
 					requireIndexed(t, lv)
 					require.Equal(t, len(lv.buckets), cap(lv.buckets), "no slack after FinishLoad")
@@ -195,7 +205,7 @@ func TestLiveRandom(t *testing.T) {
 	}
 	l := s.Current()
 	t.Logf("buckets: %d for %d rows", l.BucketCount(), l.Table(table).Rows)
-	require.Greater(t, l.Buckets(table, 0), 1, "buckets must split")
+	require.Greater(t, len(l.Detail(table, 0).Buckets), 1, "buckets must split")
 }
 
 // livePK returns the pk of TestLiveRandom's row n, in one of three shapes
@@ -223,10 +233,13 @@ func requireIndexed(t *testing.T, v *liveVnode) {
 	var sum int64
 	for i, b := range v.buckets {
 		require.Equal(t, key8(b.lower), v.keys[i], "key of bucket %d", i)
-		require.Equal(t, sum, int64(v.cum[i]), "rows before bucket %d", i)
+		before, rows, aux := v.rows(i)
+		require.Equal(t, sum, before, "rows before bucket %d", i)
+		require.Equal(t, b.Rows, rows, "rows of bucket %d", i)
+		require.Equal(t, v.aux(i), aux, "aux of bucket %d", i)
 		sum += b.Rows
 	}
-	require.Equal(t, sum, int64(v.cum[len(v.buckets)]))
+	require.Equal(t, sum, int64(v.cum[len(v.buckets)])>>auxBits)
 	require.Equal(t, key8(v.minPK), v.minKey)
 	require.Equal(t, key8(v.maxPK), v.maxKey)
 }
@@ -249,8 +262,8 @@ func TestLivePartition(t *testing.T) {
 	}
 	b.Normalize()
 	b.Publish()
-	for _, req := range b.Oversized() {
-		require.NoError(t, s.ApplySplit(req, m.split(req)))
+	for _, req := range b.Rescans() {
+		require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
 	}
 	all := roaring.New()
 	all.AddRange(0, vnodes)
@@ -274,7 +287,7 @@ func TestLivePartition(t *testing.T) {
 				truth += m.count(v, lo, hi).Rows
 			}
 			require.Equal(t, truth, p.Rows, "%+v", p)
-			require.InDelta(t, ideal, float64(p.Rows), float64(2*splitLimit(4000)), "n=%d %+v", n, p)
+			require.InDelta(t, ideal, float64(p.Rows), float64(2*splitLimit(4000, l.Table(table).Rows)), "n=%d %+v", n, p)
 			sum += p.Rows
 		}
 		require.Equal(t, l.Table(table).Rows, sum)
@@ -333,8 +346,8 @@ func TestLiveRecount(t *testing.T) {
 		b.Normalize()
 		persist(b)
 		b.Publish()
-		for _, req := range b.Oversized() {
-			require.NoError(t, s.ApplySplit(req, m.split(req)))
+		for _, req := range b.Rescans() {
+			require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
 		}
 	}
 	l := s.Current()
@@ -348,23 +361,7 @@ func TestLiveRecount(t *testing.T) {
 	require.Positive(t, wrong, "lying ops must leave wrong counts")
 
 	scan := func(vnode uint16, bounds [][]byte) (VnodeRecount, error) {
-		var rc VnodeRecount
-		for i, lo := range bounds {
-			var hi []byte
-			if i+1 < len(bounds) {
-				hi = bounds[i+1]
-			}
-			rc.Buckets = append(rc.Buckets, m.count(vnode, lo, hi))
-		}
-		var pks []string
-		for pk := range m[vnode] {
-			pks = append(pks, pk)
-		}
-		if len(pks) > 0 {
-			slices.Sort(pks)
-			rc.MinPK, rc.MaxPK = []byte(pks[0]), []byte(pks[len(pks)-1])
-		}
-		return rc, nil
+		return m.recount(vnode, bounds), nil
 	}
 	b, err := s.Recount(table, scan)
 	require.NoError(t, err)
@@ -372,8 +369,8 @@ func TestLiveRecount(t *testing.T) {
 	b.Normalize()
 	persist(b)
 	b.Publish()
-	for _, req := range b.Oversized() {
-		require.NoError(t, s.ApplySplit(req, m.split(req)))
+	for _, req := range b.Rescans() {
+		require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
 	}
 	l = s.Current()
 	require.False(t, l.ContainsEstimates(table))
@@ -381,13 +378,15 @@ func TestLiveRecount(t *testing.T) {
 	for v := uint16(0); v < vnodes; v++ {
 		require.Equal(t, m.count(v, nil, nil), l.Vnode(table, v), "vnode %d", v)
 		total = total.Add(m.count(v, nil, nil))
-		bounds, counts := l.BucketBounds(table, v), l.BucketCounts(table, v)
-		for i := range bounds {
+		bs := l.Detail(table, v).Buckets
+		for i, bk := range bs {
 			var hi []byte
-			if i+1 < len(bounds) {
-				hi = bounds[i+1]
+			if i+1 < len(bs) {
+				hi = bs[i+1].Lower
 			}
-			require.Equal(t, m.count(v, bounds[i], hi), counts[i], "vnode %d bucket %d", v, i)
+			require.Equal(t, m.count(v, bk.Lower, hi), bk.LiveCounts, "vnode %d bucket %d", v, i)
+			_, live := m[v][string(bk.Lower)]
+			require.Equal(t, i > 0 && live, bk.LowerLive, "vnode %d bucket %d: lower bound live", v, i)
 		}
 		for range 50 {
 			lo, hi := keys.AppendUint64(nil, uint64(r.IntN(3000))), keys.AppendUint64(nil, uint64(r.IntN(3000)))
@@ -415,7 +414,7 @@ func TestLiveRecount(t *testing.T) {
 	}
 	require.False(t, re.Current().ContainsEstimates(table))
 	for v := uint16(0); v < vnodes; v++ {
-		require.Equal(t, l.BucketCounts(table, v), re.Current().BucketCounts(table, v))
+		require.Equal(t, l.Detail(table, v), re.Current().Detail(table, v))
 	}
 
 	// The counts are exact now: a second recount changes nothing.
@@ -573,5 +572,90 @@ func TestFindSkewed(t *testing.T) {
 			want := sort.Search(len(bs), func(i int) bool { return i > 0 && bytes.Compare(bs[i].lower, x) > 0 }) - 1
 			require.Equal(t, want, v.find(x), "skew %d, %d buckets, x %x", skew, len(bs), x)
 		}
+	}
+}
+
+// TestAuxPacking: a bucket's flags and calibration offset ride in the low
+// bits of its prefix sum, and both come back out, negative sums (unchecked
+// writers' counts) and offsets beyond the packed range included.
+func TestAuxPacking(t *testing.T) {
+	r := physRand(t)
+	for range 10000 {
+		v := &liveVnode{minLive: r.IntN(2) == 0, maxLive: r.IntN(2) == 0}
+		bs := make([]bucket, 1+r.IntN(5))
+		for i := range bs {
+			bs[i] = bucket{LiveCounts: LiveCounts{Rows: int64(r.IntN(1<<20)) - 1<<10}, lowerLive: i > 0 && r.IntN(2) == 0}
+			if r.IntN(4) > 0 {
+				bs[i].calibrated = true
+				bs[i].sumResid = r.NormFloat64() * float64(int64(1)<<r.IntN(40))
+			}
+			if i > 0 {
+				bs[i].lower = []byte{byte(i)}
+			}
+		}
+		v.setBuckets(bs)
+		v.seal()
+		var sum int64
+		for i, b := range bs {
+			before, rows, aux := v.rows(i)
+			require.Equal(t, sum, before)
+			require.Equal(t, b.Rows, rows)
+			require.Equal(t, b.lowerLive, aux&auxLowerLive != 0)
+			loLive, hiLive := b.lowerLive, i == len(bs)-1 && v.maxLive
+			if i == 0 {
+				loLive = v.minLive
+			}
+			off, ok := b.offset(loLive, hiLive)
+			require.Equal(t, ok, aux&auxCalibrated != 0)
+			if ok {
+				lim := float64(int64(1)<<(auxOffsetBits-1)) / auxOffsetUnit
+				want := min(max(off, -lim), lim-1.0/auxOffsetUnit)
+				require.InDelta(t, want, auxOffset(aux), 0.5/auxOffsetUnit+1e-9, "offset %v", off)
+			}
+			sum += b.Rows
+		}
+	}
+}
+
+// TestCalibrationFollowsOps: the calibration sums that inserts and deletes
+// update equal those of a scan of the bucket's rows after them, whatever
+// the rows and their order.
+func TestCalibrationFollowsOps(t *testing.T) {
+	r := physRand(t)
+	for round := range 200 {
+		lo, hi := uint64(1000), uint64(1000+1+r.IntN(1<<20))
+		rows := map[uint64]bool{}
+		if r.IntN(2) == 0 {
+			rows[lo] = true // a live lower bound
+		}
+		pkOf := func(x uint64) []byte { return keys.AppendUint64(nil, x) }
+		scan := func() bucket {
+			var arena []byte
+			var ends []int
+			for _, x := range slices.Sorted(maps.Keys(rows)) {
+				arena = append(arena, pkOf(x)...)
+				ends = append(ends, len(arena))
+			}
+			b := bucket{LiveCounts: LiveCounts{Rows: int64(len(rows))}, calibrated: true}
+			b.sumResid, b.sumPos = calibrate(pkOf(lo), pkOf(hi), arena, ends)
+			return b
+		}
+		b := scan()
+		for range 1 + r.IntN(50) {
+			x := lo + uint64(r.IntN(int(hi-lo)))
+			u := position(pkOf(lo), pkOf(x), pkOf(hi))
+			if rows[x] {
+				b.remove(u)
+				b.Rows--
+				delete(rows, x)
+			} else {
+				b.insert(u)
+				b.Rows++
+				rows[x] = true
+			}
+		}
+		want := scan()
+		require.InDelta(t, want.sumPos, b.sumPos, 1e-6*float64(len(rows)+1), "round %d", round)
+		require.InDelta(t, want.sumResid, b.sumResid, 1e-6*float64(len(rows)+1)*float64(len(rows)+1), "round %d", round)
 	}
 }

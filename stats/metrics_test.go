@@ -227,7 +227,7 @@ func liveBuckets(st lsm.Stats, def lsm.TableDef) int {
 	n := 0
 	for v := range def.VnodeCount {
 		if st.Live.Vnode(def.ID, uint16(v)).Rows != 0 || st.Physical.Vnode(def.ID, uint16(v)).Entries != 0 {
-			n += st.Live.Buckets(def.ID, uint16(v))
+			n += len(st.Live.Detail(def.ID, uint16(v)).Buckets)
 		}
 	}
 	return n

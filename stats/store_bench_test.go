@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// benchStore is a store with one table of 256 vnodes and rowsPerVnode rows
-// in each, loaded over several checkpoints by an unchecked writer, with
+// benchStore is a store with one table of vnodes vnodes and rowsPerVnode
+// rows in each, loaded over several checkpoints by an unchecked writer, with
 // automatic compactions off (one SST per checkpoint until a manual
 // compaction).
 type benchStore struct {
@@ -35,17 +35,17 @@ type benchStore struct {
 
 const benchTable = 1
 
-func newBenchStore(b *testing.B, rowsPerVnode, checkpoints int) *benchStore {
+func newBenchStore(b *testing.B, vnodes, rowsPerVnode, checkpoints int) *benchStore {
 	e := openStore(b, uncompacted())
-	bs := &benchStore{e: e, def: e.createTable(benchTable, keys.DefaultVnodeCount)}
+	bs := &benchStore{e: e, def: e.createTable(benchTable, vnodes)}
 	w, err := e.s.NewWriter(benchTable, nil, &lsm.WriterOptions{Unchecked: true})
 	require.NoError(b, err)
 	e.writers[benchTable] = w
 	r := rand.New(rand.NewPCG(1, 2))
 	row := randRow(r, 32)
 	bs.row = row
-	bs.pks = make([][]uint64, keys.DefaultVnodeCount)
-	total := rowsPerVnode * keys.DefaultVnodeCount
+	bs.pks = make([][]uint64, vnodes)
+	total := rowsPerVnode * vnodes
 	order := r.Perm(total)
 	per := (total + checkpoints - 1) / checkpoints
 	for c := range checkpoints {
@@ -72,18 +72,17 @@ func newBenchStore(b *testing.B, rowsPerVnode, checkpoints int) *benchStore {
 //	read=vnode            Store.Stats().Vnode(table, vnode)      goal ≤ 200 ns
 //	read=estimate-rows    one Stats.EstimateRows of a pk range   goal ≤ 2 µs
 //	read=consumed-256     Store.Stats(), then Σ of the estimates of [nil,
-//	                      succ(cursor)) over 256 vnodes all in progress, asked
+//	                      cursor] over 256 vnodes all in progress, asked
 //	                      together (AppendEstimates)             goal ≤ 100 µs
 //	read=consumed-256-cold  cold-ns/op: the same after a commit that touched
 //	                      every vnode, with the CPU caches swept; and
-//	                      cold-each-ns/op, the same asked one EstimateRows at
-//	                      a time
+//	                      cold-each-ns/op, the same asked one query at a time
 //	memory/lsm=...        heap held by the physical statistics (a Version
 //	                      recomputed from the SSTs) and the live buckets (reloaded
 //	                      from their metadata), per million keys, as loaded
 //	                      (one SST per checkpoint) and after a full compaction
 func BenchmarkStoreStats(b *testing.B) {
-	bs := newBenchStore(b, 4000, 8)
+	bs := newBenchStore(b, keys.DefaultVnodeCount, 4000, 8)
 	s := bs.e.s
 	b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, s.Stats().Physical.NumFiles(), s.Stats().Live.BucketCount())
 	r := rand.New(rand.NewPCG(3, 4))
@@ -129,18 +128,12 @@ func BenchmarkStoreStats(b *testing.B) {
 
 	// A backfill over every vnode, all in progress: each cursor is a live
 	// pk, and the consumed rows are those with pk <= cursor.
-	succ := make([][]byte, 256)
-	var truth int64
-	for v := range succ {
-		i := r.IntN(len(bs.pks[v]))
-		succ[v] = pk64(bs.pks[v][i] + 1)
-		truth += int64(i + 1)
-	}
+	cursors, truth := bs.cursors(r)
 	b.Run("read=consumed-256", func(b *testing.B) {
 		bs.e.t = b
 		var consumed float64
 		for b.Loop() {
-			consumed = consumedRows(s, succ)
+			consumed = consumedRows(s, cursors)
 		}
 		total := s.Stats().Live.Table(benchTable).Rows
 		b.ReportMetric(100*(consumed-float64(truth))/float64(total), "err-pp")
@@ -170,49 +163,77 @@ func BenchmarkStoreStats(b *testing.B) {
 	}
 
 	// Last, as it commits: the consumed rows as a running job meets them.
-	// The commit before each checkpoint touched every vnode (one update
-	// each: fresh copies of every vnode's buckets), and the job's other
-	// work evicted them from the CPU caches (a 64 MiB sweep). A fixed
-	// number of such rounds, timed apart; the medians are reported as
-	// cold-ns/op and cold-each-ns/op, since one round on a shared machine
-	// may be interrupted (the loop then times the warm estimate again).
 	b.Run("read=consumed-256-cold", func(b *testing.B) {
 		bs.e.t = b
-		const rounds = 100
-		sweep := make([]byte, 64<<20)
-		w := bs.e.writers[benchTable]
-		var cold, each []time.Duration
-		for round := range rounds {
-			bs.epoch++
-			for v := range keys.DefaultVnodeCount {
-				pk := pk64(bs.pks[v][0])
-				require.NoError(b, w.Update(bs.epoch, uint16(v), pk, bs.row, bs.row))
-			}
-			bs.e.commit(bs.epoch)
-			for i := 0; i < len(sweep); i += 64 {
-				sweep[i]++
-			}
-			// One way per round, alternating: the second would meet
-			// some of the first's cache lines warm.
-			start := time.Now()
-			if round%2 == 0 {
-				consumedRows(s, succ)
-				cold = append(cold, time.Since(start))
-			} else {
-				consumedRowsEach(s, succ)
-				each = append(each, time.Since(start))
-			}
-		}
-		for b.Loop() {
-			consumedRows(s, succ)
-		}
-		median := func(ds []time.Duration) float64 {
-			slices.Sort(ds)
-			return float64(ds[len(ds)/2].Nanoseconds())
-		}
-		b.ReportMetric(median(cold), "cold-ns/op")
-		b.ReportMetric(median(each), "cold-each-ns/op")
+		bs.consumedCold(b, cursors)
 	})
+}
+
+// BenchmarkConsumedCold4096 is read=consumed-256-cold on a table of 4096
+// vnodes of 250 rows (1,024,000 keys), all in progress: goal ≤ 1 ms.
+func BenchmarkConsumedCold4096(b *testing.B) {
+	bs := newBenchStore(b, 4096, 250, 8)
+	b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, bs.e.s.Stats().Physical.NumFiles(), bs.e.s.Stats().Live.BucketCount())
+	cursors, _ := bs.cursors(rand.New(rand.NewPCG(3, 4)))
+	bs.consumedCold(b, cursors)
+}
+
+// cursors returns a cursor at a random live pk of every vnode, and the
+// rows at or below them.
+func (bs *benchStore) cursors(r *rand.Rand) ([][]byte, int64) {
+	cursors := make([][]byte, len(bs.pks))
+	var truth int64
+	for v := range cursors {
+		i := r.IntN(len(bs.pks[v]))
+		cursors[v] = pk64(bs.pks[v][i])
+		truth += int64(i + 1)
+	}
+	return cursors, truth
+}
+
+// consumedCold measures the consumed rows as a running job meets them. The
+// commit before each checkpoint touched every vnode (one update each:
+// fresh copies of every vnode's buckets), and the job's other work evicted
+// them from the CPU caches (a 64 MiB sweep). A fixed number of such
+// rounds, timed apart; the medians are reported as cold-ns/op and
+// cold-each-ns/op, since one round on a shared machine may be interrupted
+// (the loop then times the warm estimate again).
+func (bs *benchStore) consumedCold(b *testing.B, cursors [][]byte) {
+	const rounds = 100
+	s := bs.e.s
+	sweep := make([]byte, 64<<20)
+	w := bs.e.writers[benchTable]
+	var cold, each []time.Duration
+	for round := range rounds {
+		bs.epoch++
+		for v := range bs.pks {
+			pk := pk64(bs.pks[v][0])
+			require.NoError(b, w.Update(bs.epoch, uint16(v), pk, bs.row, bs.row))
+		}
+		bs.e.commit(bs.epoch)
+		for i := 0; i < len(sweep); i += 64 {
+			sweep[i]++
+		}
+		// One way per round, alternating: the second would meet some of
+		// the first's cache lines warm.
+		start := time.Now()
+		if round%2 == 0 {
+			consumedRows(s, cursors)
+			cold = append(cold, time.Since(start))
+		} else {
+			consumedRowsEach(s, cursors)
+			each = append(each, time.Since(start))
+		}
+	}
+	for b.Loop() {
+		consumedRows(s, cursors)
+	}
+	median := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2].Nanoseconds())
+	}
+	b.ReportMetric(median(cold), "cold-ns/op")
+	b.ReportMetric(median(each), "cold-each-ns/op")
 }
 
 // statsMemory measures the heap that the store's statistics hold: a Version
@@ -263,24 +284,26 @@ func statsMemory(b *testing.B, e *storeEnv) (physical, live float64) {
 }
 
 // consumedRows is the stats approach's consumed rows: the estimates of
-// [nil, succ(cursor)) over the vnodes, asked together, on the store's
-// current statistics.
-func consumedRows(s *lsm.Store, succ [][]byte) (consumed float64) {
-	qs := make([]stats.RangeQuery, len(succ))
-	for v := range succ {
-		qs[v] = stats.RangeQuery{Vnode: uint16(v), Hi: succ[v]}
+// [nil, cursor] over the vnodes, asked together, on the store's current
+// statistics.
+func consumedRows(s *lsm.Store, cursors [][]byte) (consumed float64) {
+	qs := make([]stats.RangeQuery, len(cursors))
+	for v := range cursors {
+		qs[v] = stats.RangeQuery{Vnode: uint16(v), Hi: cursors[v], HiInclusive: true}
 	}
 	for _, e := range s.Stats().AppendEstimates(make([]stats.RowEstimate, 0, len(qs)), benchTable, qs) {
-		consumed += e.Rows
+		consumed += e.Mean
 	}
 	return consumed
 }
 
-// consumedRowsEach is consumedRows asked one EstimateRows at a time.
-func consumedRowsEach(s *lsm.Store, succ [][]byte) (consumed float64) {
+// consumedRowsEach is consumedRows asked one query at a time.
+func consumedRowsEach(s *lsm.Store, cursors [][]byte) (consumed float64) {
 	st := s.Stats()
-	for v := range succ {
-		consumed += st.EstimateRows(benchTable, uint16(v), nil, succ[v]).Rows
+	var out [1]stats.RowEstimate
+	for v := range cursors {
+		q := [1]stats.RangeQuery{{Vnode: uint16(v), Hi: cursors[v], HiInclusive: true}}
+		consumed += st.AppendEstimates(out[:0], benchTable, q[:])[0].Mean
 	}
 	return consumed
 }

@@ -10,10 +10,13 @@
 // deletes), and the churn during the backfill (updates, deletes, inserts
 // spread over DuringSteps steps).
 //
-// The table's pk is (dist u64, id u64) and its distribution key is dist: for
-// a uniform workload dist is a hash of the row id, for a skewed one it is
-// drawn from a Zipf distribution, so that hot dist values pile rows into a few
-// vnodes. Every row that can ever exist is known up front, so the model keeps
+// The table's pk has one of several shapes (Shape): by default (hashed) it is
+// (dist u64, id u64) with distribution key dist, a hash of the row id or,
+// for a skewed workload, a Zipf draw, so that hot dist values pile rows into
+// a few vnodes; the others are shaped like tables real systems hold
+// (auto-increment ids, orders and their line items, a low-cardinality
+// category, string keys, time series). Every row that can ever exist is
+// known up front, so the model keeps
 // each vnode's live rows in a Fenwick tree over the vnode's pk order: the
 // rows at or below any cursor are counted exactly in O(log n). That is the
 // truth the backfill's progress estimates are judged against.
@@ -37,7 +40,13 @@ type Params struct {
 	Rows       int
 	VnodeCount int
 	Seed       uint64
-	// Zipf is the skew s of the distribution keys; 0 is uniform.
+	// Shape is the pk shape; empty means Hashed.
+	Shape Shape
+	// Children is the largest number of children of a parent in the
+	// parent-child shape; 0 means 7.
+	Children int
+	// Zipf is the skew s of the hashed shape's distribution keys; 0 is
+	// uniform.
 	Zipf float64
 	// ValueSize is the row size in bytes; 0 means 100.
 	ValueSize int
@@ -88,6 +97,21 @@ func (p *Params) normalize() error {
 	if p.VnodeCount == 0 {
 		p.VnodeCount = keys.DefaultVnodeCount
 	}
+	if p.Shape == "" {
+		p.Shape = Hashed
+	}
+	if _, err := ParseShape(string(p.Shape)); err != nil {
+		return err
+	}
+	if p.Children == 0 {
+		p.Children = defaultChildren
+	}
+	if p.Children < 1 {
+		return errors.Newf("workload: children %d < 1", p.Children)
+	}
+	if p.Zipf != 0 && p.Shape != Hashed {
+		return errors.Newf("workload: zipf applies to the hashed pk shape, not %s", p.Shape)
+	}
 	if err := keys.CheckVnodeCount(p.VnodeCount); err != nil {
 		return err
 	}
@@ -126,10 +150,15 @@ func (p *Params) normalize() error {
 	return nil
 }
 
-// TableDef returns the definition of the upstream table: pk (dist, id),
-// distribution key dist.
+// TableDef returns the definition of the upstream table: the pk schema and
+// distribution key of the shape.
 func (p Params) TableDef(id uint32) lsm.TableDef {
-	return lsm.TableDef{ID: id, Name: "upstream", VnodeCount: p.VnodeCount, PK: keys.Schema{keys.Uint64, keys.Uint64}, DistKeyColumns: 1}
+	shape := p.Shape
+	if shape == "" {
+		shape = Hashed
+	}
+	pk, dist := shape.schema()
+	return lsm.TableDef{ID: id, Name: "upstream", VnodeCount: p.VnodeCount, PK: pk, DistKeyColumns: dist}
 }
 
 // OpKind is the kind of an upstream op.
@@ -200,7 +229,6 @@ func New(p Params) (*Generator, error) {
 	n := p.Rows + inserts
 	g := &Generator{
 		p:     p,
-		pk:    make([][]byte, n),
 		vnode: make([]uint16, n),
 		pos:   make([]int32, n),
 		ver:   make([]uint32, n),
@@ -209,20 +237,14 @@ func New(p Params) (*Generator, error) {
 		where: make([]int32, n),
 		bytes: make([]int64, p.VnodeCount),
 	}
-	r := rand.New(rand.NewPCG(p.Seed, 0x5eed))
-	var zipf *rand.Zipf
-	if p.Zipf > 0 {
-		zipf = rand.NewZipf(r, p.Zipf, 1, uint64(max(1, p.Rows)))
-	}
+	def := p.TableDef(0)
+	g.pk = p.Shape.pks(p, n)
 	for id := range n {
-		var dist uint64
-		if zipf != nil {
-			dist = zipf.Uint64()
-		} else {
-			dist = mix(uint64(id) ^ p.Seed)
+		dist, err := def.PK.PrefixLen(g.pk[id], def.DistKeyColumns)
+		if err != nil {
+			return nil, errors.NewAssertionErrorWithWrappedErrf(err, "workload: shape %s made an invalid pk", p.Shape)
 		}
-		g.pk[id] = keys.AppendUint64(keys.AppendUint64(make([]byte, 0, 16), dist), uint64(id))
-		g.vnode[id] = keys.Vnode(g.pk[id][:8], p.VnodeCount)
+		g.vnode[id] = keys.Vnode(g.pk[id][:dist], p.VnodeCount)
 		g.order[g.vnode[id]] = append(g.order[g.vnode[id]], int32(id))
 		g.where[id] = -1
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
 
@@ -120,4 +121,81 @@ func TestParamsRejected(t *testing.T) {
 	}
 	_, err := Preset("nope", 1, 1, 1)
 	require.ErrorContains(t, err, "nope")
+}
+
+// TestShapes checks every pk shape: pks are valid and unique under the
+// shape's schema, each row sits in the vnode the table definition computes,
+// the order statistics hold, and the shape's own promise holds (repeated
+// first columns, few categories, inserts at the high end).
+func TestShapes(t *testing.T) {
+	for _, shape := range Shapes() {
+		t.Run(string(shape), func(t *testing.T) {
+			p := Params{Rows: 3000, VnodeCount: 16, Seed: 9, Shape: shape, InsertDuring: 0.2,
+				DeleteFrac: 0.3, DeleteOrder: "prefix", BatchRows: 1000, DuringSteps: 3}
+			g, err := New(p)
+			require.NoError(t, err)
+			def := g.Params().TableDef(1)
+			require.NoError(t, lsmTableCheck(def))
+			seen := map[string]bool{}
+			firstCols := map[string]int{}
+			for id, pk := range g.pk {
+				require.NoError(t, def.PK.Validate(pk), "row %d", id)
+				require.False(t, seen[string(pk)], "duplicate pk %x", pk)
+				seen[string(pk)] = true
+				require.Equal(t, def.VnodeOf(pk), g.vnode[id])
+				n, err := def.PK.PrefixLen(pk, 1)
+				require.NoError(t, err)
+				firstCols[string(pk[:n])]++
+			}
+			switch shape {
+			case ParentChild:
+				require.Less(t, len(firstCols), len(g.pk)/2, "parents have several children")
+			case LowCard:
+				require.LessOrEqual(t, len(firstCols), lowCardValues)
+			case Timeseries:
+				require.LessOrEqual(t, len(firstCols), timeseriesSources)
+			}
+			g.Replay(g.BackfillStep() + 3)
+			var total int64
+			for v := uint16(0); v < 16; v++ {
+				rows, _ := g.Live(v)
+				total += rows
+				g.EachRow(v, func(pk, _ []byte) {
+					require.Equal(t, brute(g, v, pk), g.RowsAtOrBelow(v, pk))
+				})
+			}
+			require.Equal(t, g.LiveRows(), total)
+			if shape == Sequential || shape == Timeseries || shape == ParentChild {
+				// Rows inserted during the backfill sort after every loaded
+				// row of their first column's group: the high end.
+				for id := p.Rows; id < len(g.pk); id++ {
+					for old := 0; old < p.Rows; old += 97 {
+						if g.vnode[old] == g.vnode[id] && sameFirst(def, g.pk[old], g.pk[id]) {
+							require.Positive(t, bytes.Compare(g.pk[id], g.pk[old]))
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func sameFirst(def lsm.TableDef, a, b []byte) bool {
+	if len(def.PK) == 1 {
+		return true
+	}
+	na, _ := def.PK.PrefixLen(a, 1)
+	nb, _ := def.PK.PrefixLen(b, 1)
+	return bytes.Equal(a[:na], b[:nb])
+}
+
+func lsmTableCheck(def lsm.TableDef) error { return def.PK.Check() }
+
+func TestShapeParams(t *testing.T) {
+	_, err := New(Params{Rows: 10, Shape: "zigzag"})
+	require.ErrorContains(t, err, "zigzag")
+	_, err = New(Params{Rows: 10, Shape: Sequential, Zipf: 1.2})
+	require.ErrorContains(t, err, "hashed")
+	_, err = New(Params{Rows: 10, Shape: ParentChild, Children: -1})
+	require.ErrorContains(t, err, "children")
 }

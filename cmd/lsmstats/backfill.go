@@ -48,6 +48,8 @@ type backfillFlags struct {
 	rows, vnodes, actors                     int
 	seed                                     uint64
 	zipf                                     float64
+	pkShape                                  string
+	children                                 int
 	updateFrac, deleteFrac                   float64
 	deleteOrder                              string
 	updateDuring, deleteDuring, insertDuring float64
@@ -69,7 +71,9 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 	fs.IntVar(&f.vnodes, "vnodes", 256, "vnodes of the upstream table")
 	fs.IntVar(&f.actors, "actors", 2, "backfill actors")
 	fs.Uint64Var(&f.seed, "seed", 1, "workload seed")
-	fs.Float64Var(&f.zipf, "zipf", 0, "zipf skew s of the distribution keys (0: uniform)")
+	fs.Float64Var(&f.zipf, "zipf", 0, "zipf skew s of the distribution keys (0: uniform; hashed pk shape only)")
+	fs.StringVar(&f.pkShape, "pk-shape", "hashed", "pk shape of the upstream table: hashed, sequential, parent-child, low-card, string, timeseries")
+	fs.IntVar(&f.children, "children", 7, "largest number of children per parent (pk shape parent-child)")
 	fs.Float64Var(&f.updateFrac, "update-frac", 0, "fraction of rows updated before the backfill")
 	fs.Float64Var(&f.deleteFrac, "delete-frac", 0, "fraction of rows deleted before the backfill")
 	fs.StringVar(&f.deleteOrder, "delete-order", "random", "order of the deletes before the backfill: random, prefix or suffix")
@@ -103,6 +107,11 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 	if err != nil {
 		return p, err
 	}
+	shape, err := workload.ParseShape(f.pkShape)
+	if err != nil {
+		return p, err
+	}
+	p.Shape, p.Children = shape, f.children
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "zipf":
@@ -492,7 +501,7 @@ func cost(records []*recordJSON, stateBytes, statsOnlyBytes int64) map[string]co
 func parameters(f *backfillFlags, p workload.Params) map[string]any {
 	return map[string]any{
 		"workload": f.workload, "rows": p.Rows, "vnodes": p.VnodeCount, "actors": f.actors, "seed": p.Seed,
-		"zipf": p.Zipf, "update_frac": p.UpdateFrac, "delete_frac": p.DeleteFrac, "delete_order": p.DeleteOrder,
+		"pk_shape": p.Shape, "children": p.Children, "zipf": p.Zipf, "update_frac": p.UpdateFrac, "delete_frac": p.DeleteFrac, "delete_order": p.DeleteOrder,
 		"update_during": p.UpdateDuring, "delete_during": p.DeleteDuring, "insert_during": p.InsertDuring,
 		"during_steps": p.DuringSteps, "chunk_size": f.chunkSize, "barrier_rows": f.barrierRows,
 		"checkpoint_every": f.checkpointEvery, "crash_at": []int(f.crashAt), "rescale_to": f.rescaleTo,

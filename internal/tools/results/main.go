@@ -29,12 +29,19 @@ var line = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 func main() {
 	benchPath := flag.String("bench", "out/bench.txt", "benchmark output")
 	readme := flag.String("readme", "README.md", "README to update")
+	matrixPath := flag.String("matrix", "docs/accuracy.md", "file to write the full accuracy matrix to")
 	flag.Parse()
 	metrics, err := parse(*benchPath)
 	if err != nil {
 		fail(err)
 	}
-	table := render(metrics)
+	cells := matrixCells(metrics)
+	if len(cells) > 0 {
+		if err := os.WriteFile(*matrixPath, []byte(renderFullMatrix(cells)), 0o644); err != nil {
+			fail(err)
+		}
+	}
+	table := render(metrics) + renderMatrix(cells)
 	b, err := os.ReadFile(*readme)
 	if err != nil {
 		fail(err)
