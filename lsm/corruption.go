@@ -120,3 +120,12 @@ func (s *Store) openError(err error) error {
 	}
 	return markPebble(errors.Wrapf(err, "lsmstats: open pebble in %s", s.dir))
 }
+
+// LiveIncomplete reports whether the live statistics of a table's vnode
+// are incomplete: a read-only Open left out a live-statistics row of it
+// that does not decode (CorruptMetadata names it), so Stats().Live counts
+// too few rows there. Always false on a writable store, whose Open fails
+// on such a row instead.
+func (s *Store) LiveIncomplete(table uint32, vnode uint16) bool {
+	return s.liveLeftOut[table][int(vnode)] || s.liveLeftOut[table][-1]
+}

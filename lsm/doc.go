@@ -114,7 +114,8 @@
 //     rebuilt from the file's keys (package stats);
 //   - metadata rows that do not decode fail Open with ErrCorruptMetadata
 //     (naming the key); a read-only store opens past those it can do
-//     without and Verify reports them;
+//     without, Verify reports them, and LiveIncomplete names the vnodes
+//     whose live counts are short of a left-out row;
 //   - a corrupt MANIFEST or OPTIONS file fails Open naming the file. Pebble
 //     reads a MANIFEST up to its last valid record and takes the rest for
 //     a torn write; the checkpoint mark (checkpoint.go) tells when that lost

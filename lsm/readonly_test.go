@@ -232,6 +232,10 @@ func TestReadOnlyCorruptMetadata(t *testing.T) {
 				// scan, and Verify says so.
 				require.NotEmpty(t, rep.Differences)
 				require.Contains(t, strings.Join(rep.Differences, "\n"), "table 1 vnode 0")
+				// The store says which counts are incomplete.
+				require.True(t, s.LiveIncomplete(1, 0))
+				require.False(t, s.LiveIncomplete(1, 1))
+				require.False(t, s.LiveIncomplete(2, 0))
 			case "catalog":
 				require.Contains(t, rep.Corrupt[0], "catalog entry of table 1")
 				require.Empty(t, s.Tables(), "the table is left out")

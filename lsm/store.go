@@ -103,6 +103,10 @@ type Store struct {
 	// corruptMeta are the metadata rows a read-only Open left out because
 	// they do not decode (Verify reports them).
 	corruptMeta []error
+	// liveLeftOut are the vnodes whose live-statistics rows a read-only
+	// Open left out (vnode -1: a row of the table that names no vnode): their
+	// live counts are incomplete (LiveIncomplete).
+	liveLeftOut map[uint32]map[int]bool
 	// hooks let tests observe the store; nil functions are skipped.
 	hooks struct {
 		// phase is called when a spill starts ("spilling") and ends
@@ -395,11 +399,26 @@ func (s *Store) load() error {
 			}
 		}
 		if err := s.mu.live.Load(e[0], e[1]); err != nil {
-			if t, v, ok := liveVnodeOf(e[0]); ok {
+			t, v, ok := liveVnodeOf(e[0])
+			if ok {
 				err = errors.Wrapf(err, "live statistics of table %d vnode %d", t, v)
 			}
 			if err := leaveOut(errors.Mark(lsmstats.MarkCorruption(err), ErrCorruptMetadata)); err != nil {
 				return err
+			}
+			vnode := int(v)
+			if !ok {
+				vnode = -1
+				t, ok = liveTableOf(e[0])
+			}
+			if ok {
+				if s.liveLeftOut == nil {
+					s.liveLeftOut = map[uint32]map[int]bool{}
+				}
+				if s.liveLeftOut[t] == nil {
+					s.liveLeftOut[t] = map[int]bool{}
+				}
+				s.liveLeftOut[t][vnode] = true
 			}
 		}
 	}

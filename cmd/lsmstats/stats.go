@@ -44,14 +44,18 @@ type physicalJSON struct {
 	TotalValueSize uint64 `json:"total_value_size"`
 }
 
+// liveJSON is a table's live statistics. Rows and Bytes are left out when
+// they are incomplete (a live-statistics row of the table that does not
+// decode; CorruptMetadata names it), never shown short.
 type liveJSON struct {
-	Rows              int64 `json:"rows"`
-	Bytes             int64 `json:"bytes"`
-	ContainsEstimates bool  `json:"contains_estimates"`
+	Rows              *int64 `json:"rows,omitempty"`
+	Bytes             *int64 `json:"bytes,omitempty"`
+	ContainsEstimates bool   `json:"contains_estimates"`
 }
 
 // vnodeStatJSON is one vnode's statistics; the physical fields are left out
-// when the physical statistics are unavailable.
+// when the physical statistics are unavailable, the live ones when they are
+// incomplete.
 type vnodeStatJSON struct {
 	Vnode            uint16  `json:"vnode"`
 	Entries          *uint64 `json:"entries,omitempty"`
@@ -59,8 +63,8 @@ type vnodeStatJSON struct {
 	Deletes          *uint64 `json:"deletes,omitempty"`
 	PebbleTombstones *uint64 `json:"pebble_tombstones,omitempty"`
 	KeyBytes         *uint64 `json:"key_bytes,omitempty"`
-	LiveRows         int64   `json:"live_rows"`
-	LiveBytes        int64   `json:"live_bytes"`
+	LiveRows         *int64  `json:"live_rows,omitempty"`
+	LiveBytes        *int64  `json:"live_bytes,omitempty"`
 }
 
 // openStore opens the store in dir for a command: read-only unless write,
@@ -98,7 +102,7 @@ func collectStats(s *lsm.Store, table int64) (statsJSON, error) {
 		tot := st.Physical.Table(def.ID)
 		live := st.Live.Table(def.ID)
 		t := tableStatsJSON{TableID: def.ID, Name: def.Name, VnodeCount: def.VnodeCount,
-			Live: liveJSON{Rows: live.Rows, Bytes: live.Bytes, ContainsEstimates: st.Live.ContainsEstimates(def.ID)},
+			Live: liveJSON{Rows: &live.Rows, Bytes: &live.Bytes, ContainsEstimates: st.Live.ContainsEstimates(def.ID)},
 		}
 		if physical {
 			t.Physical = &physicalJSON{Entries: tot.Counts.Entries, Puts: tot.Counts.Puts, Deletes: tot.Counts.Deletes,
@@ -107,13 +111,20 @@ func collectStats(s *lsm.Store, table int64) (statsJSON, error) {
 		}
 		for v := 0; v < def.VnodeCount; v++ {
 			vs := st.Vnode(def.ID, uint16(v))
-			if (!physical || vs.Physical.IsZero()) && vs.Live.Rows == 0 && vs.Live.Bytes == 0 {
+			incomplete := s.LiveIncomplete(def.ID, uint16(v))
+			if incomplete {
+				t.Live.Rows, t.Live.Bytes = nil, nil
+			}
+			if (!physical || vs.Physical.IsZero()) && vs.Live.Rows == 0 && vs.Live.Bytes == 0 && !incomplete {
 				continue
 			}
 			p := vs.Physical
-			t.Vnodes = append(t.Vnodes, vnodeStatJSON{Vnode: uint16(v), Entries: u(p.Entries), Puts: u(p.Puts),
-				Deletes: u(p.Deletes), PebbleTombstones: u(p.PebbleTombstones), KeyBytes: u(p.KeyBytes),
-				LiveRows: vs.Live.Rows, LiveBytes: vs.Live.Bytes})
+			vj := vnodeStatJSON{Vnode: uint16(v), Entries: u(p.Entries), Puts: u(p.Puts),
+				Deletes: u(p.Deletes), PebbleTombstones: u(p.PebbleTombstones), KeyBytes: u(p.KeyBytes)}
+			if !incomplete {
+				vj.LiveRows, vj.LiveBytes = &vs.Live.Rows, &vs.Live.Bytes
+			}
+			t.Vnodes = append(t.Vnodes, vj)
 		}
 		out.Tables = append(out.Tables, t)
 	}
@@ -199,17 +210,25 @@ func printStats(w io.Writer, out statsJSON) {
 		if t.Live.ContainsEstimates {
 			est = " (may contain estimates)"
 		}
-		fmt.Fprintf(w, "  live:     rows %d, bytes %d%s\n", t.Live.Rows, t.Live.Bytes, est)
+		fmt.Fprintf(w, "  live:     rows %s, bytes %s%s\n", inum(t.Live.Rows), inum(t.Live.Bytes), est)
 		fmt.Fprintf(w, "  %6s %10s %10s %10s %10s %12s %12s\n", "vnode", "entries", "puts", "deletes", "tombstones", "live rows", "live bytes")
 		for _, v := range t.Vnodes {
-			fmt.Fprintf(w, "  %6d %10s %10s %10s %10s %12d %12d\n", v.Vnode, num(v.Entries), num(v.Puts), num(v.Deletes),
-				num(v.PebbleTombstones), v.LiveRows, v.LiveBytes)
+			fmt.Fprintf(w, "  %6d %10s %10s %10s %10s %12s %12s\n", v.Vnode, num(v.Entries), num(v.Puts), num(v.Deletes),
+				num(v.PebbleTombstones), inum(v.LiveRows), inum(v.LiveBytes))
 		}
 	}
 }
 
 // num renders an optional count: "-" when unavailable.
 func num(v *uint64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprint(*v)
+}
+
+// inum renders an optional signed count: "-" when unavailable.
+func inum(v *int64) string {
 	if v == nil {
 		return "-"
 	}
