@@ -150,13 +150,28 @@ func TestOpenNoStore(t *testing.T) {
 	require.NoError(t, os.Mkdir(empty, 0o755))
 	emptyDB := filepath.Join(root, "emptydb")
 	require.NoError(t, os.MkdirAll(filepath.Join(emptyDB, pebbleDir), 0o755))
+	file := filepath.Join(root, "file")
+	require.NoError(t, os.WriteFile(file, []byte("not a store"), 0o644))
+	// A store's own Pebble directory, given for the store: the message
+	// names the store.
+	store := filepath.Join(root, "store")
+	require.NoError(t, os.CopyFS(store, os.DirFS(smallStore(t, false))))
 	before := dirState(t, root)
-	for _, dir := range []string{filepath.Join(root, "mistyped"), filepath.Join(root, "a", "b"), empty, emptyDB} {
+	for _, c := range []struct{ dir, want string }{
+		{filepath.Join(root, "mistyped"), "does not exist"},
+		{filepath.Join(root, "a", "b"), "does not exist"},
+		{empty, "holds no store (it has no db directory)"},
+		{emptyDB, "holds no Pebble MANIFEST"},
+		{file, "is not a directory"},
+		{filepath.Join(file, "x"), "is not a directory"},
+		{filepath.Join(store, pebbleDir), "it is a store's Pebble directory: the store is " + store},
+	} {
 		for _, o := range []*Options{{ReadOnly: true}, {MustExist: true}} {
 			o.Logger = QuietLogger{W: io.Discard}
-			_, err := Open(dir, o)
-			require.True(t, errors.Is(err, ErrNoStore), "%s: %v", dir, err)
-			require.Contains(t, err.Error(), dir)
+			_, err := Open(c.dir, o)
+			require.True(t, errors.Is(err, ErrNoStore), "%s: %v", c.dir, err)
+			require.Contains(t, err.Error(), c.dir)
+			require.Contains(t, err.Error(), c.want)
 		}
 	}
 	require.Equal(t, before, dirState(t, root), "a refused open left files behind")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -268,15 +269,26 @@ func Open(dir string, opts *Options) (*Store, error) {
 // Pebble directory in it, or no MANIFEST there (Pebble would lock the
 // directory, creating a file, before finding out).
 func (s *Store) checkExists() error {
-	for _, p := range []string{s.dir, s.fs.PathJoin(s.dir, pebbleDir)} {
-		if _, err := s.fs.Stat(p); err != nil {
-			if oserror.IsNotExist(err) {
-				return errors.Wrapf(ErrNoStore, "%s does not exist", p)
+	dbDir := s.fs.PathJoin(s.dir, pebbleDir)
+	for _, p := range []string{s.dir, dbDir} {
+		st, err := s.fs.Stat(p)
+		switch {
+		case err != nil && oserror.IsNotExist(err) && p == s.dir:
+			return errors.Wrapf(ErrNoStore, "%s does not exist", p)
+		case err != nil && oserror.IsNotExist(err):
+			msg := fmt.Sprintf("%s holds no store (it has no %s directory)", s.dir, pebbleDir)
+			if s.fs.PathBase(s.dir) == pebbleDir && s.hasManifest(s.dir) {
+				msg += fmt.Sprintf("; it is a store's Pebble directory: the store is %s", s.fs.PathDir(s.dir))
 			}
+			return errors.Wrap(ErrNoStore, msg)
+		case err != nil && errors.Is(err, syscall.ENOTDIR):
+			return errors.Wrapf(ErrNoStore, "%s does not exist: a part of its path is not a directory", p)
+		case err != nil:
 			return errors.Wrapf(err, "lsmstats: open %s", s.dir)
+		case !st.IsDir():
+			return errors.Wrapf(ErrNoStore, "%s is not a directory", p)
 		}
 	}
-	dbDir := s.fs.PathJoin(s.dir, pebbleDir)
 	names, err := s.fs.List(dbDir)
 	if err != nil {
 		return errors.Wrapf(err, "lsmstats: list %s", dbDir)
@@ -287,6 +299,20 @@ func (s *Store) checkExists() error {
 		}
 	}
 	return errors.Wrapf(ErrNoStore, "%s holds no Pebble MANIFEST", dbDir)
+}
+
+// hasManifest reports whether dir holds a Pebble MANIFEST.
+func (s *Store) hasManifest(dir string) bool {
+	names, err := s.fs.List(dir)
+	if err != nil {
+		return false
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "MANIFEST-") {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Store) resetStaging() error {
