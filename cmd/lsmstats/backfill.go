@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
@@ -203,8 +204,18 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 		return usageError(err)
 	}
 	if f.worker {
+		// SIGINT or SIGTERM (a terminal's Ctrl-C reaches the worker too, or
+		// its supervisor forwards it) cancels the job: it stops at a clean
+		// point, the store closes at its last checkpoint, and the worker
+		// exits quietly with exitInterrupted (the supervisor says why).
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		err := runWorker(ctx, f, p, stdout, os.Stderr)
+		if err != nil && ctx.Err() != nil {
+			return exitInterrupted, nil
+		}
 		// exitOK: run classifies the error (corruption or not).
-		return exitOK, runWorker(f, p, stdout, os.Stderr)
+		return exitOK, err
 	}
 	return supervise(f, args, p, stdout, stderr)
 }
@@ -213,7 +224,7 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 
 // runWorker opens (or recovers) the job in f.dir and runs it to the end,
 // reporting on stdout.
-func runWorker(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) error {
+func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	emit := func(e event) {
 		if err := enc.Encode(e); err != nil {
@@ -243,9 +254,12 @@ func runWorker(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) er
 	if r := s.Job.Initial(); r != nil {
 		emit(event{T: "initial", Rec: toJSON(*r)})
 	}
-	ctx := context.Background()
 	last := s.Gen.BackfillStep() - 1
 	for !s.Job.Started() {
+		// A load step does not watch ctx: stop between steps.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if _, _, err := s.Job.Step(ctx); err != nil {
 			return err
 		}
@@ -336,7 +350,20 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	if err != nil {
 		return exitError, err
 	}
+	// SIGINT (Ctrl-C) or SIGTERM: the worker is asked to stop at a clean
+	// point (interrupt), and the run ends with exitInterrupted; the
+	// temporary store, if any, is removed on the way out.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	ui := newProgressUI(f.bars, stdout)
+	defer ui.stop()
+	interrupted := func() (int, error) {
+		where := "the temporary store was removed"
+		if f.dir != "" {
+			where = fmt.Sprintf("the store in %s keeps its last checkpoint; the same command resumes the backfill", f.dir)
+		}
+		return exitInterrupted, errors.Newf("interrupted: %s", where)
+	}
 	rep := &report{Parameters: parameters(f, p), Error: map[string]*bench.ErrorStats{}}
 	crashAt := append(intList(nil), f.crashAt...)
 	sort.Ints(crashAt)
@@ -346,6 +373,9 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	var stateBytes, statsOnlyBytes int64
 	var done *event
 	for run := 0; done == nil; run++ {
+		if ctx.Err() != nil {
+			return interrupted()
+		}
 		if run > len(f.crashAt)+3 {
 			return exitError, errors.New("the worker keeps dying without finishing")
 		}
@@ -363,6 +393,8 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 		if err := cmd.Start(); err != nil {
 			return exitError, err
 		}
+		exited := make(chan struct{})
+		go interrupt(ctx, cmd.Process, exited, stderr)
 		killed := false
 		// This run's state bytes up to its last reported checkpoint.
 		var runState, runStatsOnly int64
@@ -405,6 +437,10 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 			}
 		}
 		werr := cmd.Wait()
+		close(exited)
+		if ctx.Err() != nil && done == nil {
+			return interrupted()
+		}
 		stateBytes += runState
 		statsOnlyBytes += runStatsOnly
 		rep.Timings.RunsS = append(rep.Timings.RunsS, time.Since(runStart).Seconds())
@@ -470,6 +506,29 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 		return exitMVMismatch, nil
 	}
 	return exitOK, nil
+}
+
+// workerStopGrace is how long an interrupted worker has to stop at a clean
+// point before it is killed.
+const workerStopGrace = 30 * time.Second
+
+// interrupt forwards an interruption (ctx done) to the worker, which stops
+// at a clean point; a worker that has not exited after workerStopGrace is
+// killed: it recovers from its last checkpoint like after a crash.
+func interrupt(ctx context.Context, worker *os.Process, exited <-chan struct{}, stderr io.Writer) {
+	select {
+	case <-exited:
+		return
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(stderr, "lsmstats backfill: interrupted; stopping the worker")
+	_ = worker.Signal(os.Interrupt)
+	select {
+	case <-exited:
+	case <-time.After(workerStopGrace):
+		fmt.Fprintf(stderr, "lsmstats backfill: the worker did not stop within %s; killing it\n", workerStopGrace)
+		_ = worker.Kill()
+	}
 }
 
 func summarize(records []*recordJSON) map[string]*bench.ErrorStats {

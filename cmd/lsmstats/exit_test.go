@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/lsmstats/lsmstats/bench"
@@ -130,8 +133,58 @@ func TestExitCodes(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	check("worker lost", ee.ExitCode(), exitWorkerLost, stderr.String())
 
+	// 130: interrupted, as a terminal's Ctrl-C does (SIGINT to the whole
+	// process group), during the backfill with --dir (the same command then
+	// resumes it to the end) and during the load without (the temporary
+	// store is removed).
+	resumable := []string{"backfill", "--rows", "20000", "--vnodes", "8", "--barrier-rows", "64",
+		"--dir", filepath.Join(root, "interrupted"), "--bars", "off"}
+	code, errText := interruptCLI(t, resumable, "barrier ", nil)
+	check("interrupted backfill", code, exitInterrupted, errText, "lsmstats backfill: interrupted; stopping the worker",
+		"the same command resumes the backfill")
+	out, errOut, code = runCmd(t, resumable...)
+	require.Equal(t, exitOK, code, "resume: %s%s", out, errOut)
+	require.Contains(t, out, "MV equals upstream: yes")
+	require.Contains(t, out, "recovery showed a figure", "the rerun resumed the interrupted job")
+	tmp := filepath.Join(root, "tmp")
+	require.NoError(t, os.Mkdir(tmp, 0o755))
+	code, errText = interruptCLI(t, []string{"backfill", "--rows", "300000", "--vnodes", "8", "--bars", "off"}, "load: ",
+		[]string{"TMPDIR=" + tmp})
+	check("interrupted load", code, exitInterrupted, errText, "the temporary store was removed")
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Empty(t, left, "the temporary store was left behind")
+
 	for _, s := range exitStatuses {
 		require.True(t, seen[s.code], "exit status %d (%s) is not tested", s.code, s.what)
 	}
 	require.Len(t, seen, len(exitStatuses))
+}
+
+// interruptCLI runs the CLI (this test binary, see TestMain) in a process
+// group of its own, sends SIGINT to the group when a line of its stdout
+// starts with after, and returns its exit status and stderr.
+func interruptCLI(t *testing.T, args []string, after string, env []string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	sent := false
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if !sent && strings.HasPrefix(sc.Text(), after) {
+			require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT))
+			sent = true
+		}
+	}
+	err = cmd.Wait()
+	require.True(t, sent, "no line starting with %q; stderr:\n%s", after, stderr.String())
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "stderr:\n%s", stderr.String())
+	return ee.ExitCode(), stderr.String()
 }

@@ -32,6 +32,9 @@ const (
 	exitWorkerLost  = 5
 	exitDifferences = 6
 	exitCorrupt     = 7
+	// exitInterrupted is the shell's status for a process ended by SIGINT
+	// (128+2), which backfill returns after stopping cleanly on one.
+	exitInterrupted = 130
 )
 
 // exitStatuses documents each exit status, for lsmstats help.
@@ -41,12 +44,13 @@ var exitStatuses = []struct {
 }{
 	{exitOK, "success (verify: every statistic matches its recomputation)"},
 	{exitError, "the command failed: no store at --dir, an I/O error, an unknown table, ..."},
-	{exitUsage, "usage: an unknown command, bad flags or arguments"},
+	{exitUsage, "usage: an unknown command, bad flags or arguments (Go also exits 2 on a panic, its trace on stderr)"},
 	{exitMVMismatch, "backfill: the MV does not match the upstream table at the end"},
 	{exitFatal, "Pebble ended the process on a fatal error (a failed WAL or MANIFEST write); the reason is on stderr"},
 	{exitWorkerLost, "backfill worker (internal): its supervisor is gone"},
 	{exitDifferences, "verify: statistics differ from their recomputation"},
 	{exitCorrupt, "the store is corrupt: a checksum failed or stored data does not decode (verify: corrupt files or rows, or statistics it could not check)"},
+	{exitInterrupted, "backfill: interrupted (Ctrl-C, SIGINT or SIGTERM); the store in --dir keeps its last checkpoint (the same command resumes), a temporary one is removed"},
 }
 
 func main() {
@@ -112,7 +116,7 @@ recomputed statistics) and refuse a path that holds no store.
 exit status:
 `)
 	for _, s := range exitStatuses {
-		fmt.Fprintf(w, "  %d  %s\n", s.code, s.what)
+		fmt.Fprintf(w, "  %3d  %s\n", s.code, s.what)
 	}
 }
 

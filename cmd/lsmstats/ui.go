@@ -22,6 +22,7 @@ type progressUI struct {
 	mu                           sync.Mutex
 	text                         map[string]string
 	lastLine                     time.Time
+	done                         bool // finish or stop ran
 }
 
 const barScale = 10000 // 0.01% resolution
@@ -126,13 +127,24 @@ func (ui *progressUI) crash(n int) {
 }
 
 func (ui *progressUI) finish() {
-	if !ui.bars {
+	if !ui.bars || ui.done {
 		return
 	}
+	ui.done = true
 	for _, b := range []*mpb.Bar{ui.loadBar, ui.truth, ui.rowcnt, ui.stat} {
 		if b != nil {
 			b.SetTotal(-1, true)
 		}
 	}
 	ui.p.Wait()
+}
+
+// stop ends the bars where they are (a run that ended early); after finish
+// it does nothing.
+func (ui *progressUI) stop() {
+	if !ui.bars || ui.done {
+		return
+	}
+	ui.done = true
+	ui.p.Shutdown()
 }
