@@ -100,6 +100,28 @@ func (s *Store) checkMark() error {
 	return nil
 }
 
+// checkMarkWithoutMetadata refuses a Pebble database that holds none of
+// the store's metadata beside a checkpoint mark. The store writes the mark
+// only after its first metadata is durable, so the pair means Pebble's
+// MANIFEST lost the edits that added the metadata (a MANIFEST damaged near
+// its start opens as an almost empty database): corruption, reported
+// before a writable Open would initialise the store over it.
+func (s *Store) checkMarkWithoutMetadata() error {
+	epoch, ok, err := s.readMark()
+	switch {
+	case err != nil && !lsmstats.IsCorruption(err):
+		return err
+	case err != nil:
+		return lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats: store %s: Pebble's database holds none of the "+
+			"store's metadata, but a checkpoint mark (%s) is there: Pebble's MANIFEST lost edits", s.dir, markName))
+	case ok:
+		return lsmstats.Corruptionf("lsmstats: store %s: Pebble's database holds none of the store's metadata, but its "+
+			"checkpoint mark (%s) says epoch %d was committed: Pebble's MANIFEST lost edits (it reads a damaged or cut "+
+			"MANIFEST up to its last valid record)", s.dir, markName, epoch)
+	}
+	return nil
+}
+
 // writeMark records epoch as committed in the mark. Failures are logged:
 // the mark then stays older, which is safe. Callers hold ingestMu, or are
 // Open.

@@ -300,6 +300,42 @@ func TestCheckpointMark(t *testing.T) {
 		}
 		require.Positive(t, refused)
 	})
+	// A MANIFEST damaged near its start opens as a Pebble database without
+	// any of the store's metadata: the mark beside it says it lost edits
+	// (found by TestCorruption: it was refused as "no store", and a
+	// writable open would initialise a new store over it).
+	t.Run("manifest-start", func(t *testing.T) {
+		base := smallStore(t, true)
+		manifests, err := filepath.Glob(filepath.Join(base, pebbleDir, "MANIFEST-*"))
+		require.NoError(t, err)
+		require.Len(t, manifests, 1)
+		for _, damage := range []func(string){
+			func(p string) { _, err := faultfs.Damage(p, faultfs.Zero, 72, 5); require.NoError(t, err) },
+			func(p string) { require.NoError(t, os.Truncate(p, 80)) },
+		} {
+			for _, markDamaged := range []bool{false, true} {
+				dir := t.TempDir()
+				require.NoError(t, os.CopyFS(dir, os.DirFS(base)))
+				damage(filepath.Join(dir, pebbleDir, filepath.Base(manifests[0])))
+				want := "says epoch 3 was committed"
+				if markDamaged {
+					_, err := faultfs.Damage(filepath.Join(dir, markName), faultfs.Flip, 6, 1)
+					require.NoError(t, err)
+					want = "does not decode"
+				}
+				before := dirState(t, dir)
+				for _, readOnly := range []bool{true, false} {
+					_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: QuietLogger{W: io.Discard}})
+					require.True(t, errors.Is(err, lsmstats.ErrCorruption), "read-only %v: %v", readOnly, err)
+					require.ErrorContains(t, err, "holds none of the store's metadata")
+					require.ErrorContains(t, err, want)
+					if readOnly {
+						require.Equal(t, before, dirState(t, dir))
+					}
+				}
+			}
+		}
+	})
 	t.Run("mark-damaged", func(t *testing.T) {
 		dir := smallStore(t, false)
 		p := filepath.Join(dir, markName)

@@ -463,6 +463,9 @@ func (s *Store) load() error {
 		if s.committed.Load() != 0 || len(s.mu.catalog) > 0 {
 			return errors.Wrapf(ErrCorruptMetadata, "store %s has metadata but no format_version", s.dir)
 		}
+		if err := s.checkMarkWithoutMetadata(); err != nil {
+			return err
+		}
 		if s.opts.ReadOnly {
 			// A Pebble database that a crash left before the store's first
 			// metadata, or none of ours: nothing to inspect.
