@@ -4,7 +4,7 @@ PKGS     := ./...
 FUZZTIME ?= 10s
 OUT      := out
 
-.PHONY: all build test race bench bench-compare matrix scale results demo lint fuzz torture faults clean
+.PHONY: all build test race bench bench-compare matrix scale results demo lint fuzz torture faults soak clean
 
 all: build test
 
@@ -105,10 +105,21 @@ torture:
 
 # Fault injection at length (make test runs short versions): random faults
 # around 3,000 steps of the store, 200 child processes with WAL/MANIFEST
-# faults, and 30 s of the concurrency test. Each test logs its faults per kind.
+# faults, 30 s of the concurrency test, and 2,100 corruption injections
+# (make test runs 210). Each test logs its faults or outcomes per kind.
 faults:
 	$(GO) test -count=1 -v -timeout 60m -run '^TestFaults(Random|Crash)$$' ./lsm -fault-steps 3000 -fault-crash-runs 200
 	$(GO) test -count=1 -v -timeout 60m -run '^TestConcurrent$$' ./lsm -concurrent-for 30s
+	$(GO) test -count=1 -v -timeout 60m -run '^TestCorruption$$' ./cmd/lsmstats -corruption-injections 2100
+
+# The soak: backfill jobs on churning workloads over one store directory,
+# with random SIGKILLs, injected I/O faults (errorfs), context cancels and
+# reopens with rescale, every invariant checked after each event, for
+# SOAK_FOR (make soak SOAK_FOR=30m; make test runs 20 s). It prints the
+# events per kind and the findings, and fails on any finding.
+SOAK_FOR ?= 10m
+soak:
+	$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/soak -soak-for $(SOAK_FOR)
 
 clean:
 	rm -rf bin $(OUT)

@@ -136,7 +136,9 @@ func (a *Actor) Finished() bool {
 
 // Close releases the actor's writers (uncommitted ops are discarded).
 func (a *Actor) Close() error {
-	return errors.CombineErrors(a.mv.w.Close(), a.state.Close())
+	// Abort: work not committed is discarded, as Job.Close says, and not
+	// left to a later Commit (a reopened job writes those epochs again).
+	return errors.CombineErrors(a.mv.w.Abort(), a.state.Abort())
 }
 
 // Run handles messages until in is closed or ctx is done. Each barrier is

@@ -13,6 +13,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"golang.org/x/time/rate"
@@ -443,7 +444,7 @@ func (j *Job) Close() error {
 	j.limitMu.Unlock()
 	for _, w := range []*lsm.Writer{j.upstream, j.meta} {
 		if w != nil {
-			err = errors.CombineErrors(err, w.Close())
+			err = errors.CombineErrors(err, w.Abort())
 		}
 	}
 	return err
@@ -506,9 +507,15 @@ func (j *Job) spawnActors(ctx context.Context) {
 		go func() {
 			defer j.wg.Done()
 			if err := a.Run(ctx, in, j.acks); err != nil {
-				// The error was acknowledged with its barrier; drain the
-				// input so the job never blocks on a dead actor.
-				for range in {
+				// Drain the input so the job never blocks on a dead actor.
+				// An error in a barrier was acknowledged with it, but an
+				// actor that stopped on ctx did so before taking its next
+				// barrier: acknowledge those with the error, or the job
+				// would wait for their acks forever.
+				for m := range in {
+					if b, ok := m.(Barrier); ok {
+						j.acks <- Ack{Actor: a.cfg.ID, Epoch: b.Prev, Err: err}
+					}
 				}
 			}
 		}()
@@ -642,7 +649,18 @@ func (j *Job) writeMeta(epoch uint64) error {
 // progress computes the figures and the truth at a committed checkpoint
 // epoch, which every actor reported.
 func (j *Job) progress(epoch uint64) (Record, error) {
-	p, err := j.tracker.Progress(epoch, j.store.Stats())
+	st := j.store.Stats()
+	if st.PhysicalErr != nil {
+		// The physical statistics lag behind the checkpoint (reading a new
+		// SST's properties failed): a figure from them is not the
+		// checkpoint's, and one shown now could exceed what a restart
+		// computes. Refresh them, or fail the step.
+		if err := j.store.RefreshStats(); err != nil {
+			return Record{}, errors.Wrapf(err, "lsmstats/backfill: physical statistics of epoch %d", epoch)
+		}
+		st = j.store.Stats()
+	}
+	p, err := j.tracker.Progress(epoch, st)
 	if err != nil {
 		return Record{}, err
 	}
@@ -744,6 +762,13 @@ func (j *Job) Compare() error {
 		okA, okB := a.First(), b.First()
 		for okA || okB {
 			if !okA || !okB || !bytes.Equal(a.PK(), b.PK()) || !bytes.Equal(a.Row(), b.Row()) {
+				// An iterator stopped by an error (a corrupt block) is not a
+				// table that ended: report the error, not a difference.
+				if err := errors.CombineErrors(a.Error(), b.Error()); err != nil {
+					_ = a.Close()
+					_ = b.Close()
+					return err
+				}
 				diff := describe("upstream", okA, a) + " vs " + describe("mv", okB, b)
 				_ = a.Close()
 				_ = b.Close()
@@ -813,8 +838,9 @@ func encodeMeta(m jobMeta) []byte {
 	return b
 }
 
-// ErrCorruptMeta marks a job metadata row that does not decode.
-var ErrCorruptMeta = errors.New("lsmstats/backfill: corrupt job metadata row")
+// ErrCorruptMeta marks a job metadata row that does not decode. It is also
+// lsmstats.ErrCorruption.
+var ErrCorruptMeta = lsmstats.NewCorruptionSentinel("lsmstats/backfill: corrupt job metadata row")
 
 func decodeMeta(b []byte) (jobMeta, error) {
 	var m jobMeta

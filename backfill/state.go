@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 )
@@ -41,8 +42,9 @@ func (s VnodeState) String() string {
 	}
 }
 
-// ErrCorruptState marks a state row that does not decode.
-var ErrCorruptState = errors.New("lsmstats/backfill: corrupt backfill state row")
+// ErrCorruptState marks a state row that does not decode. It is also
+// lsmstats.ErrCorruption.
+var ErrCorruptState = lsmstats.NewCorruptionSentinel("lsmstats/backfill: corrupt backfill state row")
 
 const (
 	stateVersion  = 1
@@ -152,7 +154,7 @@ func LoadStates(r interface {
 		}
 		if st.Cursor != nil {
 			if err := upstream.PK.Validate(st.Cursor); err != nil {
-				return nil, errors.Mark(errors.Wrapf(err, "backfill state of vnode %d: cursor", v), ErrCorruptState)
+				return nil, errors.Mark(lsmstats.MarkCorruption(errors.Wrapf(err, "backfill state of vnode %d: cursor", v)), ErrCorruptState)
 			}
 		}
 		out[i] = st

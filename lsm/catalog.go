@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -142,7 +143,7 @@ func decodeCatalogEntry(id uint32, b []byte) (*TableDef, error) {
 		return nil, bad("unknown flags")
 	}
 	if err := d.normalize(); err != nil {
-		return nil, errors.Mark(errors.Wrapf(err, "catalog entry of table %d", id), ErrCorruptMetadata)
+		return nil, errors.Mark(lsmstats.MarkCorruption(errors.Wrapf(err, "catalog entry of table %d", id)), ErrCorruptMetadata)
 	}
 	return d, nil
 }

@@ -85,6 +85,7 @@ func (s *Store) Commit(epoch uint64) error {
 	s.mu.hwm = hwm
 	s.mu.Unlock()
 	s.statsMu.Unlock()
+	s.writeMark(epoch)
 	s.iters.close() // pooled iterators predate the checkpoint: release their files
 	s.drop(bufs)
 	s.metrics.commits.Add(1)
@@ -203,7 +204,11 @@ func (s *Store) writeData(out *output, bufs []*epochBuf, batch *stats.LiveBatch)
 
 // waitForL0 is the store's write stall: ingestion bypasses Pebble's own, so
 // Commit and GC wait while L0 is too deep for compactions to keep up.
-// Callers hold ingestMu, which guards s.l0.
+// Options.L0StallLimit bounds one wait; Options.L0IdleLimit ends it early
+// when no compaction is running or finishing, and a compaction that fails
+// during the wait ends it at once. After a wait gave up, later commits do
+// not wait until a compaction succeeds again. Callers hold ingestMu, which
+// guards s.l0.
 func (s *Store) waitForL0() {
 	limit := s.opts.L0StopSublevels
 	if limit < 0 || s.popts.DisableAutomaticCompactions {
@@ -223,7 +228,7 @@ func (s *Store) waitForL0() {
 	if s.l0.gaveUp && succeeded(m) == s.l0.compactions {
 		// The last wait gave up and no compaction has succeeded since
 		// (failed retries do not count): waiting again would only cost
-		// another l0IdleLimit.
+		// another L0IdleLimit.
 		s.metrics.stallsAbandoned.Add(1)
 		return
 	}
@@ -244,10 +249,10 @@ func (s *Store) waitForL0() {
 		switch {
 		case m.Compact.FailedCount > failed:
 			why = "compactions are failing"
-		case now.Sub(lastProgress) > l0IdleLimit:
-			why = fmt.Sprintf("no compaction ran for %s", l0IdleLimit)
-		case now.Sub(start) > l0StallLimit:
-			why = fmt.Sprintf("still after %s", l0StallLimit)
+		case now.Sub(lastProgress) > s.opts.L0IdleLimit:
+			why = fmt.Sprintf("no compaction ran for %s", s.opts.L0IdleLimit)
+		case now.Sub(start) > s.opts.L0StallLimit:
+			why = fmt.Sprintf("still after %s (Options.L0StallLimit)", s.opts.L0StallLimit)
 		}
 		if why != "" {
 			s.l0.gaveUp, s.l0.compactions = true, succeeded(m)
@@ -258,15 +263,6 @@ func (s *Store) waitForL0() {
 	}
 	s.metrics.stallNanos.Add(int64(time.Since(start)))
 }
-
-// l0StallLimit bounds one commit's wait for L0; l0IdleLimit ends it early
-// when no compaction is running or finishing (Pebble schedules one at once
-// when L0 is this deep, so none running means none is coming). After a wait
-// gave up, later commits do not wait until a compaction succeeds again.
-const (
-	l0StallLimit = 30 * time.Second
-	l0IdleLimit  = time.Second
-)
 
 // ---- merge sources --------------------------------------------------------
 

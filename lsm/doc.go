@@ -45,8 +45,11 @@
 // one ingestion per checkpoint adds L0 files quickly, so Commit waits while L0
 // has Options.L0StopSublevels sublevels or more, and counts those stalls. It
 // waits only while compactions can drain L0: not when automatic compactions
-// are off, and not past a failed compaction or a second with none running
-// (Pebble retries failed compactions itself; holding commits would not help).
+// are off, not past a failed compaction or Options.L0IdleLimit (1 s) with
+// none running (Pebble retries failed compactions itself; holding commits
+// would not help), and never longer than Options.L0StallLimit (10 s): after
+// a failed compaction Pebble leaves its inputs alone for 30 s while other
+// compactions may keep running.
 //
 // # Pebble's configuration for one ingestion per checkpoint
 //
@@ -112,6 +115,44 @@
 // collector counts it apart (foreign), Verify reports it, and in the
 // metadata range Open skips it.
 //
+// # Corruption
+//
+// Corrupt bytes come back as errors marked lsmstats.ErrCorruption that name
+// what is corrupt, never as an exit, a panic or a wrong count:
+//
+//   - a block of an SST that fails its checksum fails the read that meets
+//     it (the error names the file and the block); reads elsewhere go on.
+//     Pebble's default for it is Logger.Fatalf: the store takes Pebble's
+//     DataCorruption event instead, logs it and counts it
+//     (Metrics.Corruptions);
+//   - an SST whose footer, metaindex or properties block is corrupt cannot
+//     be opened at all, by Pebble either: the physical statistics are not
+//     refreshed past it and say so (Stats().PhysicalErr names the file)
+//     rather than count it as empty; a payload that does not decode is
+//     rebuilt from the file's keys (package stats);
+//   - metadata rows that do not decode fail Open with ErrCorruptMetadata
+//     (naming the key); a read-only store opens past those it can do
+//     without, Verify reports them, and LiveIncomplete names the vnodes
+//     whose live counts are short of a left-out row;
+//   - a corrupt MANIFEST or OPTIONS file fails Open naming the file. Pebble
+//     reads a MANIFEST up to its last valid record and takes the rest for
+//     a torn write; the checkpoint mark (checkpoint.go) tells when that lost
+//     committed checkpoints, and Open refuses the store.
+//
+// Verify checks every block of every live SST and goes on past
+// corruption: it reports every corrupt file and metadata row (Corrupt) and
+// every statistic it could not check (Unchecked). One corruption Pebble
+// does not let a caller handle: a corrupt block met while a compaction
+// elides a SINGLEDEL panics in Pebble's goroutine (see Faults).
+//
+// # Read-only
+//
+// Options.ReadOnly opens an existing store for inspection: Pebble opens
+// read-only, and the store creates and writes nothing (Pebble's LOCK file
+// is opened, as Pebble locks the directory in every mode); writes return
+// ErrReadOnly. A path without a store is refused with ErrNoStore, and so is
+// one with Options.MustExist.
+//
 // # Faults
 //
 // An I/O error in the store's own files (staged spills, the SSTs a commit
@@ -127,7 +168,9 @@
 // until the tracker's background retry succeeds. Pebble ends the process on
 // a failed write or sync of its WAL or MANIFEST (Logger.Fatalf) and panics
 // on some others (a directory sync while the MANIFEST marker moves, a read
-// while a compaction elides a SINGLEDEL): those are crashes, after which
-// the store reopens at its last checkpoint. faults_test.go and
+// error — or a corrupt block — while a compaction elides a SINGLEDEL, which
+// GC writes): those are crashes, which no caller can contain (the panic is
+// in Pebble's compaction goroutine), after which the store reopens at its
+// last checkpoint (TestSingleDelElisionPanic). faults_test.go and
 // faults_crash_test.go inject each of these with Pebble's errorfs.
 package lsm

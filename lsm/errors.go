@@ -1,6 +1,9 @@
 package lsm
 
-import "github.com/cockroachdb/errors"
+import (
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats"
+)
 
 // Errors returned by the store. Test for them with errors.Is; the messages
 // carry the details (table, vnode, epoch, key).
@@ -30,8 +33,15 @@ var (
 	// ErrEpochUnavailable is a read at an epoch above the committed epoch or
 	// below the garbage-collection watermark.
 	ErrEpochUnavailable = errors.New("lsmstats: epoch not readable")
-	// ErrCorruptMetadata marks undecodable metadata keys.
-	ErrCorruptMetadata = errors.New("lsmstats: corrupt metadata")
+	// ErrCorruptMetadata marks metadata rows that do not decode, and
+	// missing ones. It is also lsmstats.ErrCorruption.
+	ErrCorruptMetadata = lsmstats.NewCorruptionSentinel("lsmstats: corrupt metadata")
+	// ErrReadOnly is returned by every write to a store opened with
+	// Options.ReadOnly.
+	ErrReadOnly = errors.New("lsmstats: store is open read-only")
+	// ErrNoStore refuses a path that holds no store, when Options.ReadOnly
+	// or Options.MustExist is set.
+	ErrNoStore = errors.New("lsmstats: no store")
 	// ErrFormatTooNew refuses a store written by a newer format version.
 	ErrFormatTooNew = errors.New("lsmstats: store format is newer than this library")
 )

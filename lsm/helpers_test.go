@@ -12,6 +12,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(singleDelChildEnv); dir != "" {
+		singleDelChild(dir, os.Getenv(singleDelFaultEnv)) // singledel_test.go
+	}
 	if dir := os.Getenv(faultChildEnv); dir != "" {
 		seed, _ := strconv.ParseUint(os.Getenv(crashSeedEnv), 10, 64)
 		faultChild(dir, seed, os.Getenv(faultRuleEnv)) // faults_crash_test.go

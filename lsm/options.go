@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -42,13 +43,46 @@ type Options struct {
 	// apply to memtable writes only), so without this back-pressure read
 	// amplification would grow without bound under a fast checkpoint cadence.
 	// The wait ends early when compactions cannot drain L0 (off, failing, or
-	// none running for a second), so keep it well above Pebble's
-	// L0CompactionThreshold (16 in the store's options). Zero means 48;
-	// negative disables the wait.
+	// none running for L0IdleLimit) and after L0StallLimit in any case, so
+	// keep it well above Pebble's L0CompactionThreshold (16 in the store's
+	// options). Zero means 48; negative disables the wait.
 	L0StopSublevels int
+
+	// L0StallLimit bounds one commit's (or GC batch's) wait for L0, whatever
+	// compactions do meanwhile: after a failed compaction Pebble leaves its
+	// inputs alone for 30 s while others may keep running elsewhere, and a
+	// wait that saw them run would otherwise last until L0 drains. Zero
+	// means 10 s.
+	L0StallLimit time.Duration
+
+	// L0IdleLimit ends the wait for L0 early when no compaction has run or
+	// finished for this long (Pebble schedules one at once when L0 is that
+	// deep, so none running means none is coming). Zero means 1 s.
+	L0IdleLimit time.Duration
+
+	// ReadOnly opens an existing store for inspection (stats, verify,
+	// reads): Pebble opens read-only, and the store creates and writes
+	// nothing — no directory, no staging directory, no initial metadata, no
+	// pending bucket splits redone. Every write returns ErrReadOnly. A path
+	// that holds no store is refused (ErrNoStore), as with MustExist.
+	//
+	// A read-only store also opens past metadata rows that do not decode
+	// (a catalog entry, a live-statistics bucket, the garbage-collection
+	// watermark) and past SSTs whose properties cannot be read: it leaves
+	// them out, logs them, and Verify reports each one. The rows it cannot
+	// do without (format_version, committed_epoch) still fail Open.
+	ReadOnly bool
+
+	// MustExist refuses, with ErrNoStore, a path that holds no store instead
+	// of creating one there.
+	MustExist bool
 
 	// Logger receives Pebble's and the store's log lines; nil means Pebble's
 	// default logger. Pebble calls Fatalf on WAL and MANIFEST write errors.
+	// It no longer does on corrupt data: the store takes Pebble's
+	// DataCorruption event, logs it with Errorf and counts it
+	// (Metrics.Corruptions), and the read that met the corruption returns
+	// an error marked lsmstats.ErrCorruption that names the file.
 	Logger pebble.Logger
 
 	// EventListener, if set, receives Pebble's events in addition to the
@@ -87,6 +121,15 @@ func (o *Options) withDefaults() Options {
 	}
 	if out.CacheSize <= 0 {
 		out.CacheSize = defaultCacheSize(machineMemory())
+	}
+	if out.L0StallLimit <= 0 {
+		out.L0StallLimit = 10 * time.Second
+	}
+	if out.L0IdleLimit <= 0 {
+		out.L0IdleLimit = time.Second
+	}
+	if out.ReadOnly {
+		out.MustExist = true
 	}
 	return out
 }
@@ -140,6 +183,8 @@ func (o *Options) pebbleOptions() *pebble.Options {
 		MaxOpenFiles:                1000,
 		DisableAutomaticCompactions: false,
 		CacheSize:                   o.CacheSize,
+		ReadOnly:                    o.ReadOnly,
+		ErrorIfNotExists:            o.MustExist,
 	}
 	// Bloom filters on the prefixes (table, vnode, pk) of every level: a
 	// checked writer's read before an insert, and a point read of a pk

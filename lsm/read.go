@@ -164,7 +164,7 @@ func (s *Store) getPrefix(prefix []byte, epoch uint64) ([]byte, bool, error) {
 	it.seek = keys.AppendSeekKey(it.seek[:0], prefix, epoch)
 	if !it.SeekPrefixGE(it.seek) {
 		if err := it.Error(); err != nil {
-			return nil, false, errors.Wrapf(err, "lsmstats: read %v", keys.Comparer.FormatKey(prefix))
+			return nil, false, markPebble(errors.Wrapf(err, "lsmstats: read %v", keys.Comparer.FormatKey(prefix)))
 		}
 		return nil, false, nil
 	}
@@ -177,7 +177,7 @@ func (s *Store) getPrefix(prefix []byte, epoch uint64) ([]byte, bool, error) {
 	}
 	v, err := it.ValueAndErr()
 	if err != nil {
-		return nil, false, errors.Wrapf(err, "lsmstats: read %v", keys.Comparer.FormatKey(prefix))
+		return nil, false, markPebble(errors.Wrapf(err, "lsmstats: read %v", keys.Comparer.FormatKey(prefix)))
 	}
 	return slices.Clone(v), true, nil
 }
@@ -466,14 +466,14 @@ func (i *Iter) settle() bool {
 		}
 		row, err := i.it.ValueAndErr()
 		if err != nil {
-			i.err = errors.Wrapf(err, "lsmstats: read vnode %d of table %d", i.vnode, i.table)
+			i.err = markPebble(errors.Wrapf(err, "lsmstats: read vnode %d of table %d", i.vnode, i.table))
 			return false
 		}
 		i.pk, i.row, i.valid = k.PK, row, true
 		return true
 	}
 	if err := i.it.Error(); err != nil && i.err == nil {
-		i.err = errors.Wrapf(err, "lsmstats: read vnode %d of table %d", i.vnode, i.table)
+		i.err = markPebble(errors.Wrapf(err, "lsmstats: read vnode %d of table %d", i.vnode, i.table))
 	}
 	return false
 }

@@ -1,10 +1,14 @@
 package lsm
 
 import (
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -60,4 +64,51 @@ func TestCommitStallOnlyWhileCompactionsDrain(t *testing.T) {
 		require.Positive(t, faults.total(), "compaction outputs failed")
 		faults.disarm()
 	})
+}
+
+// slowCompactionFS delays the creation of Pebble's compaction outputs (the
+// SSTs created in db/; ingested ones are linked there) while armed.
+type slowCompactionFS struct {
+	vfs.FS
+	delay atomic.Int64 // nanoseconds; 0: none
+}
+
+func (fs *slowCompactionFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if d := fs.delay.Load(); d > 0 && strings.HasSuffix(name, ".sst") && filepath.Base(filepath.Dir(name)) == pebbleDir {
+		time.Sleep(time.Duration(d))
+	}
+	return fs.FS.Create(name, category)
+}
+
+// TestCommitStallBounded: while compactions run but do not drain L0 (here:
+// each output takes 2 s to create; after a failed compaction Pebble leaves
+// its inputs alone for 30 s while others may run), a commit waits for L0 at
+// most Options.L0StallLimit — not until L0 drains, and not L0IdleLimit,
+// since compactions are running — then goes on and logs why.
+func TestCommitStallBounded(t *testing.T) {
+	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
+	fs := &slowCompactionFS{FS: vfs.Default}
+	log := &recordingLogger{}
+	const limit = 300 * time.Millisecond
+	s, err := Open(t.TempDir(), &Options{FS: fs, Logger: log, L0StopSublevels: 2,
+		L0StallLimit: limit, L0IdleLimit: time.Minute})
+	require.NoError(t, err)
+	defer s.Close()
+	defer fs.delay.Store(0) // Close waits for running compactions
+	c := newChurn(t, s, def, 3)
+	c.step(200, 0, 0)
+	fs.delay.Store(int64(2 * time.Second))
+	for range 6 {
+		c.step(200, 80, 0)
+	}
+	m := s.Metrics()
+	require.Positive(t, m.CommitStalls, "L0 must reach the limit")
+	require.Positive(t, m.CommitStallsAbandoned)
+	require.Contains(t, log.text(), "still after 300ms (Options.L0StallLimit)")
+	require.NotContains(t, log.text(), "no compaction ran", "compactions were running")
+	// Each stall waited about the limit (a sleep of at most 50 ms past it),
+	// never the 2 s a compaction took; stalls that found no compaction
+	// succeeded since the last gave up did not wait at all.
+	require.Less(t, m.CommitStallTime, time.Duration(m.CommitStalls)*(limit+time.Second),
+		"%d stalls waited %s", m.CommitStalls, m.CommitStallTime)
 }

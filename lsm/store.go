@@ -7,14 +7,18 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 )
@@ -94,6 +98,16 @@ type Store struct {
 	buffered atomic.Int64
 	fileSeq  atomic.Uint64
 	metrics  storeMetrics
+	// mark is the checkpoint mark, open for writing (checkpoint.go); nil
+	// until the first write, and on a read-only store.
+	mark vfs.File
+	// corruptMeta are the metadata rows a read-only Open left out because
+	// they do not decode (Verify reports them).
+	corruptMeta []error
+	// liveLeftOut are the vnodes whose live-statistics rows a read-only
+	// Open left out (vnode -1: a row of the table that names no vnode): their
+	// live counts are incomplete (LiveIncomplete).
+	liveLeftOut map[uint32]map[int]bool
 	// hooks let tests observe the store; nil functions are skipped.
 	hooks struct {
 		// phase is called when a spill starts ("spilling") and ends
@@ -113,9 +127,14 @@ type storeMetrics struct {
 	stallsAbandoned, stallNanos           atomic.Int64
 	pebbleStalls                          atomic.Int64
 	bucketScans, bucketScanRows           atomic.Int64
+	corruptions                           atomic.Int64
 }
 
 // Open opens (or creates) the store in dir. A nil opts means the defaults.
+// With Options.ReadOnly or Options.MustExist, a path that holds no store is
+// refused with ErrNoStore; a store of a newer format is refused with
+// ErrFormatTooNew, and one written with another comparer with Pebble's
+// error naming both comparers.
 func Open(dir string, opts *Options) (*Store, error) {
 	o := opts.withDefaults()
 	s := &Store{dir: dir, opts: o, fs: o.FS, staging: o.FS.PathJoin(dir, stagingDir)}
@@ -126,13 +145,23 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.mu.live = stats.NewLiveState()
 	s.gc.closing = make(chan struct{})
 
-	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
-		return nil, errors.Wrapf(err, "lsmstats: create %s", dir)
+	if o.MustExist {
+		if err := s.checkExists(); err != nil {
+			return nil, err
+		}
 	}
-	// Staged spills and unfinished commit outputs belong to epochs that did
-	// not commit: they must not survive a restart.
-	if err := s.resetStaging(); err != nil {
-		return nil, err
+	if o.ReadOnly {
+		ro := errors.Wrapf(ErrReadOnly, "store %s", dir)
+		s.failed.Store(&ro)
+	} else {
+		if err := s.fs.MkdirAll(dir, 0o755); err != nil {
+			return nil, errors.Wrapf(err, "lsmstats: create %s", dir)
+		}
+		// Staged spills and unfinished commit outputs belong to epochs that
+		// did not commit: they must not survive a restart.
+		if err := s.resetStaging(); err != nil {
+			return nil, err
+		}
 	}
 
 	popts := o.pebbleOptions()
@@ -151,11 +180,28 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if o.Pebble != nil {
 		o.Pebble(popts)
 	}
+	// Pebble's default reaction to corrupt data is Logger.Fatalf, which ends
+	// the process: the read that met it returns the error anyway (naming
+	// the file and block), so the store logs and counts it instead.
+	var user func(pebble.DataCorruptionInfo)
+	if o.EventListener != nil {
+		user = o.EventListener.DataCorruption
+	}
+	popts.EventListener.DataCorruption = func(info pebble.DataCorruptionInfo) {
+		s.metrics.corruptions.Add(1)
+		popts.Logger.Errorf("lsmstats: corrupt data in %s: %v", info.Path, info.Details)
+		if user != nil {
+			user(info)
+		}
+	}
 	s.popts = popts
 
+	if err := s.checkOptionsFile(popts); err != nil {
+		return nil, err
+	}
 	db, err := pebble.Open(s.fs.PathJoin(dir, pebbleDir), popts)
 	if err != nil {
-		return nil, errors.Wrapf(err, "lsmstats: open pebble in %s", dir)
+		return nil, s.openError(err)
 	}
 	s.db = db
 	s.wopts = popts.MakeWriterOptions(0, db.TableFormat())
@@ -168,12 +214,28 @@ func Open(dir string, opts *Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	if err := s.tracker.Refresh(); err != nil {
+	if err := s.checkMark(); err != nil {
 		_ = s.tracker.Close()
 		_ = db.Close()
-		return nil, errors.Wrap(err, "lsmstats: load statistics")
+		s.closeMark()
+		return nil, err
+	}
+	if err := s.tracker.Refresh(); err != nil {
+		if !lsmstats.IsCorruption(err) {
+			_ = s.tracker.Close()
+			_ = db.Close()
+			return nil, errors.Wrap(err, "lsmstats: load statistics")
+		}
+		// A live SST whose properties cannot be read: Pebble cannot read
+		// the file either, so every read of its range fails and names it.
+		// The rest of the store is readable; Stats().PhysicalErr reports
+		// the file until a refresh succeeds, and Verify names it.
+		popts.Logger.Errorf("lsmstats: load statistics of %s: %v", dir, err)
 	}
 	s.tracker.Start()
+	if o.ReadOnly {
+		return s, nil
+	}
 	// Redo the bucket rescans that were pending persistence at the crash or
 	// close (see stats.LiveState.Rescans): the live statistics are then
 	// exactly what they were before it.
@@ -182,6 +244,56 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.mu.Unlock()
 	s.rescanBuckets(reqs)
 	return s, nil
+}
+
+// checkExists refuses a path that holds no store: no directory, no
+// Pebble directory in it, or no MANIFEST there (Pebble would lock the
+// directory, creating a file, before finding out).
+func (s *Store) checkExists() error {
+	dbDir := s.fs.PathJoin(s.dir, pebbleDir)
+	for _, p := range []string{s.dir, dbDir} {
+		st, err := s.fs.Stat(p)
+		switch {
+		case err != nil && oserror.IsNotExist(err) && p == s.dir:
+			return errors.Wrapf(ErrNoStore, "%s does not exist", p)
+		case err != nil && oserror.IsNotExist(err):
+			msg := fmt.Sprintf("%s holds no store (it has no %s directory)", s.dir, pebbleDir)
+			if s.fs.PathBase(s.dir) == pebbleDir && s.hasManifest(s.dir) {
+				msg += fmt.Sprintf("; it is a store's Pebble directory: the store is %s", s.fs.PathDir(s.dir))
+			}
+			return errors.Wrap(ErrNoStore, msg)
+		case err != nil && errors.Is(err, syscall.ENOTDIR):
+			return errors.Wrapf(ErrNoStore, "%s does not exist: a part of its path is not a directory", p)
+		case err != nil:
+			return errors.Wrapf(err, "lsmstats: open %s", s.dir)
+		case !st.IsDir():
+			return errors.Wrapf(ErrNoStore, "%s is not a directory", p)
+		}
+	}
+	names, err := s.fs.List(dbDir)
+	if err != nil {
+		return errors.Wrapf(err, "lsmstats: list %s", dbDir)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "MANIFEST-") {
+			return nil
+		}
+	}
+	return errors.Wrapf(ErrNoStore, "%s holds no Pebble MANIFEST", dbDir)
+}
+
+// hasManifest reports whether dir holds a Pebble MANIFEST.
+func (s *Store) hasManifest(dir string) bool {
+	names, err := s.fs.List(dir)
+	if err != nil {
+		return false
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "MANIFEST-") {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Store) resetStaging() error {
@@ -200,11 +312,25 @@ func (s *Store) load() error {
 	start, end := keys.TableSpan(keys.MetaTable)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
 	if err != nil {
-		return err
+		return markPebble(errors.Wrapf(err, "lsmstats: read the metadata of %s", s.dir))
 	}
 	defer it.Close()
-	var formatSeen bool
+	// leaveOut takes a metadata row that does not decode: Open fails on it,
+	// unless the store is read-only, which leaves the row out, logs it and
+	// reports it in Verify.
+	leaveOut := func(err error) error {
+		if !s.opts.ReadOnly {
+			return err
+		}
+		s.corruptMeta = append(s.corruptMeta, err)
+		s.popts.Logger.Errorf("lsmstats: %s: %v; left out (read-only)", s.dir, err)
+		return nil
+	}
+	var formatSeen, gcEpochBad bool
 	liveEntries := [][2][]byte{}
+	// leftOut counts the live-statistics rows of each table whose catalog
+	// entry a read-only open left out: reported once per table.
+	leftOut := map[uint32]int{}
 	for valid := it.First(); valid; valid = it.Next() {
 		name, ok := keys.MetaName(it.Key())
 		if !ok {
@@ -215,7 +341,7 @@ func (s *Store) load() error {
 		}
 		val, err := it.ValueAndErr()
 		if err != nil {
-			return err
+			return markPebble(errors.Wrapf(err, "lsmstats: read the metadata of %s", s.dir))
 		}
 		switch n := string(name); {
 		case n == keys.FormatVersionName:
@@ -234,21 +360,34 @@ func (s *Store) load() error {
 			}
 			s.committed.Store(v)
 		case n == hwmName:
+			// Only writes need the mark: a read-only store does without.
 			if s.mu.hwm, err = u64(name, val); err != nil {
-				return err
+				if err := leaveOut(err); err != nil {
+					return err
+				}
 			}
 		case n == gcEpochName:
 			if s.mu.gcEpoch, err = u64(name, val); err != nil {
-				return err
+				if err := leaveOut(err); err != nil {
+					return err
+				}
+				gcEpochBad = true
 			}
 		case len(n) > len(keys.CatalogPrefix) && n[:len(keys.CatalogPrefix)] == keys.CatalogPrefix:
 			id, ok := keys.ParseCatalogKey(it.Key())
 			if !ok {
-				return errors.Wrapf(ErrCorruptMetadata, "catalog key %x", it.Key())
+				if err := leaveOut(errors.Wrapf(ErrCorruptMetadata, "catalog key %x", it.Key())); err != nil {
+					return err
+				}
+				continue
 			}
 			def, err := decodeCatalogEntry(id, val)
 			if err != nil {
-				return err
+				if err := leaveOut(err); err != nil {
+					return err
+				}
+				leftOut[id] = 0
+				continue
 			}
 			s.mu.catalog[id] = def
 			s.mu.live.AddTable(id, def.VnodeCount)
@@ -257,17 +396,61 @@ func (s *Store) load() error {
 		}
 	}
 	if err := it.Error(); err != nil {
-		return err
+		return markPebble(errors.Wrapf(err, "lsmstats: read the metadata of %s", s.dir))
 	}
 	for _, e := range liveEntries {
+		if t, ok := liveTableOf(e[0]); ok {
+			if _, gone := leftOut[t]; gone {
+				leftOut[t]++
+				continue
+			}
+		}
 		if err := s.mu.live.Load(e[0], e[1]); err != nil {
-			return errors.Mark(err, ErrCorruptMetadata)
+			t, v, ok := liveVnodeOf(e[0])
+			if ok {
+				err = errors.Wrapf(err, "live statistics of table %d vnode %d", t, v)
+			}
+			if err := leaveOut(errors.Mark(lsmstats.MarkCorruption(err), ErrCorruptMetadata)); err != nil {
+				return err
+			}
+			vnode := int(v)
+			if !ok {
+				vnode = -1
+				t, ok = liveTableOf(e[0])
+			}
+			if ok {
+				if s.liveLeftOut == nil {
+					s.liveLeftOut = map[uint32]map[int]bool{}
+				}
+				if s.liveLeftOut[t] == nil {
+					s.liveLeftOut[t] = map[int]bool{}
+				}
+				s.liveLeftOut[t][vnode] = true
+			}
 		}
 	}
 	s.mu.live.FinishLoad()
+	for t, n := range leftOut {
+		if n > 0 {
+			s.popts.Logger.Errorf("lsmstats: %s: %d live-statistics rows of table %d left out with its catalog entry", s.dir, n, t)
+		}
+	}
+	if gcEpochBad {
+		// The watermark is unknown: only the committed epoch is surely
+		// readable.
+		s.mu.gcEpoch = s.committed.Load()
+	}
 	if !formatSeen {
 		if s.committed.Load() != 0 || len(s.mu.catalog) > 0 {
 			return errors.Wrapf(ErrCorruptMetadata, "store %s has metadata but no format_version", s.dir)
+		}
+		if err := s.checkMarkWithoutMetadata(); err != nil {
+			return err
+		}
+		if s.opts.ReadOnly {
+			// A Pebble database that a crash left before the store's first
+			// metadata, or none of ours: nothing to inspect.
+			return errors.Wrapf(ErrNoStore, "%s holds a Pebble database without a store's metadata", s.dir)
 		}
 		if err := s.ingestMeta([]stats.MetaEntry{
 			{Key: keys.MetaKey([]byte(keys.FormatVersionName)), Value: be64(FormatVersion)},
@@ -283,9 +466,38 @@ func (s *Store) load() error {
 
 const gcEpochName = keys.GCEpochName
 
+// liveVnodeOf returns the table and vnode of a live-statistics bucket key
+// ("live/", the table id, the vnode, see stats.BucketKey).
+func liveVnodeOf(key []byte) (uint32, uint16, bool) {
+	name, ok := keys.MetaName(key)
+	if !ok {
+		return 0, 0, false
+	}
+	rest, ok := bytes.CutPrefix(name, []byte("live/"))
+	if !ok || len(rest) < 6 {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint32(rest), binary.BigEndian.Uint16(rest[4:]), true
+}
+
+// liveTableOf returns the table of a live-statistics metadata key
+// ("live/" or "live_est/" and the table id, see stats.BucketKey).
+func liveTableOf(key []byte) (uint32, bool) {
+	name, ok := keys.MetaName(key)
+	if !ok {
+		return 0, false
+	}
+	for _, p := range []string{"live/", "live_est/"} {
+		if rest, ok := bytes.CutPrefix(name, []byte(p)); ok && len(rest) >= 4 {
+			return binary.BigEndian.Uint32(rest), true
+		}
+	}
+	return 0, false
+}
+
 func u64(name, val []byte) (uint64, error) {
 	if len(val) != 8 {
-		return 0, errors.Wrapf(ErrCorruptMetadata, "metadata %q: want 8 bytes, have %x", name, val)
+		return 0, errors.Wrapf(ErrCorruptMetadata, "metadata row %q: want 8 bytes, have %x", name, val)
 	}
 	return binary.BigEndian.Uint64(val), nil
 }
@@ -310,8 +522,20 @@ func (s *Store) Close() error {
 	s.iters.closeOpen() // Iters the caller left open stop with ErrClosed
 	err := s.tracker.Close()
 	err = errors.CombineErrors(err, s.db.Close())
-	err = errors.CombineErrors(err, s.fs.RemoveAll(s.staging))
+	if !s.opts.ReadOnly {
+		err = errors.CombineErrors(err, s.fs.RemoveAll(s.staging))
+	}
+	s.closeMark()
 	return err
+}
+
+func (s *Store) closeMark() {
+	if s.mark != nil {
+		if err := s.mark.Close(); err != nil {
+			s.popts.Logger.Errorf("lsmstats: close the checkpoint mark: %v", err)
+		}
+		s.mark = nil
+	}
 }
 
 // checkWritable returns ErrClosed or the failure that stopped writes. It
@@ -484,7 +708,7 @@ type Metrics struct {
 	// nothing would drain L0), and CommitStallTime their total wait.
 	// CommitStallsAbandoned counts those that went on with L0 still deep:
 	// compactions failing, none running (then later ones do not wait until
-	// one succeeds again), or the 30 s bound.
+	// one succeeds again), or Options.L0StallLimit.
 	CommitStalls, CommitStallsAbandoned int64
 	CommitStallTime                     time.Duration
 	// PebbleWriteStalls counts Pebble's own write stalls (memtable writes).
@@ -495,8 +719,11 @@ type Metrics struct {
 	// buckets (splits of buckets that grew too big, recalibrations) and the
 	// rows they read.
 	BucketScans, BucketScanRows int64
-	L0Sublevels                 int
-	L0Files                     int64
+	// Corruptions counts the corrupt blocks Pebble met (its DataCorruption
+	// events): each read that met one returned an error naming the file.
+	Corruptions int64
+	L0Sublevels int
+	L0Files     int64
 }
 
 // Metrics returns the store's counters.
@@ -512,6 +739,7 @@ func (s *Store) Metrics() Metrics {
 		BufferedBytes:         s.buffered.Load(),
 		BucketScans:           s.metrics.bucketScans.Load(),
 		BucketScanRows:        s.metrics.bucketScanRows.Load(),
+		Corruptions:           s.metrics.corruptions.Load(),
 	}
 	pm := s.db.Metrics()
 	m.L0Sublevels = int(pm.Levels[0].Sublevels)

@@ -2,12 +2,20 @@ package lsm
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/sstable/block"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 )
@@ -22,8 +30,8 @@ type Stats struct {
 	// PhysicalErr, if not nil, is why the last refresh of the physical
 	// statistics failed (an I/O error reading a new SST's properties):
 	// Physical then describes an earlier set of SSTs and may lag behind
-	// CommittedEpoch. The store retries in the background; the live
-	// statistics are exact either way.
+	// CommittedEpoch. The store retries in the background (RefreshStats
+	// retries at once); the live statistics are exact either way.
 	PhysicalErr error
 }
 
@@ -43,6 +51,20 @@ func (s *Store) Stats() Stats {
 	// current Version as stale, never a stale one as current.
 	perr := s.tracker.Err()
 	return Stats{CommittedEpoch: s.committed.Load(), Physical: s.tracker.Current(), PhysicalErr: perr, Live: live}
+}
+
+// RefreshStats brings the physical statistics up to date with the live SSTs
+// now, after which Stats().PhysicalErr is nil, or returns why it cannot (an
+// I/O error, or a corrupt SST, reading a new SST's properties). For callers
+// that must not compute from physical statistics that lag behind the
+// committed epoch.
+func (s *Store) RefreshStats() error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	return s.tracker.Refresh()
 }
 
 // Snapshot returns st as the stats package's Snapshot, which its Metrics
@@ -88,24 +110,36 @@ func (st Stats) Partition(table uint32, vnodes *roaring.Bitmap, n int) []stats.S
 	return st.Live.Partition(table, vnodes, n)
 }
 
-// VerifyReport lists every difference Verify found.
+// VerifyReport lists every difference and every corruption Verify found.
 type VerifyReport struct {
 	// Epoch is the committed epoch that was verified.
 	Epoch uint64
-	// Files is the number of live SSTs checked.
+	// Files is the number of live SSTs whose blocks were checked.
 	Files int
 	// Rows is the number of live rows scanned.
 	Rows int64
 	// Differences names each statistic that does not match its
 	// recomputation. Empty when the store is consistent.
 	Differences []string
+	// Corrupt names each corrupt thing: an SST whose blocks fail their
+	// checksums (with the block), or that cannot be opened, and each
+	// metadata row that does not decode (with its key; a read-only store
+	// opens past them). Empty when nothing is corrupt.
+	Corrupt []string
+	// Unchecked names each statistic that could not be checked because
+	// what it counts could not be read (a corrupt SST in its range), with
+	// the error that stopped its check.
+	Unchecked []string
 	// Notes are findings that are not differences: payloads rebuilt from
 	// the SST's keys, tables whose live counts may contain estimates.
 	Notes []string
 }
 
-// OK reports whether Verify found no difference.
-func (r VerifyReport) OK() bool { return len(r.Differences) == 0 }
+// OK reports whether Verify found no difference and no corruption, and
+// could check every statistic.
+func (r VerifyReport) OK() bool {
+	return len(r.Differences) == 0 && len(r.Corrupt) == 0 && len(r.Unchecked) == 0
+}
 
 // Verify recomputes every statistic from the data, as CockroachDB's
 // consistency checker does, and reports each difference:
@@ -121,7 +155,13 @@ func (r VerifyReport) OK() bool { return len(r.Differences) == 0 }
 //     counted in the live SSTs, and every key of the metadata range that is
 //     not a metadata key.
 //
-// The error is for failures to verify (I/O), not for differences.
+// It also checks every block of every live SST against its checksum
+// (Pebble's ValidateBlockChecksums) and goes on past corruption: each
+// corrupt SST and metadata row is reported in Corrupt, and each statistic
+// whose data could not be read in Unchecked, while the others are checked.
+//
+// The error is for failures to verify (I/O), not for differences or
+// corruption.
 func (s *Store) Verify() (VerifyReport, error) {
 	if err := s.checkOpen(); err != nil {
 		return VerifyReport{}, err
@@ -139,66 +179,301 @@ func (s *Store) Verify() (VerifyReport, error) {
 	differ := func(format string, args ...any) {
 		rep.Differences = append(rep.Differences, fmt.Sprintf(format, args...))
 	}
+	unchecked := func(format string, args ...any) {
+		rep.Unchecked = append(rep.Unchecked, fmt.Sprintf(format, args...))
+	}
+	for _, err := range s.corruptMeta {
+		rep.Corrupt = append(rep.Corrupt, fmt.Sprintf("metadata row: %v", err))
+	}
+
+	// Every block of every live SST.
+	corrupt, files, err := s.checkFiles()
+	if err != nil {
+		return rep, err
+	}
+	rep.Files = files
+	for _, c := range corrupt {
+		rep.Corrupt = append(rep.Corrupt, fmt.Sprintf("sst %06d: %v", c.fileNum, c.err))
+	}
 
 	// Physical: compactions may change the file set between the refresh and
 	// the recomputation; retry until both saw the same files.
 	var cur, re *stats.Version
+	var physErr error
 	for attempt := 0; ; attempt++ {
-		if err := s.tracker.Refresh(); err != nil {
-			return rep, err
+		if physErr = s.tracker.Refresh(); physErr != nil {
+			break
 		}
 		cur = s.tracker.Current()
-		if re, err = s.tracker.Recompute(); err != nil {
-			return rep, err
+		if re, physErr = s.tracker.Recompute(); physErr != nil {
+			break
 		}
 		if sameFiles(cur, re) || attempt == 20 {
 			break
 		}
 	}
-	if err := cur.Diff(re); err != nil {
-		differ("physical statistics differ from a recomputation: %v", err)
-	}
-	rep.Files = re.NumFiles()
-	for _, fi := range re.Files() {
-		if err := stats.CheckFile(fi); err != nil {
-			differ("%v", err)
+	switch {
+	case physErr != nil && lsmstats.IsCorruption(physErr):
+		// The SST is among rep.Corrupt; the sums over it cannot be checked.
+		unchecked("physical statistics: %v", physErr)
+	case physErr != nil:
+		return rep, physErr
+	default:
+		if err := cur.Diff(re); err != nil {
+			differ("physical statistics differ from a recomputation: %v", err)
 		}
-	}
-	for _, fe := range re.Rebuilt() {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("sst %06d: statistics rebuilt from its keys: %v", fe.FileNum, fe.Err))
-	}
+		for _, fi := range re.Files() {
+			if err := stats.CheckFile(fi); err != nil {
+				differ("%v", err)
+			}
+		}
+		for _, fe := range re.Rebuilt() {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("sst %06d: statistics rebuilt from its keys: %v", fe.FileNum, fe.Err))
+		}
 
-	// Keys of none of the shapes (not written by the store): the collector
-	// counts them apart. A read of a vnode whose range holds one fails, and
-	// the scans below name it; one in the metadata range, or outside every
-	// table of the catalog, no read meets.
-	var foreign uint64
-	for _, fi := range re.Files() {
-		if fi.Summary != nil {
-			foreign += fi.Summary.Foreign
+		// Keys of none of the shapes (not written by the store): the
+		// collector counts them apart. A read of a vnode whose range holds
+		// one fails, and the scans below name it; one in the metadata
+		// range, or outside every table of the catalog, no read meets.
+		var foreign uint64
+		for _, fi := range re.Files() {
+			if fi.Summary != nil {
+				foreign += fi.Summary.Foreign
+			}
 		}
-	}
-	if foreign > 0 {
-		differ("the live SSTs hold %d keys of none of the key shapes", foreign)
+		if foreign > 0 {
+			differ("the live SSTs hold %d keys of none of the key shapes", foreign)
+		}
 	}
 	if err := s.verifyMeta(differ); err != nil {
-		return rep, err
+		if !lsmstats.IsCorruption(err) {
+			return rep, err
+		}
+		unchecked("metadata range: %v", err)
 	}
 
-	// Live: scan.
+	// Live: scan. A vnode whose scan meets corruption is unchecked; runs of
+	// vnodes stopped by the same error are reported together.
 	for _, def := range s.Tables() {
 		if st.Live.ContainsEstimates(def.ID) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("table %d: live statistics may contain estimates (unchecked writers)", def.ID))
 		}
+		var run struct {
+			first, last int
+			msg         string
+		}
+		flush := func() {
+			if run.msg == "" {
+				return
+			}
+			vnodes := fmt.Sprintf("vnode %d", run.first)
+			if run.last > run.first {
+				vnodes = fmt.Sprintf("vnodes %d-%d", run.first, run.last)
+			}
+			unchecked("live statistics of table %d %s: %s", def.ID, vnodes, run.msg)
+			run.msg = ""
+		}
 		for v := 0; v < def.VnodeCount; v++ {
 			n, err := s.verifyVnode(snap.epoch, st.Live, def.ID, uint16(v), differ)
-			if err != nil {
+			rep.Rows += n
+			if err == nil {
+				flush()
+				continue
+			}
+			if !lsmstats.IsCorruption(err) {
 				return rep, err
 			}
-			rep.Rows += n
+			// The same corruption stops each vnode's scan with its own
+			// prefix: group by what follows it.
+			msg := err.Error()
+			if _, cause, ok := strings.Cut(msg, fmt.Sprintf("vnode %d of table %d: ", v, def.ID)); ok {
+				msg = cause
+			}
+			if run.msg != msg {
+				flush()
+				run.first, run.msg = v, msg
+			}
+			run.last = v
 		}
+		flush()
 	}
 	return rep, nil
+}
+
+// CorruptMetadata returns the metadata rows that a read-only Open left out
+// because they do not decode (each error names its key), and a damaged
+// checkpoint mark: what Verify reports in Corrupt before it checks
+// anything. Always empty on a writable store, whose Open fails instead.
+func (s *Store) CorruptMetadata() []error { return slices.Clone(s.corruptMeta) }
+
+type fileCorruption struct {
+	fileNum uint64
+	err     error
+}
+
+// checkFiles validates the checksum of every block of every live SST and
+// returns the corrupt ones. An SST that cannot be opened because its
+// footer, metaindex or properties block is corrupt, or that is missing, is
+// corrupt too; other I/O errors fail the check.
+func (s *Store) checkFiles() (_ []fileCorruption, files int, _ error) {
+	seen := map[uint64]bool{}
+	var out []fileCorruption
+	ropts := s.popts.MakeReaderOptions()
+	// Compactions replace files while the check runs: a listed file that
+	// vanished before it was opened is checked through its replacements,
+	// which the next listing finds. A file that vanished and is still
+	// listed is missing: corrupt.
+	for attempt := 0; ; attempt++ {
+		levels, err := s.db.SSTables()
+		if err != nil {
+			return nil, 0, errors.Wrap(err, "lsmstats: list SSTs")
+		}
+		vanished := 0
+		for _, tables := range levels {
+			for _, t := range tables {
+				num := uint64(t.BackingSSTNum)
+				if seen[num] {
+					continue
+				}
+				ropts.CacheOpts.FileNum = t.BackingSSTNum // named in the errors
+				err := s.checkFile(num, ropts)
+				switch {
+				case err == nil:
+				case errors.Is(err, errVanished):
+					vanished++
+					if attempt < maxListAttempts {
+						continue // not seen: the next listing decides
+					}
+					out = append(out, fileCorruption{num, lsmstats.MarkCorruption(errors.Wrap(err, "live SST missing"))})
+				case lsmstats.IsCorruption(err):
+					out = append(out, fileCorruption{num, err})
+				default:
+					return nil, 0, err
+				}
+				seen[num] = true
+			}
+		}
+		if vanished == 0 {
+			break
+		}
+	}
+	slices.SortFunc(out, func(a, b fileCorruption) int { return cmp.Compare(a.fileNum, b.fileNum) })
+	return out, len(seen), nil
+}
+
+// maxListAttempts bounds the listings of checkFiles.
+const maxListAttempts = 8
+
+// errVanished is an SST that did not exist when checkFile opened it.
+var errVanished = errors.New("lsmstats: SST vanished")
+
+func (s *Store) checkFile(num uint64, ropts sstable.ReaderOptions) error {
+	path := s.fs.PathJoin(s.dir, pebbleDir, fmt.Sprintf("%06d.sst", num))
+	f, err := s.fs.Open(path)
+	if err != nil {
+		if oserror.IsNotExist(err) {
+			return errors.Mark(err, errVanished)
+		}
+		return errors.Wrapf(err, "lsmstats: open %s", path)
+	}
+	// The open file stays readable if a compaction deletes it meanwhile.
+	readable, err := sstable.NewSimpleReadable(f)
+	if err != nil {
+		_ = f.Close()
+		return errors.Wrapf(err, "lsmstats: open %s", path)
+	}
+	r, err := sstable.NewReader(context.Background(), readable, ropts)
+	if err != nil {
+		_ = readable.Close()
+		if pebble.IsCorruptionError(err) {
+			err = errors.Wrap(err, "cannot be opened (its footer, metaindex or properties block)")
+		}
+		return markPebble(err)
+	}
+	defer func() { _ = r.Close() }()
+	if err := r.ValidateBlockChecksums(); err != nil {
+		if kind := blockKind(r, err); kind != "" {
+			err = errors.Wrap(err, kind)
+		}
+		return markPebble(err)
+	}
+	return checkValueBlocks(readable, r)
+}
+
+// checkValueBlocks validates the checksums of the value blocks and the value
+// index block of an SST (Pebble keeps the values of older versions of a
+// key there), which Pebble's ValidateBlockChecksums leaves out.
+func checkValueBlocks(f objstorage.Readable, r *sstable.Reader) error {
+	l, err := r.Layout()
+	if err != nil {
+		return markPebble(err)
+	}
+	check := func(what string, h block.Handle) error {
+		buf := make([]byte, h.Length+block.TrailerLen)
+		if int64(h.Offset)+int64(len(buf)) > f.Size() {
+			return lsmstats.Corruptionf("%s (block %d/%d) is past the end of the file", what, h.Offset, h.Length)
+		}
+		if err := f.ReadAt(context.Background(), buf, int64(h.Offset)); err != nil {
+			return errors.Wrapf(err, "lsmstats: read %s", what)
+		}
+		if err := block.ValidateChecksum(r.BlockReader().ChecksumType(), buf, h); err != nil {
+			return markPebble(errors.Wrap(err, what))
+		}
+		return nil
+	}
+	for i, h := range l.ValueBlock {
+		if err := check(fmt.Sprintf("value block %d of %d", i, len(l.ValueBlock)), h); err != nil {
+			return err
+		}
+	}
+	if l.ValueIndex.Length > 0 {
+		return check("value index block", l.ValueIndex)
+	}
+	return nil
+}
+
+// blockKind names the block that err (Pebble's "block OFFSET/LENGTH: ...")
+// is about, from the SST's layout: "data block 3 of 12"; "" if unknown.
+func blockKind(r *sstable.Reader, err error) string {
+	l, lerr := r.Layout()
+	if lerr != nil {
+		return ""
+	}
+	msg := err.Error()
+	is := func(h block.Handle) bool {
+		return h.Length > 0 && strings.Contains(msg, fmt.Sprintf("block %d/%d:", h.Offset, h.Length))
+	}
+	for i, h := range l.Data {
+		if is(h.Handle) {
+			return fmt.Sprintf("data block %d of %d", i, len(l.Data))
+		}
+	}
+	for i, h := range l.Index {
+		if is(h) {
+			return fmt.Sprintf("index block %d of %d", i, len(l.Index))
+		}
+	}
+	for _, f := range l.Filter {
+		if is(f.Handle) {
+			return "filter block"
+		}
+	}
+	named := []struct {
+		name string
+		h    block.Handle
+	}{{"top-level index block", l.TopIndex}, {"range deletion block", l.RangeDel}, {"range key block", l.RangeKey},
+		{"value index block", l.ValueIndex}, {"properties block", l.Properties}, {"metaindex block", l.MetaIndex}}
+	for _, n := range named {
+		if is(n.h) {
+			return n.name
+		}
+	}
+	for i, h := range l.ValueBlock {
+		if is(h) {
+			return fmt.Sprintf("value block %d of %d", i, len(l.ValueBlock))
+		}
+	}
+	return ""
 }
 
 // verifyMeta reports every key in the metadata range that is not a
@@ -207,14 +482,14 @@ func (s *Store) verifyMeta(differ func(string, ...any)) error {
 	lo, hi := keys.TableSpan(keys.MetaTable)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return err
+		return markPebble(err)
 	}
 	for ok := it.First(); ok; ok = it.Next() {
 		if _, isMeta := keys.MetaName(it.Key()); !isMeta {
 			differ("metadata range: key %x has none of the key shapes", it.Key())
 		}
 	}
-	return errors.CombineErrors(it.Error(), it.Close())
+	return markPebble(errors.CombineErrors(it.Error(), it.Close()))
 }
 
 func sameFiles(a, b *stats.Version) bool {

@@ -420,7 +420,16 @@ func (w *Writer) lookupLocked(prefix []byte, skip *epochBuf) ([]byte, bool, erro
 
 // Close releases the writer's vnodes. Its open epoch is discarded; sealed
 // epochs are still committed by the next Commit that covers them.
-func (w *Writer) Close() error {
+func (w *Writer) Close() error { return w.close(false) }
+
+// Abort releases the writer's vnodes and discards every epoch it has not
+// committed, sealed or not: what a caller that gives up on its work in
+// flight does (a cancelled job), as a crash would. After Close instead,
+// the sealed epochs of a writer commit with the next Commit — and collide
+// with the epochs a new writer over the same rows takes from EpochFloor.
+func (w *Writer) Abort() error { return w.close(true) }
+
+func (w *Writer) close(abort bool) error {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -433,6 +442,12 @@ func (w *Writer) Close() error {
 	}
 	sealed := w.sealed
 	w.sealed = nil
+	if abort {
+		for _, b := range sealed {
+			w.s.release(b)
+		}
+		sealed = nil
+	}
 	w.mu.Unlock()
 	s := w.s
 	s.mu.Lock()

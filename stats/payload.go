@@ -76,11 +76,13 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/klauspost/compress/s2"
+	"github.com/lsmstats/lsmstats"
 )
 
 // ErrCorruptPayload marks every error about a payload that cannot be decoded:
-// truncated, corrupt (checksum or structure), or of an unknown format.
-var ErrCorruptPayload = errors.New("lsmstats/stats: corrupt payload")
+// truncated, corrupt (checksum or structure), or of an unknown format. It is
+// also lsmstats.ErrCorruption.
+var ErrCorruptPayload = lsmstats.NewCorruptionSentinel("lsmstats/stats: corrupt payload")
 
 const (
 	// 0x01 was a zstd body before s2 replaced it (see Why s2); never
@@ -506,13 +508,13 @@ func DecodeSummary(prop []byte) (*FileSummary, error) {
 	if format == formatS2 {
 		rawLen, err := s2.DecodedLen(rest)
 		if err != nil {
-			return nil, errors.Mark(errors.Wrapf(err, "lsmstats/stats: corrupt payload: s2 header"), ErrCorruptPayload)
+			return nil, errors.Mark(lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats/stats: corrupt payload: s2 header")), ErrCorruptPayload)
 		}
 		if uint64(rawLen) > rawBound(len(rest)) {
 			return nil, corruptf("raw length %d is implausible for a %d-byte s2 block", rawLen, len(rest))
 		}
 		if raw, err = s2.Decode(make([]byte, rawLen), rest); err != nil {
-			return nil, errors.Mark(errors.Wrapf(err, "lsmstats/stats: corrupt payload: s2"), ErrCorruptPayload)
+			return nil, errors.Mark(lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats/stats: corrupt payload: s2")), ErrCorruptPayload)
 		}
 	} else {
 		// The summary keeps slices of its body: never of the caller's bytes.

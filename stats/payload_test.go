@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -56,6 +57,7 @@ func requireCorrupt(t *testing.T, b []byte, msgAndArgs ...interface{}) {
 	require.True(t, s == nil, msgAndArgs...)
 	require.Error(t, err, msgAndArgs...)
 	require.True(t, errors.Is(err, ErrCorruptPayload), "%v", err)
+	require.True(t, errors.Is(err, lsmstats.ErrCorruption), "every payload error is a corruption: %v", err)
 }
 
 // reseal recomputes the checksum after a test edits the body.
@@ -147,6 +149,7 @@ func FuzzDecodeSummary(f *testing.F) {
 		s, err := DecodeSummary(b)
 		if err != nil {
 			require.True(t, errors.Is(err, ErrCorruptPayload), "%v", err)
+			require.True(t, errors.Is(err, lsmstats.ErrCorruption), "%v", err)
 			return
 		}
 		again, err := DecodeSummary(s.Encode())
@@ -179,6 +182,7 @@ func TestFuzzDecodeRawMutations(t *testing.T) {
 		got, err := DecodeSummary(reseal(b))
 		if err != nil {
 			require.True(t, errors.Is(err, ErrCorruptPayload))
+			require.True(t, errors.Is(err, lsmstats.ErrCorruption))
 			continue
 		}
 		again, err := DecodeSummary(got.Encode())

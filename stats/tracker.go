@@ -555,7 +555,9 @@ func (l *loader) load(ctx context.Context, ref *tableRef) (*liveFile, error) {
 		_ = file.Close()
 		return nil, err
 	}
-	r, err := sstable.NewReader(ctx, readable, l.cfg.ReaderOptions)
+	ropts := l.cfg.ReaderOptions
+	ropts.CacheOpts.FileNum = ref.info.BackingSSTNum // named in Pebble's errors
+	r, err := sstable.NewReader(ctx, readable, ropts)
 	if err != nil {
 		_ = readable.Close()
 		return nil, errors.Wrapf(err, "lsmstats/stats: opening table %06d", ref.backing())

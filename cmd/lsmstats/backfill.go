@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
@@ -165,6 +166,12 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 		// barrier, each actor reading --barrier-rows at every barrier.
 		p.DuringSteps = max(1, p.Rows/(max(1, f.actors)*max(1, f.barrierRows)))
 	}
+	switch p.DeleteOrder {
+	case "", "random", "prefix", "suffix":
+	default:
+		// The worker's workload.New would refuse it too, as a failed run.
+		return p, errors.Newf("--delete-order %q is not random, prefix or suffix", p.DeleteOrder)
+	}
 	if f.chunkSize < 1 || f.barrierRows < 1 || f.actors < 1 || f.checkpointEvery < 1 {
 		return p, errors.New("--chunk-size, --barrier-rows, --actors and --checkpoint-every must be positive")
 	}
@@ -245,16 +252,27 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	f, fs, err := parseBackfillFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0, nil
+			return exitOK, nil
 		}
-		return 2, err
+		return usageError(err)
 	}
 	p, err := f.params(fs)
 	if err != nil {
-		return 2, err
+		return usageError(err)
 	}
 	if f.worker {
-		return 0, runWorker(f, p, stdout)
+		// SIGINT or SIGTERM (a terminal's Ctrl-C reaches the worker too, or
+		// its supervisor forwards it) cancels the job: it stops at a clean
+		// point, the store closes at its last checkpoint, and the worker
+		// exits quietly with exitInterrupted (the supervisor says why).
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		err := runWorker(ctx, f, p, stdout, os.Stderr)
+		if err != nil && ctx.Err() != nil {
+			return exitInterrupted, nil
+		}
+		// exitOK: run classifies the error (corruption or not).
+		return exitOK, err
 	}
 	return supervise(f, args, p, stdout, stderr)
 }
@@ -263,11 +281,11 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 
 // runWorker opens (or recovers) the job in f.dir and runs it to the end,
 // reporting on stdout.
-func runWorker(f *backfillFlags, p workload.Params, stdout io.Writer) error {
+func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	emit := func(e event) {
 		if err := enc.Encode(e); err != nil {
-			os.Exit(5) // the supervisor is gone
+			os.Exit(exitWorkerLost) // the supervisor is gone
 		}
 	}
 	var s *bench.Session
@@ -275,7 +293,7 @@ func runWorker(f *backfillFlags, p workload.Params, stdout io.Writer) error {
 	cfg := bench.Config{
 		Dir: f.dir, Workload: p, Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
 		CheckpointEvery: f.checkpointEvery, RateLimit: f.rateLimit, RateChanges: f.rateChanges,
-		Store: &lsm.Options{Logger: lsm.QuietLogger{W: os.Stderr}},
+		Store: &lsm.Options{Logger: cliLogger{w: stderr}},
 		OnCheckpoint: func(r backfill.Record) {
 			metrics.update(r)
 			// Each checkpoint carries the state bytes so far: a killed
@@ -304,9 +322,12 @@ func runWorker(f *backfillFlags, p workload.Params, stdout io.Writer) error {
 		metrics.update(*r)
 		emit(event{T: "initial", Rec: toJSON(*r)})
 	}
-	ctx := context.Background()
 	last := s.Gen.BackfillStep() - 1
 	for !s.Job.Started() {
+		// A load step does not watch ctx: stop between steps.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if _, _, err := s.Job.Step(ctx); err != nil {
 			return err
 		}
@@ -403,28 +424,41 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "lsmstats-backfill-")
 		if err != nil {
-			return 1, err
+			return exitError, err
 		}
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return 1, err
+		return exitError, err
 	}
+	// SIGINT (Ctrl-C) or SIGTERM: the worker is asked to stop at a clean
+	// point (interrupt), and the run ends with exitInterrupted; the
+	// temporary store, if any, is removed on the way out.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	ui := newProgressUI(f.bars, stdout)
+	defer ui.stop()
+	interrupted := func() (int, error) {
+		where := "the temporary store was removed"
+		if f.dir != "" {
+			where = fmt.Sprintf("the store in %s keeps its last checkpoint; the same command resumes the backfill", f.dir)
+		}
+		return exitInterrupted, errors.Newf("interrupted: %s", where)
+	}
 	rep := &report{Parameters: parameters(f, p), Error: map[string]*bench.ErrorStats{}}
 	var metricsFile *os.File
 	if f.metricsAddr != "" {
 		l, err := net.Listen("tcp", f.metricsAddr)
 		if err != nil {
-			return 1, errors.Wrap(err, "--metrics-addr")
+			return exitError, errors.Wrap(err, "--metrics-addr")
 		}
 		defer l.Close()
 		// Each worker serves on a duplicate of the listener: scrapes
 		// during a restart wait in its backlog for the next worker.
 		if metricsFile, err = l.(*net.TCPListener).File(); err != nil {
-			return 1, errors.Wrap(err, "--metrics-addr")
+			return exitError, errors.Wrap(err, "--metrics-addr")
 		}
 		defer metricsFile.Close()
 		rep.MetricsAddr = l.Addr().String()
@@ -438,8 +472,11 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	var stateBytes, statsOnlyBytes int64
 	var done *event
 	for run := 0; done == nil; run++ {
+		if ctx.Err() != nil {
+			return interrupted()
+		}
 		if run > len(f.crashAt)+3 {
-			return 1, errors.New("the worker keeps dying without finishing")
+			return exitError, errors.New("the worker keeps dying without finishing")
 		}
 		// The workload must not change across restarts: pin what the
 		// supervisor resolved (--during-steps depends on --actors).
@@ -452,12 +489,14 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
-			return 1, err
+			return exitError, err
 		}
 		runStart := time.Now()
 		if err := cmd.Start(); err != nil {
-			return 1, err
+			return exitError, err
 		}
+		exited := make(chan struct{})
+		go interrupt(ctx, cmd.Process, exited, stderr)
 		killed := false
 		// This run's state bytes up to its last reported checkpoint.
 		var runState, runStatsOnly int64
@@ -466,7 +505,7 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 		for sc.Scan() {
 			var e event
 			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				return 1, errors.Wrapf(err, "worker output %q", sc.Text())
+				return exitError, errors.Wrapf(err, "worker output %q", sc.Text())
 			}
 			switch e.T {
 			case "load":
@@ -488,7 +527,7 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 					// The worker goes on after reporting: the kill lands in
 					// the next barrier's work.
 					if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-						return 1, err
+						return exitError, err
 					}
 					killed = true
 				}
@@ -500,6 +539,10 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 			}
 		}
 		werr := cmd.Wait()
+		close(exited)
+		if ctx.Err() != nil && done == nil {
+			return interrupted()
+		}
 		stateBytes += runState
 		statsOnlyBytes += runStatsOnly
 		rep.Timings.RunsS = append(rep.Timings.RunsS, time.Since(runStart).Seconds())
@@ -517,9 +560,18 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 				actors = f.rescaleTo
 			}
 		case werr != nil:
-			return 1, errors.Wrap(werr, "worker failed")
+			var ee *exec.ExitError
+			if errors.As(werr, &ee) {
+				switch ee.ExitCode() {
+				case exitFatal:
+					return exitFatal, errors.New("the worker ended on a fatal error in Pebble (its reason is above)")
+				case exitCorrupt:
+					return exitCorrupt, errors.New("the worker found the store corrupt (its error is above)")
+				}
+			}
+			return exitError, errors.Wrap(werr, "worker failed")
 		case done == nil:
-			return 1, errors.New("worker ended without finishing")
+			return exitError, errors.New("worker ended without finishing")
 		}
 	}
 	ui.finish()
@@ -541,22 +593,45 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	if f.jsonPath != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
-			return 1, err
+			return exitError, err
 		}
 		if err := os.WriteFile(f.jsonPath, append(b, '\n'), 0o644); err != nil {
-			return 1, err
+			return exitError, err
 		}
 	}
 	if f.plotPath != "" {
 		if err := writePlot(f.plotPath, rep); err != nil {
-			return 1, err
+			return exitError, err
 		}
 	}
 	if !rep.MVMatches {
 		fmt.Fprintf(stderr, "lsmstats backfill: the MV does not match the upstream table: %s\n", rep.MVError)
-		return 3, nil
+		return exitMVMismatch, nil
 	}
-	return 0, nil
+	return exitOK, nil
+}
+
+// workerStopGrace is how long an interrupted worker has to stop at a clean
+// point before it is killed.
+const workerStopGrace = 30 * time.Second
+
+// interrupt forwards an interruption (ctx done) to the worker, which stops
+// at a clean point; a worker that has not exited after workerStopGrace is
+// killed: it recovers from its last checkpoint like after a crash.
+func interrupt(ctx context.Context, worker *os.Process, exited <-chan struct{}, stderr io.Writer) {
+	select {
+	case <-exited:
+		return
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(stderr, "lsmstats backfill: interrupted; stopping the worker")
+	_ = worker.Signal(os.Interrupt)
+	select {
+	case <-exited:
+	case <-time.After(workerStopGrace):
+		fmt.Fprintf(stderr, "lsmstats backfill: the worker did not stop within %s; killing it\n", workerStopGrace)
+		_ = worker.Kill()
+	}
 }
 
 // etaAccuracy fills each barrier's actual remaining time (to the first

@@ -24,6 +24,7 @@ type progressUI struct {
 	mu                           sync.Mutex
 	text                         map[string]string
 	lastLine                     time.Time
+	done                         bool // finish or stop ran
 }
 
 const barScale = 10000 // 0.01% resolution
@@ -42,7 +43,9 @@ func newProgressUI(mode string, w io.Writer) *progressUI {
 		}
 	}
 	if ui.bars {
-		ui.p = mpb.New(mpb.WithOutput(w), mpb.WithWidth(48), mpb.WithRefreshRate(120*time.Millisecond))
+		// --bars on draws them on any output, not only a terminal.
+		ui.p = mpb.New(mpb.WithOutput(w), mpb.WithWidth(48), mpb.WithRefreshRate(120*time.Millisecond),
+			mpb.WithAutoRefresh())
 	}
 	return ui
 }
@@ -64,7 +67,10 @@ func (ui *progressUI) setText(name, s string) {
 	ui.mu.Unlock()
 }
 
+// load shows the load's progress. The step that starts the backfill comes
+// after the last load step: a bar and its text never go past their total.
 func (ui *progressUI) load(step, of uint64) {
+	step = min(step, of)
 	if !ui.bars {
 		if step == of || time.Since(ui.lastLine) > 2*time.Second {
 			fmt.Fprintf(ui.w, "load: step %d of %d\n", step, of)
@@ -104,9 +110,14 @@ func (ui *progressUI) update(r *recordJSON, recovered bool) {
 	ui.setText("truth", fmt.Sprintf("%.2f%%  (barrier %d)", r.Truth, r.Barrier))
 	ui.setText("rowcount", fmt.Sprintf("%s  raw %.2f%%", rc.Shown, rc.Raw))
 	ui.setText("stats", fmt.Sprintf("%s  raw %.2f%%  %s", st.Shown, st.Raw, rateETA(r)))
-	ui.truth.SetCurrent(int64(r.Truth * barScale / 100))
-	ui.rowcnt.SetCurrent(int64(rc.Pct * barScale / 100))
-	ui.stat.SetCurrent(int64(st.Pct * barScale / 100))
+	ui.truth.SetCurrent(barValue(r.Truth))
+	ui.rowcnt.SetCurrent(barValue(rc.Pct))
+	ui.stat.SetCurrent(barValue(st.Pct))
+}
+
+// barValue is a percentage as a bar's current value, within [0, barScale].
+func barValue(pct float64) int64 {
+	return min(max(int64(pct*barScale/100), 0), barScale)
 }
 
 // rateETA formats a record's snapshot rows/s, rate limit and ETA:
@@ -138,13 +149,24 @@ func (ui *progressUI) crash(n int) {
 }
 
 func (ui *progressUI) finish() {
-	if !ui.bars {
+	if !ui.bars || ui.done {
 		return
 	}
+	ui.done = true
 	for _, b := range []*mpb.Bar{ui.loadBar, ui.truth, ui.rowcnt, ui.stat} {
 		if b != nil {
 			b.SetTotal(-1, true)
 		}
 	}
 	ui.p.Wait()
+}
+
+// stop ends the bars where they are (a run that ended early); after finish
+// it does nothing.
+func (ui *progressUI) stop() {
+	if !ui.bars || ui.done {
+		return
+	}
+	ui.done = true
+	ui.p.Shutdown()
 }

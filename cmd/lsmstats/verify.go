@@ -4,25 +4,35 @@ import (
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/cockroachdb/errors"
 )
 
-// verifyCmd recomputes every statistic of a store; ok is false on any
-// difference. With --recompute-live it first replaces the live statistics
-// of every table flagged as possibly containing estimates by a scan.
-func verifyCmd(args []string, stdout io.Writer) (ok bool, err error) {
+// verifyCmd recomputes every statistic of a store and checks every block of
+// its SSTs. It prints every corrupt file or row, every statistic it could
+// not check and every difference, and exits with exitCorrupt if anything
+// is corrupt or unchecked, else exitDifferences if anything differs. With
+// --recompute-live it first replaces the live statistics of every table
+// flagged as possibly containing estimates by a scan: then it opens the
+// store for writing.
+func verifyCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "store directory")
 	recompute := fs.Bool("recompute-live", false,
 		"first recompute (scan, persist) the live statistics of the tables written by unchecked writers")
 	if err := fs.Parse(args); err != nil {
-		return false, err
+		return usageError(err)
 	}
 	if fs.NArg() > 0 {
-		return false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return usageError(errors.Newf("unexpected argument %q", fs.Arg(0)))
 	}
-	s, err := openExisting(*dir)
+	if *dir == "" {
+		return usageError(errors.New("--dir is required"))
+	}
+	s, err := openStore(*dir, stderr, *recompute)
 	if err != nil {
-		return false, err
+		return exitOK, err
 	}
 	defer s.Close()
 	if *recompute {
@@ -33,7 +43,7 @@ func verifyCmd(args []string, stdout io.Writer) (ok bool, err error) {
 			}
 			before, after, err := s.RecomputeLiveStats(def.ID)
 			if err != nil {
-				return false, err
+				return exitOK, err
 			}
 			fmt.Fprintf(stdout, "recomputed live statistics of table %d: %d rows / %d bytes -> %d rows / %d bytes\n",
 				def.ID, before.Rows, before.Bytes, after.Rows, after.Bytes)
@@ -41,18 +51,33 @@ func verifyCmd(args []string, stdout io.Writer) (ok bool, err error) {
 	}
 	rep, err := s.Verify()
 	if err != nil {
-		return false, err
+		return exitOK, err
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
+	for _, c := range rep.Corrupt {
+		fmt.Fprintf(stdout, "CORRUPT: %s\n", c)
+	}
+	for _, u := range rep.Unchecked {
+		fmt.Fprintf(stdout, "UNCHECKED: %s\n", u)
 	}
 	for _, d := range rep.Differences {
 		fmt.Fprintf(stdout, "DIFFERENCE: %s\n", d)
 	}
 	status := "ok"
 	if !rep.OK() {
-		status = fmt.Sprintf("%d differences", len(rep.Differences))
+		status = fmt.Sprintf("%d corrupt, %d unchecked, %s", len(rep.Corrupt), len(rep.Unchecked),
+			plural(len(rep.Differences), "difference"))
 	}
 	fmt.Fprintf(stdout, "verified epoch %d: %d SSTs, %d live rows scanned: %s\n", rep.Epoch, rep.Files, rep.Rows, status)
-	return rep.OK(), nil
+	switch {
+	case len(rep.Corrupt) > 0 || len(rep.Unchecked) > 0:
+		return exitCorrupt, errors.Newf("the store is corrupt: %d corrupt files or metadata rows, %d statistics that could not be checked (listed above)",
+			len(rep.Corrupt), len(rep.Unchecked))
+	case len(rep.Differences) > 0:
+		return exitDifferences, errors.Newf("%s between the statistics and their recomputation (listed above)",
+			plural(len(rep.Differences), "difference"))
+	}
+	return exitOK, nil
 }

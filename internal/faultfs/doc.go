@@ -1,7 +1,8 @@
 // Package faultfs is test support for the fault-injection tests of lsm,
 // stats and compaction, which run their store on Pebble's errorfs over the
 // real file system (vfs.Default over a t.TempDir, so the files survive the
-// wrapper and the same directory reopens cleanly).
+// wrapper and the same directory reopens cleanly), and for the corruption
+// tests, which damage the files of a closed store.
 //
 // It holds what those tests share, and nothing else:
 //
@@ -14,6 +15,10 @@
 //   - Switch is an errorfs.Injector whose inner injector a test replaces
 //     as it goes (nil: no faults), counting what the inner one injected.
 //   - OpIs is an errorfs predicate on one operation kind.
+//   - SSTBlocks lists the blocks of an SST by kind (data, index,
+//     properties, footer, ...) with their byte ranges, and Damage flips,
+//     zeroes or cuts a byte range of a file: the corruption tests damage a
+//     closed store's files with them.
 //
 // Which operations fail is each test's business: stats and compaction
 // compose errorfs's own predicates behind a Switch; lsm has its own
