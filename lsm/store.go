@@ -27,6 +27,16 @@ import (
 // store whose format_version is newer.
 const FormatVersion = 1
 
+// FormatMinor is the minor format version this library writes within
+// FormatVersion (docs/format.md, "Versioning rules"). A minor version only
+// adds metadata rows and trailing value fields that older readers may
+// ignore: a store of a newer minor version opens read-only (its rows of
+// names this library does not know are kept and ignored) and is refused for
+// writing, since the writer would not maintain what it does not know. In a
+// store of this minor version or an older one, a metadata row of a name
+// this library does not know (keys.KnownMetaName) is corruption.
+const FormatMinor = 0
+
 const (
 	pebbleDir  = "db"
 	stagingDir = "staging"
@@ -327,6 +337,8 @@ func (s *Store) load() error {
 		return nil
 	}
 	var formatSeen, gcEpochBad bool
+	var minor uint64
+	var unknown [][]byte // rows of names this library does not know
 	liveEntries := [][2][]byte{}
 	// leftOut counts the live-statistics rows of each table whose catalog
 	// entry a read-only open left out: reported once per table.
@@ -353,6 +365,10 @@ func (s *Store) load() error {
 				return errors.Wrapf(ErrFormatTooNew, "store %s has format_version %d, this library writes %d", s.dir, v, FormatVersion)
 			}
 			formatSeen = true
+		case n == keys.FormatMinorName:
+			if minor, err = u64(name, val); err != nil {
+				return err
+			}
 		case n == keys.CommittedEpochName:
 			v, err := u64(name, val)
 			if err != nil {
@@ -391,12 +407,17 @@ func (s *Store) load() error {
 			}
 			s.mu.catalog[id] = def
 			s.mu.live.AddTable(id, def.VnodeCount)
-		default:
+		case strings.HasPrefix(n, keys.LivePrefix) || strings.HasPrefix(n, keys.LiveEstimatesPrefix):
 			liveEntries = append(liveEntries, [2][]byte{append([]byte(nil), it.Key()...), append([]byte(nil), val...)})
+		default:
+			unknown = append(unknown, append([]byte(nil), name...))
 		}
 	}
 	if err := it.Error(); err != nil {
 		return markPebble(errors.Wrapf(err, "lsmstats: read the metadata of %s", s.dir))
+	}
+	if err := s.checkMinor(minor, unknown, leaveOut); err != nil {
+		return err
 	}
 	for _, e := range liveEntries {
 		if t, ok := liveTableOf(e[0]); ok {
@@ -465,6 +486,29 @@ func (s *Store) load() error {
 }
 
 const gcEpochName = keys.GCEpochName
+
+// checkMinor applies the minor-version rule (FormatMinor) to a store of
+// minor version minor whose metadata holds rows of the unknown names.
+func (s *Store) checkMinor(minor uint64, unknown [][]byte, leaveOut func(error) error) error {
+	if minor > FormatMinor {
+		if !s.opts.ReadOnly {
+			return errors.Wrapf(ErrFormatTooNew, "store %s has format %d.%d, this library writes %d.%d: it opens read-only only",
+				s.dir, FormatVersion, minor, FormatVersion, FormatMinor)
+		}
+		if len(unknown) > 0 {
+			s.logf("lsmstats: %s (format %d.%d): ignoring %d metadata rows of a newer minor format, the first %q",
+				s.dir, FormatVersion, minor, len(unknown), unknown[0])
+		}
+		return nil
+	}
+	for _, n := range unknown {
+		if err := leaveOut(errors.Wrapf(ErrCorruptMetadata,
+			"metadata row %q: no such name in format %d.%d", n, FormatVersion, minor)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // liveVnodeOf returns the table and vnode of a live-statistics bucket key
 // ("live/", the table id, the vnode, see stats.BucketKey).
