@@ -338,7 +338,11 @@ func (t *Tracker) display(f *Figure, finished bool) {
 		f.Pct = 100
 		shownC = shownT
 	default:
-		f.Pct = math.Min(math.Floor(f.Raw*100)/100, maxUnfinished)
+		// An estimate may stray past its range by about a row (the
+		// unbiased sum of the vnodes' estimates): what is shown stays
+		// within 0 and the total.
+		f.Pct = min(max(math.Floor(f.Raw*100)/100, 0), maxUnfinished)
+		shownC = min(max(shownC, 0), shownT)
 		if h, ok := t.hwm[f.Approach]; ok && h.Pct > f.Pct && h.Pct < 100 {
 			f.Pct, shownC, shownT = h.Pct, h.Consumed, h.Total
 		}
