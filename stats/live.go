@@ -751,37 +751,46 @@ func (v *liveVnode) fraction(i int, x []byte, k uint64) float64 {
 }
 
 // frame is how fraction measures positions in a bucket between its
-// anchors loPK and hiPK: by the words of the 8 bytes past their first off
-// bytes, which they share (off 0: their keys), lo and hi; flat puts every
-// row at 0.5. A row's position is linear in its word, so positions in two
-// frames of one bucket are affine in each other (moveFrame).
+// anchors: by their keys lo and hi (off 0), or by the words lo and hi of
+// the 8 bytes past the first off bytes, which the anchors loPK and hiPK
+// share; flat puts every row at 0.5. A row's position is linear in its
+// word, so positions in two frames of one bucket are affine in each other
+// (moveFrame).
 type frame struct {
 	off        int
 	lo, hi     uint64
-	loPK, hiPK []byte
+	loPK, hiPK []byte // the anchors, when off > 0
 	flat       bool
 }
 
 func (v *liveVnode) frame(i int) frame {
-	loKey, lo := v.keys[i], v.buckets[i].lower
+	// The keys decide without the bounds' bytes, which a checkpoint's
+	// estimates would meet cold in their separate allocations.
+	loKey := v.keys[i]
 	if i == 0 {
 		if v.minPK == nil {
 			return frame{flat: true}
 		}
-		loKey, lo = v.minKey, v.minPK
+		loKey = v.minKey
 	}
 	var hiKey uint64
-	var hi []byte
 	if i+1 < len(v.keys) {
-		hiKey, hi = v.keys[i+1], v.buckets[i+1].lower
+		hiKey = v.keys[i+1]
 	} else {
 		if v.maxPK == nil {
 			return frame{flat: true}
 		}
-		hiKey, hi = v.maxKey, v.maxPK
+		hiKey = v.maxKey
 	}
 	if hiKey > loKey && (v.shortBounds && v.shortHints || hiKey-loKey >= 1<<8) {
-		return frame{lo: loKey, hi: hiKey, loPK: lo, hiPK: hi}
+		return frame{lo: loKey, hi: hiKey}
+	}
+	lo, hi := v.buckets[i].lower, v.maxPK
+	if i == 0 {
+		lo = v.minPK
+	}
+	if i+1 < len(v.keys) {
+		hi = v.buckets[i+1].lower
 	}
 	n := sharedPrefix(lo, hi)
 	fa, fb := word(lo[n:]), word(hi[n:])
@@ -820,11 +829,24 @@ func (v *liveVnode) moveFrame(i int, was frame) {
 		return
 	}
 	now := v.frame(i)
-	if was.flat || now.flat || now.off > len(was.loPK) || now.off > len(was.hiPK) {
+	// was's anchors in now's words.
+	var lo, hi uint64
+	switch {
+	case was.flat || now.flat:
+		b.calibrated = false
+		return
+	case now.off == 0 && was.off == 0:
+		lo, hi = was.lo, was.hi
+	case now.off == 0:
+		lo, hi = key8(was.loPK), key8(was.hiPK)
+	case was.off > 0 && now.off <= len(was.loPK) && now.off <= len(was.hiPK):
+		lo, hi = word(was.loPK[now.off:]), word(was.hiPK[now.off:])
+	default:
+		// Measured by their keys before, by bytes past a shared prefix now
+		// (the bounds were all short): rare, and rescanned.
 		b.calibrated = false
 		return
 	}
-	lo, hi := word(was.loPK[now.off:]), word(was.hiPK[now.off:])
 	if now.lo > lo || lo > hi || hi > now.hi {
 		b.calibrated = false
 		return
