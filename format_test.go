@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
@@ -168,13 +169,9 @@ func dumpStore(t *testing.T, s *lsm.Store) string {
 		for v := range uint16(d.VnodeCount) {
 			it, err := s.NewIter(d.ID, v, nil, nil)
 			require.NoError(t, err)
-			h, n := fnv.New64a(), 0
-			for ok := it.First(); ok; ok = it.Next() {
-				h.Write(it.PK())
-				h.Write(it.Row())
-				n++
-			}
-			require.NoError(t, it.Close())
+			h := fnv.New64a()
+			n, err := testutil.DigestRows(h, it)
+			require.NoError(t, err)
 			vs := st.Vnode(d.ID, v)
 			fmt.Fprintf(&b, "  v%d: %d rows (fnv %016x); physical %+v; live %+v\n", v, n, h.Sum64(), vs.Physical, vs.Live)
 			det := st.Live.Detail(d.ID, v)

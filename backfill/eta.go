@@ -66,6 +66,7 @@
 package backfill
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -915,17 +916,13 @@ func (l *etaLane) churn() (c, lo, hi float64) {
 // median returns the median of xs, which it sorts.
 func median(xs []float64) float64 {
 	slices.Sort(xs)
-	m := len(xs)
-	if m%2 == 1 {
-		return xs[m/2]
-	}
-	return (xs[m/2-1] + xs[m/2]) / 2
+	return quantileSorted(xs, 0.5)
 }
 
 // at returns the lane's history point at wall time t: the last at or
 // before t (the first if none).
 func (l *etaLane) at(t float64) etaPoint {
-	i, _ := slices.BinarySearchFunc(l.hist, t, func(p etaPoint, t float64) int { return cmpFloat64(p.wall, t) })
+	i, _ := slices.BinarySearchFunc(l.hist, t, func(p etaPoint, t float64) int { return cmp.Compare(p.wall, t) })
 	if i < len(l.hist) && l.hist[i].wall == t {
 		return l.hist[i]
 	}
@@ -1060,16 +1057,6 @@ func (l *etaLane) rateSpread(horizon float64) (mLo, mHi float64) {
 	lo := math.Min(0, w*qLo-(1-w)*prior)
 	hi := math.Max(0, w*qHi+(1-w)*prior)
 	return math.Exp(lo), math.Exp(hi)
-}
-
-func cmpFloat64(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // quantileSorted returns the q-quantile of sorted xs, interpolated.

@@ -1,6 +1,7 @@
 package backfill_test
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"math"
@@ -805,7 +806,7 @@ func etaScenarios() []etaScenario {
 				f := math.Exp(uniform(rng, math.Log(0.5), math.Log(2)))
 				ev = append(ev, simEvent{uniform(rng, 0.05, 0.9), func(j *simJob) { j.perActor *= f }})
 			}
-			slices.SortFunc(ev, func(a, b simEvent) int { return cmpFloat(a.at, b.at) })
+			slices.SortFunc(ev, func(a, b simEvent) int { return cmp.Compare(a.at, b.at) })
 			return ev
 		}},
 		{name: "stalls", setup: func(rng *rand.Rand, j *simJob) []simEvent {
@@ -814,7 +815,7 @@ func etaScenarios() []etaScenario {
 				d := uniform(rng, 20, 120)
 				ev = append(ev, simEvent{uniform(rng, 0.05, 0.95), func(j *simJob) { j.stallLeft = d }})
 			}
-			slices.SortFunc(ev, func(a, b simEvent) int { return cmpFloat(a.at, b.at) })
+			slices.SortFunc(ev, func(a, b simEvent) int { return cmp.Compare(a.at, b.at) })
 			return ev
 		}},
 		{name: "restarts", setup: func(rng *rand.Rand, j *simJob) []simEvent {
@@ -823,7 +824,7 @@ func etaScenarios() []etaScenario {
 				down, zero := uniform(rng, 5, 60), rng.IntN(2) == 0
 				ev = append(ev, simEvent{uniform(rng, 0.05, 0.95), func(j *simJob) { j.restart(down, 0, zero) }})
 			}
-			slices.SortFunc(ev, func(a, b simEvent) int { return cmpFloat(a.at, b.at) })
+			slices.SortFunc(ev, func(a, b simEvent) int { return cmp.Compare(a.at, b.at) })
 			return ev
 		}},
 		{name: "rescale", setup: func(rng *rand.Rand, j *simJob) []simEvent {
@@ -855,7 +856,7 @@ func etaScenarios() []etaScenario {
 				{uniform(rng, 0.05, 0.9), func(j *simJob) { j.restart(down, 0, true) }},
 				{uniform(rng, 0.05, 0.9), func(j *simJob) { j.burst, j.burstLeft = rows/over, over }},
 			}
-			slices.SortFunc(ev, func(a, b simEvent) int { return cmpFloat(a.at, b.at) })
+			slices.SortFunc(ev, func(a, b simEvent) int { return cmp.Compare(a.at, b.at) })
 			return ev
 		}},
 	}
@@ -867,16 +868,6 @@ func etaScenarios() []etaScenario {
 func burstSecs(rng *rand.Rand, j *simJob) float64 {
 	a, _ := j.totals()
 	return a / j.jobRate() * uniform(rng, 0.01, 0.08)
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // etaCheck is one checkpoint's forecast against the time that remained.

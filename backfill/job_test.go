@@ -2,6 +2,7 @@ package backfill_test
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/lsmstats/lsmstats/backfill"
@@ -53,7 +54,7 @@ func TestJobSmall(t *testing.T) {
 			var maxErr float64
 			for _, r := range res.Records {
 				st := r.Figure("stats")
-				maxErr = max(maxErr, abs(st.Raw-r.Truth))
+				maxErr = max(maxErr, math.Abs(st.Raw-r.Truth))
 				if !r.Finished {
 					// Never 100% before the job finished.
 					require.Less(t, r.Figure("rowcount").Pct, 100.0, "rowcount at barrier %d", r.Barrier)
@@ -69,11 +70,4 @@ func TestJobSmall(t *testing.T) {
 			require.NoError(t, j.Close())
 		})
 	}
-}
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"flag"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,16 +68,9 @@ func TestAccuracyMatrix(t *testing.T) {
 			require.Zero(t, st.Outside, "checkpoints whose truth lay outside the stats figure's bounds")
 			require.LessOrEqual(t, st.MeanPP, goalMeanPP, "stats mean error")
 			require.LessOrEqual(t, st.MaxPP, goalMaxPP, "stats max error")
-			require.LessOrEqual(t, abs(st.SignedPP), goalSignedPP, "stats bias")
+			require.LessOrEqual(t, math.Abs(st.SignedPP), goalSignedPP, "stats bias")
 		})
 	}
-}
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 var matrixRows = flag.String("matrix-rows", "", "table sizes of BenchmarkAccuracyMatrix's full matrix, e.g. 10000,100000,1000000 (make matrix); empty: the reduced matrix of make test")

@@ -248,13 +248,7 @@ func readAll(s *lsm.Store, epoch uint64) (map[string]uint64, error) {
 				return nil, err
 			}
 			h := fnv.New64a()
-			for ok := it.First(); ok; ok = it.Next() {
-				h.Write(it.PK())
-				h.Write([]byte{0})
-				h.Write(it.Row())
-				h.Write([]byte{1})
-			}
-			if err := it.Close(); err != nil {
+			if _, err := testutil.DigestRows(h, it); err != nil {
 				return nil, err
 			}
 			out[fmt.Sprintf("t%d/v%d", def.ID, v)] = h.Sum64()

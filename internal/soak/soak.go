@@ -471,13 +471,7 @@ func digests(s *lsm.Store, spec JobSpec) (upstream, mv uint64, err error) {
 			if err != nil {
 				return 0, err
 			}
-			for ok := it.First(); ok; ok = it.Next() {
-				h.Write(it.PK())
-				h.Write([]byte{0})
-				h.Write(it.Row())
-				h.Write([]byte{1})
-			}
-			if err := it.Close(); err != nil {
+			if _, err := testutil.DigestRows(h, it); err != nil {
 				return 0, err
 			}
 		}

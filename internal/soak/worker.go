@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,7 +117,7 @@ func (f *injector) MaybeError(op errorfs.Op) error {
 		return nil
 	}
 	kind := faultfs.Kind(op.Kind)
-	if !f.path.MatchString(filepath.ToSlash(rel)) || !contains(f.kinds, kind) {
+	if !f.path.MatchString(filepath.ToSlash(rel)) || !slices.Contains(f.kinds, kind) {
 		return nil
 	}
 	f.mu.Lock()
@@ -127,15 +128,6 @@ func (f *injector) MaybeError(op errorfs.Op) error {
 	}
 	f.say(report{T: "J", Msg: kind + " " + rel})
 	return errorfs.ErrInjected
-}
-
-func contains(s []string, x string) bool {
-	for _, v := range s {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // workerLogger drops Pebble's lines, and reports Fatalf on stdout before it

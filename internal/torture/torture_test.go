@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -180,15 +181,6 @@ func (st *state) tags() []string {
 	return out
 }
 
-func has(tags []string, t string) bool {
-	for _, x := range tags {
-		if x == t {
-			return true
-		}
-	}
-	return false
-}
-
 // TestTorture kills the child at random moments in every phase and checks
 // the store after each restart; see the package doc.
 func TestTorture(t *testing.T) {
@@ -253,7 +245,7 @@ func runChild(t *testing.T, dir string, seed uint64, target string, r *rand.Rand
 	}
 	switch c.ReadUntil(10*time.Second, func(l string) bool {
 		handle(l)
-		return st.checks > 0 && has(st.tags(), target)
+		return st.checks > 0 && slices.Contains(st.tags(), target)
 	}) {
 	case testutil.Matched:
 		// Short phases: kill within a fraction of a millisecond.

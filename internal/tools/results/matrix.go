@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -120,7 +121,7 @@ func renderMatrix(cells []cell) string {
 		}
 		w[0] = max(w[0], c.m["stats-mean-pp"])
 		w[1] = max(w[1], c.m["stats-max-pp"])
-		if s := c.m["stats-signed-pp"]; abs(s) > abs(w[2]) {
+		if s := c.m["stats-signed-pp"]; math.Abs(s) > math.Abs(w[2]) {
 			w[2] = s
 		}
 		w[3] = max(w[3], c.m["rowcount-max-pp"])
@@ -182,11 +183,4 @@ func renderFullMatrix(cells []cell) string {
 			x["rowcount-mean-pp"], x["rowcount-max-pp"], x["rowcount-signed-pp"], duration(x["stats-cpu-ns/barrier"]))
 	}
 	return b.String()
-}
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
