@@ -1017,7 +1017,9 @@ func etaFigures(checks []etaCheck, keep func(etaCheck) bool) etaStats {
 // checkpoint of the scenarios whose future is like their past, and over the
 // checkpoints after the last event (rate change, the end of a stall or a
 // burst, restart, an actor running out of rows) of the others: no forecast
-// foresees an event to come. The ETA is never negative.
+// foresees an event to come. The ETA is never negative. The median, p90
+// and coverage goals hold over the full sample only (24 jobs, not the race
+// detector's 8).
 func TestETAAccuracy(t *testing.T) {
 	seed := testutil.Seed(t, "eta-seed", *etaSeedFlag)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
@@ -1047,6 +1049,12 @@ func TestETAAccuracy(t *testing.T) {
 		}
 		if sc.goals {
 			goal = all
+		}
+		if etaJobs() < 24 {
+			// The accuracy goals are figures over the full sample (make
+			// test's 24 jobs per scenario); a smaller one, as under the
+			// race detector, checks the invariants above only.
+			continue
 		}
 		if goal.median > 0.10 || goal.p90 > 0.25 || goal.coverage < 0.80 {
 			t.Errorf("%s: median %.1f%% (goal <= 10%%), p90 %.1f%% (<= 25%%), coverage %.1f%% (>= 80%%) over %d checkpoints",

@@ -125,7 +125,10 @@ func Run(t testing.TB, cfg Config) Report {
 	sk := &soak{t: t, cfg: cfg, r: rand.New(rand.NewPCG(cfg.Seed, 17)), rep: Report{Events: map[string]int{}, FindingsByKind: map[string]int{}}}
 	sk.startJob(0)
 	start := time.Now()
-	for n := 0; time.Since(start) < cfg.For && len(sk.rep.Findings) < cfg.MaxFindings; n++ {
+	// A soak runs every kind of event at least once however short For is
+	// (under the race detector one event can take longer than make test's
+	// 20 s), then goes on until For has passed.
+	for n := 0; (n < len(eventKinds) || time.Since(start) < cfg.For) && len(sk.rep.Findings) < cfg.MaxFindings; n++ {
 		event := eventKinds[n%len(eventKinds)]
 		if n >= len(eventKinds) {
 			event = eventKinds[sk.r.IntN(len(eventKinds))]
