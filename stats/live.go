@@ -577,10 +577,13 @@ type probe struct {
 // start begins the search for x in v; nil x is minus infinity, in bucket
 // 0 (keys[0] is 0, at most any k).
 func (p *probe) start(v *liveVnode, x []byte, through bool) {
-	*p = probe{v: v, x: x, k: key8(x), n: len(v.keys), through: through}
 	if x == nil {
-		p.n = 1
+		// Nothing to search or read (a consumed-rows query's Lo): the
+		// vnode's index stays untouched.
+		*p = probe{v: v, n: 1}
+		return
 	}
+	*p = probe{v: v, x: x, k: key8(x), n: len(v.keys), through: through}
 }
 
 // guessWindow is the number of keys around a guess that a probe checks.
@@ -635,6 +638,13 @@ func (p *probe) bucket() int {
 	if i == 0 || keys[i] != p.k {
 		return i
 	}
+	if keys[i-1] != p.k {
+		// A run of one, the common case: x's bucket or the one before.
+		if bytes.Compare(p.v.buckets[i].lower, p.x) <= 0 {
+			return i
+		}
+		return i - 1
+	}
 	run := sort.Search(i, func(j int) bool { return keys[j] == p.k })
 	return run - 1 + sort.Search(i+1-run, func(j int) bool {
 		return bytes.Compare(p.v.buckets[run+j].lower, p.x) > 0
@@ -644,6 +654,9 @@ func (p *probe) bucket() int {
 // locate ends the search: i becomes the bucket holding x, and before, rows
 // and aux are read.
 func (p *probe) locate() {
+	if p.x == nil {
+		return // minus infinity: no rows before bucket 0
+	}
 	p.i = p.bucket()
 	p.before, p.rows, p.aux = p.v.rows(p.i)
 }
