@@ -90,7 +90,7 @@ func TestConcurrentProgress(t *testing.T) {
 		}
 	}()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(stats.NewMetrics(func() stats.Snapshot { return s.Stats().Snapshot() }, nil))
+	reg.MustRegister(stats.NewMetrics(s.Stats, nil))
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {

@@ -170,7 +170,7 @@ func TestCrashRecovery(t *testing.T) {
 		n, _ := g.Live(v)
 		want += n
 	}
-	require.Equal(t, want, s.Live().Table(1).Rows)
+	require.Equal(t, want, s.Stats().Live.Table(1).Rows)
 	require.NoError(t, j.Close())
 	t.Logf("%d crashes, %d restarts showed a figure at once", crashes, initials)
 }

@@ -3,7 +3,7 @@ package backfill
 import (
 	"testing"
 
-	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
 )
 
@@ -32,7 +32,7 @@ func TestDisplayWithinRange(t *testing.T) {
 		consumed, total = c.consumed, c.total
 		epoch := uint64(i + 1)
 		require.NoError(t, rep.Update(epoch, []VnodeState{{Vnode: 0}}))
-		p, err := tr.Progress(epoch, lsm.Stats{})
+		p, err := tr.Progress(epoch, stats.Snapshot{})
 		require.NoError(t, err)
 		f := p.Figures[0]
 		require.Equal(t, c.shown, f.Shown, "case %d", i)

@@ -44,7 +44,7 @@
 //     rows of the job's vnodes. Its inputs are the cursors, the finished
 //     flags and the statistics API: it reads no table data and keeps no
 //     count of emitted rows. It asks the estimates of all its vnodes in
-//     progress in one call (lsm.Stats.AppendEstimates), whose searches
+//     progress in one call (stats.Snapshot.AppendEstimates), whose searches
 //     overlap their cache misses.
 //
 // The truth (docs/design.md §7) is the live rows at or below each cursor over

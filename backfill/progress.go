@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
 )
 
@@ -20,7 +19,7 @@ type Input struct {
 	// Vnodes are the states of every vnode of the job, by vnode.
 	Vnodes []VnodeState
 	// Stats are the store's statistics at the committed epoch.
-	Stats lsm.Stats
+	Stats stats.Snapshot
 }
 
 // Estimator turns a checkpoint's input into consumed and total rows.
@@ -61,7 +60,7 @@ func (s Stats) Estimate(in Input) (float64, float64) {
 // Account implements Accountant: a vnode's consumed rows are its live rows
 // if finished, the estimated live rows <= its cursor if in progress, 0 if
 // not started. The vnodes in progress are asked together
-// (lsm.Stats.AppendEstimates), which overlaps the cache misses of their
+// (stats.Snapshot.AppendEstimates), which overlaps the cache misses of their
 // searches; each asks the rows up to its cursor inclusive, which the
 // statistics estimate as what it is, the pk of a row the backfill read.
 // The consumed rows add the vnodes' unbiased estimates (RowEstimate.Mean),
@@ -268,7 +267,7 @@ func (t *Tracker) record(actor int, epoch uint64, states []VnodeState, finished 
 
 // Progress computes the job's figures at a checkpoint epoch, which every
 // actor must have reported, from the store's statistics.
-func (t *Tracker) Progress(epoch uint64, st lsm.Stats) (Progress, error) {
+func (t *Tracker) Progress(epoch uint64, st stats.Snapshot) (Progress, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := Progress{Epoch: epoch, Finished: len(t.reports) > 0}

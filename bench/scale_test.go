@@ -20,6 +20,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
@@ -228,7 +229,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 		p.ssts += int(l.TablesCount)
 	}
 	ropts := lsm.PebbleOptions(cfg.Store).MakeReaderOptions()
-	tcfg := stats.TrackerConfig{DB: db, Dir: s.Store.PebbleDir(), ReaderOptions: ropts, Logger: lsm.QuietLogger{}}
+	tcfg := keystats.TrackerConfig{DB: db, Dir: s.Store.PebbleDir(), ReaderOptions: ropts, Logger: lsm.QuietLogger{}}
 
 	// Heap held by the statistics: a physical Version built from the live
 	// SSTs and the live buckets loaded from their metadata, as the store
@@ -238,7 +239,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	// divide that noise.
 	quiesce(db)
 	var entries [][2][]byte
-	for _, span := range stats.LiveSpans() {
+	for _, span := range keystats.LiveSpans() {
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
 		require.NoError(b, err)
 		for ok := it.First(); ok; ok = it.Next() {
@@ -250,9 +251,9 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	var kept []any
 	before := heapLive()
 	for range statsCopies {
-		v, err := stats.Recompute(tcfg)
+		v, err := keystats.Recompute(tcfg)
 		require.NoError(b, err)
-		ls := stats.NewLiveState()
+		ls := keystats.NewLiveState()
 		for _, def := range s.Store.Tables() {
 			ls.AddTable(def.ID, def.VnodeCount)
 		}
@@ -324,8 +325,8 @@ func readerPayload(b *testing.B, db *pebble.DB, dir string, ropts sstable.Reader
 // the catalog) and flushes (one new file), refreshes, compacts that range
 // (its files out, one in) and refreshes again. It returns the refresh time
 // per changed file and the time of a refresh with nothing changed.
-func refreshProbe(b *testing.B, db *pebble.DB, cfg stats.TrackerConfig) (perFile, listing float64) {
-	tr := stats.NewTracker(cfg)
+func refreshProbe(b *testing.B, db *pebble.DB, cfg keystats.TrackerConfig) (perFile, listing float64) {
+	tr := keystats.NewTracker(cfg)
 	require.NoError(b, tr.Refresh())
 	const scratch, rounds = 0xFFFF0000, 16
 	val := bytes.Repeat([]byte{7}, 100)

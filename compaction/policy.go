@@ -477,7 +477,7 @@ type vnodeCand struct {
 }
 
 // plan picks the candidate ranges from one statistics snapshot.
-func (p *Policy) plan(st lsm.Stats, safe uint64) []Candidate {
+func (p *Policy) plan(st stats.Snapshot, safe uint64) []Candidate {
 	var out []Candidate
 	var cands []vnodeCand
 	for _, table := range st.Physical.Tables() {

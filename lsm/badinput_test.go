@@ -14,8 +14,8 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
-	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
 )
 
@@ -259,7 +259,7 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 			log := &recordingLogger{}
 			s, err := Open(dir, &Options{Logger: log, MemoryWatermark: -1, Pebble: func(o *pebble.Options) {
 				o.BlockPropertyCollectors = []func() pebble.BlockPropertyCollector{func() pebble.BlockPropertyCollector {
-					return &corruptCollector{BlockPropertyCollector: stats.NewCollector(), mode: mode}
+					return &corruptCollector{BlockPropertyCollector: keystats.NewCollector(), mode: mode}
 				}}
 			}})
 			require.NoError(t, err)

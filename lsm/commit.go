@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 )
@@ -57,10 +58,10 @@ func (s *Store) Commit(epoch uint64) error {
 	}
 	batch.Normalize()
 	meta := append(batch.MetaEntries(),
-		stats.MetaEntry{Key: keys.MetaKey([]byte(keys.CommittedEpochName)), Value: be64(epoch)},
-		stats.MetaEntry{Key: keys.MetaKey([]byte(hwmName)), Value: be64(hwm)},
+		keystats.MetaEntry{Key: keys.MetaKey([]byte(keys.CommittedEpochName)), Value: be64(epoch)},
+		keystats.MetaEntry{Key: keys.MetaKey([]byte(hwmName)), Value: be64(hwm)},
 	)
-	slices.SortFunc(meta, func(a, b stats.MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
+	slices.SortFunc(meta, func(a, b keystats.MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
 	for _, e := range meta {
 		if err := out.addMeta(e); err != nil {
 			out.abort()
@@ -136,7 +137,7 @@ func (s *Store) drop(bufs []*epochBuf) {
 
 // writeData merges every piece of bufs into out in key order and adds each
 // entry's live delta to the batch.
-func (s *Store) writeData(out *output, bufs []*epochBuf, batch *stats.LiveBatch) error {
+func (s *Store) writeData(out *output, bufs []*epochBuf, batch *keystats.LiveBatch) error {
 	var h sourceHeap
 	defer func() {
 		for _, src := range h {
@@ -186,7 +187,7 @@ func (s *Store) writeData(out *output, bufs []*epochBuf, batch *stats.LiveBatch)
 		if p := key[:keys.Split(key)]; !bytes.Equal(p, prefix) {
 			prefix, live = append(prefix[:0], p...), k.Kind == keys.KindPut
 		}
-		if err := batch.Apply(stats.LiveDelta{Table: k.Table, Vnode: k.Vnode, PK: k.PK, LiveCounts: src.delta(len(k.PK)), Live: live}); err != nil {
+		if err := batch.Apply(keystats.LiveDelta{Table: k.Table, Vnode: k.Vnode, PK: k.PK, LiveCounts: src.delta(len(k.PK)), Live: live}); err != nil {
 			return err
 		}
 		if src.next(); src.valid() {

@@ -238,7 +238,7 @@ func TestConcurrent(t *testing.T) {
 	// Statistics: per vnode and per pk range against the model of the epoch
 	// the statistics describe; partitions; a Prometheus scrape.
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(stats.NewMetrics(func() stats.Snapshot { return s.Stats().Snapshot() }, nil))
+	reg.MustRegister(stats.NewMetrics(s.Stats, nil))
 	goFn("stats", func(r *rand.Rand) error {
 		all := roaring.New()
 		all.AddRange(0, vnodes)

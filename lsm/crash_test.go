@@ -329,7 +329,7 @@ func checkCrashState(t *testing.T, s *Store, seed, k uint64) {
 		rows++
 		byts += int64(8 + len(row))
 	}
-	live := s.Live().Table(crashTable)
+	live := s.Stats().Live.Table(crashTable)
 	require.Equal(t, rows, live.Rows, "live rows")
 	require.Equal(t, byts, live.Bytes, "live bytes")
 	rep, err := s.Verify()

@@ -190,7 +190,7 @@ func ddStep(t *testing.T, td *datadriven.TestData, dir string, sp **Store, write
 		table := uint32(argUintDefault(td, "table", 1))
 		def, err := s.Table(table)
 		require.NoError(t, err)
-		l := s.Live()
+		l := s.Stats().Live
 		var out strings.Builder
 		for v := 0; v < def.VnodeCount; v++ {
 			if c := l.Vnode(table, uint16(v)); c.Rows != 0 || c.Bytes != 0 {

@@ -127,7 +127,7 @@ func (fs *faultStore) check(when string) {
 	rep, err := fs.s.Verify()
 	require.NoError(t, err, when)
 	require.Empty(t, rep.Differences, "verify %s", when)
-	live := fs.s.Live().Table(fs.def.ID)
+	live := fs.s.Stats().Live.Table(fs.def.ID)
 	require.EqualValues(t, len(fs.committed), live.Rows, "live rows %s", when)
 }
 
@@ -216,7 +216,7 @@ func TestFaultsOpen(t *testing.T) {
 // behind until some later event.
 func TestFaultsStatsRefresh(t *testing.T) {
 	fs := newFaultStore(t, 1, Options{MemoryWatermark: -1})
-	m := stats.NewMetrics(func() stats.Snapshot { return fs.s.Stats().Snapshot() }, nil)
+	m := stats.NewMetrics(fs.s.Stats, nil)
 	for e := uint64(1); e <= 3; e++ {
 		fs.epoch++
 		for i := 0; i < 50; i++ {

@@ -65,8 +65,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
-	"github.com/lsmstats/lsmstats/stats"
 	"golang.org/x/time/rate"
 )
 
@@ -421,7 +421,7 @@ func (s *Store) ingestGC(dels [][]byte, delBytes int64, safe uint64) error {
 			return err
 		}
 	}
-	if err := out.addMeta(stats.MetaEntry{Key: keys.MetaKey([]byte(gcEpochName)), Value: be64(wm)}); err != nil {
+	if err := out.addMeta(keystats.MetaEntry{Key: keys.MetaKey([]byte(gcEpochName)), Value: be64(wm)}); err != nil {
 		out.abort()
 		return err
 	}

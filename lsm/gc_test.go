@@ -12,8 +12,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
-	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
 )
@@ -257,7 +257,7 @@ func TestGCEntriesEqualLiveRows(t *testing.T) {
 		c.step(400, 30, 30)
 	}
 	before := s.Stats().Physical.Table(1).Counts
-	live := s.Live().Table(1)
+	live := s.Stats().Live.Table(1)
 	require.Greater(t, before.Entries, uint64(live.Rows)+1000, "the workload must leave garbage")
 	require.Positive(t, before.Deletes)
 	require.Equal(t, s.CommittedEpoch(), s.SafeEpoch())
@@ -514,8 +514,8 @@ func TestGCCompactionDeltas(t *testing.T) {
 	require.NoError(t, s.CompactRange(context.Background(), 1, 0, 0))
 	after := s.Stats().Physical
 
-	var sum stats.Delta
-	perVnode := map[uint16]stats.Delta{}
+	var sum keystats.Delta
+	perVnode := map[uint16]keystats.Delta{}
 	for got := 0; ; got++ {
 		// Pebble ran every compaction before CompactRange returned; the
 		// deltas follow the refresh that CompactRange made.
@@ -523,7 +523,7 @@ func TestGCCompactionDeltas(t *testing.T) {
 		if got == int(cs.Complete+cs.Incomplete) {
 			break
 		}
-		var d stats.CompactionDelta
+		var d keystats.CompactionDelta
 		select {
 		case d = <-deltas:
 		case <-time.After(10 * time.Second):

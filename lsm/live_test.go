@@ -26,7 +26,7 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 	}
 	require.NoError(t, w.Seal(1))
 	require.NoError(t, s.Commit(1))
-	before := s.Live()
+	before := s.Stats().Live
 	require.Greater(t, len(before.Detail(1, 0).Buckets), 8, "the commit must have split buckets")
 	cursor := keys.AppendUint64(nil, 1234)
 	est := before.EstimateRows(1, 0, nil, cursor)
@@ -35,7 +35,7 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 	s, err = Open(dir, &Options{Logger: QuietLogger{}})
 	require.NoError(t, err)
 	defer s.Close()
-	after := s.Live()
+	after := s.Stats().Live
 	for v := uint16(0); v < 2; v++ {
 		require.Equal(t, before.Detail(1, v), after.Detail(1, v), "vnode %d", v)
 	}
@@ -66,7 +66,7 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 			yield(i * 1000)
 		}
 	})
-	buckets := len(s.Live().Detail(1, 0).Buckets)
+	buckets := len(s.Stats().Live.Detail(1, 0).Buckets)
 	require.Greater(t, buckets, 50)
 	scans := s.Metrics().BucketScans
 	// Fill a run of adjacent buckets, and two lone ones further on.
@@ -78,9 +78,9 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 		}
 	})
 	require.Greater(t, s.Metrics().BucketScans-scans, int64(3), "the commit must have rescanned several buckets")
-	require.Greater(t, len(s.Live().Detail(1, 0).Buckets), buckets)
+	require.Greater(t, len(s.Stats().Live.Detail(1, 0).Buckets), buckets)
 	rep, err := s.Verify()
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%v", rep.Differences)
-	require.Equal(t, int64(1500+13*120), s.Live().Table(1).Rows)
+	require.Equal(t, int64(1500+13*120), s.Stats().Live.Table(1).Rows)
 }

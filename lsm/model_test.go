@@ -167,7 +167,7 @@ func TestModel(t *testing.T) {
 		}
 	}
 	checkLive := func() {
-		l := s.Live()
+		l := s.Stats().Live
 		for _, d := range defs {
 			want := make([]stats.LiveCounts, d.VnodeCount)
 			for pk := range m.history[d.ID] {

@@ -11,8 +11,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
-	"github.com/lsmstats/lsmstats/stats"
 )
 
 // Options configures a Store. A nil *Options is valid and means the defaults.
@@ -175,7 +175,7 @@ func (o *Options) pebbleOptions() *pebble.Options {
 		FS:                          o.FS,
 		Comparer:                    keys.Comparer,
 		Logger:                      o.Logger,
-		BlockPropertyCollectors:     []func() pebble.BlockPropertyCollector{stats.NewCollector},
+		BlockPropertyCollectors:     []func() pebble.BlockPropertyCollector{keystats.NewCollector},
 		FormatMajorVersion:          pebble.FormatNewest,
 		L0CompactionThreshold:       l0CompactionThreshold,
 		L0StopWritesThreshold:       max(2*l0CompactionThreshold, o.L0StopSublevels),

@@ -9,8 +9,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
-	"github.com/lsmstats/lsmstats/stats"
 )
 
 // Reads happen at an epoch: the newest version of each pk at or below the
@@ -506,14 +506,14 @@ func (i *Iter) Close() error {
 
 // rescanBuckets scans the live-statistics buckets that grew too big, to
 // split them, or whose calibration is stale, at the committed epoch (see
-// stats.Rescan), and publishes them together. A backfill's commit asks for
+// keystats.Rescan), and publishes them together. A backfill's commit asks for
 // hundreds of small scans, and creating a Pebble iterator costs more than
 // scanning one bucket: one iterator, re-bounded per vnode, serves them all.
 // A scan that fails leaves its bucket as it was: its counts stay exact,
 // only its estimates are less so until a later commit asks again.
-func (s *Store) rescanBuckets(reqs []stats.Rescan) {
+func (s *Store) rescanBuckets(reqs []keystats.Rescan) {
 	epoch := s.committed.Load()
-	var done []stats.ScannedBucket
+	var done []keystats.ScannedBucket
 	var it *Iter
 	defer func() {
 		if it != nil {
@@ -572,9 +572,9 @@ func (s *Store) boundIter(it *Iter, table uint32, vnode uint16, lo, hi []byte, e
 // and a bucket that starts where the previous one ended (adjacent buckets
 // of a split) continues from where that scan stopped, at the first row at
 // or after its lower bound. Only a gap between two buckets costs a seek.
-func (s *Store) scanBuckets(it *Iter, reqs []stats.Rescan, done []stats.ScannedBucket) ([]stats.ScannedBucket, error) {
+func (s *Store) scanBuckets(it *Iter, reqs []keystats.Rescan, done []keystats.ScannedBucket) ([]keystats.ScannedBucket, error) {
 	for k, r := range reqs {
-		sc := stats.NewBucketScan(r)
+		sc := keystats.NewBucketScan(r)
 		var n int64
 		var valid bool
 		switch {
@@ -599,11 +599,4 @@ func (s *Store) scanBuckets(it *Iter, reqs []stats.Rescan, done []stats.ScannedB
 		done = append(done, sc.Finish())
 	}
 	return done, nil
-}
-
-// Live returns the current live statistics.
-func (s *Store) Live() *stats.Live {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.mu.live.Current()
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
-	"github.com/lsmstats/lsmstats/stats"
 )
 
 var errNotExist = os.ErrNotExist
@@ -123,7 +123,7 @@ func (o *output) add(key []byte, kind pebble.InternalKeyKind, value []byte) erro
 	return nil
 }
 
-func (o *output) addMeta(e stats.MetaEntry) error {
+func (o *output) addMeta(e keystats.MetaEntry) error {
 	if e.Delete {
 		return o.add(e.Key, pebble.InternalKeyKindDelete, nil)
 	}

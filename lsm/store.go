@@ -19,8 +19,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats"
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
-	"github.com/lsmstats/lsmstats/stats"
 )
 
 // FormatVersion is the store format this library writes. Open refuses a
@@ -54,7 +54,7 @@ type Store struct {
 
 	db      *pebble.DB
 	popts   *pebble.Options
-	tracker *stats.Tracker
+	tracker *keystats.Tracker
 	// wopts are the options of every SST the store writes for ingestion
 	// (with the stats collector); spillOpts those of staged spills.
 	wopts, spillOpts sstable.WriterOptions
@@ -79,7 +79,7 @@ type Store struct {
 		// orphans are sealed epochs of closed writers, still to commit.
 		orphans []*epochBuf
 		pins    map[uint64]int
-		live    *stats.LiveState
+		live    *keystats.LiveState
 		// hwm is the durable epoch high-water mark.
 		hwm uint64
 		// gcEpoch is the garbage-collection watermark: reads below it are
@@ -152,7 +152,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.mu.catalog = map[uint32]*TableDef{}
 	s.mu.writers = map[*Writer]struct{}{}
 	s.mu.pins = map[uint64]int{}
-	s.mu.live = stats.NewLiveState()
+	s.mu.live = keystats.NewLiveState()
 	s.gc.closing = make(chan struct{})
 
 	if o.MustExist {
@@ -175,7 +175,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 
 	popts := o.pebbleOptions()
-	s.tracker = stats.NewTracker(stats.TrackerConfig{
+	s.tracker = keystats.NewTracker(keystats.TrackerConfig{
 		Dir:           s.fs.PathJoin(dir, pebbleDir),
 		FS:            s.fs,
 		ReaderOptions: popts.MakeReaderOptions(),
@@ -247,7 +247,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return s, nil
 	}
 	// Redo the bucket rescans that were pending persistence at the crash or
-	// close (see stats.LiveState.Rescans): the live statistics are then
+	// close (see keystats.LiveState.Rescans): the live statistics are then
 	// exactly what they were before it.
 	s.mu.Lock()
 	reqs := s.mu.live.Rescans()
@@ -473,7 +473,7 @@ func (s *Store) load() error {
 			// metadata, or none of ours: nothing to inspect.
 			return errors.Wrapf(ErrNoStore, "%s holds a Pebble database without a store's metadata", s.dir)
 		}
-		if err := s.ingestMeta([]stats.MetaEntry{
+		if err := s.ingestMeta([]keystats.MetaEntry{
 			{Key: keys.MetaKey([]byte(keys.FormatVersionName)), Value: be64(FormatVersion)},
 			{Key: keys.MetaKey([]byte(keys.CommittedEpochName)), Value: be64(0)},
 		}); err != nil {
@@ -511,7 +511,7 @@ func (s *Store) checkMinor(minor uint64, unknown [][]byte, leaveOut func(error) 
 }
 
 // liveVnodeOf returns the table and vnode of a live-statistics bucket key
-// ("live/", the table id, the vnode, see stats.BucketKey).
+// ("live/", the table id, the vnode, see keystats.BucketKey).
 func liveVnodeOf(key []byte) (uint32, uint16, bool) {
 	name, ok := keys.MetaName(key)
 	if !ok {
@@ -525,7 +525,7 @@ func liveVnodeOf(key []byte) (uint32, uint16, bool) {
 }
 
 // liveTableOf returns the table of a live-statistics metadata key
-// ("live/" or "live_est/" and the table id, see stats.BucketKey).
+// ("live/" or "live_est/" and the table id, see keystats.BucketKey).
 func liveTableOf(key []byte) (uint32, bool) {
 	name, ok := keys.MetaName(key)
 	if !ok {
@@ -649,7 +649,7 @@ func (s *Store) CreateTable(def TableDef) error {
 		return errors.Newf("lsmstats: table %d exists with another definition", def.ID)
 	}
 	s.mu.Unlock()
-	if err := s.ingestMeta([]stats.MetaEntry{{Key: keys.CatalogKey(def.ID), Value: encodeCatalogEntry(&def)}}); err != nil {
+	if err := s.ingestMeta([]keystats.MetaEntry{{Key: keys.CatalogKey(def.ID), Value: encodeCatalogEntry(&def)}}); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -694,9 +694,9 @@ func (s *Store) table(id uint32) (*TableDef, error) {
 
 // ingestMeta durably writes metadata entries in one ingestion. Callers hold
 // ingestMu.
-func (s *Store) ingestMeta(entries []stats.MetaEntry) error {
+func (s *Store) ingestMeta(entries []keystats.MetaEntry) error {
 	entries = slices.Clone(entries)
-	slices.SortFunc(entries, func(a, b stats.MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
+	slices.SortFunc(entries, func(a, b keystats.MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
 	out := s.newOutput()
 	for _, e := range entries {
 		if err := out.addMeta(e); err != nil {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
-	"github.com/lsmstats/lsmstats/stats"
 )
 
 // The sync manager decides when buffered data leaves memory: at every
@@ -169,7 +169,7 @@ func (s *Store) raiseHWM(epoch uint64) error {
 	if epoch <= hwm {
 		return nil
 	}
-	if err := s.ingestMeta([]stats.MetaEntry{{Key: keys.MetaKey([]byte(hwmName)), Value: be64(epoch)}}); err != nil {
+	if err := s.ingestMeta([]keystats.MetaEntry{{Key: keys.MetaKey([]byte(hwmName)), Value: be64(epoch)}}); err != nil {
 		return errors.Wrapf(err, "lsmstats: raise epoch high-water mark to %d", epoch)
 	}
 	s.mu.Lock()

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2"
@@ -16,32 +15,20 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/sstable/block"
 	"github.com/lsmstats/lsmstats"
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 )
-
-// Stats is a consistent snapshot of a store's statistics: the physical
-// statistics of the live SSTs and the exact live statistics, both as of
-// CommittedEpoch. Safe for concurrent use.
-type Stats struct {
-	CommittedEpoch uint64
-	Physical       *stats.Version
-	Live           *stats.Live
-	// PhysicalErr, if not nil, is why the last refresh of the physical
-	// statistics failed (an I/O error reading a new SST's properties):
-	// Physical then describes an earlier set of SSTs and may lag behind
-	// CommittedEpoch. The store retries in the background (RefreshStats
-	// retries at once); the live statistics are exact either way.
-	PhysicalErr error
-}
 
 // Stats returns the current statistics. Commit refreshes the physical
 // statistics and publishes the live ones under one lock, so the two always
 // describe the same checkpoint; compactions change the physical side in
 // between (fewer entries for the same rows), never the live side.
 //
-// If the refresh at the end of a commit failed, PhysicalErr says so.
-func (s *Store) Stats() Stats {
+// If the refresh at the end of a commit failed, PhysicalErr says so. The
+// method is a stats.SnapshotFunc: stats.NewMetrics(store.Stats, nil)
+// exports the statistics to Prometheus.
+func (s *Store) Stats() stats.Snapshot {
 	s.statsMu.RLock()
 	defer s.statsMu.RUnlock()
 	s.mu.Lock()
@@ -50,7 +37,7 @@ func (s *Store) Stats() Stats {
 	// The error first: a refresh that succeeds in between then reports a
 	// current Version as stale, never a stale one as current.
 	perr := s.tracker.Err()
-	return Stats{CommittedEpoch: s.committed.Load(), Physical: s.tracker.Current(), PhysicalErr: perr, Live: live}
+	return stats.Snapshot{CommittedEpoch: s.committed.Load(), Physical: s.tracker.Current(), PhysicalErr: perr, Live: live}
 }
 
 // RefreshStats brings the physical statistics up to date with the live SSTs
@@ -65,49 +52,6 @@ func (s *Store) RefreshStats() error {
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
 	return s.tracker.Refresh()
-}
-
-// Snapshot returns st as the stats package's Snapshot, which its Metrics
-// read:
-//
-//	stats.NewMetrics(func() stats.Snapshot { return store.Stats().Snapshot() }, nil)
-func (st Stats) Snapshot() stats.Snapshot {
-	return stats.Snapshot{CommittedEpoch: st.CommittedEpoch, Physical: st.Physical, Live: st.Live, PhysicalErr: st.PhysicalErr}
-}
-
-// VnodeStats are one vnode's physical and live statistics.
-type VnodeStats struct {
-	Physical stats.Counts
-	Live     stats.LiveCounts
-}
-
-// Vnode returns the statistics of one vnode.
-func (st Stats) Vnode(table uint32, vnode uint16) VnodeStats {
-	return VnodeStats{Physical: st.Physical.Vnode(table, vnode), Live: st.Live.Vnode(table, vnode)}
-}
-
-// Sum returns the statistics summed over a set of vnodes.
-func (st Stats) Sum(table uint32, vnodes *roaring.Bitmap) VnodeStats {
-	return VnodeStats{Physical: st.Physical.Sum(table, vnodes), Live: st.Live.Sum(table, vnodes)}
-}
-
-// EstimateRows estimates the live rows of a vnode with pk in [lo, hi) (nil:
-// unbounded), with bounds that contain the true count.
-func (st Stats) EstimateRows(table uint32, vnode uint16, lo, hi []byte) stats.RowEstimate {
-	return st.Live.EstimateRows(table, vnode, lo, hi)
-}
-
-// AppendEstimates appends to dst the EstimateRows of each query, answered
-// together (see stats.Live.AppendEstimates): what a backfill's checkpoint
-// asks, one range per vnode in progress.
-func (st Stats) AppendEstimates(dst []stats.RowEstimate, table uint32, qs []stats.RangeQuery) []stats.RowEstimate {
-	return st.Live.AppendEstimates(dst, table, qs)
-}
-
-// Partition cuts the live rows of a set of vnodes into at most n ranges of
-// about equal size.
-func (st Stats) Partition(table uint32, vnodes *roaring.Bitmap, n int) []stats.ScanRange {
-	return st.Live.Partition(table, vnodes, n)
 }
 
 // VerifyReport lists every difference and every corruption Verify found.
@@ -223,7 +167,7 @@ func (s *Store) Verify() (VerifyReport, error) {
 			differ("physical statistics differ from a recomputation: %v", err)
 		}
 		for _, fi := range re.Files() {
-			if err := stats.CheckFile(fi); err != nil {
+			if err := keystats.CheckFile(fi); err != nil {
 				differ("%v", err)
 			}
 		}
@@ -576,7 +520,7 @@ func (s *Store) RecomputeLiveStats(table uint32) (before, after stats.LiveCounts
 	live := s.mu.live
 	before = live.Current().Table(table)
 	s.mu.Unlock()
-	batch, err := live.Recount(table, func(vnode uint16, bounds [][]byte) (stats.VnodeRecount, error) {
+	batch, err := live.Recount(table, func(vnode uint16, bounds [][]byte) (keystats.VnodeRecount, error) {
 		return s.recountVnode(table, vnode, bounds, epoch)
 	})
 	if err != nil {
@@ -597,14 +541,14 @@ func (s *Store) RecomputeLiveStats(table uint32) (before, after stats.LiveCounts
 }
 
 // recountVnode scans a vnode at epoch and recounts it against the given
-// bucket bounds (stats.VnodeScan): Verify compares the result with the
+// bucket bounds (keystats.VnodeScan): Verify compares the result with the
 // live statistics, RecomputeLiveStats keeps it.
-func (s *Store) recountVnode(table uint32, vnode uint16, bounds [][]byte, epoch uint64) (stats.VnodeRecount, error) {
+func (s *Store) recountVnode(table uint32, vnode uint16, bounds [][]byte, epoch uint64) (keystats.VnodeRecount, error) {
 	it, err := s.newIter(table, vnode, nil, nil, epoch)
 	if err != nil {
-		return stats.VnodeRecount{}, err
+		return keystats.VnodeRecount{}, err
 	}
-	sc := stats.NewVnodeScan(bounds)
+	sc := keystats.NewVnodeScan(bounds)
 	for ok := it.First(); ok; ok = it.Next() {
 		sc.Add(it.PK(), int64(len(it.PK())+len(it.Row())))
 	}

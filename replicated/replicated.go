@@ -316,7 +316,7 @@ func (it *Iter) Close() error { return it.base.Close() }
 // ---- statistics ------------------------------------------------------------
 
 // Live returns the live counts of a vnode at the snapshot's epoch.
-func (s *Snapshot) Live(st lsm.Stats, vnode uint16) stats.LiveCounts {
+func (s *Snapshot) Live(st stats.Snapshot, vnode uint16) stats.LiveCounts {
 	c := st.Live.Vnode(s.t.def.ID, vnode)
 	if o := s.t.overlay[vnode]; o != nil {
 		for _, vs := range o.rows {
@@ -339,7 +339,7 @@ func (s *Snapshot) delta(vs []version) stats.LiveCounts {
 
 // EstimateRows estimates the live rows of a vnode with pk in [lo, hi) at the
 // snapshot's epoch: the store's estimate plus the overlay's exact deltas.
-func (s *Snapshot) EstimateRows(st lsm.Stats, vnode uint16, lo, hi []byte) stats.RowEstimate {
+func (s *Snapshot) EstimateRows(st stats.Snapshot, vnode uint16, lo, hi []byte) stats.RowEstimate {
 	e := st.EstimateRows(s.t.def.ID, vnode, lo, hi)
 	if o := s.t.overlay[vnode]; o != nil {
 		var d int64

@@ -1,6 +1,15 @@
-// Package stats maintains per-table and per-vnode key statistics of an
-// lsmstats store, for progress estimates and partitioned scans that read no
-// table data.
+// Package stats is the read-only contract of the per-table and per-vnode
+// key statistics of an lsmstats store, for progress estimates and
+// partitioned scans that read no table data. An lsm.Store's Stats returns
+// a Snapshot of them; its types here are what a user reads: counts,
+// estimates, partitions and the Prometheus collector.
+//
+// The machinery that maintains them (the block property collector, the
+// payload codec, the tracker of live SSTs, the batches that change the live
+// statistics, compaction deltas) lives in internal/keystats, which package
+// lsm drives; the types here are aliases of its, so nothing outside the
+// store can change the statistics it reads. The files named below are in
+// internal/keystats.
 //
 // # Physical statistics (collector.go, payload.go, version.go, tracker.go)
 //

@@ -80,7 +80,7 @@ func serveMetrics(f *os.File, store *lsm.Store) (*jobMetrics, error) {
 	m := &jobMetrics{done: make(chan struct{})}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	reg.MustRegister(stats.NewMetrics(func() stats.Snapshot { return store.Stats().Snapshot() }, nil))
+	reg.MustRegister(stats.NewMetrics(store.Stats, nil))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: metricsTimeout}

@@ -36,7 +36,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	}
 	defer s.Close()
 	if *recompute {
-		live := s.Live()
+		live := s.Stats().Live
 		for _, def := range s.Tables() {
 			if !live.ContainsEstimates(def.ID) {
 				continue

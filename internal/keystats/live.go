@@ -1,0 +1,1719 @@
+package keystats
+
+// Live statistics: exact live rows and live bytes per (table, vnode), kept
+// per pk bucket.
+//
+// CockroachDB keeps an exact LiveCount per range by reading before writing;
+// we keep the same exact counts, but resolved in space: each vnode's pk range
+// is cut into buckets [lower, next lower), each with the exact number of live
+// rows and live bytes (pk + row) in it. Counts change only at commit, from the
+// ops' live deltas (+1 insert, −1 delete, 0 update), so they are exact
+// whenever the ops were consistent (checked writers read before writing; an
+// unchecked writer flags the table as possibly containing estimates).
+//
+// Why buckets and not only the physical samples of each SST: a pk range's
+// live rows cannot be bounded tightly from per-SST counts. An update written
+// in a newer SST shadows a version in an older one, and no SST knows which of
+// its puts are shadowed, so from physical counts alone a range's live rows are
+// known only up to the number of such updates in the whole vnode (30% of it
+// under update churn). Buckets make every range query exact except for the
+// two buckets that hold its end points, which are bounded by what their
+// anchors are known to hold and estimated by a calibrated interpolation of
+// the pk inside the bucket (the package doc says why it is unbiased).
+//
+// Bucket sizes follow the vnode: a bucket splits when it holds more than
+// splitLimit rows — max(MinSplitRows, rows(vnode)/SplitDivisor,
+// rows(table)/TableBucketBudget) — and a bucket merges into its left
+// neighbour when it is empty or the two together hold less than half of
+// that. A split needs the
+// exact count of each piece, which the store gets by scanning the bucket's
+// rows once after the commit that made it too big (BucketScan, which also
+// calibrates each piece); each row is scanned O(log growth) times over the
+// life of a vnode, like a B-tree's splits. With SplitDivisor 96 no bucket
+// of a large vnode holds more than 1.04% of it, so the bounds of any range
+// are at most 2.1% of the vnode wide.
+//
+// A Live value is an immutable snapshot, safe for concurrent use. LiveState
+// owns the current snapshot and the buckets not yet persisted; it is not safe
+// for concurrent use (the store serialises commits).
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/cockroachdb/errors"
+)
+
+const (
+	// SplitDivisor sets the largest bucket to 1/SplitDivisor of its vnode.
+	SplitDivisor = 96
+	// MinSplitRows is the split limit of the smallest vnodes: at one row a
+	// bucket, a vnode of up to SplitDivisor rows is counted exactly.
+	MinSplitRows = 1
+	// TableBucketBudget bounds the buckets of one table: a bucket may hold
+	// at least 1/TableBucketBudget of its table's rows, so a table of many
+	// small vnodes keeps about TableBucketBudget buckets (16 bytes of index
+	// and 48 of bucket, plus its bound, each), not one per row.
+	TableBucketBudget = 1 << 16
+)
+
+// LiveCounts are live rows and live bytes (pk + row bytes of each live row).
+type LiveCounts struct {
+	Rows  int64
+	Bytes int64
+}
+
+// Add returns c + o.
+func (c LiveCounts) Add(o LiveCounts) LiveCounts {
+	return LiveCounts{Rows: c.Rows + o.Rows, Bytes: c.Bytes + o.Bytes}
+}
+
+type bucket struct {
+	lower []byte // nil for the first bucket
+	LiveCounts
+	// lowerLive says that lower is the pk of a live row (always false for
+	// the first bucket, whose smallest pk is the vnode's minPK hint).
+	lowerLive bool
+	// calibrated says that sumResid and sumPos hold, for the bucket's
+	// current rows, the sums of rank − n·position and of position, where
+	// rank counts the bucket's rows at or below a row, n is its rows and
+	// position is where the row lies between the bucket's anchors (see
+	// calibrate). A scan of the rows sets them; every insert and delete
+	// after it updates them exactly, as their change depends on the
+	// position of the row alone. Without them (no scan yet, a merge, an end
+	// bucket whose anchor moved) the bucket is rescanned after the commit,
+	// and estimates use the uniform model until then.
+	calibrated       bool
+	sumResid, sumPos float64
+}
+
+// offset returns the calibration offset of a bucket's estimates: the mean
+// of rank − n·position over its rows that are not anchors (the live lower
+// bound has rank 1 at position 0, the last bucket's live maxPK rank n at
+// position 1: residuals 1 and 0). loLive and hiLive say whether the
+// anchors are live rows of the bucket.
+func (b *bucket) offset(loLive, hiLive bool) (float64, bool) {
+	m := b.Rows - b2i(loLive) - b2i(hiLive)
+	if !b.calibrated || m <= 0 {
+		return 0, false
+	}
+	return (b.sumResid - float64(b2i(loLive))) / float64(m), true
+}
+
+// insert updates the calibration for a row inserted at position u. With n
+// rows before it and U the sum of their positions, the rows above the new
+// one rank one higher and every row's n·position grows by its position, so
+// the residuals change by n − U in all; the new row's own residual is its
+// rank minus (n+1)·u, and its rank plus the rows above it is n+1: the sum
+// of residuals grows by n − U + 1 − (n+1)·u, whichever rows are above it.
+func (b *bucket) insert(u float64) {
+	n := float64(max(b.Rows, 0))
+	b.sumResid += n - b.sumPos + 1 - (n+1)*u
+	b.sumPos += u
+}
+
+// remove updates the calibration for a row at position u deleted from
+// the bucket: the inverse of insert.
+func (b *bucket) remove(u float64) {
+	n := float64(max(b.Rows, 1))
+	b.sumPos -= u
+	b.sumResid -= (n - 1) - b.sumPos + 1 - n*u
+}
+
+// aux packs the per-bucket facts a query reads into the low auxBits of
+// the bucket's prefix sum (liveVnode.cum): the flags, and the calibration
+// offset as a signed fixed-point number of sixteenths of a row, held
+// within ±2¹³ rows.
+func (v *liveVnode) aux(i int) uint64 {
+	b := &v.buckets[i]
+	var a uint64
+	if b.lowerLive {
+		a |= auxLowerLive
+	}
+	loLive, hiLive := b.lowerLive, false
+	if i == 0 {
+		loLive = v.minLive
+	}
+	if i == len(v.buckets)-1 {
+		hiLive = v.maxLive
+	}
+	if off, ok := b.offset(loLive, hiLive); ok {
+		q := int64(math.Round(off * auxOffsetUnit))
+		q = min(max(q, -1<<(auxOffsetBits-1)), 1<<(auxOffsetBits-1)-1)
+		a |= auxCalibrated | uint64(q)&(1<<auxOffsetBits-1)<<2
+	}
+	return a
+}
+
+// auxOffset returns the calibration offset in an aux, in rows.
+func auxOffset(a uint64) float64 {
+	off := int64(a<<(64-auxBits)) >> (64 - auxOffsetBits) // sign-extended
+	return float64(off) / auxOffsetUnit
+}
+
+const (
+	auxLowerLive  = 1 << 0
+	auxCalibrated = 1 << 1
+	// auxBits are the low bits of each prefix sum that hold its bucket's
+	// aux: two flags and the offset's auxOffsetBits.
+	auxBits       = 20
+	auxOffsetBits = auxBits - 2
+	auxOffsetUnit = 16
+	auxMask       = 1<<auxBits - 1
+)
+
+// stale reports whether the bucket must be rescanned to be calibrated
+// again: it has rows but no calibration.
+func (b *bucket) stale() bool { return b.Rows > 0 && !b.calibrated }
+
+// key8 returns b's first 8 bytes as a big-endian integer, zero-padded. When
+// key8(a) != key8(b) their order is that of a and b: they differ within
+// their first 8 bytes, or one is a prefix of the other there.
+func key8(b []byte) uint64 {
+	if len(b) >= 8 {
+		return binary.BigEndian.Uint64(b)
+	}
+	var k uint64
+	for i, c := range b {
+		k |= uint64(c) << (56 - 8*i)
+	}
+	return k
+}
+
+// liveVnode holds the buckets of one vnode, and an index that queries read
+// instead of them: the 8-byte keys of the buckets' lower bounds and the
+// prefix sums of their rows, in one allocation. A query guesses its bucket
+// from where its key lies between the vnode's smallest and largest pk,
+// checks the guess against two keys, and reads the prefix sums next to
+// them: a few cache lines on one or two pages, and no bound's bytes unless
+// the query's pk shares its first 8 bytes with one. The estimates of a
+// checkpoint meet this index cold (the commit before it published fresh
+// copies of every vnode it touched, and other work evicted them): a binary
+// search of the buckets themselves, a sum of their rows and the bytes of
+// two separately allocated bounds cost about 1 µs per vnode.
+type liveVnode struct {
+	// keys[i] is key8(buckets[i].lower). It follows every change of the
+	// buckets' bounds (setBuckets). A batch's copy of the vnode shares it
+	// until its bounds change or it is sealed, so it is never written in
+	// place.
+	keys []uint64
+	// cum[i] is the live rows of the buckets before bucket i, for i up to
+	// len(buckets), shifted left by auxBits, with bucket i's aux in the
+	// low bits (int64 bits: unchecked writers may leave counts negative):
+	// a query reads both from one word. seal puts it in one allocation with
+	// a copy of keys when a batch publishes the vnode. Nil while the vnode
+	// is being changed.
+	cum []uint64
+	// minKey and maxKey are key8 of minPK and maxPK.
+	minKey, maxKey uint64
+	// shortBounds and shortHints say that every lower bound, and both pk
+	// hints, are at most 8 bytes: their keys are exact.
+	shortBounds, shortHints bool
+	total                   LiveCounts
+	buckets                 []bucket // sorted by lower; buckets[0].lower == nil
+	// minPK and maxPK bound the vnode's pks: no live row is below minPK or
+	// above maxPK. They are the anchors of the first and last bucket's
+	// interpolation. Inserts below or above them move them; a scan of the
+	// first or last bucket (a split, a recount) sets them to the smallest
+	// and largest live pk. minLive and maxLive say whether they are the pks
+	// of live rows: a delete clears them, so they are exact, like each
+	// bucket's lowerLive.
+	minPK, maxPK     []byte
+	minLive, maxLive bool
+}
+
+func newLiveVnode() *liveVnode {
+	return &liveVnode{buckets: []bucket{{}}, keys: []uint64{0}, shortBounds: true, shortHints: true}
+}
+
+// setBuckets replaces the buckets, whose bounds changed, and their keys.
+func (v *liveVnode) setBuckets(bs []bucket) {
+	keys := make([]uint64, len(bs))
+	short := true
+	for i, b := range bs {
+		keys[i] = key8(b.lower)
+		short = short && len(b.lower) <= 8
+	}
+	v.buckets, v.keys, v.cum, v.shortBounds = bs, keys, nil, short
+}
+
+// appendBucket appends a bucket above every other, for loading.
+func (v *liveVnode) appendBucket(b bucket) {
+	v.buckets, v.keys, v.cum = append(v.buckets, b), append(v.keys, key8(b.lower)), nil
+	v.shortBounds = v.shortBounds && len(b.lower) <= 8
+}
+
+// seal builds the index of a vnode about to be published: a copy of its
+// keys and the prefix sums of its rows with each bucket's aux, in one
+// allocation.
+func (v *liveVnode) seal() {
+	n := len(v.buckets)
+	index := make([]uint64, 2*n+1)
+	copy(index, v.keys)
+	var sum int64
+	for i := range v.buckets {
+		b := &v.buckets[i]
+		index[n+i] = uint64(sum<<auxBits) | v.aux(i)
+		sum += b.Rows
+	}
+	index[2*n] = uint64(sum << auxBits)
+	v.keys, v.cum = index[:n:n], index[n:]
+}
+
+// anchors are a vnode's pk hints and what is derived from them.
+type anchors struct {
+	minPK, maxPK   []byte
+	minKey, maxKey uint64
+	short          bool
+}
+
+func (v *liveVnode) anchors() anchors {
+	return anchors{v.minPK, v.maxPK, v.minKey, v.maxKey, v.shortHints}
+}
+
+func (v *liveVnode) setAnchors(a anchors) {
+	v.minPK, v.maxPK, v.minKey, v.maxKey, v.shortHints = a.minPK, a.maxPK, a.minKey, a.maxKey, a.short
+}
+
+// setHints sets the smallest and largest pk hints.
+func (v *liveVnode) setHints(minPK, maxPK []byte) {
+	v.minPK, v.maxPK = minPK, maxPK
+	v.minKey, v.maxKey = key8(minPK), key8(maxPK)
+	v.shortHints = len(minPK) <= 8 && len(maxPK) <= 8
+}
+
+// above reports whether bucket i's lower bound is above pk (whose key8 is
+// k). The keys decide unless they are equal.
+func (v *liveVnode) above(i int, pk []byte, k uint64) bool {
+	if v.keys[i] != k {
+		return v.keys[i] > k
+	}
+	return bytes.Compare(v.buckets[i].lower, pk) > 0
+}
+
+// rows returns the live rows of the buckets before bucket i, of bucket i
+// itself, and bucket i's aux.
+func (v *liveVnode) rows(i int) (before, in int64, aux uint64) {
+	if v.cum != nil {
+		c, next := int64(v.cum[i])>>auxBits, int64(v.cum[i+1])>>auxBits
+		return c, next - c, v.cum[i] & auxMask
+	}
+	for _, b := range v.buckets[:i] {
+		before += b.Rows
+	}
+	return before, v.buckets[i].Rows, v.aux(i)
+}
+
+type liveTable struct {
+	vnodes    []*liveVnode // nil entries are vnodes that never had a row
+	total     LiveCounts
+	estimates bool
+}
+
+// Live is an immutable snapshot of the live statistics of every table.
+type Live struct {
+	tables map[uint32]*liveTable
+	// at is when the snapshot was published.
+	at time.Time
+}
+
+var emptyVnode = func() *liveVnode {
+	v := newLiveVnode()
+	v.seal()
+	return v
+}()
+
+func (l *Live) table(id uint32) *liveTable {
+	if l == nil {
+		return nil
+	}
+	return l.tables[id]
+}
+
+func (t *liveTable) vnode(v uint16) *liveVnode {
+	if t == nil || int(v) >= len(t.vnodes) || t.vnodes[v] == nil {
+		return emptyVnode
+	}
+	return t.vnodes[v]
+}
+
+// Vnode returns the live counts of one vnode.
+func (l *Live) Vnode(table uint32, vnode uint16) LiveCounts {
+	return l.table(table).vnode(vnode).total
+}
+
+// Tables returns the ids of the tables the snapshot knows (every table of
+// the store's catalog, with rows or not), in increasing order.
+func (l *Live) Tables() []uint32 {
+	if l == nil {
+		return nil
+	}
+	out := make([]uint32, 0, len(l.tables))
+	for id := range l.tables {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// PublishedAt returns when the snapshot was published: by the commit whose
+// deltas it holds, by a bucket split, or when the store opened and loaded
+// it. Commits publish a snapshot even when they change no count, so the
+// age of the current snapshot says how long ago the statistics were last
+// brought up to date. Zero for a nil Live.
+func (l *Live) PublishedAt() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	return l.at
+}
+
+// Table returns the live counts of a table.
+func (l *Live) Table(table uint32) LiveCounts {
+	if t := l.table(table); t != nil {
+		return t.total
+	}
+	return LiveCounts{}
+}
+
+// Sum returns the live counts of a set of vnodes of a table.
+func (l *Live) Sum(table uint32, vnodes *roaring.Bitmap) LiveCounts {
+	t := l.table(table)
+	var sum LiveCounts
+	if t == nil {
+		return sum
+	}
+	it := vnodes.Iterator()
+	for it.HasNext() {
+		v := it.Next()
+		if v >= uint32(len(t.vnodes)) {
+			break
+		}
+		sum = sum.Add(t.vnode(uint16(v)).total)
+	}
+	return sum
+}
+
+// ContainsEstimates reports whether a table's live counts were built from
+// unchecked ops since they were last recomputed.
+func (l *Live) ContainsEstimates(table uint32) bool {
+	t := l.table(table)
+	return t != nil && t.estimates
+}
+
+// Bucket is one bucket of a vnode's live statistics: the live rows and
+// bytes with pk at or above Lower (nil for the first bucket) and below the
+// next bucket's, and whether Lower is the pk of a live row.
+type Bucket struct {
+	Lower []byte
+	LiveCounts
+	LowerLive bool
+}
+
+// VnodeDetail is everything the live statistics hold of one vnode, for
+// verification and inspection: its buckets, and the anchors of its first
+// and last bucket (no live row is below MinPK or above MaxPK; MinLive and
+// MaxLive say whether they are live rows themselves).
+type VnodeDetail struct {
+	Buckets          []Bucket
+	MinPK, MaxPK     []byte
+	MinLive, MaxLive bool
+}
+
+// Detail returns the buckets and anchors of a vnode.
+func (l *Live) Detail(table uint32, vnode uint16) VnodeDetail {
+	v := l.table(table).vnode(vnode)
+	d := VnodeDetail{Buckets: make([]Bucket, len(v.buckets)), MinPK: v.minPK, MaxPK: v.maxPK, MinLive: v.minLive, MaxLive: v.maxLive}
+	for i, b := range v.buckets {
+		d.Buckets[i] = Bucket{Lower: b.lower, LiveCounts: b.LiveCounts, LowerLive: b.lowerLive}
+	}
+	return d
+}
+
+// BucketCount returns the number of buckets over all tables.
+func (l *Live) BucketCount() int {
+	n := 0
+	if l == nil {
+		return 0
+	}
+	for _, t := range l.tables {
+		for _, v := range t.vnodes {
+			if v != nil {
+				n += len(v.buckets)
+			}
+		}
+	}
+	return n
+}
+
+// RowEstimate is an estimate of live rows with bounds that always contain
+// the true value, as long as the ops behind the counts were consistent.
+type RowEstimate struct {
+	// Mean is the unbiased estimate: over many ranges its errors cancel,
+	// so a sum over ranges (a backfill's vnodes in progress) must add
+	// Mean. It may lie outside [Lower, Upper] by up to about a row, since
+	// keeping it inside would bias it towards the middle of the bounds
+	// where the truth sits at one of them.
+	Mean float64
+	// Rows is Mean within [Lower, Upper]: the better estimate of one
+	// range on its own.
+	Rows float64
+	// Lower and Upper bound the true value.
+	Lower, Upper int64
+}
+
+// EstimateRows estimates the live rows of a vnode whose pk lies in [lo, hi);
+// nil means unbounded. Buckets entirely inside the range count exactly; a
+// bucket holding an end point contributes what it is known to hold below
+// the end point to the lower bound, what it may hold to the upper bound,
+// and an unbiased estimate between them (see the package doc).
+func (l *Live) EstimateRows(table uint32, vnode uint16, lo, hi []byte) RowEstimate {
+	var out [1]RowEstimate
+	var ps [2]probe
+	return l.table(table).estimate([]RangeQuery{{Vnode: vnode, Lo: lo, Hi: hi}}, ps[:], out[:0])[0]
+}
+
+// RangeQuery is a range of AppendEstimates: the live rows of Vnode with pk
+// in [Lo, Hi), or [Lo, Hi] when HiInclusive; a nil Lo or Hi is unbounded.
+//
+// An inclusive Hi is how a backfill asks for the rows behind its cursor,
+// and it is estimated as what a cursor is: the pk of a row the caller read.
+// Within the bucket that holds it, the estimate counts on that row being
+// there (the bounds do not: it may have been deleted since), which is what
+// keeps the estimates of a backfill's cursors unbiased.
+type RangeQuery struct {
+	Vnode       uint16
+	Lo, Hi      []byte
+	HiInclusive bool
+}
+
+// AppendEstimates appends to dst the estimate of each query, in order.
+// It answers them together, which is what a backfill's checkpoint asks (one
+// range per vnode in progress). Each query is a chain of dependent memory
+// loads (the vnode, its keys, its prefix sums), cold after a commit; taking
+// all the queries through each step of the chain before the next lets the
+// CPU overlap the loads of different queries, where one query after another
+// waits for each load in turn.
+func (l *Live) AppendEstimates(dst []RowEstimate, table uint32, qs []RangeQuery) []RowEstimate {
+	// Batches keep the probes on the stack; 64 queries are more loads than
+	// the CPU keeps in flight.
+	const batch = 64
+	var ps [2 * batch]probe
+	t := l.table(table)
+	for len(qs) > 0 {
+		n := min(len(qs), batch)
+		dst = t.estimate(qs[:n], ps[:2*n], dst)
+		qs = qs[n:]
+	}
+	return dst
+}
+
+// estimate appends the estimates of qs, using ps (two per query) for the
+// searches of their end points. Each loop is one step for every probe.
+func (t *liveTable) estimate(qs []RangeQuery, ps []probe, dst []RowEstimate) []RowEstimate {
+	for i, q := range qs {
+		v := t.vnode(q.Vnode)
+		ps[2*i].start(v, q.Lo, false)
+		ps[2*i+1].start(v, q.Hi, q.HiInclusive)
+	}
+	for i := range ps {
+		ps[i].guess()
+	}
+	for more := true; more; {
+		more = false
+		for i := range ps {
+			if ps[i].step() {
+				more = true
+			}
+		}
+	}
+	for i := range ps {
+		ps[i].locate()
+	}
+	for i, q := range qs {
+		below := ps[2*i].cumulative()
+		upTo := ps[2*i+1].cumulative()
+		if q.Hi == nil {
+			total := ps[2*i+1].v.total.Rows
+			upTo = cumBound{lower: total, upper: total, est: float64(total)}
+		}
+		est := RowEstimate{
+			Mean:  upTo.est - below.est,
+			Lower: max(0, upTo.lower-below.upper),
+			Upper: max(0, upTo.upper-below.lower),
+		}
+		est.Rows = min(max(est.Mean, float64(est.Lower)), float64(est.Upper))
+		dst = append(dst, est)
+	}
+	return dst
+}
+
+// probe finds the bucket of a vnode that holds x: the last whose lower
+// bound is at most x. It searches the keys for the last one at most
+// key8(x), then tells apart by their bytes the buckets whose key equals
+// x's.
+type probe struct {
+	v *liveVnode
+	x []byte
+	k uint64 // key8(x)
+	// through counts x itself (an inclusive end: a cursor).
+	through bool
+	// i and n bracket the search: the last key at most k is among
+	// keys[i : i+n]. Once located, i is the bucket holding x.
+	i, n int
+	// before, rows and aux are the rows before bucket i, in it, and its
+	// aux, once located.
+	before, rows int64
+	aux          uint64
+}
+
+// start begins the search for x in v; nil x is minus infinity, in bucket
+// 0 (keys[0] is 0, at most any k).
+func (p *probe) start(v *liveVnode, x []byte, through bool) {
+	if x == nil {
+		// Nothing to search or read (a consumed-rows query's Lo): the
+		// vnode's index stays untouched.
+		*p = probe{v: v, n: 1}
+		return
+	}
+	*p = probe{v: v, x: x, k: key8(x), n: len(v.keys), through: through}
+}
+
+// guessWindow is the number of keys around a guess that a probe checks.
+const guessWindow = 16
+
+// guess narrows the search to the guessWindow keys around where k lies
+// between the vnode's smallest and largest pk, if the keys at the window's
+// ends bracket k. Buckets hold about equal rows, so their bounds are
+// quantiles of the vnode's pks, and for pks spread evenly over their keys
+// (integer ids, hashes, timestamps) the guess is within a few buckets: on
+// 256 vnodes of 4,000 uniformly random pks, 99% of guesses hit. A miss
+// costs the two loads and leaves the binary search as it was.
+func (p *probe) guess() {
+	v := p.v
+	if p.n <= guessWindow || v.minPK == nil || v.maxPK == nil || v.maxKey <= v.minKey {
+		return
+	}
+	n := p.n
+	g := n - 1
+	if p.k < v.maxKey {
+		g = int(float64(p.k-min(p.k, v.minKey)) / float64(v.maxKey-v.minKey) * float64(n))
+	}
+	a, b := max(g-guessWindow/2, 0), min(g+guessWindow/2, n)
+	if (a == 0 || v.keys[a] <= p.k) && (b == n || v.keys[b] > p.k) {
+		p.i, p.n = a, b-a
+	}
+}
+
+// step halves the search, and reports whether it needs more steps. The
+// key comparison picks the half without a branch, so a probe's next load
+// waits for nothing but this one.
+func (p *probe) step() bool {
+	if p.n <= 1 {
+		return false
+	}
+	half := p.n / 2
+	i := p.i
+	if p.v.keys[i+half] <= p.k {
+		i += half
+	}
+	p.i, p.n = i, p.n-half
+	return p.n > 1
+}
+
+// bucket returns the index of the bucket holding x once the search is
+// done: of the buckets whose key equals k, the last whose lower bound is at
+// most x. Such a run of buckets is long where many pks share their first 8
+// bytes (a hot value of a pk's first column), so it is searched in halves
+// too: by keys for its start, by bytes within it.
+func (p *probe) bucket() int {
+	i, keys := p.i, p.v.keys
+	if i == 0 || keys[i] != p.k {
+		return i
+	}
+	if keys[i-1] != p.k {
+		// A run of one, the common case: x's bucket or the one before.
+		if bytes.Compare(p.v.buckets[i].lower, p.x) <= 0 {
+			return i
+		}
+		return i - 1
+	}
+	run := sort.Search(i, func(j int) bool { return keys[j] == p.k })
+	return run - 1 + sort.Search(i+1-run, func(j int) bool {
+		return bytes.Compare(p.v.buckets[run+j].lower, p.x) > 0
+	})
+}
+
+// locate ends the search: i becomes the bucket holding x, and before, rows
+// and aux are read.
+func (p *probe) locate() {
+	if p.x == nil {
+		return // minus infinity: no rows before bucket 0
+	}
+	p.i = p.bucket()
+	p.before, p.rows, p.aux = p.v.rows(p.i)
+}
+
+// cumBound brackets the live rows below x (at or below x for an inclusive
+// end), with an unbiased estimate, which may lie outside the bounds by up
+// to about a row.
+type cumBound struct {
+	lower, upper int64
+	est          float64
+}
+
+func exactBound(n int64) cumBound { return cumBound{lower: n, upper: n, est: float64(n)} }
+
+// cumulative brackets the live rows below x (at or below x for an
+// inclusive end), once the probe is located; nil x is minus infinity.
+//
+// The rows of the buckets before x's bucket are exact. Within the bucket,
+// the rows at its two anchors are known: its lower bound (or the vnode's
+// minPK for the first bucket) holds a live row if lowerLive (minLive), and
+// the last bucket's upper anchor, maxPK, if maxLive. An end point at an
+// anchor, or in a bucket with no rows between its anchors, is therefore
+// counted exactly. Otherwise the n rows of the bucket are placed by
+// interpolation: n·position(x) + offset, where offset is the bucket's
+// calibration (the mean, over its rows when it was last scanned, of the
+// rows at or below each row minus n·position(row)), so that over cursors
+// at its rows the estimate is unbiased whatever the keys' shape (see the
+// package doc). An exclusive end takes half a row less: a point between
+// two rows is, on average, half a row past the earlier one.
+func (p *probe) cumulative() cumBound {
+	if p.x == nil {
+		return cumBound{}
+	}
+	v, i, before, n := p.v, p.i, p.before, max(p.rows, 0)
+	var loLive bool
+	if i == 0 {
+		if v.minPK != nil {
+			switch c := compareAnchor(p.x, p.k, v.minPK, v.minKey); {
+			case c < 0:
+				return exactBound(before) // no live row is below minPK
+			case c == 0:
+				return exactBound(before + b2i(p.through && v.minLive))
+			}
+		}
+		loLive = v.minLive
+	} else {
+		if v.keys[i] == p.k && bytes.Equal(v.buckets[i].lower, p.x) {
+			return exactBound(before + b2i(p.through && p.aux&auxLowerLive != 0))
+		}
+		loLive = p.aux&auxLowerLive != 0
+	}
+	var hiLive bool
+	if i == len(v.keys)-1 && v.maxPK != nil {
+		switch c := compareAnchor(p.x, p.k, v.maxPK, v.maxKey); {
+		case c > 0 || c == 0 && p.through:
+			return exactBound(before + n) // no live row is above maxPK
+		case c == 0:
+			return exactBound(before + n - min(n, b2i(v.maxLive)))
+		}
+		hiLive = v.maxLive
+	}
+	lower := before + min(n, b2i(loLive))
+	upper := max(lower, before+n-b2i(hiLive))
+	if upper == lower {
+		return exactBound(lower) // no row between the anchors
+	}
+	offset := 0.5 * float64(1+b2i(loLive)-b2i(hiLive)) // the uniform model's
+	if p.aux&auxCalibrated != 0 {
+		offset = auxOffset(p.aux)
+	}
+	if !p.through {
+		offset -= 0.5
+	}
+	return cumBound{lower: lower, upper: upper, est: float64(before) + float64(n)*v.fraction(i, p.x, p.k) + offset}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// compareAnchor compares x (whose key8 is k) with an anchor pk whose key8
+// is ak, reading the anchor's bytes only when the keys are equal.
+func compareAnchor(x []byte, k uint64, anchor []byte, ak uint64) int {
+	if k != ak {
+		return cmp.Compare(k, ak)
+	}
+	return bytes.Compare(x, anchor)
+}
+
+// fraction estimates where x (whose key8 is k) lies in bucket i: between
+// its lower bound and the next bucket's, or the vnode's smallest and
+// largest pk for the first and last buckets; 0.5 when such a hint is
+// unknown. The bounds' keys decide when they are the bounds themselves
+// (every bound of the vnode is at most 8 bytes), or when they differ by at
+// least 2⁸: the bytes past the keys then move the fraction by less than
+// 2⁻⁸ of the bucket. Else the bounds' bytes past their shared prefix are
+// interpolated, which reads two bounds that a checkpoint meets cold. It
+// agrees with position, which a scan uses on the bounds' bytes, to within
+// 2⁻⁸ (TestFractionAgrees).
+func (v *liveVnode) fraction(i int, x []byte, k uint64) float64 {
+	return v.frame(i).at(x, k)
+}
+
+// frame is how fraction measures positions in a bucket between its
+// anchors: by their keys lo and hi (off 0), or by the words lo and hi of
+// the 8 bytes past the first off bytes, which the anchors loPK and hiPK
+// share; flat puts every row at 0.5. A row's position is linear in its
+// word, so positions in two frames of one bucket are affine in each other
+// (moveFrame).
+type frame struct {
+	off        int
+	lo, hi     uint64
+	loPK, hiPK []byte // the anchors, when off > 0
+	flat       bool
+}
+
+func (v *liveVnode) frame(i int) frame {
+	// The keys decide without the bounds' bytes, which a checkpoint's
+	// estimates would meet cold in their separate allocations.
+	loKey := v.keys[i]
+	if i == 0 {
+		if v.minPK == nil {
+			return frame{flat: true}
+		}
+		loKey = v.minKey
+	}
+	var hiKey uint64
+	if i+1 < len(v.keys) {
+		hiKey = v.keys[i+1]
+	} else {
+		if v.maxPK == nil {
+			return frame{flat: true}
+		}
+		hiKey = v.maxKey
+	}
+	if hiKey > loKey && (v.shortBounds && v.shortHints || hiKey-loKey >= 1<<8) {
+		return frame{lo: loKey, hi: hiKey}
+	}
+	lo, hi := v.buckets[i].lower, v.maxPK
+	if i == 0 {
+		lo = v.minPK
+	}
+	if i+1 < len(v.keys) {
+		hi = v.buckets[i+1].lower
+	}
+	n := sharedPrefix(lo, hi)
+	fa, fb := word(lo[n:]), word(hi[n:])
+	if fb <= fa {
+		return frame{flat: true}
+	}
+	return frame{off: n, lo: fa, hi: fb, loPK: lo, hiPK: hi}
+}
+
+// at returns the position of x (whose key8 is k) in the frame.
+func (f frame) at(x []byte, k uint64) float64 {
+	switch {
+	case f.flat:
+		return 0.5
+	case f.off == 0:
+		return keyFraction(f.lo, k, f.hi)
+	case bytes.Compare(x, f.hiPK) >= 0:
+		return 1
+	case bytes.Compare(x, f.loPK) <= 0:
+		return 0
+	}
+	return min(float64(word(x[f.off:])-f.lo)/float64(f.hi-f.lo), 1)
+}
+
+// moveFrame carries the calibration of bucket i, an end bucket whose
+// anchor moved out to a new row, from its frame before the move (was) to
+// its frame now. The bucket's rows lie between was's anchors, which share
+// the bytes the new frame skips: in the new frame's words they lie where
+// was's anchors map, at a·u + c for a row at u in was. With the same bytes
+// measured the sums follow exactly; when the shared prefix shrank, to
+// within a unit of the new frame's words (a fraction 1/(hi−lo) of the
+// bucket), as fraction's own rounding. The bucket then needs no rescan.
+func (v *liveVnode) moveFrame(i int, was frame) {
+	b := &v.buckets[i]
+	if !b.calibrated {
+		return
+	}
+	now := v.frame(i)
+	// was's anchors in now's words.
+	var lo, hi uint64
+	switch {
+	case was.flat || now.flat:
+		b.calibrated = false
+		return
+	case now.off == 0 && was.off == 0:
+		lo, hi = was.lo, was.hi
+	case now.off == 0:
+		lo, hi = key8(was.loPK), key8(was.hiPK)
+	case was.off > 0 && now.off <= len(was.loPK) && now.off <= len(was.hiPK):
+		lo, hi = word(was.loPK[now.off:]), word(was.hiPK[now.off:])
+	default:
+		// Measured by their keys before, by bytes past a shared prefix now
+		// (the bounds were all short): rare, and rescanned.
+		b.calibrated = false
+		return
+	}
+	if now.lo > lo || lo > hi || hi > now.hi {
+		b.calibrated = false
+		return
+	}
+	span := float64(now.hi - now.lo)
+	a, c := float64(hi-lo)/span, float64(lo-now.lo)/span
+	n := float64(max(b.Rows, 0))
+	sumPos := a*b.sumPos + n*c
+	// Σ rank is unchanged: sumResid = Σ rank − n·sumPos.
+	b.sumResid -= n * (sumPos - b.sumPos)
+	b.sumPos = sumPos
+}
+
+func keyFraction(loKey, k, hiKey uint64) float64 {
+	switch {
+	case k <= loKey:
+		return 0
+	case k >= hiKey:
+		return 1
+	}
+	return float64(k-loKey) / float64(hiKey-loKey)
+}
+
+// position is fraction on bytes alone: where x lies between the anchors lo
+// and hi of a bucket, as a scan of its rows sees it.
+func position(lo, x, hi []byte) float64 {
+	loKey, hiKey := key8(lo), key8(hi)
+	if hiKey > loKey && (len(lo) <= 8 && len(hi) <= 8 || hiKey-loKey >= 1<<8) {
+		return keyFraction(loKey, key8(x), hiKey)
+	}
+	return interpolate(lo, x, hi)
+}
+
+// ScanRange is one part of a Partition: the rows from (StartVnode, StartPK)
+// inclusive to (EndVnode, EndPK) exclusive, in (vnode, pk) order. A nil
+// StartPK is the start of StartVnode; a nil EndPK is the end of EndVnode.
+type ScanRange struct {
+	StartVnode uint16
+	StartPK    []byte
+	EndVnode   uint16
+	EndPK      []byte
+	// Rows is the exact number of live rows in the range.
+	Rows int64
+}
+
+// Partition cuts the live rows of a set of vnodes into at most n ranges of
+// about equal size, at bucket boundaries (as GreptimeDB balances scan
+// partitions by row counts), so each range's row count is exact and ranges
+// differ from the ideal size by at most about one bucket (≤ 1.04% of a vnode).
+func (l *Live) Partition(table uint32, vnodes *roaring.Bitmap, n int) []ScanRange {
+	t := l.table(table)
+	if t == nil {
+		return nil
+	}
+	n = max(n, 1)
+	var vs []uint16
+	var total int64
+	it := vnodes.Iterator()
+	for it.HasNext() {
+		v := it.Next()
+		if v >= uint32(len(t.vnodes)) {
+			break
+		}
+		vs = append(vs, uint16(v))
+		total += max(0, t.vnode(uint16(v)).total.Rows)
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	var out []ScanRange
+	cur := ScanRange{StartVnode: vs[0]}
+	var acc int64 // rows before the current bucket
+	for vi, v := range vs {
+		for bi, b := range t.vnode(v).buckets {
+			due := int64(len(out)+1) * total / int64(n)
+			if len(out) < n-1 && cur.Rows > 0 && acc >= due {
+				if bi == 0 {
+					cur.EndVnode = vs[vi-1]
+					out = append(out, cur)
+					cur = ScanRange{StartVnode: v}
+				} else {
+					cur.EndVnode, cur.EndPK = v, b.lower
+					out = append(out, cur)
+					cur = ScanRange{StartVnode: v, StartPK: b.lower}
+				}
+			}
+			rows := max(0, b.Rows)
+			cur.Rows += rows
+			acc += rows
+		}
+	}
+	cur.EndVnode = vs[len(vs)-1]
+	return append(out, cur)
+}
+
+// ---- Mutation --------------------------------------------------------------
+
+// bucketID identifies a bucket (or, with lower == estimatesMarker, a
+// table's estimates marker) whose metadata entry a batch must rewrite.
+type bucketID struct {
+	table uint32
+	vnode uint16
+	lower string // "" is the first bucket
+	first bool
+}
+
+// LiveState owns the current Live snapshot and the set of buckets changed
+// since they were last persisted. Not safe for concurrent use.
+type LiveState struct {
+	cur   *Live
+	dirty map[bucketID]struct{}
+}
+
+// NewLiveState returns an empty state.
+func NewLiveState() *LiveState {
+	return &LiveState{cur: &Live{tables: map[uint32]*liveTable{}, at: time.Now()}, dirty: map[bucketID]struct{}{}}
+}
+
+// Current returns the current snapshot.
+func (s *LiveState) Current() *Live { return s.cur }
+
+// AddTable makes room for a table of the given vnode count.
+func (s *LiveState) AddTable(table uint32, vnodeCount int) {
+	if _, ok := s.cur.tables[table]; ok {
+		return
+	}
+	next := s.cur.cloneTables()
+	next.tables[table] = &liveTable{vnodes: make([]*liveVnode, vnodeCount)}
+	next.at = time.Now()
+	s.cur = next
+}
+
+func (l *Live) cloneTables() *Live {
+	return &Live{tables: maps.Clone(l.tables)}
+}
+
+// LiveBatch accumulates the live deltas of one commit on a private copy of
+// the touched vnodes. Nothing is visible until Publish.
+type LiveBatch struct {
+	s       *LiveState
+	next    *Live
+	tables  map[uint32]*liveTable // copied tables
+	vnodes  map[vkey]*liveVnode   // copied vnodes
+	touched map[bucketID]struct{}
+	seq     sequential
+}
+
+// sequential remembers where the last delta of a batch landed. A commit
+// applies its deltas in (table, vnode, pk) order, so the next one lands in
+// the same bucket or a few after it, and touches it again.
+type sequential struct {
+	vnode vkey
+	// bucket is the index of the bucket of the last delta in vnode, -1 if
+	// none.
+	bucket int
+	// touchedLower is the lower bound of the bucket the batch last added
+	// to touched (it aliases the bucket's): building a touched key copies
+	// the bound into a string, which a run of deltas in one bucket skips.
+	touched      vkey
+	touchedLower []byte
+	haveTouched  bool
+}
+
+type vkey struct {
+	table uint32
+	vnode uint16
+}
+
+// Begin starts a batch on the current snapshot.
+func (s *LiveState) Begin() *LiveBatch {
+	return &LiveBatch{
+		s:       s,
+		next:    s.cur.cloneTables(),
+		tables:  map[uint32]*liveTable{},
+		vnodes:  map[vkey]*liveVnode{},
+		touched: map[bucketID]struct{}{},
+		seq:     sequential{bucket: -1},
+	}
+}
+
+func (b *LiveBatch) table(id uint32) (*liveTable, error) {
+	if t, ok := b.tables[id]; ok {
+		return t, nil
+	}
+	old, ok := b.next.tables[id]
+	if !ok {
+		return nil, errors.Newf("lsmstats/stats: live delta for unknown table %d", id)
+	}
+	t := &liveTable{vnodes: slices.Clone(old.vnodes), total: old.total, estimates: old.estimates}
+	b.tables[id] = t
+	b.next.tables[id] = t
+	return t, nil
+}
+
+func (b *LiveBatch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
+	k := vkey{table, vnode}
+	if v, ok := b.vnodes[k]; ok {
+		return v, nil
+	}
+	t, err := b.table(table)
+	if err != nil {
+		return nil, err
+	}
+	if int(vnode) >= len(t.vnodes) {
+		return nil, errors.Newf("lsmstats/stats: live delta for vnode %d of table %d with %d vnodes", vnode, table, len(t.vnodes))
+	}
+	old := t.vnode(vnode)
+	v := &liveVnode{
+		buckets: slices.Clone(old.buckets), keys: old.keys, total: old.total,
+		minPK: old.minPK, maxPK: old.maxPK, minKey: old.minKey, maxKey: old.maxKey,
+		minLive: old.minLive, maxLive: old.maxLive,
+		shortBounds: old.shortBounds, shortHints: old.shortHints,
+	}
+	t.vnodes[vnode] = v
+	b.vnodes[k] = v
+	return v, nil
+}
+
+// MarkEstimates flags a table's counts as possibly containing estimates.
+func (b *LiveBatch) MarkEstimates(table uint32) error {
+	t, err := b.table(table)
+	if err != nil {
+		return err
+	}
+	if !t.estimates {
+		t.estimates = true
+		b.touched[bucketID{table: table, first: true, lower: estimatesMarker}] = struct{}{}
+	}
+	return nil
+}
+
+const estimatesMarker = "\x00estimates"
+
+// LiveDelta is the change one version of a pk makes to the live
+// statistics of its vnode: LiveCounts are the rows (+1 inserts, -1 deletes,
+// 0 rewrites) and bytes it adds.
+type LiveDelta struct {
+	Table uint32
+	Vnode uint16
+	PK    []byte
+	LiveCounts
+	// Live reports whether the pk's row is live once the batch is applied
+	// (the same for every version of a pk in the batch). It keeps the
+	// anchors' flags (lowerLive, minLive, maxLive) exact and moves minPK
+	// and maxPK out to new rows.
+	Live bool
+}
+
+// Apply adds a delta. Deltas are fastest in (table, vnode, pk) order but
+// any order is correct.
+func (b *LiveBatch) Apply(d LiveDelta) error {
+	v, err := b.vnode(d.Table, d.Vnode)
+	if err != nil {
+		return err
+	}
+	k := vkey{d.Table, d.Vnode}
+	pkKey := key8(d.PK)
+	// An anchor moving out to this pk first carries the end buckets'
+	// calibration into their new frames, where the pk then lands.
+	was := v.anchors()
+	if v.updateHints(d.PK, pkKey, d.Live) {
+		b.touched[bucketID{table: d.Table, vnode: d.Vnode, first: true}] = struct{}{}
+		if moved := !sameSlice(was.minPK, v.minPK) || !sameSlice(was.maxPK, v.maxPK); moved {
+			now := v.anchors()
+			v.setAnchors(was)
+			first, last := v.frame(0), v.frame(len(v.buckets)-1)
+			v.setAnchors(now)
+			if !sameSlice(was.minPK, v.minPK) {
+				v.moveFrame(0, first)
+			}
+			if !sameSlice(was.maxPK, v.maxPK) {
+				v.moveFrame(len(v.buckets)-1, last)
+			}
+		}
+	}
+	i := b.seq.find(k, v, d.PK, pkKey)
+	bk := &v.buckets[i]
+	if bk.calibrated && d.Rows != 0 {
+		switch u := v.fraction(i, d.PK, pkKey); {
+		case d.Rows > 0:
+			bk.insert(u)
+		default:
+			bk.remove(u)
+		}
+	}
+	bk.LiveCounts = bk.Add(d.LiveCounts)
+	if i > 0 && v.keys[i] == pkKey && bk.lowerLive != d.Live && bytes.Equal(bk.lower, d.PK) {
+		bk.lowerLive = d.Live
+	}
+	v.total = v.total.Add(d.LiveCounts)
+	t := b.tables[d.Table]
+	t.total = t.total.Add(d.LiveCounts)
+	if b.seq.touch(k, bk.lower) {
+		b.touched[bucketID{table: d.Table, vnode: d.Vnode, lower: string(bk.lower), first: i == 0}] = struct{}{}
+	}
+	return nil
+}
+
+// find returns the bucket of vnode k (v) that holds pk: from the last
+// delta's bucket on when pk is not below it, else by a search.
+func (q *sequential) find(k vkey, v *liveVnode, pk []byte, pkKey uint64) int {
+	i := q.bucket
+	if k == q.vnode && i >= 0 && i < len(v.buckets) && !v.above(i, pk, pkKey) {
+		for i+1 < len(v.buckets) && !v.above(i+1, pk, pkKey) {
+			i++
+		}
+	} else {
+		i = v.find(pk)
+	}
+	q.vnode, q.bucket = k, i
+	return i
+}
+
+// touch reports whether the bucket of vnode k with lower bound lower is
+// not the one touched last, and remembers it.
+func (q *sequential) touch(k vkey, lower []byte) bool {
+	if q.haveTouched && q.touched == k && bytes.Equal(q.touchedLower, lower) {
+		return false
+	}
+	q.touched, q.touchedLower, q.haveTouched = k, lower, true
+	return true
+}
+
+// sameSlice reports whether a and b are the same slice (not only equal).
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// updateHints keeps minPK and maxPK and their flags current with an op on
+// pk, and reports whether they changed.
+func (v *liveVnode) updateHints(pk []byte, k uint64, live bool) bool {
+	changed := false
+	if v.minPK == nil {
+		if live {
+			v.setHints(slices.Clone(pk), v.maxPK)
+			v.minLive, changed = true, true
+		}
+	} else if c := compareAnchor(pk, k, v.minPK, v.minKey); live && c < 0 {
+		v.setHints(slices.Clone(pk), v.maxPK)
+		v.minLive, changed = true, true
+	} else if c == 0 && v.minLive != live {
+		v.minLive, changed = live, true
+	}
+	if v.maxPK == nil {
+		if live {
+			v.setHints(v.minPK, slices.Clone(pk))
+			v.maxLive, changed = true, true
+		}
+	} else if c := compareAnchor(pk, k, v.maxPK, v.maxKey); live && c > 0 {
+		v.setHints(v.minPK, slices.Clone(pk))
+		v.maxLive, changed = true, true
+	} else if c == 0 && v.maxLive != live {
+		v.maxLive, changed = live, true
+	}
+	return changed
+}
+
+// find returns the index of the bucket holding pk: the last whose lower
+// bound is at most pk.
+func (v *liveVnode) find(pk []byte) int {
+	var p probe
+	p.start(v, pk, false)
+	p.guess()
+	for p.step() {
+	}
+	return p.bucket()
+}
+
+// MetaEntry is one metadata key to write (or delete) with a commit.
+type MetaEntry struct {
+	Key    []byte
+	Value  []byte
+	Delete bool
+}
+
+// MetaEntries returns the metadata keys that persist every bucket changed by
+// this batch or since the last publish (splits, merges), sorted by key. After
+// the merges of Normalize, buckets that no longer exist are deleted.
+func (b *LiveBatch) MetaEntries() []MetaEntry {
+	ids := make(map[bucketID]struct{}, len(b.touched)+len(b.s.dirty))
+	for id := range b.s.dirty {
+		ids[id] = struct{}{}
+	}
+	for id := range b.touched {
+		ids[id] = struct{}{}
+	}
+	out := make([]MetaEntry, 0, len(ids))
+	for id := range ids {
+		out = append(out, b.next.metaEntry(id))
+	}
+	slices.SortFunc(out, func(a, b MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
+	return out
+}
+
+// Normalize merges the small and the empty buckets of the touched vnodes
+// into their left neighbours. The buckets that grew too big are split
+// after the commit (Rescans).
+func (b *LiveBatch) Normalize() {
+	for k, v := range b.vnodes {
+		limit := splitLimit(v.total.Rows, b.tables[k.table].total.Rows)
+		out := v.buckets[:1] // the batch's own copy
+		for _, bk := range v.buckets[1:] {
+			prev := &out[len(out)-1]
+			if bk.Rows <= 0 || 2*(prev.Rows+bk.Rows) < limit {
+				prev.merge(bk)
+				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(prev.lower), first: len(out) == 1}] = struct{}{}
+				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(bk.lower)}] = struct{}{} // now deleted
+				continue
+			}
+			out = append(out, bk)
+		}
+		if len(out) < len(v.buckets) {
+			v.setBuckets(out)
+		}
+	}
+}
+
+// calibrate takes the calibration of a scanned piece of the bucket's rows.
+func (b *bucket) calibrate(p Piece) {
+	b.calibrated, b.sumResid, b.sumPos = p.Calibrated, p.SumResid, p.SumPos
+}
+
+// merge adds the rows of o, the next bucket, to b. The merged bucket spans
+// both, so its rows sit elsewhere between its anchors than the calibration
+// of either measured: it is rescanned after the commit.
+func (b *bucket) merge(o bucket) {
+	b.LiveCounts = b.Add(o.LiveCounts)
+	b.calibrate(Piece{})
+}
+
+// splitLimit is the most rows a bucket of a vnode may hold: 1/SplitDivisor
+// of the vnode, 1/TableBucketBudget of its table, and at least
+// MinSplitRows.
+func splitLimit(vnodeRows, tableRows int64) int64 {
+	return max(MinSplitRows, (vnodeRows+SplitDivisor-1)/SplitDivisor, (tableRows+TableBucketBudget-1)/TableBucketBudget)
+}
+
+// Publish makes the batch the current snapshot; its entries are persisted.
+func (b *LiveBatch) Publish() {
+	b.publish()
+	clear(b.s.dirty)
+}
+
+// publish seals the batch's vnodes and makes it the current snapshot.
+func (b *LiveBatch) publish() {
+	for _, v := range b.vnodes {
+		v.seal()
+	}
+	b.next.at = time.Now()
+	b.s.cur = b.next
+}
+
+// Rescan names a bucket whose rows the store must scan at the committed
+// epoch, after the commit that published it: the rows of a vnode with pk in
+// [Lower, Upper) (nil: unbounded). A bucket that grew too big is cut into
+// pieces of about Target rows; a bucket whose calibration is stale (see
+// bucket.stale) has Target 0, and is scanned into one piece.
+type Rescan struct {
+	Table        uint32
+	Vnode        uint16
+	Lower, Upper []byte
+	Target       int64
+}
+
+// Rescans returns the buckets of the vnodes this batch touched that exceed
+// their vnode's split limit or whose calibration is stale, in (table,
+// vnode, pk) order.
+func (b *LiveBatch) Rescans() []Rescan {
+	var out []Rescan
+	for k, v := range b.vnodes {
+		out = v.rescans(k.table, k.vnode, b.next.tables[k.table].total.Rows, out)
+	}
+	sortRescans(out)
+	return out
+}
+
+// Rescans returns every bucket of the current snapshot to rescan. Rescans
+// are persisted with the next commit, so after a restart the store rescans
+// these again: the same scans at the same committed epoch give the same
+// buckets, and estimates made before a crash are reproduced exactly after
+// it.
+func (s *LiveState) Rescans() []Rescan {
+	var out []Rescan
+	for id, t := range s.cur.tables {
+		for vi, v := range t.vnodes {
+			if v != nil {
+				out = v.rescans(id, uint16(vi), t.total.Rows, out)
+			}
+		}
+	}
+	sortRescans(out)
+	return out
+}
+
+func (v *liveVnode) rescans(table uint32, vnode uint16, tableRows int64, out []Rescan) []Rescan {
+	limit := splitLimit(v.total.Rows, tableRows)
+	for i := range v.buckets {
+		bk := &v.buckets[i]
+		var target int64
+		switch {
+		case bk.Rows > limit:
+			target = max(1, limit/2)
+		case !bk.stale():
+			continue
+		}
+		r := Rescan{Table: table, Vnode: vnode, Lower: bk.lower, Target: target}
+		if i+1 < len(v.buckets) {
+			r.Upper = v.buckets[i+1].lower
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func sortRescans(out []Rescan) {
+	slices.SortFunc(out, func(a, b Rescan) int {
+		if a.Table != b.Table {
+			return cmp.Compare(a.Table, b.Table)
+		}
+		if a.Vnode != b.Vnode {
+			return cmp.Compare(a.Vnode, b.Vnode)
+		}
+		return bytes.Compare(a.Lower, b.Lower)
+	})
+}
+
+// Piece is a scanned part of a vnode: the rows with pk >= Lower up to the
+// next piece, whether Lower is the pk of one of them, and the piece's
+// calibration (see calibrate).
+type Piece struct {
+	Lower []byte
+	LiveCounts
+	LowerLive        bool
+	Calibrated       bool
+	SumResid, SumPos float64
+}
+
+// scanAcc accumulates a scan of consecutive pieces of one vnode, its rows
+// fed in pk order: each piece's counts, whether its lower bound is a live
+// row, and its calibration, which needs the piece's rows and both its
+// anchors, so a piece is finished when the next one opens.
+type scanAcc struct {
+	pieces []Piece
+	// upper is the upper anchor of the last piece; nil means the scan's
+	// last row (the vnode's largest pk).
+	upper []byte
+	// The open piece's pks, in arena, each ending at its ends entry.
+	arena       []byte
+	ends        []int
+	first, last []byte
+}
+
+func (a *scanAcc) open(lower []byte) {
+	if len(a.pieces) > 0 {
+		a.close(lower)
+	}
+	a.pieces = append(a.pieces, Piece{Lower: lower})
+}
+
+func (a *scanAcc) add(pk []byte, rowBytes int64) {
+	p := &a.pieces[len(a.pieces)-1]
+	if p.Rows == 0 && bytes.Equal(pk, p.Lower) {
+		p.LowerLive = true
+	}
+	p.Rows++
+	p.Bytes += rowBytes
+	a.arena = append(a.arena, pk...)
+	a.ends = append(a.ends, len(a.arena))
+	if a.first == nil {
+		a.first = slices.Clone(pk)
+	}
+	a.last = append(a.last[:0], pk...)
+}
+
+// close finishes the open piece, whose upper anchor is hi.
+func (a *scanAcc) close(hi []byte) {
+	p := &a.pieces[len(a.pieces)-1]
+	lo := p.Lower
+	if lo == nil {
+		lo = a.first // the first bucket's anchor: the vnode's smallest pk
+	}
+	if p.Rows > 0 {
+		p.SumResid, p.SumPos = calibrate(lo, hi, a.arena, a.ends)
+		p.Calibrated = true
+	}
+	a.arena, a.ends = a.arena[:0], a.ends[:0]
+}
+
+func (a *scanAcc) finish() {
+	if a.upper != nil {
+		a.close(a.upper)
+	} else {
+		a.close(a.last) // the vnode's largest pk, a row of the piece
+	}
+}
+
+// calibrate returns, for a bucket's rows (pks in arena, cut at ends) between
+// the bucket's anchors lo and hi, the sum of rank − n·position and the sum
+// of position over them: rank counts the rows at or below a row, n is the
+// rows. The mean residual over the rows that are not anchors is the offset
+// of the bucket's estimates (bucket.offset), and both sums follow inserts
+// and deletes exactly (bucket.insert, bucket.remove).
+//
+// Interpolation in a bucket assumes its rows spread evenly between its
+// anchors. Where they do (hashed or sequential keys), the j-th row sits on
+// average at j/n of the span from a live lower bound, so n·position counts
+// the rows below it and the offset is about 1: the row itself, which an
+// estimate of the rows at or below a cursor must count (without it, every
+// vnode in progress is short by a row, and a backfill's figure trails the
+// truth by as many rows as it has vnodes in progress). Where rows do not
+// spread evenly, the offset takes the difference in: rows that share their
+// keys up to the bytes that tell the anchors apart (the children of one
+// parent, all the rows of a category) sit at one position, and the offset
+// adds, on average, the part of such a group that a cursor inside it has
+// passed. The estimates of cursors spread over the bucket's rows are then
+// unbiased, whichever rows come and go: their errors cancel across vnodes
+// instead of adding up.
+func calibrate(lo, hi, arena []byte, ends []int) (sumResid, sumPos float64) {
+	n := float64(len(ends))
+	start := 0
+	for j, end := range ends {
+		u := position(lo, arena[start:end], hi)
+		start = end
+		sumResid += float64(j+1) - n*u
+		sumPos += u
+	}
+	return sumResid, sumPos
+}
+
+// BucketScan builds the pieces of a rescanned bucket from its rows at the
+// committed epoch, fed in pk order: pieces (but the last) of Target rows,
+// each with its first row as lower bound, or one piece for Target 0.
+type BucketScan struct {
+	r   Rescan
+	acc scanAcc
+}
+
+// NewBucketScan starts the scan of the bucket of r.
+func NewBucketScan(r Rescan) *BucketScan {
+	sc := &BucketScan{r: r}
+	sc.acc.upper = r.Upper
+	sc.acc.open(r.Lower)
+	return sc
+}
+
+// Add adds a row: its pk, and its bytes (pk and row).
+func (sc *BucketScan) Add(pk []byte, rowBytes int64) {
+	if sc.r.Target > 0 && sc.acc.pieces[len(sc.acc.pieces)-1].Rows >= sc.r.Target {
+		sc.acc.open(slices.Clone(pk))
+	}
+	sc.acc.add(pk, rowBytes)
+}
+
+// ScannedBucket is a rescanned bucket, ready for ApplyRescan.
+type ScannedBucket struct {
+	Rescan
+	Pieces []Piece
+	// First and Last are the smallest and largest pk scanned (nil without
+	// rows): the vnode's when the bucket was its first or last.
+	First, Last []byte
+}
+
+// Finish ends the scan.
+func (sc *BucketScan) Finish() ScannedBucket {
+	sc.acc.finish()
+	var last []byte
+	if sc.acc.first != nil {
+		last = slices.Clone(sc.acc.last)
+	}
+	return ScannedBucket{Rescan: sc.r, Pieces: sc.acc.pieces, First: sc.acc.first, Last: last}
+}
+
+// ApplyRescans replaces each rescanned bucket [Lower, Upper) by its
+// scanned pieces, whose counts are exact at the committed epoch, and sets
+// the vnode's minPK and maxPK from the scan when the bucket was the first
+// or the last. Publishes one new snapshot and marks the buckets for
+// persistence. A bucket that no longer exists is an error, and nothing is
+// applied.
+func (s *LiveState) ApplyRescans(sbs []ScannedBucket) error {
+	b := s.Begin()
+	for _, sb := range sbs {
+		if err := b.applyRescan(sb); err != nil {
+			return err
+		}
+	}
+	b.publish()
+	for id := range b.touched {
+		s.dirty[id] = struct{}{}
+	}
+	return nil
+}
+
+func (b *LiveBatch) applyRescan(sb ScannedBucket) error {
+	r, pieces := sb.Rescan, sb.Pieces
+	if len(pieces) == 0 || !bytes.Equal(pieces[0].Lower, r.Lower) {
+		return errors.AssertionFailedf("rescan of table %d vnode %d must start at its lower bound", r.Table, r.Vnode)
+	}
+	v, err := b.vnode(r.Table, r.Vnode)
+	if err != nil {
+		return err
+	}
+	i := v.find(r.Lower)
+	if !bytes.Equal(v.buckets[i].lower, r.Lower) {
+		return errors.AssertionFailedf("rescan of a bucket that no longer exists")
+	}
+	old := v.buckets[i].LiveCounts
+	repl := make([]bucket, len(pieces))
+	var sum LiveCounts
+	for j, p := range pieces {
+		repl[j] = bucket{lower: slices.Clone(p.Lower), LiveCounts: p.LiveCounts, lowerLive: p.LowerLive && i+j > 0}
+		repl[j].calibrate(p)
+		if j == 0 {
+			repl[j].lower = v.buckets[i].lower
+		}
+		sum = sum.Add(p.LiveCounts)
+		b.touched[bucketID{table: r.Table, vnode: r.Vnode, lower: string(repl[j].lower), first: i == 0 && j == 0}] = struct{}{}
+	}
+	last := i == len(v.buckets)-1
+	if len(repl) == 1 {
+		v.buckets[i] = repl[0] // the bounds are the same
+	} else {
+		v.setBuckets(slices.Concat(v.buckets[:i], repl, v.buckets[i+1:]))
+	}
+	// The scan saw the smallest and largest live pk of a first and a last
+	// bucket: the anchors become exact.
+	if sb.First != nil && (i == 0 || last) {
+		minPK, maxPK, minLive, maxLive := v.minPK, v.maxPK, v.minLive, v.maxLive
+		if i == 0 {
+			minPK, minLive = sb.First, true
+		}
+		if last {
+			maxPK, maxLive = sb.Last, true
+		}
+		v.setHints(minPK, maxPK)
+		v.minLive, v.maxLive = minLive, maxLive
+		b.touched[bucketID{table: r.Table, vnode: r.Vnode, first: true}] = struct{}{}
+	}
+	// A scan is the truth: correct the totals if trusted ops were off.
+	d := LiveCounts{Rows: sum.Rows - old.Rows, Bytes: sum.Bytes - old.Bytes}
+	v.total = v.total.Add(d)
+	b.tables[r.Table].total = b.tables[r.Table].total.Add(d)
+	return nil
+}
+
+// VnodeScan recounts one vnode from its rows at the committed epoch, fed in
+// pk order, against the lower bounds of its buckets.
+type VnodeScan struct {
+	bounds [][]byte
+	acc    scanAcc
+}
+
+// NewVnodeScan starts the scan of a vnode whose buckets have the given
+// lower bounds (the first is nil).
+func NewVnodeScan(bounds [][]byte) *VnodeScan {
+	sc := &VnodeScan{bounds: bounds}
+	sc.acc.open(nil)
+	return sc
+}
+
+// Add adds a row: its pk, and its bytes (pk and row).
+func (sc *VnodeScan) Add(pk []byte, rowBytes int64) {
+	for b := len(sc.acc.pieces); b < len(sc.bounds) && bytes.Compare(pk, sc.bounds[b]) >= 0; b++ {
+		sc.acc.open(sc.bounds[b])
+	}
+	sc.acc.add(pk, rowBytes)
+}
+
+// VnodeRecount is what a scan of one vnode at the committed epoch found:
+// each bucket's counts, whether its lower bound is a live row and its
+// calibration, in the order of the bounds it was given, and the smallest
+// and largest live pk (nil without rows).
+type VnodeRecount struct {
+	Buckets      []Piece
+	MinPK, MaxPK []byte
+}
+
+// Recount ends the scan.
+func (sc *VnodeScan) Recount() VnodeRecount {
+	for b := len(sc.acc.pieces); b < len(sc.bounds); b++ {
+		sc.acc.open(sc.bounds[b])
+	}
+	sc.acc.finish()
+	rc := VnodeRecount{Buckets: sc.acc.pieces, MinPK: sc.acc.first}
+	if sc.acc.first != nil {
+		rc.MaxPK = slices.Clone(sc.acc.last)
+	}
+	return rc
+}
+
+// Recount starts a batch that replaces the live counts of every vnode of a
+// table by exact ones, and clears the table's estimates flag: what a table
+// written by unchecked writers needs to be exact again (CockroachDB
+// recomputes a range's stats the same way). scan is called for each vnode
+// with the lower bounds of its buckets (the first is nil) and must scan the
+// vnode at the committed epoch (NewVnodeScan); the caller holds commits off
+// until the batch is published. Nothing is visible until Publish;
+// MetaEntries persist the buckets that changed, Normalize and Rescans
+// apply as after a commit.
+func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byte) (VnodeRecount, error)) (*LiveBatch, error) {
+	b := s.Begin()
+	t, err := b.table(table)
+	if err != nil {
+		return nil, err
+	}
+	for vi := range t.vnodes {
+		vn := uint16(vi)
+		old := t.vnode(vn)
+		bounds := make([][]byte, len(old.buckets))
+		for i := range old.buckets {
+			bounds[i] = old.buckets[i].lower
+		}
+		rc, err := scan(vn, bounds)
+		if err != nil {
+			return nil, err
+		}
+		if len(rc.Buckets) != len(bounds) {
+			return nil, errors.AssertionFailedf("recount of table %d vnode %d: %d buckets for %d bounds",
+				table, vn, len(rc.Buckets), len(bounds))
+		}
+		var sum LiveCounts
+		for _, c := range rc.Buckets {
+			sum = sum.Add(c.LiveCounts)
+		}
+		if t.vnodes[vi] == nil && sum == (LiveCounts{}) && rc.MinPK == nil {
+			continue // never had a row, and has none
+		}
+		v, err := b.vnode(table, vn)
+		if err != nil {
+			return nil, err
+		}
+		for i, c := range rc.Buckets {
+			// A bucket whose counts were right keeps its calibration
+			// (unless it has none): a recount of exact statistics changes
+			// nothing.
+			bk := &v.buckets[i]
+			if bk.LiveCounts != c.LiveCounts || bk.lowerLive != (c.LowerLive && i > 0) || !bk.calibrated && c.Calibrated {
+				bk.LiveCounts, bk.lowerLive = c.LiveCounts, c.LowerLive && i > 0
+				bk.calibrate(c)
+				b.touched[bucketID{table: table, vnode: vn, lower: string(bk.lower), first: i == 0}] = struct{}{}
+			}
+		}
+		live := rc.MinPK != nil
+		if !bytes.Equal(v.minPK, rc.MinPK) || !bytes.Equal(v.maxPK, rc.MaxPK) || v.minLive != live || v.maxLive != live {
+			// Exact hints: the interpolation of the end buckets improves.
+			v.setHints(rc.MinPK, rc.MaxPK)
+			v.minLive, v.maxLive = live, live
+			b.touched[bucketID{table: table, vnode: vn, first: true}] = struct{}{}
+		}
+		t.total = t.total.Add(LiveCounts{Rows: sum.Rows - v.total.Rows, Bytes: sum.Bytes - v.total.Bytes})
+		v.total = sum
+	}
+	if t.estimates {
+		t.estimates = false
+		b.touched[bucketID{table: table, first: true, lower: estimatesMarker}] = struct{}{}
+	}
+	return b, nil
+}

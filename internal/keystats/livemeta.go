@@ -1,0 +1,335 @@
+package keystats
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"slices"
+
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/keys"
+)
+
+// The live statistics persist as metadata rows (under keys.MetaTable; the
+// normative form is docs/format.md, "Live-statistics buckets"):
+//
+//	live/<table u32 BE><vnode u16 BE>\x00              first bucket of a vnode:
+//	                                                     rows, bytes (zigzag varints),
+//	                                                     min pk, max pk (uvarint length + bytes),
+//	                                                     [flags u8, [calibration]]
+//	live/<table u32 BE><vnode u16 BE>\x01<lower pk>   other buckets: rows, bytes,
+//	                                                     [flags u8, [calibration]]
+//	calibration: sum of residuals f64 BE, sum of positions f64 BE
+//	live_est/<table u32 BE>                            present (value 1) while the
+//	                                                     table's counts may contain estimates
+//
+// The flags (lower bound live, calibrated, min pk live, max pk live) and
+// the calibration (see bucket), present when the calibrated flag is, were
+// added after the first format: a value without them loads with every flag
+// clear (the bounds then count no anchor row, the estimate uses the uniform
+// model).
+const (
+	livePrefix      = keys.LivePrefix
+	estimatesPrefix = keys.LiveEstimatesPrefix
+)
+
+// The flags byte of a bucket's value.
+const (
+	flagLowerLive  = 1 << 0
+	flagCalibrated = 1 << 1
+	flagMinLive    = 1 << 2
+	flagMaxLive    = 1 << 3
+	knownFlags     = flagLowerLive | flagCalibrated | flagMinLive | flagMaxLive
+)
+
+// bucketRow is one bucket as its metadata row holds it. Its encoder
+// (key, value) and decoder (parseBucketRow) sit together, so that they
+// change together.
+type bucketRow struct {
+	table uint32
+	vnode uint16
+	// first is the vnode's first bucket, whose lower bound is minus
+	// infinity and whose row also holds the vnode's pk hints.
+	first bool
+	lower []byte
+	LiveCounts
+	minPK, maxPK []byte // first bucket only
+	flags        byte
+	// sumResid and sumPos are the calibration, when flags has
+	// flagCalibrated.
+	sumResid, sumPos float64
+}
+
+// BucketKey returns the metadata key of a bucket.
+func BucketKey(table uint32, vnode uint16, lower []byte, first bool) []byte {
+	name := binary.BigEndian.AppendUint32([]byte(livePrefix), table)
+	name = binary.BigEndian.AppendUint16(name, vnode)
+	if first {
+		name = append(name, 0)
+	} else {
+		name = append(name, 1)
+		name = append(name, lower...)
+	}
+	return keys.MetaKey(name)
+}
+
+func (r *bucketRow) key() []byte { return BucketKey(r.table, r.vnode, r.lower, r.first) }
+
+func (r *bucketRow) value() []byte {
+	val := binary.AppendVarint(nil, r.Rows)
+	val = binary.AppendVarint(val, r.Bytes)
+	if r.first {
+		val = binary.AppendUvarint(val, uint64(len(r.minPK)))
+		val = append(val, r.minPK...)
+		val = binary.AppendUvarint(val, uint64(len(r.maxPK)))
+		val = append(val, r.maxPK...)
+	}
+	val = append(val, r.flags)
+	if r.flags&flagCalibrated != 0 {
+		val = binary.BigEndian.AppendUint64(val, math.Float64bits(r.sumResid))
+		val = binary.BigEndian.AppendUint64(val, math.Float64bits(r.sumPos))
+	}
+	return val
+}
+
+// parseBucketRow decodes the row of a bucket; name is its metadata name,
+// which starts with livePrefix.
+func parseBucketRow(name, value []byte) (bucketRow, error) {
+	var r bucketRow
+	rest := name[len(livePrefix):]
+	if len(rest) < 7 || rest[6] > 1 {
+		return r, errors.New("truncated")
+	}
+	r.table, r.vnode = binary.BigEndian.Uint32(rest), binary.BigEndian.Uint16(rest[4:])
+	r.first = rest[6] == 0
+	if r.first && len(rest) != 7 {
+		return r, errors.New("first bucket with a lower bound")
+	}
+	if !r.first {
+		r.lower = slices.Clone(rest[7:])
+	}
+	d := rowDecoder{b: value}
+	r.Rows, r.Bytes = d.varint("rows"), d.varint("bytes")
+	if r.first {
+		r.minPK, r.maxPK = d.bytes("min pk hint"), d.bytes("max pk hint")
+	}
+	if d.err == nil && len(d.b) > 0 {
+		r.flags = d.byte()
+		switch {
+		case r.flags&^knownFlags != 0, !r.first && r.flags&(flagMinLive|flagMaxLive) != 0, r.first && r.flags&flagLowerLive != 0:
+			d.fail("flags")
+		case r.flags&flagCalibrated != 0:
+			r.sumResid, r.sumPos = d.float64("calibration"), d.float64("calibration")
+		}
+		if d.err == nil && len(d.b) != 0 {
+			d.fail("trailing bytes")
+		}
+	}
+	return r, d.err
+}
+
+// rowDecoder reads the fields of a metadata value; the first failure
+// sticks and names the field.
+type rowDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *rowDecoder) fail(what string) {
+	if d.err == nil {
+		d.err = errors.New(what)
+	}
+	d.b = nil
+}
+
+func (d *rowDecoder) varint(what string) int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail(what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *rowDecoder) bytes(what string) []byte {
+	l, n := binary.Uvarint(d.b)
+	if n <= 0 || uint64(len(d.b)-n) < l {
+		d.fail(what)
+		return nil
+	}
+	var out []byte
+	if l > 0 {
+		out = slices.Clone(d.b[n : n+int(l)])
+	}
+	d.b = d.b[n+int(l):]
+	return out
+}
+
+func (d *rowDecoder) byte() byte {
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *rowDecoder) float64(what string) float64 {
+	if len(d.b) < 8 {
+		d.fail(what)
+		return 0
+	}
+	v := math.Float64frombits(binary.BigEndian.Uint64(d.b))
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		d.fail(what)
+		return 0
+	}
+	d.b = d.b[8:]
+	return v
+}
+
+// rowOf returns the row of bucket i of a vnode.
+func (v *liveVnode) rowOf(table uint32, vnode uint16, i int) bucketRow {
+	b := &v.buckets[i]
+	r := bucketRow{table: table, vnode: vnode, first: i == 0, lower: b.lower, LiveCounts: b.LiveCounts}
+	if r.first {
+		r.minPK, r.maxPK = v.minPK, v.maxPK
+		r.flags |= flagIf(v.minLive, flagMinLive) | flagIf(v.maxLive, flagMaxLive)
+	}
+	r.flags |= flagIf(b.lowerLive, flagLowerLive) | flagIf(b.calibrated, flagCalibrated)
+	r.sumResid, r.sumPos = b.sumResid, b.sumPos
+	return r
+}
+
+func flagIf(c bool, f byte) byte {
+	if c {
+		return f
+	}
+	return 0
+}
+
+func estimatesKey(table uint32) []byte {
+	return keys.MetaKey(binary.BigEndian.AppendUint32([]byte(estimatesPrefix), table))
+}
+
+// metaEntry returns the metadata row to write for a bucket (or the
+// estimates marker) that a batch touched: its value, or a delete when the
+// bucket no longer exists.
+func (l *Live) metaEntry(id bucketID) MetaEntry {
+	t := l.table(id.table)
+	if id.lower == estimatesMarker {
+		e := MetaEntry{Key: estimatesKey(id.table)}
+		if t != nil && t.estimates {
+			e.Value = []byte{1}
+		} else {
+			e.Delete = true
+		}
+		return e
+	}
+	v := t.vnode(id.vnode)
+	i := 0
+	if !id.first {
+		i = v.find([]byte(id.lower))
+		if i <= 0 || string(v.buckets[i].lower) != id.lower {
+			return MetaEntry{Key: BucketKey(id.table, id.vnode, []byte(id.lower), false), Delete: true}
+		}
+	}
+	r := v.rowOf(id.table, id.vnode, i)
+	return MetaEntry{Key: r.key(), Value: r.value()}
+}
+
+// LiveSpans are the metadata spans holding live statistics, for loading.
+func LiveSpans() [][2][]byte {
+	a, b := keys.MetaSpan(livePrefix)
+	c, d := keys.MetaSpan(estimatesPrefix)
+	return [][2][]byte{{a, b}, {c, d}}
+}
+
+// ErrCorruptLive marks undecodable live-statistics metadata.
+var ErrCorruptLive = errors.New("lsmstats/stats: corrupt live statistics metadata")
+
+// Load adds one persisted metadata row (from the spans of LiveSpans, in key
+// order) to the state. Tables must have been added first.
+func (s *LiveState) Load(key, value []byte) error {
+	bad := func(err error) error {
+		return errors.Wrapf(ErrCorruptLive, "key %x: %v", key, err)
+	}
+	name, ok := keys.MetaName(key)
+	switch {
+	case !ok:
+		return bad(errors.New("not a metadata key"))
+	case bytes.HasPrefix(name, []byte(estimatesPrefix)):
+		return s.loadEstimates(name[len(estimatesPrefix):], bad)
+	case bytes.HasPrefix(name, []byte(livePrefix)):
+		r, err := parseBucketRow(name, value)
+		if err != nil {
+			return bad(err)
+		}
+		if err := s.loadBucket(r); err != nil {
+			return bad(err)
+		}
+		return nil
+	default:
+		return bad(errors.New("unknown name"))
+	}
+}
+
+func (s *LiveState) loadEstimates(rest []byte, bad func(error) error) error {
+	if len(rest) != 4 {
+		return bad(errors.New("bad length"))
+	}
+	t := s.cur.tables[binary.BigEndian.Uint32(rest)]
+	if t == nil {
+		return bad(errors.New("unknown table"))
+	}
+	t.estimates = true
+	return nil
+}
+
+// loadBucket installs a bucket's row, which comes after the rows of the
+// buckets before it.
+func (s *LiveState) loadBucket(r bucketRow) error {
+	t := s.cur.tables[r.table]
+	if t == nil || int(r.vnode) >= len(t.vnodes) {
+		return errors.New("unknown table or vnode")
+	}
+	v := t.vnodes[r.vnode]
+	if v == nil {
+		v = newLiveVnode()
+		t.vnodes[r.vnode] = v
+	}
+	v.cum = nil // until FinishLoad
+	bk := bucket{LiveCounts: r.LiveCounts, lowerLive: r.flags&flagLowerLive != 0}
+	if r.flags&flagCalibrated != 0 {
+		bk.calibrated, bk.sumResid, bk.sumPos = true, r.sumResid, r.sumPos
+	}
+	if r.first {
+		v.buckets[0] = bk
+		v.setHints(r.minPK, r.maxPK)
+		v.minLive = r.flags&flagMinLive != 0 && r.minPK != nil
+		v.maxLive = r.flags&flagMaxLive != 0 && r.maxPK != nil
+	} else {
+		bk.lower = r.lower
+		if len(v.buckets) > 1 && bytes.Compare(v.buckets[len(v.buckets)-1].lower, bk.lower) >= 0 {
+			return errors.New("bucket out of order")
+		}
+		v.appendBucket(bk)
+	}
+	v.total = v.total.Add(r.LiveCounts)
+	t.total = t.total.Add(r.LiveCounts)
+	return nil
+}
+
+// FinishLoad ends loading: it trims each vnode's buckets to their number
+// (Load appends them one by one, and the slack of the appends, up to as much
+// again, would otherwise stay until a commit copies the vnode), and builds
+// the vnodes' indexes, which copy the keys Load appended. Until then queries
+// of a loaded vnode sum its buckets.
+func (s *LiveState) FinishLoad() {
+	for _, t := range s.cur.tables {
+		for _, v := range t.vnodes {
+			if v != nil {
+				v.buckets = slices.Clip(slices.Clone(v.buckets))
+				v.seal()
+			}
+		}
+	}
+}

@@ -1,0 +1,751 @@
+package keystats
+
+// The per-SST payload: what the collector stores in a table's user property
+// CollectorName and what the tracker reads back.
+//
+// # Stored form
+//
+//	shortID u8 | format u8 | crc32c u32 LE | body
+//
+// shortID is written by Pebble, not by us: the sstable writers pre-fill the
+// buffer they hand to FinishTable with the collector's index
+// (sstable/colblk_writer.go and rowblk_writer.go, "Place the shortID in the
+// first byte"), and the byte stays in the stored user property. DecodeSummary
+// skips it; Encode writes a zero in its place, so that
+// DecodeSummary(s.Encode()) round-trips.
+//
+// format is formatS2 (body = an s2 block of the raw body, which starts with
+// the raw length as a uvarint) or formatRaw (body = the raw body, used when
+// compression does not pay: tiny bodies, or a ratio beyond what the decoder
+// accepts). Any other value is an
+// unknown version. The checksum (CRC-32C) covers everything after it.
+//
+// # Raw body (all integers uvarint)
+//
+//	metaKeys | foreign | nTables | table*
+//	table:  tableGap | nVnodes | vnode*          (gap: id for the first, id-prev-1 after)
+//	vnode:  vnodeGap | puts | deletes | prefixes | headPuts | keyBytes | pebbleTombstones
+//	        | nSamples | sample* | lastPK        (lastPK only when nSamples > 0)
+//	sample: shared | suffixLen | suffix          (pk: bytes shared with the previous pk)
+//	        | dPuts | dDeletes | dHeadPuts | dPrefixes   (not for sample 0: all zero)
+//	lastPK: shared | suffixLen | suffix          (relative to the first sample's pk)
+//
+// lastPK is relative to the first sample, not the last, so that a summary
+// whose samples are packed (a collector's, or a decoded one) encodes it
+// without decoding every sample first; it costs a few bytes per vnode.
+// Counters in samples are deltas from the previous sample, so they stay one
+// or two bytes each however large the SST; pks share their prefix with the
+// previous one, which for fixed-width integer pks leaves two or three bytes.
+//
+// # Why s2
+//
+// The payload is encoded inside every flush and compaction, once per SST,
+// on a cache that Pebble's own block building has just thrashed. In a CPU
+// profile of flushes and compactions of 1M keys over 256 vnodes with the
+// collector registered, zstd (SpeedFastest) encoding drew 120 of the
+// collector's 340 ms, about 160 µs per SST, nearly all of it cache misses
+// in its 256 KB hash table (SpeedDefault's tables are larger still); with
+// s2.Encode (a 64 KB table) the compression drew no samples at all.
+// Isolated, with warm tables (BenchmarkPayloadCodec), zstd stores 18-21%,
+// 25-26% and 48-50% of the raw bodies of real collector output (7 to 29
+// KB; 16 to 256 vnodes, 1 to 4 versions per pk) and s2 26%, 37% and 72%,
+// while s2 encodes and decodes 3 to 6 times faster (820-920 MB/s); payloads
+// stay 0.04 to 0.2% of their SST (BenchmarkCollector), far below the 1%
+// goal, and the encoding is paid on the write path of the whole LSM.
+//
+// # Decoding untrusted bytes
+//
+// The decoder never panics and never allocates more than a bounded multiple
+// of its input: every count and length is checked against the bytes left,
+// the raw length of an s2 body against maxRatio times the block size
+// (before allocating), the samples of a vnode against
+// maxVnodeSamples, the pk bytes it materialises against maxPKBytesRatio
+// times the body; and the decoded values against the invariants the
+// collector guarantees (sorted tables, vnodes and pks; cumulative counters
+// that grow and stay below the vnode totals; no trailing bytes). Every
+// failure is marked ErrCorruptPayload. Samples stay packed in the decoded
+// body (VnodeSummary.Samples), which is what a Version keeps in memory.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"math"
+	"math/bits"
+	"slices"
+
+	"github.com/cockroachdb/errors"
+	"github.com/klauspost/compress/s2"
+	"github.com/lsmstats/lsmstats"
+)
+
+// ErrCorruptPayload marks every error about a payload that cannot be decoded:
+// truncated, corrupt (checksum or structure), or of an unknown format. It is
+// also lsmstats.ErrCorruption.
+var ErrCorruptPayload = lsmstats.NewCorruptionSentinel("lsmstats/stats: corrupt payload")
+
+const (
+	// 0x01 was a zstd body before s2 replaced it (see Why s2); never
+	// reuse it.
+	formatRaw byte = 0x02
+	formatS2  byte = 0x03
+
+	// headerLen is format + checksum (after Pebble's shortID byte).
+	headerLen = 1 + 4
+
+	// minCompress is the raw body size below which compression is skipped:
+	// an s2 block's header and literal tags cost a few bytes of their own.
+	minCompress = 64
+
+	// maxRatio bounds rawLen/len(block) for s2 bodies; the encoder falls
+	// back to formatRaw when s2 does better than that, so the decoder can
+	// refuse larger claims before allocating. minRawBound lets small frames
+	// claim up to 64 KiB regardless.
+	maxRatio    = 64
+	minRawBound = 64 << 10
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Counts are the physical statistics of one (table, vnode): of one SST in a
+// FileSummary, or summed over the live SSTs in a Version. The zero value is
+// "no entries".
+type Counts struct {
+	// Entries is the number of MVCC entries: Puts + Deletes. Every version
+	// and every MVCC tombstone counts until compaction removes it, like
+	// Hummock's total_key_count.
+	Entries uint64
+	// Puts and Deletes count MVCC entries by kind (keys.KindPut,
+	// keys.KindDelete).
+	Puts    uint64
+	Deletes uint64
+	// Prefixes is the number of distinct MVCC prefixes (table, vnode, pk)
+	// within each SST; summed over SSTs it is an upper bound on distinct pks.
+	Prefixes uint64
+	// HeadPuts is the number of prefixes whose newest MVCC entry in the SST
+	// is a put; Prefixes - HeadPuts is HeadDeletes.
+	HeadPuts uint64
+	// KeyBytes is the total length of the user keys of the MVCC entries.
+	KeyBytes uint64
+	// ValueBytes is an estimate, only in a Version: collectors see no values,
+	// so each SST's RawValueSize is apportioned over its (table, vnode)s in
+	// proportion to their MVCC puts. Always zero in a FileSummary.
+	ValueBytes uint64
+	// PebbleTombstones counts Pebble point tombstones (DEL, SINGLEDEL,
+	// DELSIZED) on versioned table keys: what MVCC GC writes. They are not
+	// MVCC entries.
+	PebbleTombstones uint64
+}
+
+// HeadDeletes is the number of prefixes whose newest entry in its SST is an
+// MVCC delete.
+func (c Counts) HeadDeletes() uint64 { return c.Prefixes - c.HeadPuts }
+
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	c.Entries += o.Entries
+	c.Puts += o.Puts
+	c.Deletes += o.Deletes
+	c.Prefixes += o.Prefixes
+	c.HeadPuts += o.HeadPuts
+	c.KeyBytes += o.KeyBytes
+	c.ValueBytes += o.ValueBytes
+	c.PebbleTombstones += o.PebbleTombstones
+}
+
+// Sub subtracts o from c; o must have been added before.
+func (c *Counts) Sub(o Counts) {
+	c.Entries -= o.Entries
+	c.Puts -= o.Puts
+	c.Deletes -= o.Deletes
+	c.Prefixes -= o.Prefixes
+	c.HeadPuts -= o.HeadPuts
+	c.KeyBytes -= o.KeyBytes
+	c.ValueBytes -= o.ValueBytes
+	c.PebbleTombstones -= o.PebbleTombstones
+}
+
+// IsZero reports whether every counter is zero.
+func (c Counts) IsZero() bool { return c == Counts{} }
+
+// Sample is one sample point of a vnode in one SST: the cumulative counts of
+// the vnode's MVCC entries in the SST whose pk sorts strictly before PK. PK
+// is the pk of an MVCC prefix present in the SST. The zero value is the
+// first sample of a vnode whose first pk is empty.
+type Sample struct {
+	PK       []byte
+	Puts     uint64
+	Deletes  uint64
+	HeadPuts uint64
+	Prefixes uint64
+}
+
+// Entries is Puts + Deletes.
+func (s Sample) Entries() uint64 { return s.Puts + s.Deletes }
+
+// VnodeSummary is what one SST holds of one (table, vnode). The zero value
+// is vnode 0 without entries. Read-only once built (by the collector or
+// DecodeSummary), and then safe for concurrent use.
+type VnodeSummary struct {
+	Vnode  uint16
+	Counts Counts
+	// LastPK is the pk of the vnode's last MVCC prefix in the SST (nil
+	// without MVCC entries). Entries with pk > LastPK: none.
+	LastPK []byte
+	// samples are kept packed (see Samples).
+	samples packedSamples
+}
+
+// NumSamples returns the number of samples.
+func (vs *VnodeSummary) NumSamples() int { return vs.samples.n }
+
+// Samples returns the samples, in increasing pk order. When the vnode has
+// MVCC entries, the first is at its first pk (all counters zero); a vnode
+// with only Pebble tombstones has none. They are stored packed, in the
+// payload's encoding (about 9 bytes a sample rather than 64 for a Sample
+// and its pk), and decoded by each call.
+func (vs *VnodeSummary) Samples() []Sample {
+	if vs.samples.n == 0 {
+		return nil
+	}
+	out := make([]Sample, 0, vs.samples.n)
+	it := vs.samples.iter()
+	for it.next() {
+		sm := it.cur
+		sm.PK = slices.Clone(sm.PK)
+		out = append(out, sm)
+	}
+	return out
+}
+
+// packedSamples are a vnode's samples as encoded in the payload body: per
+// sample its pk (shared | suffixLen | suffix, relative to the previous pk)
+// and, after the first, the deltas of puts, deletes, head puts and prefixes.
+// The data were validated when packed or decoded.
+type packedSamples struct {
+	n    int
+	data []byte
+}
+
+// packSamples packs samples (pks increasing, first sample at zero) into
+// dst's spare capacity.
+func packSamples(dst []byte, samples []Sample) packedSamples {
+	b := dst
+	var prev Sample
+	for k := range samples {
+		sm := &samples[k]
+		b = appendPK(b, prev.PK, sm.PK)
+		if k > 0 {
+			b = binary.AppendUvarint(b, sm.Puts-prev.Puts)
+			b = binary.AppendUvarint(b, sm.Deletes-prev.Deletes)
+			b = binary.AppendUvarint(b, sm.HeadPuts-prev.HeadPuts)
+			b = binary.AppendUvarint(b, sm.Prefixes-prev.Prefixes)
+		}
+		prev = *sm
+	}
+	return packedSamples{n: len(samples), data: b}
+}
+
+func (p packedSamples) iter() sampleIter { return sampleIter{data: p.data, n: p.n} }
+
+// sampleIter decodes packed samples in order. cur.PK is valid until the
+// second next call after the one that set it (two buffers alternate), so a
+// caller can hold on to the previous sample.
+type sampleIter struct {
+	data  []byte
+	k, n  int
+	bufs  [2][]byte
+	which int
+	cur   Sample
+}
+
+func (it *sampleIter) next() bool {
+	if it.k >= it.n {
+		return false
+	}
+	shared, n1 := binary.Uvarint(it.data)
+	if n1 <= 0 {
+		return false
+	}
+	suffix, n2 := binary.Uvarint(it.data[n1:])
+	if n2 <= 0 || shared > uint64(len(it.cur.PK)) || suffix > uint64(len(it.data)-n1-n2) {
+		return false
+	}
+	d := it.data[n1+n2:]
+	buf := append(append(it.bufs[it.which][:0], it.cur.PK[:shared]...), d[:suffix]...)
+	it.bufs[it.which] = buf
+	it.which ^= 1
+	d = d[suffix:]
+	if it.k > 0 {
+		var deltas [4]uint64
+		for i := range deltas {
+			v, m := binary.Uvarint(d)
+			if m <= 0 {
+				return false
+			}
+			deltas[i], d = v, d[m:]
+		}
+		it.cur.Puts += deltas[0]
+		it.cur.Deletes += deltas[1]
+		it.cur.HeadPuts += deltas[2]
+		it.cur.Prefixes += deltas[3]
+	}
+	it.cur.PK = buf
+	it.data = d
+	it.k++
+	return true
+}
+
+// firstPK returns the pk of the first sample, which shares nothing with a
+// previous one: its bytes, in place (p is never empty when called, and its
+// data were validated).
+func (p packedSamples) firstPK() []byte {
+	_, n1 := binary.Uvarint(p.data) // shared: 0
+	suffix, n2 := binary.Uvarint(p.data[n1:])
+	start := n1 + n2
+	return p.data[start : start+int(suffix) : start+int(suffix)]
+}
+
+// TableSummary is what one SST holds of one table. The zero value is table
+// 0 without vnodes.
+type TableSummary struct {
+	Table  uint32
+	Vnodes []VnodeSummary // sorted by Vnode, no duplicates
+}
+
+// FileSummary is the per-SST payload of the collector. The zero value is the
+// summary of an SST without point keys. A FileSummary handed out by a
+// Version or the Tracker is shared and must not be modified; unmodified, it
+// is safe for concurrent use.
+type FileSummary struct {
+	// MetaKeys counts point keys of the metadata table (keys.MetaTable), of
+	// any Pebble kind.
+	MetaKeys uint64
+	// Foreign counts the other point keys that are not MVCC entries or
+	// Pebble tombstones of table data: keys of no known shape, and table
+	// keys of other Pebble kinds (MERGE).
+	Foreign uint64
+	Tables  []TableSummary // sorted by Table, no duplicates
+}
+
+// Vnode returns the summary of one (table, vnode), or nil.
+func (s *FileSummary) Vnode(table uint32, vnode uint16) *VnodeSummary {
+	ts := s.Table(table)
+	if ts == nil {
+		return nil
+	}
+	lo, hi := 0, len(ts.Vnodes)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if ts.Vnodes[m].Vnode < vnode {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(ts.Vnodes) && ts.Vnodes[lo].Vnode == vnode {
+		return &ts.Vnodes[lo]
+	}
+	return nil
+}
+
+// Table returns the summary of one table, or nil.
+func (s *FileSummary) Table(table uint32) *TableSummary {
+	lo, hi := 0, len(s.Tables)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s.Tables[m].Table < table {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(s.Tables) && s.Tables[lo].Table == table {
+		return &s.Tables[lo]
+	}
+	return nil
+}
+
+// PointKeys is the number of point keys the summary accounts for: MVCC
+// entries, Pebble tombstones, metadata and foreign keys. For an SST, it plus
+// Pebble's NumRangeDeletions equals Pebble's NumEntries.
+func (s *FileSummary) PointKeys() uint64 {
+	n := s.MetaKeys + s.Foreign
+	for i := range s.Tables {
+		for j := range s.Tables[i].Vnodes {
+			c := &s.Tables[i].Vnodes[j].Counts
+			n += c.Entries + c.PebbleTombstones
+		}
+	}
+	return n
+}
+
+func (s *FileSummary) puts() uint64 {
+	var n uint64
+	for i := range s.Tables {
+		for j := range s.Tables[i].Vnodes {
+			n += s.Tables[i].Vnodes[j].Counts.Puts
+		}
+	}
+	return n
+}
+
+// Encode returns the summary in its stored form, with a zero placeholder for
+// Pebble's shortID byte: DecodeSummary(s.Encode()) equals s.
+func (s *FileSummary) Encode() []byte {
+	return s.appendPayload([]byte{0}, nil)
+}
+
+// encodeBufs are appendPayload's scratch buffers, which a pooled collector
+// keeps from one SST to the next.
+type encodeBufs struct {
+	raw, enc []byte
+}
+
+// appendPayload appends format | checksum | body (everything after the
+// shortID) to dst, building the raw body and its s2 block in bufs (nil:
+// fresh ones).
+func (s *FileSummary) appendPayload(dst []byte, bufs *encodeBufs) []byte {
+	if bufs == nil {
+		bufs = &encodeBufs{}
+	}
+	raw := s.appendBody(bufs.raw[:0])
+	bufs.raw = raw
+	start := len(dst)
+	dst = append(dst, formatRaw, 0, 0, 0, 0)
+	if len(raw) >= minCompress {
+		body := s2.Encode(bufs.enc[:cap(bufs.enc)], raw)
+		bufs.enc = body
+		if len(body) < len(raw) && uint64(len(raw)) <= rawBound(len(body)) {
+			dst = append(dst, body...)
+			dst[start] = formatS2
+		} else {
+			dst = append(dst, raw...)
+		}
+	} else {
+		dst = append(dst, raw...)
+	}
+	binary.LittleEndian.PutUint32(dst[start+1:], crc32.Checksum(dst[start+headerLen:], castagnoli))
+	return dst
+}
+
+func rawBound(frame int) uint64 {
+	return max(uint64(frame)*maxRatio, minRawBound)
+}
+
+// appendBody appends the uncompressed body.
+func (s *FileSummary) appendBody(b []byte) []byte {
+	b = binary.AppendUvarint(b, s.MetaKeys)
+	b = binary.AppendUvarint(b, s.Foreign)
+	b = binary.AppendUvarint(b, uint64(len(s.Tables)))
+	for i := range s.Tables {
+		ts := &s.Tables[i]
+		gap := uint64(ts.Table)
+		if i > 0 {
+			gap = uint64(ts.Table - s.Tables[i-1].Table - 1)
+		}
+		b = binary.AppendUvarint(b, gap)
+		b = binary.AppendUvarint(b, uint64(len(ts.Vnodes)))
+		for j := range ts.Vnodes {
+			vs := &ts.Vnodes[j]
+			gap := uint64(vs.Vnode)
+			if j > 0 {
+				gap = uint64(vs.Vnode - ts.Vnodes[j-1].Vnode - 1)
+			}
+			b = binary.AppendUvarint(b, gap)
+			c := &vs.Counts
+			for _, v := range [...]uint64{c.Puts, c.Deletes, c.Prefixes, c.HeadPuts, c.KeyBytes, c.PebbleTombstones} {
+				b = binary.AppendUvarint(b, v)
+			}
+			b = binary.AppendUvarint(b, uint64(vs.samples.n))
+			if vs.samples.n > 0 {
+				b = append(b, vs.samples.data...)
+				b = appendPK(b, vs.samples.firstPK(), vs.LastPK)
+			}
+		}
+	}
+	return b
+}
+
+func appendPK(b, prev, pk []byte) []byte {
+	n := sharedPrefix(prev, pk)
+	b = binary.AppendUvarint(b, uint64(n))
+	b = binary.AppendUvarint(b, uint64(len(pk)-n))
+	return append(b, pk[n:]...)
+}
+
+func sharedPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// corruptf returns an error marked ErrCorruptPayload.
+func corruptf(format string, args ...interface{}) error {
+	return errors.Wrapf(ErrCorruptPayload, format, args...)
+}
+
+// DecodeSummary decodes a stored user property value (Pebble's shortID byte
+// first, which is skipped). Every error is marked ErrCorruptPayload.
+func DecodeSummary(prop []byte) (*FileSummary, error) {
+	if len(prop) < 1+headerLen {
+		return nil, corruptf("payload of %d bytes is shorter than its header", len(prop))
+	}
+	p := prop[1:]
+	format := p[0]
+	if format != formatS2 && format != formatRaw {
+		return nil, corruptf("unknown payload format %#x", format)
+	}
+	rest := p[headerLen:]
+	if got, want := crc32.Checksum(rest, castagnoli), binary.LittleEndian.Uint32(p[1:]); got != want {
+		return nil, corruptf("checksum mismatch: computed %08x, stored %08x", got, want)
+	}
+	var raw []byte
+	if format == formatS2 {
+		rawLen, err := s2.DecodedLen(rest)
+		if err != nil {
+			return nil, errors.Mark(lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats/stats: corrupt payload: s2 header")), ErrCorruptPayload)
+		}
+		if uint64(rawLen) > rawBound(len(rest)) {
+			return nil, corruptf("raw length %d is implausible for a %d-byte s2 block", rawLen, len(rest))
+		}
+		if raw, err = s2.Decode(make([]byte, rawLen), rest); err != nil {
+			return nil, errors.Mark(lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats/stats: corrupt payload: s2")), ErrCorruptPayload)
+		}
+	} else {
+		// The summary keeps slices of its body: never of the caller's bytes.
+		raw = slices.Clone(rest)
+	}
+	return decodeBody(raw)
+}
+
+type bodyReader struct {
+	b   []byte
+	err error
+	// arenaLeft bounds the pk bytes the decoder may still materialise: a pk
+	// that shares a long prefix with the previous one costs a few input
+	// bytes but a full copy.
+	arenaLeft uint64
+}
+
+// maxPKBytesRatio bounds the pk bytes of a decoded summary by a multiple of
+// its raw body (plus 1 MiB). Real payloads stay far below: a sample costs at
+// least six body bytes and pks of a few dozen bytes are typical. A payload
+// beyond the bound is refused (and its SST rebuilt from keys).
+const maxPKBytesRatio = 256
+
+func (r *bodyReader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = corruptf("truncated or overlong varint (%s)", what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// count reads a count of items that take at least minBytes each and bounds
+// it by the bytes left.
+func (r *bodyReader) count(what string, minBytes int) int {
+	v := r.uvarint(what)
+	if r.err == nil && v > uint64(len(r.b)/minBytes) {
+		r.err = corruptf("%s %d exceeds what %d bytes can hold", what, v, len(r.b))
+		return 0
+	}
+	return int(v)
+}
+
+// pk reads a pk relative to prev into arena and returns the new arena and pk.
+func (r *bodyReader) pk(arena, prev []byte) ([]byte, []byte) {
+	shared := r.uvarint("pk shared length")
+	suffix := r.uvarint("pk suffix length")
+	if r.err != nil {
+		return arena, nil
+	}
+	if shared > uint64(len(prev)) || suffix > uint64(len(r.b)) {
+		r.err = corruptf("pk lengths %d+%d out of range", shared, suffix)
+		return arena, nil
+	}
+	if shared+suffix > r.arenaLeft {
+		r.err = corruptf("pk bytes exceed %d times the body size", maxPKBytesRatio)
+		return arena, nil
+	}
+	r.arenaLeft -= shared + suffix
+	start := len(arena)
+	arena = append(arena, prev[:shared]...)
+	arena = append(arena, r.b[:suffix]...)
+	r.b = r.b[suffix:]
+	return arena, arena[start:len(arena):len(arena)]
+}
+
+func decodeBody(b []byte) (*FileSummary, error) {
+	r := &bodyReader{b: b, arenaLeft: uint64(len(b))*maxPKBytesRatio + 1<<20}
+	s := &FileSummary{
+		MetaKeys: r.uvarint("meta keys"),
+		Foreign:  r.uvarint("foreign keys"),
+	}
+	nTables := r.count("table count", 2)
+	if r.err != nil {
+		return nil, r.err
+	}
+	// pk bytes go to one arena; arenaLeft bounds its growth.
+	arena := make([]byte, 0, len(b))
+	var first []byte // the current vnode's first sample pk (lastPK is relative to it)
+	if nTables > 0 {
+		s.Tables = make([]TableSummary, nTables)
+	}
+	var total uint64 = s.MetaKeys
+	var ok bool
+	if total, ok = addOK(total, s.Foreign); !ok {
+		return nil, corruptf("key count overflows")
+	}
+	for i := range s.Tables {
+		ts := &s.Tables[i]
+		gap := r.uvarint("table gap")
+		if i == 0 {
+			if gap > math.MaxUint32 {
+				r.err = corruptf("table id %d out of range", gap)
+			}
+			ts.Table = uint32(gap)
+		} else {
+			next := uint64(s.Tables[i-1].Table) + gap + 1
+			if next > math.MaxUint32 {
+				r.err = corruptf("table id %d out of range", next)
+			}
+			ts.Table = uint32(next)
+		}
+		nVnodes := r.count("vnode count", 8)
+		if r.err == nil && nVnodes == 0 {
+			r.err = corruptf("table %d has no vnodes", ts.Table)
+		}
+		if r.err != nil {
+			return nil, r.err
+		}
+		ts.Vnodes = make([]VnodeSummary, nVnodes)
+		for j := range ts.Vnodes {
+			vs := &ts.Vnodes[j]
+			gap := r.uvarint("vnode gap")
+			next := gap
+			if j > 0 {
+				next = uint64(ts.Vnodes[j-1].Vnode) + gap + 1
+			}
+			if r.err == nil && next > math.MaxUint16 {
+				r.err = corruptf("vnode %d out of range", next)
+			}
+			vs.Vnode = uint16(next)
+			c := &vs.Counts
+			c.Puts = r.uvarint("puts")
+			c.Deletes = r.uvarint("deletes")
+			c.Prefixes = r.uvarint("prefixes")
+			c.HeadPuts = r.uvarint("head puts")
+			c.KeyBytes = r.uvarint("key bytes")
+			c.PebbleTombstones = r.uvarint("pebble tombstones")
+			if r.err != nil {
+				return nil, r.err
+			}
+			if err := checkCounts(ts.Table, vs.Vnode, c); err != nil {
+				return nil, err
+			}
+			for _, v := range [...]uint64{c.Entries, c.PebbleTombstones} {
+				if total, ok = addOK(total, v); !ok {
+					return nil, corruptf("key count overflows")
+				}
+			}
+			nSamples := r.count("sample count", 2)
+			if r.err != nil {
+				return nil, r.err
+			}
+			if (nSamples == 0) != (c.Entries == 0) || uint64(nSamples) > c.Prefixes || nSamples > maxVnodeSamples {
+				return nil, corruptf("t%d/v%d: %d samples for %d prefixes", ts.Table, vs.Vnode, nSamples, c.Prefixes)
+			}
+			if nSamples == 0 {
+				continue
+			}
+			// Validate the samples (two pk buffers), then keep their bytes.
+			start := r.b
+			var prev, sm Sample
+			var bufs [2][]byte
+			for k := range nSamples {
+				bufs[k&1], sm.PK = r.pk(bufs[k&1][:0], prev.PK)
+				if k == 0 {
+					first = append(first[:0], sm.PK...)
+				}
+				if k > 0 {
+					sm.Puts = prev.Puts + r.uvarint("sample puts")
+					sm.Deletes = prev.Deletes + r.uvarint("sample deletes")
+					sm.HeadPuts = prev.HeadPuts + r.uvarint("sample head puts")
+					sm.Prefixes = prev.Prefixes + r.uvarint("sample prefixes")
+				}
+				if r.err != nil {
+					return nil, r.err
+				}
+				if err := checkSample(ts.Table, vs.Vnode, k, &prev, &sm, c); err != nil {
+					return nil, err
+				}
+				prev = sm
+			}
+			vs.samples = packedSamples{n: nSamples, data: start[: len(start)-len(r.b) : len(start)-len(r.b)]}
+			arena, vs.LastPK = r.pk(arena, first)
+			if r.err != nil {
+				return nil, r.err
+			}
+			if bytes.Compare(vs.LastPK, prev.PK) < 0 {
+				return nil, corruptf("t%d/v%d: last pk sorts before the last sample", ts.Table, vs.Vnode)
+			}
+		}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(r.b) != 0 {
+		return nil, corruptf("%d trailing bytes", len(r.b))
+	}
+	return s, nil
+}
+
+func addOK(a, b uint64) (uint64, bool) {
+	s, carry := bits.Add64(a, b, 0)
+	return s, carry == 0
+}
+
+// checkCounts checks the invariants of a vnode's totals and sets Entries.
+func checkCounts(table uint32, vnode uint16, c *Counts) error {
+	e, ok := addOK(c.Puts, c.Deletes)
+	switch {
+	case !ok:
+		return corruptf("t%d/v%d: entries overflow", table, vnode)
+	case c.Prefixes > e || c.HeadPuts > c.Prefixes || c.HeadPuts > c.Puts:
+		return corruptf("t%d/v%d: inconsistent counts %+v", table, vnode, *c)
+	case (e == 0) != (c.Prefixes == 0):
+		return corruptf("t%d/v%d: %d entries in %d prefixes", table, vnode, e, c.Prefixes)
+	case e == 0 && c.PebbleTombstones == 0:
+		return corruptf("t%d/v%d: empty vnode", table, vnode)
+	}
+	c.Entries = e
+	return nil
+}
+
+// checkSample checks sample k against the previous one and the totals: pks
+// strictly increase, the first sample is at zero, each later one is at least
+// one prefix further, and every cumulative count stays below the total (the
+// sample's own prefix has at least one entry).
+func checkSample(table uint32, vnode uint16, k int, prev, sm *Sample, c *Counts) error {
+	switch {
+	case k > 0 && bytes.Compare(prev.PK, sm.PK) >= 0:
+		return corruptf("t%d/v%d: sample %d pk does not increase", table, vnode, k)
+	case k > 0 && (sm.Prefixes <= prev.Prefixes || sm.Puts < prev.Puts || sm.Deletes < prev.Deletes || sm.HeadPuts < prev.HeadPuts):
+		return corruptf("t%d/v%d: sample %d counters do not increase", table, vnode, k)
+	case sm.Prefixes >= c.Prefixes || sm.Puts > c.Puts || sm.Deletes > c.Deletes || sm.HeadPuts > c.HeadPuts:
+		return corruptf("t%d/v%d: sample %d exceeds the vnode totals", table, vnode, k)
+	case sm.Puts+sm.Deletes >= c.Entries || sm.HeadPuts > sm.Prefixes || sm.Prefixes > sm.Puts+sm.Deletes:
+		return corruptf("t%d/v%d: sample %d counters inconsistent", table, vnode, k)
+	}
+	return nil
+}

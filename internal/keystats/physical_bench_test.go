@@ -1,0 +1,320 @@
+package keystats
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/stretchr/testify/require"
+)
+
+// physBenchValue returns a 100-byte row of lowercase letters and digits
+// (about 5.2 bits of entropy per byte: compresses like text, not like
+// zeros).
+func physBenchValue(r *rand.Rand, buf []byte) []byte {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	buf = buf[:0]
+	for range 100 {
+		buf = append(buf, alphabet[r.IntN(len(alphabet))])
+	}
+	return buf
+}
+
+// physBenchKeys returns sorted MVCC keys over 256 vnodes of one table, with
+// versions per pk, and one value per key.
+func physBenchKeys(r *rand.Rand, n, vnodes, versions int) ([][]byte, [][]byte) {
+	var ks [][]byte
+	perVnode := n / vnodes / versions
+	for v := range vnodes {
+		for pk := range perVnode {
+			pkBytes := keys.AppendUint64(nil, uint64(pk)*1000+uint64(r.IntN(1000)))
+			for e := versions; e >= 1; e-- {
+				kind := keys.KindPut
+				if e < versions && r.IntN(3) == 0 {
+					kind = keys.KindDelete
+				}
+				ks = append(ks, keys.AppendVersioned(nil, 7, uint16(v), pkBytes, keys.MakeVersion(uint64(e), 0), kind))
+			}
+		}
+	}
+	slices.SortFunc(ks, keys.Compare)
+	ks = slices.CompactFunc(ks, func(a, b []byte) bool { return keys.Compare(a, b) == 0 })
+	// Contiguous, in order, as keys sit in Pebble's blocks and memtables.
+	var total int
+	for _, k := range ks {
+		total += len(k)
+	}
+	buf := make([]byte, 0, total)
+	for i, k := range ks {
+		buf = append(buf, k...)
+		ks[i] = buf[len(buf)-len(k) : len(buf) : len(buf)]
+	}
+	vals := make([][]byte, len(ks))
+	for i := range ks {
+		vals[i] = physBenchValue(r, nil)
+	}
+	return ks, vals
+}
+
+// BenchmarkCollector measures, in the same run, the sstable writer's CPU per
+// key without our collector, the collector's own CPU per key (keys fed to it
+// directly), their ratio (writer-overhead-%), and the payload's share of the
+// SST bytes for 100-byte values (payload-%). The ratio is to the writer
+// alone — encoding and compressing blocks of keys already in memory — so it
+// is larger than acceptance 5's overhead-% (BenchmarkCollectorOverhead),
+// which is to the whole of a flush or compaction.
+func BenchmarkCollector(b *testing.B) {
+	for _, shape := range []struct{ keys, vnodes, versions int }{
+		{200_000, 256, 1}, {200_000, 256, 3}, {200_000, 16, 1}, {20_000, 256, 1},
+	} {
+		b.Run(fmt.Sprintf("keys=%d/vnodes=%d/versions=%d", shape.keys, shape.vnodes, shape.versions), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(1, uint64(shape.versions)))
+			ks, vals := physBenchKeys(r, shape.keys, shape.vnodes, shape.versions)
+			opts := &pebble.Options{Comparer: keys.Comparer, FormatMajorVersion: pebble.FormatNewest}
+			opts.EnsureDefaults()
+			fs := vfs.NewMem()
+			write := func(collectors []func() pebble.BlockPropertyCollector) (time.Duration, int64, int) {
+				f, err := fs.Create("b.sst", vfs.WriteCategoryUnspecified)
+				require.NoError(b, err)
+				wo := opts.MakeWriterOptions(6, pebble.FormatNewest.MaxTableFormat())
+				wo.BlockPropertyCollectors = collectors
+				start := time.Now()
+				w := sstable.NewRawWriter(objstorageprovider.NewFileWritable(f), wo)
+				for i, k := range ks {
+					if err := w.Add(pebble.MakeInternalKey(k, 0, pebble.InternalKeyKindSet), vals[i], false); err != nil {
+						b.Fatal(err)
+					}
+				}
+				require.NoError(b, w.Close())
+				d := time.Since(start)
+				st, err := fs.Stat("b.sst")
+				require.NoError(b, err)
+				propLen := 0
+				if collectors != nil {
+					rf, err := fs.Open("b.sst")
+					require.NoError(b, err)
+					readable, err := sstable.NewSimpleReadable(rf)
+					require.NoError(b, err)
+					rd, err := sstable.NewReader(context.Background(), readable, opts.MakeReaderOptions())
+					require.NoError(b, err)
+					propLen = len(rd.UserProperties[CollectorName])
+					require.NoError(b, rd.Close())
+				}
+				return d, st.Size(), propLen
+			}
+			var writerNs, withNs, collNs time.Duration
+			var sstBytes int64
+			var payload int
+			for b.Loop() {
+				d, _, _ := write([]func() pebble.BlockPropertyCollector{})
+				writerNs += d
+
+				start := time.Now()
+				c := NewCollector() // pooled, as Pebble gets it
+				for _, k := range ks {
+					if err := c.AddPointKey(pebble.MakeInternalKey(k, 0, pebble.InternalKeyKindSet), nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if _, err := c.FinishTable([]byte{0}); err != nil {
+					b.Fatal(err)
+				}
+				collNs += time.Since(start)
+
+				d, sstBytes, payload = write([]func() pebble.BlockPropertyCollector{NewCollector})
+				withNs += d
+			}
+			n := float64(b.N) * float64(len(ks))
+			b.ReportMetric(float64(writerNs.Nanoseconds())/n, "writer-ns/key")
+			b.ReportMetric(float64(collNs.Nanoseconds())/n, "collector-ns/key")
+			b.ReportMetric(float64(withNs.Nanoseconds())/n, "writer+collector-ns/key")
+			b.ReportMetric(float64(collNs)/float64(writerNs)*100, "writer-overhead-%")
+			b.ReportMetric(float64(payload)/float64(sstBytes)*100, "payload-%")
+			b.ReportMetric(float64(payload), "payload-bytes")
+		})
+	}
+}
+
+// physSyntheticVersion builds a Version over nFiles files of one table with
+// vnodes vnodes: sorted runs (like L6 files) or files that each span every
+// vnode (like L0 files).
+func physSyntheticVersion(b testing.TB, totalKeys, nFiles, vnodes int, l0 bool) (*Version, []*liveFile) {
+	var files []*liveFile
+	perFile := totalKeys / nFiles
+	for i := range nFiles {
+		c := newCollector()
+		if l0 {
+			for v := range vnodes {
+				for k := range perFile / vnodes {
+					c.add(keys.AppendVersioned(nil, 1, uint16(v), keys.AppendUint64(nil, uint64(k*nFiles+i)), keys.MakeVersion(uint64(i+1), 0), keys.KindPut), pebble.InternalKeyKindSet)
+				}
+			}
+		} else {
+			start := i * perFile
+			for k := start; k < start+perFile; k++ {
+				v := k * vnodes / totalKeys
+				c.add(keys.AppendVersioned(nil, 1, uint16(v), keys.AppendUint64(nil, uint64(k)), keys.MakeVersion(1, 0), keys.KindPut), pebble.InternalKeyKindSet)
+			}
+		}
+		// Through the payload codec, as the tracker reads it.
+		s, err := DecodeSummary(c.Summary().Encode())
+		require.NoError(b, err)
+		files = append(files, newLiveFile(FileInfo{FileNum: uint64(i + 1), Summary: s, RawValueSize: uint64(perFile) * 100, NumEntries: uint64(perFile)}))
+	}
+	return physVersionOf(&Version{}, files, nil, files), files
+}
+
+// BenchmarkVersionVnode: reading one (table, vnode)'s counts.
+func BenchmarkVersionVnode(b *testing.B) {
+	v, _ := physSyntheticVersion(b, 1_000_000, 1000, 256, false)
+	tr := NewTracker(TrackerConfig{})
+	tr.current.Store(v)
+	var sink uint64
+	i := 0
+	for b.Loop() {
+		sink += tr.Current().Vnode(1, uint16(i&255)).Entries
+		i++
+	}
+	if sink == 0 {
+		b.Fatal("no entries")
+	}
+}
+
+// BenchmarkVersionRange: a pk-range query of one vnode.
+func BenchmarkVersionRange(b *testing.B) {
+	for _, l0 := range []bool{false, true} {
+		b.Run(fmt.Sprintf("l0-shaped=%t", l0), func(b *testing.B) {
+			v, _ := physSyntheticVersion(b, 1_000_000, 64, 256, l0)
+			lo, hi := keys.AppendUint64(nil, 100), keys.AppendUint64(nil, 900_000)
+			i := 0
+			for b.Loop() {
+				_ = v.Range(1, uint16(i&255), lo, hi)
+				i++
+			}
+			b.ReportMetric(float64(len(v.vnodeState(1, 7).files)), "files/vnode")
+		})
+	}
+}
+
+// BenchmarkStatsMemory: heap held by a Version per million keys.
+func BenchmarkStatsMemory(b *testing.B) {
+	for _, shape := range []struct {
+		files int
+		l0    bool
+	}{{16, false}, {64, false}, {16, true}} {
+		b.Run(fmt.Sprintf("files=%d/l0-shaped=%t", shape.files, shape.l0), func(b *testing.B) {
+			const total = 1_000_000
+			var perM float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				v, files := physSyntheticVersion(b, total, shape.files, 256, shape.l0)
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perM = float64(after.HeapAlloc-before.HeapAlloc) / (total / 1e6)
+				runtime.KeepAlive(v)
+				runtime.KeepAlive(files)
+			}
+			b.ReportMetric(perM, "stats-bytes/Mkeys")
+		})
+	}
+}
+
+// BenchmarkRefresh: a real DB with about 1,000 live SSTs; each iteration
+// writes a batch into one vnode, flushes (1 new file) and refreshes, then
+// compacts that vnode (2-3 files out, 1 in) and refreshes. Only the
+// refreshes are timed; ns/changed-file divides their time by the files that
+// changed. listing-ns is a refresh with nothing changed (list + diff).
+func BenchmarkRefresh(b *testing.B) {
+	e := openPhys(b, func(o *pebble.Options) { o.L0StopWritesThreshold = 100000 })
+	const tables, vnodes, perSST = 4, 256, 100
+	r := rand.New(rand.NewPCG(5, 5))
+	var paths []string
+	val := physBenchValue(r, nil)
+	for t := range tables {
+		for v := range vnodes {
+			var ops []physOp
+			for pk := range perSST {
+				ops = append(ops, physOp{key: physKey(uint32(t+1), uint16(v), uint64(pk), 1, keys.KindPut), kind: pebble.InternalKeyKindSet, val: val})
+			}
+			e.ingests++
+			path := e.fs.PathJoin(e.scratch, fmt.Sprintf("bench-%d.sst", e.ingests))
+			e.writeSST(path, ops, nil)
+			paths = append(paths, path)
+		}
+	}
+	require.NoError(b, e.db.Ingest(context.Background(), paths))
+	v := e.refresh()
+	b.Logf("%d live files", v.NumFiles())
+
+	var refreshNs time.Duration
+	var changed int
+	epoch := uint64(1)
+	for b.Loop() {
+		b.StopTimer()
+		epoch++
+		t, vn := uint32(1+r.IntN(tables)), uint16(r.IntN(vnodes))
+		batch := e.db.NewBatch()
+		for pk := range 20 {
+			require.NoError(b, batch.Set(physKey(t, vn, uint64(pk*5), epoch, keys.KindPut), val, nil))
+		}
+		require.NoError(b, batch.Commit(pebble.NoSync))
+		require.NoError(b, e.db.Flush())
+		before := e.tr.Current()
+		b.StartTimer()
+		start := time.Now()
+		require.NoError(b, e.tr.Refresh())
+		refreshNs += time.Since(start)
+		b.StopTimer()
+		mid := e.tr.Current()
+		changed += physChanged(before, mid)
+		lo, hi := keys.VnodeSpan(t, vn)
+		require.NoError(b, e.db.Compact(context.Background(), lo, hi, false))
+		b.StartTimer()
+		start = time.Now()
+		require.NoError(b, e.tr.Refresh())
+		refreshNs += time.Since(start)
+		b.StopTimer()
+		changed += physChanged(mid, e.tr.Current())
+		b.StartTimer()
+	}
+	b.StopTimer()
+	start := time.Now()
+	const idle = 20
+	for range idle {
+		require.NoError(b, e.tr.Refresh())
+	}
+	listing := time.Since(start) / idle
+	b.ReportMetric(float64(refreshNs.Nanoseconds())/float64(max(changed, 1)), "ns/changed-file")
+	b.ReportMetric(float64(listing.Nanoseconds()), "listing-ns")
+	b.ReportMetric(float64(e.tr.Current().NumFiles()), "live-files")
+	v = e.tr.Current()
+	rv, err := e.tr.Recompute()
+	require.NoError(b, err)
+	require.NoError(b, v.Diff(rv))
+}
+
+func physChanged(a, b *Version) int {
+	seen := map[uint64]bool{}
+	for _, f := range a.Files() {
+		seen[f.FileNum] = true
+	}
+	n := 0
+	for _, f := range b.Files() {
+		if !seen[f.FileNum] {
+			n++
+		}
+		delete(seen, f.FileNum)
+	}
+	return n + len(seen)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package keystats_test
+
+const raceEnabled = false

@@ -1,0 +1,711 @@
+package keystats
+
+// The Tracker keeps a Version current as Pebble flushes, ingests and
+// compacts.
+//
+// # Refresh
+//
+// Pebble's events carry file numbers only, and SSTables(WithProperties())
+// re-reads every file's properties on each call. So a refresh lists the live
+// tables without properties (O(files), no I/O), diffs the list against the
+// current Version's files (both sorted by file number), reads the payload of
+// each new file only, and derives the next Version from the current one by
+// subtracting the files that left and adding those that arrived (see
+// version.go for the copy-on-write layout). A file that stayed but moved to
+// another level (a move compaction) keeps its summary. The new Version is
+// published with one atomic store: readers never block and always see one
+// consistent file set.
+//
+// A listed file may vanish before it is opened (a compaction finished and
+// Pebble deleted its inputs). The listing is then stale, so the refresh lists
+// again (files already read are kept) — a few times; after that the vanished
+// file is left out, and the event of the compaction that removed it brings
+// the next refresh. Any other error while reading a file fails the refresh
+// and publishes nothing: the current Version stays complete, but lags
+// behind the DB. Err reports the failure until a refresh succeeds, and the
+// background goroutine retries with a backoff instead of waiting for an
+// event that may never come.
+//
+// # Files without a usable payload
+//
+// A virtual SST (excise, ingest-split) shares its backing file's properties,
+// so its summary is rebuilt from the backing file's keys within the virtual
+// bounds. A physical SST whose payload is missing (e.g. written without the
+// collector, or by Pebble's CopySpan, which drops block properties), corrupt,
+// truncated, of an unknown format, or inconsistent with Pebble's NumEntries,
+// is logged with its file number and rebuilt from its keys, and the Version
+// lists it in Rebuilt. Both rebuilds feed the keys to the collector's own
+// classification (Collector.add): one mechanism, never silently wrong totals.
+//
+// # Events
+//
+// The listener's callbacks run under Pebble's mutex: they only signal the
+// background goroutine (a non-blocking send on a one-slot channel) and never
+// call into the DB. Signals coalesce, and every refresh lists the current
+// file set, so none is lost. One change comes without any of these events:
+// IngestAndExcise with an excise span and no files (Pebble fires
+// TableIngested only when files were ingested); whoever excises calls
+// Refresh. A refresh that finds the file set unchanged keeps the Version.
+//
+// Whoever ingests calls RefreshSignalled, which lists only if no refresh
+// started since the last signal: the ingestion's own TableIngested wakes the
+// goroutine too, and whichever of the two comes second finds the listing
+// done.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/errors/oserror"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/keys"
+)
+
+var (
+	// ErrNoDB is returned by Refresh and Recompute before a DB is set.
+	ErrNoDB = errors.New("lsmstats/stats: tracker has no DB")
+	// ErrEntriesMismatch marks CheckFile failures: a file's summary does not
+	// account for Pebble's NumEntries.
+	ErrEntriesMismatch = errors.New("lsmstats/stats: summary does not match Pebble's NumEntries")
+)
+
+// maxListAttempts bounds how often a refresh lists again because a listed
+// file vanished.
+const maxListAttempts = 4
+
+// minFailBackoff and maxFailBackoff bound the background goroutine's wait
+// before it retries a refresh that failed; the wait doubles per failure.
+const (
+	minFailBackoff = 10 * time.Millisecond
+	maxFailBackoff = 5 * time.Second
+)
+
+// TrackerConfig configures a Tracker. Zero fields take the defaults noted.
+type TrackerConfig struct {
+	// DB is the store; it may be nil at NewTracker (the listener is needed to
+	// open the DB) and set later with SetDB.
+	DB *pebble.DB
+	// Dir is the DB's directory; FS its file system (nil: vfs.Default).
+	Dir string
+	FS  vfs.FS
+	// ReaderOptions must come from pebble.Options.MakeReaderOptions after
+	// EnsureDefaults, so that Comparer and KeySchemas are set. Without a
+	// Comparer, those of default options with keys.Comparer are used.
+	ReaderOptions sstable.ReaderOptions
+	// Logger receives refresh errors and rebuilt files (nil:
+	// pebble.DefaultLogger).
+	Logger pebble.Logger
+}
+
+func (cfg TrackerConfig) withDefaults() TrackerConfig {
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = pebble.DefaultLogger
+	}
+	if cfg.ReaderOptions.Comparer == nil {
+		o := &pebble.Options{Comparer: keys.Comparer}
+		o.EnsureDefaults()
+		cfg.ReaderOptions = o.MakeReaderOptions()
+	}
+	return cfg
+}
+
+// Tracker maintains the physical statistics of the live SSTs of one DB.
+// Create it with NewTracker (the zero value is not usable). All methods are
+// safe for concurrent use; Refresh calls are serialised, and Current never
+// blocks.
+type Tracker struct {
+	cfg     TrackerConfig
+	db      atomic.Pointer[pebble.DB]
+	current atomic.Pointer[Version]
+
+	refreshMu sync.Mutex
+	signal    chan struct{}
+	// events counts the signalled changes that a listing started after the
+	// signal sees (see RefreshSignalled); listed is the count a successful
+	// refresh read before listing. CompactionEnd fires before Pebble
+	// installs the compaction's read state, so it is not counted: it sets
+	// mustList, and the next background refresh lists regardless.
+	events, listed atomic.Uint64
+	mustList       atomic.Bool
+	// listings counts the refreshes that listed the DB's tables.
+	listings atomic.Uint64
+	// failed holds the error of the last refresh if it failed (nil after a
+	// refresh that succeeded).
+	failed atomic.Pointer[error]
+
+	lifeMu sync.Mutex
+	stop   chan struct{}
+	done   chan struct{}
+	closed bool
+
+	// deltas computes and delivers compaction deltas (delta.go).
+	deltas deltaState
+}
+
+// NewTracker returns a Tracker whose Current Version is empty until the first
+// Refresh.
+func NewTracker(cfg TrackerConfig) *Tracker {
+	cfg = cfg.withDefaults()
+	t := &Tracker{cfg: cfg, signal: make(chan struct{}, 1)}
+	t.events.Store(1) // the DB's files before any event: the first refresh lists them
+	t.deltas.init()
+	t.current.Store(&Version{})
+	if cfg.DB != nil {
+		t.db.Store(cfg.DB)
+	}
+	return t
+}
+
+// SetDB sets the DB (after pebble.Open) and asks the background goroutine, if
+// started, for a refresh.
+func (t *Tracker) SetDB(db *pebble.DB) {
+	t.db.Store(db)
+	t.notify()
+}
+
+// Current returns the current Version; never nil.
+func (t *Tracker) Current() *Version { return t.current.Load() }
+
+// Err returns the error of the last Refresh if it failed, and nil once one
+// succeeds. A failed refresh publishes nothing: Current stays a complete
+// Version of an earlier file set, which lags behind the DB until a refresh
+// succeeds. The background goroutine (Start) retries failed refreshes with
+// a backoff, so the lag ends by itself once the fault does.
+func (t *Tracker) Err() error {
+	if p := t.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// notify signals a change that any listing started from now on sees.
+func (t *Tracker) notify() {
+	t.events.Add(1)
+	t.signalRefresh()
+}
+
+// signalRefresh wakes the background goroutine; signals coalesce.
+func (t *Tracker) signalRefresh() {
+	select {
+	case t.signal <- struct{}{}:
+	default:
+	}
+}
+
+// EventListener returns the callbacks to install in pebble.Options (combine
+// with others through pebble.TeeEventListener). They only signal the
+// background goroutine (CompactionEnd also queues the compaction's file
+// numbers for its delta, see delta.go).
+func (t *Tracker) EventListener() pebble.EventListener {
+	return pebble.EventListener{
+		FlushEnd: func(pebble.FlushInfo) { t.notify() },
+		CompactionEnd: func(info pebble.CompactionInfo) {
+			t.recordCompaction(info)
+			t.mustList.Store(true)
+			t.signalRefresh()
+		},
+		TableIngested: func(pebble.TableIngestInfo) { t.notify() },
+		TableDeleted:  func(pebble.TableDeleteInfo) { t.notify() },
+	}
+}
+
+// Start starts the background goroutine that refreshes on events. It is a
+// no-op if started before or closed.
+func (t *Tracker) Start() {
+	t.lifeMu.Lock()
+	defer t.lifeMu.Unlock()
+	if t.stop != nil || t.closed {
+		return
+	}
+	t.stop, t.done = make(chan struct{}), make(chan struct{})
+	go t.run(t.stop, t.done)
+}
+
+func (t *Tracker) run(stop, done chan struct{}) {
+	defer close(done)
+	// A compaction event whose result a refresh did not list yet asks for
+	// another refresh after a backoff (see delta.go), and so does a refresh
+	// that failed (an I/O error reading a new file's properties): the event
+	// that asked for it will not come again, and on a quiet store no other
+	// event may come at all.
+	var retry *time.Timer
+	var retryC <-chan time.Time
+	backoff, failBackoff := minRetryBackoff, minFailBackoff
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	arm := func(d time.Duration) {
+		if retryC == nil {
+			retry = time.NewTimer(d)
+			retryC = retry.C
+		}
+	}
+	refresh := func(force bool) {
+		refresh := t.RefreshSignalled
+		if force {
+			refresh = t.Refresh
+		}
+		if err := refresh(); err != nil && !errors.Is(err, ErrNoDB) {
+			t.cfg.Logger.Errorf("lsmstats/stats: refresh: %v; retrying in %s", err, failBackoff)
+			arm(failBackoff)
+			failBackoff = min(2*failBackoff, maxFailBackoff)
+			return
+		}
+		failBackoff = minFailBackoff
+		if t.deltas.pendingLen() == 0 {
+			backoff = minRetryBackoff
+		}
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.signal:
+			refresh(t.mustList.Swap(false))
+		case <-retryC:
+			retryC = nil
+			refresh(true)
+		case <-t.deltas.retry:
+			if retryC == nil {
+				arm(backoff)
+				backoff = min(2*backoff, maxRetryBackoff)
+			}
+		case <-t.deltas.deliver:
+			t.deliverDeltas()
+		}
+	}
+}
+
+// Close stops the background goroutine and waits for it, and closes the
+// channels of compaction subscribers. Close the Tracker before the DB: a
+// refresh lists the DB's tables. Close is idempotent and always returns nil.
+func (t *Tracker) Close() error {
+	t.lifeMu.Lock()
+	defer t.lifeMu.Unlock()
+	if t.stop != nil && !t.closed {
+		close(t.stop)
+		<-t.done
+	}
+	if !t.closed {
+		t.deltas.closeSubscribers()
+	}
+	t.closed = true
+	return nil
+}
+
+// Refresh brings Current up to date with the DB's live SSTs, reading only
+// the files that are new since the last refresh.
+func (t *Tracker) Refresh() error {
+	t.refreshMu.Lock()
+	defer t.refreshMu.Unlock()
+	return t.refreshLocked()
+}
+
+// RefreshSignalled brings Current up to date with every change signalled
+// to the tracker's EventListener so far — flushes (FlushEnd fires after
+// Pebble installs the new read state), ingestions (TableIngested fires
+// after the ingestion's), deleted files — and with SetDB. It lists the DB's
+// tables only if no refresh that succeeded started after the last of these
+// signals. Call it after an ingestion, instead of Refresh: the background
+// goroutine, woken by the same TableIngested, skips its refresh when this
+// one listed, and this one returns without listing when the goroutine's
+// refresh, which started after the signal, succeeded. Compactions are not
+// covered: CompactionEnd fires before Pebble installs the compaction's read
+// state, so the goroutine lists after it instead (see the events field).
+func (t *Tracker) RefreshSignalled() error {
+	events := t.events.Load()
+	t.refreshMu.Lock()
+	defer t.refreshMu.Unlock()
+	if t.listedSince(events) {
+		return nil
+	}
+	return t.refreshLocked()
+}
+
+// listedSince reports whether a refresh that started after the events-th
+// signal succeeded.
+func (t *Tracker) listedSince(events uint64) bool {
+	return t.listed.Load() >= events
+}
+
+func (t *Tracker) refreshLocked() error {
+	db := t.db.Load()
+	if db == nil {
+		return ErrNoDB
+	}
+	// Compaction events queued before the listing are resolved against it,
+	// and the changes signalled before it are in it.
+	n := t.deltas.pendingLen()
+	events := t.events.Load()
+	t.listings.Add(1)
+	base := t.current.Load()
+	l := loader{cfg: &t.cfg, cache: map[uint64]*liveFile{}}
+	v, err := l.derive(context.Background(), db, base)
+	if err != nil {
+		t.failed.Store(&err)
+		return err
+	}
+	t.current.Store(v)
+	t.failed.Store(nil)
+	t.listed.Store(events)
+	if t.deltas.resolve(n, base, v) {
+		// A compaction's result is not listed yet: the goroutine lists
+		// again after a backoff.
+		select {
+		case t.deltas.retry <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// Recompute builds a Version from scratch over the live SSTs, reading every
+// file; it does not change the tracker. Incremental and recomputed Versions
+// must not differ (Version.Diff).
+func (t *Tracker) Recompute() (*Version, error) {
+	cfg := t.cfg
+	cfg.DB = t.db.Load()
+	return Recompute(cfg)
+}
+
+// Recompute builds a Version from scratch over the live SSTs of cfg.DB.
+func Recompute(cfg TrackerConfig) (*Version, error) {
+	if cfg.DB == nil {
+		return nil, ErrNoDB
+	}
+	cfg = cfg.withDefaults()
+	l := loader{cfg: &cfg, cache: map[uint64]*liveFile{}}
+	return l.derive(context.Background(), cfg.DB, &Version{})
+}
+
+// CheckFile checks the identity
+//
+//	Σ (Entries + PebbleTombstones) + MetaKeys + Foreign + NumRangeDeletions == NumEntries
+//
+// for one file and returns an error marked ErrEntriesMismatch naming the
+// file and the terms if it fails.
+func CheckFile(fi FileInfo) error {
+	if fi.Summary == nil {
+		return errors.Wrapf(ErrEntriesMismatch, "table %06d: no summary", fi.FileNum)
+	}
+	points := fi.Summary.PointKeys()
+	if points+fi.NumRangeDeletions != fi.NumEntries {
+		var entries, tombs uint64
+		for _, ts := range fi.Summary.Tables {
+			for _, vs := range ts.Vnodes {
+				entries += vs.Counts.Entries
+				tombs += vs.Counts.PebbleTombstones
+			}
+		}
+		return errors.Wrapf(ErrEntriesMismatch,
+			"table %06d: entries %d + pebble tombstones %d + meta %d + foreign %d + range deletions %d = %d, Pebble's NumEntries = %d",
+			fi.FileNum, entries, tombs, fi.Summary.MetaKeys, fi.Summary.Foreign, fi.NumRangeDeletions,
+			points+fi.NumRangeDeletions, fi.NumEntries)
+	}
+	return nil
+}
+
+// tableRef is one live table of a listing (small, to sort cheaply).
+type tableRef struct {
+	fileNum uint64
+	level   int
+	info    *pebble.SSTableInfo
+}
+
+func (r *tableRef) backing() uint64               { return uint64(r.info.BackingSSTNum) }
+func (r *tableRef) smallest() sstable.InternalKey { return r.info.Smallest }
+func (r *tableRef) largest() sstable.InternalKey  { return r.info.Largest }
+
+func listTables(db *pebble.DB) ([]tableRef, error) {
+	levels, err := db.SSTables()
+	if err != nil {
+		return nil, errors.Wrap(err, "lsmstats/stats: listing tables")
+	}
+	n := 0
+	for _, tables := range levels {
+		n += len(tables)
+	}
+	refs := make([]tableRef, 0, n)
+	for level, tables := range levels {
+		for i := range tables {
+			refs = append(refs, tableRef{fileNum: uint64(tables[i].FileNum), level: level, info: &tables[i]})
+		}
+	}
+	slices.SortFunc(refs, func(a, b tableRef) int { return cmp.Compare(a.fileNum, b.fileNum) })
+	return refs, nil
+}
+
+// loader reads files for one refresh (or recomputation); cache keeps the
+// files it read across listing attempts.
+type loader struct {
+	cfg   *TrackerConfig
+	cache map[uint64]*liveFile
+}
+
+// derive lists db's tables and returns the Version that follows base.
+func (l *loader) derive(ctx context.Context, db *pebble.DB, base *Version) (*Version, error) {
+	for attempt := 1; ; attempt++ {
+		refs, err := listTables(db)
+		if err != nil {
+			return nil, err
+		}
+		v, err := l.diff(ctx, base, refs, attempt == maxListAttempts)
+		if err != nil || v != nil {
+			return v, err
+		}
+	}
+}
+
+// diff derives the Version for refs from base. If a new file vanished it
+// returns a nil Version (list again), unless final: then it leaves the file
+// out.
+func (l *loader) diff(ctx context.Context, base *Version, refs []tableRef, final bool) (*Version, error) {
+	files := make([]*liveFile, 0, len(refs))
+	var added, removed []*liveFile
+	anyMoved := false
+	old := base.files
+	i, j := 0, 0
+	for i < len(old) || j < len(refs) {
+		switch {
+		case j == len(refs) || (i < len(old) && old[i].info.FileNum < refs[j].fileNum):
+			removed = append(removed, old[i])
+			i++
+		case i == len(old) || refs[j].fileNum < old[i].info.FileNum:
+			f, err := l.load(ctx, &refs[j])
+			if err != nil {
+				if oserror.IsNotExist(err) {
+					if !final {
+						return nil, nil
+					}
+					l.cfg.Logger.Infof("lsmstats/stats: table %06d vanished before it was read; left out until the next refresh", refs[j].fileNum)
+					j++
+					continue
+				}
+				return nil, err
+			}
+			added = append(added, f)
+			files = append(files, f)
+			j++
+		default:
+			f := old[i]
+			if f.info.Level != refs[j].level {
+				moved := *f
+				moved.info.Level = refs[j].level
+				f = &moved
+				anyMoved = true
+			}
+			files = append(files, f)
+			i++
+			j++
+		}
+	}
+	if len(added) == 0 && len(removed) == 0 && !anyMoved {
+		return base, nil // nothing changed: keep the Version
+	}
+	b := newBuilder(base)
+	for _, f := range removed {
+		b.apply(f, false)
+	}
+	for _, f := range added {
+		b.apply(f, true)
+	}
+	var rebuilt []FileError
+	for _, f := range files {
+		if f.rebuildErr != nil {
+			rebuilt = append(rebuilt, FileError{FileNum: f.info.FileNum, Err: f.rebuildErr})
+		}
+	}
+	return b.finish(files, rebuilt), nil
+}
+
+func (l *loader) path(fileNum uint64) string {
+	return l.cfg.FS.PathJoin(l.cfg.Dir, fmt.Sprintf("%06d.sst", fileNum))
+}
+
+// load reads one new table. Errors satisfying oserror.IsNotExist mean the
+// file vanished.
+func (l *loader) load(ctx context.Context, ref *tableRef) (*liveFile, error) {
+	if f, ok := l.cache[ref.fileNum]; ok {
+		if f.info.Level != ref.level {
+			moved := *f
+			moved.info.Level = ref.level
+			f = &moved
+		}
+		return f, nil
+	}
+	file, err := l.cfg.FS.Open(l.path(ref.backing()))
+	if err != nil {
+		return nil, err
+	}
+	readable, err := sstable.NewSimpleReadable(file)
+	if err != nil {
+		_ = file.Close()
+		return nil, err
+	}
+	ropts := l.cfg.ReaderOptions
+	ropts.CacheOpts.FileNum = ref.info.BackingSSTNum // named in Pebble's errors
+	r, err := sstable.NewReader(ctx, readable, ropts)
+	if err != nil {
+		_ = readable.Close()
+		return nil, errors.Wrapf(err, "lsmstats/stats: opening table %06d", ref.backing())
+	}
+	defer func() { _ = r.Close() }()
+	props, err := r.ReadPropertiesBlock(ctx, nil)
+	if err != nil {
+		return nil, errors.Wrapf(err, "lsmstats/stats: reading properties of table %06d", ref.backing())
+	}
+	info := FileInfo{
+		FileNum:           ref.fileNum,
+		BackingNum:        ref.backing(),
+		Level:             ref.level,
+		Size:              ref.info.Size,
+		Virtual:           ref.info.Virtual,
+		Smallest:          slices.Clone(ref.smallest().UserKey),
+		Largest:           slices.Clone(ref.largest().UserKey),
+		LargestExclusive:  ref.largest().IsExclusiveSentinel(),
+		NumEntries:        props.NumEntries,
+		NumRangeDeletions: props.NumRangeDeletions,
+		RawKeySize:        props.RawKeySize,
+		RawValueSize:      props.RawValueSize,
+	}
+	var reason error
+	if ref.info.Virtual {
+		sc, err := scan(ctx, r, ref)
+		if err != nil {
+			return nil, err
+		}
+		physPoints := props.NumEntries - props.NumRangeDeletions
+		info.Summary = sc.summary
+		info.Source = FromVirtualScan
+		info.NumEntries = sc.points + sc.rangeDels
+		info.NumRangeDeletions = sc.rangeDels
+		info.RawKeySize = apportion(props.RawKeySize, sc.points, max(physPoints, sc.points))
+		// Values go with puts: scale by the share of the backing file's puts
+		// (from its payload) when it is usable, else by point keys.
+		info.RawValueSize = apportion(props.RawValueSize, sc.points, max(physPoints, sc.points))
+		if prop, ok := r.UserProperties[CollectorName]; ok {
+			if backing, err := DecodeSummary([]byte(prop)); err == nil {
+				if puts := backing.puts(); puts >= sc.summary.puts() {
+					info.RawValueSize = apportion(props.RawValueSize, sc.summary.puts(), puts)
+				}
+			}
+		}
+	} else {
+		if prop, ok := r.UserProperties[CollectorName]; !ok {
+			reason = errors.Newf("lsmstats/stats: no %s property", CollectorName)
+		} else if s, err := DecodeSummary([]byte(prop)); err != nil {
+			reason = err
+		} else {
+			info.Summary = s
+			if err := CheckFile(info); err != nil {
+				reason = err
+			}
+		}
+		if reason != nil {
+			l.cfg.Logger.Errorf("lsmstats/stats: table %06d: unusable payload: %v; rebuilding its summary from its keys", ref.fileNum, reason)
+			sc, err := scan(ctx, r, ref)
+			if err != nil {
+				return nil, err
+			}
+			info.Summary = sc.summary
+			info.Source = FromRebuild
+			if err := CheckFile(info); err != nil {
+				l.cfg.Logger.Errorf("lsmstats/stats: table %06d: rebuilt summary: %v", ref.fileNum, err)
+				reason = errors.WithSecondaryError(reason, err)
+			}
+		}
+	}
+	f := newLiveFile(info)
+	f.rebuildErr = reason
+	l.cache[ref.fileNum] = f
+	return f, nil
+}
+
+type scanResult struct {
+	summary   *FileSummary
+	points    uint64
+	rangeDels uint64
+}
+
+// scan classifies the point keys of r within ref's bounds with the
+// collector's code, and counts the range deletions overlapping the bounds.
+// Values are never read; blob handles (value separation) are decoded only as
+// far as DebugHandlesBlobContext goes, where AssertNoBlobHandles would panic.
+func scan(ctx context.Context, r *sstable.Reader, ref *tableRef) (scanResult, error) {
+	var res scanResult
+	it, err := r.NewIter(sstable.NoTransforms, nil, nil, sstable.DebugHandlesBlobContext)
+	if err != nil {
+		return res, errors.Wrapf(err, "lsmstats/stats: iterating table %06d", ref.fileNum)
+	}
+	c := newCollector()
+	cmp := keys.Compare
+	smallest, largest := ref.smallest(), ref.largest()
+	for kv := it.SeekGE(smallest.UserKey, 0); kv != nil; kv = it.Next() {
+		if !afterLower(cmp, kv.K, smallest) {
+			continue
+		}
+		if !beforeUpper(cmp, kv.K, largest) {
+			break
+		}
+		c.add(kv.K.UserKey, kv.K.Kind())
+		res.points++
+	}
+	err = errors.CombineErrors(it.Error(), it.Close())
+	if err == nil {
+		err = c.err
+	}
+	if err != nil {
+		return res, errors.Wrapf(err, "lsmstats/stats: iterating table %06d", ref.fileNum)
+	}
+	res.summary = c.Summary()
+
+	rit, err := r.NewRawRangeDelIter(ctx, sstable.NoFragmentTransforms, sstable.NoReadEnv)
+	if err != nil {
+		return res, errors.Wrapf(err, "lsmstats/stats: range deletions of table %06d", ref.fileNum)
+	}
+	if rit != nil {
+		defer rit.Close()
+		span, err := rit.First()
+		for ; span != nil && err == nil; span, err = rit.Next() {
+			// [Start, End) overlaps [smallest, largest]?
+			if cmp(span.End, smallest.UserKey) <= 0 {
+				continue
+			}
+			c := cmp(span.Start, largest.UserKey)
+			if c > 0 || (c == 0 && largest.IsExclusiveSentinel()) {
+				break
+			}
+			res.rangeDels += uint64(len(span.Keys))
+		}
+		if err != nil {
+			return res, errors.Wrapf(err, "lsmstats/stats: range deletions of table %06d", ref.fileNum)
+		}
+	}
+	return res, nil
+}
+
+// afterLower reports k >= lower and beforeUpper k <= upper (k < upper for
+// an exclusive sentinel), by user key: the bounds' trailers may carry an
+// ingested file's global seqnum, which the raw iterator (NoTransforms) does
+// not apply, and virtual bounds never split one user key.
+func afterLower(cmp func(a, b []byte) int, k, lower sstable.InternalKey) bool {
+	return cmp(k.UserKey, lower.UserKey) >= 0
+}
+
+func beforeUpper(cmp func(a, b []byte) int, k, upper sstable.InternalKey) bool {
+	c := cmp(k.UserKey, upper.UserKey)
+	return c < 0 || (c == 0 && !upper.IsExclusiveSentinel())
+}
