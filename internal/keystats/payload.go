@@ -585,129 +585,175 @@ func (r *bodyReader) pk(arena, prev []byte) ([]byte, []byte) {
 	return arena, arena[start:len(arena):len(arena)]
 }
 
+// decodeBody decodes a payload's body (after its header and checksum): the
+// file's metadata and foreign key counts, then each table, each with its
+// vnodes, each with its counts, samples and last pk. Every count and id is
+// checked as it is read (checkCounts, checkSample), and the whole must be
+// used up.
 func decodeBody(b []byte) (*FileSummary, error) {
-	r := &bodyReader{b: b, arenaLeft: uint64(len(b))*maxPKBytesRatio + 1<<20}
+	d := &bodyDecoder{
+		r:     bodyReader{b: b, arenaLeft: uint64(len(b))*maxPKBytesRatio + 1<<20},
+		arena: make([]byte, 0, len(b)),
+	}
 	s := &FileSummary{
-		MetaKeys: r.uvarint("meta keys"),
-		Foreign:  r.uvarint("foreign keys"),
+		MetaKeys: d.r.uvarint("meta keys"),
+		Foreign:  d.r.uvarint("foreign keys"),
 	}
-	nTables := r.count("table count", 2)
-	if r.err != nil {
-		return nil, r.err
+	nTables := d.r.count("table count", 2)
+	if d.r.err != nil {
+		return nil, d.r.err
 	}
-	// pk bytes go to one arena; arenaLeft bounds its growth.
-	arena := make([]byte, 0, len(b))
-	var first []byte // the current vnode's first sample pk (lastPK is relative to it)
+	if err := d.addKeys(s.MetaKeys, s.Foreign); err != nil {
+		return nil, err
+	}
 	if nTables > 0 {
 		s.Tables = make([]TableSummary, nTables)
 	}
-	var total uint64 = s.MetaKeys
-	var ok bool
-	if total, ok = addOK(total, s.Foreign); !ok {
-		return nil, corruptf("key count overflows")
-	}
+	prev := int64(-1)
 	for i := range s.Tables {
-		ts := &s.Tables[i]
-		gap := r.uvarint("table gap")
-		if i == 0 {
-			if gap > math.MaxUint32 {
-				r.err = corruptf("table id %d out of range", gap)
-			}
-			ts.Table = uint32(gap)
-		} else {
-			next := uint64(s.Tables[i-1].Table) + gap + 1
-			if next > math.MaxUint32 {
-				r.err = corruptf("table id %d out of range", next)
-			}
-			ts.Table = uint32(next)
+		if err := d.table(&s.Tables[i], prev); err != nil {
+			return nil, err
 		}
-		nVnodes := r.count("vnode count", 8)
-		if r.err == nil && nVnodes == 0 {
-			r.err = corruptf("table %d has no vnodes", ts.Table)
-		}
-		if r.err != nil {
-			return nil, r.err
-		}
-		ts.Vnodes = make([]VnodeSummary, nVnodes)
-		for j := range ts.Vnodes {
-			vs := &ts.Vnodes[j]
-			gap := r.uvarint("vnode gap")
-			next := gap
-			if j > 0 {
-				next = uint64(ts.Vnodes[j-1].Vnode) + gap + 1
-			}
-			if r.err == nil && next > math.MaxUint16 {
-				r.err = corruptf("vnode %d out of range", next)
-			}
-			vs.Vnode = uint16(next)
-			c := &vs.Counts
-			c.Puts = r.uvarint("puts")
-			c.Deletes = r.uvarint("deletes")
-			c.Prefixes = r.uvarint("prefixes")
-			c.HeadPuts = r.uvarint("head puts")
-			c.KeyBytes = r.uvarint("key bytes")
-			c.PebbleTombstones = r.uvarint("pebble tombstones")
-			if r.err != nil {
-				return nil, r.err
-			}
-			if err := checkCounts(ts.Table, vs.Vnode, c); err != nil {
-				return nil, err
-			}
-			for _, v := range [...]uint64{c.Entries, c.PebbleTombstones} {
-				if total, ok = addOK(total, v); !ok {
-					return nil, corruptf("key count overflows")
-				}
-			}
-			nSamples := r.count("sample count", 2)
-			if r.err != nil {
-				return nil, r.err
-			}
-			if (nSamples == 0) != (c.Entries == 0) || uint64(nSamples) > c.Prefixes || nSamples > maxVnodeSamples {
-				return nil, corruptf("t%d/v%d: %d samples for %d prefixes", ts.Table, vs.Vnode, nSamples, c.Prefixes)
-			}
-			if nSamples == 0 {
-				continue
-			}
-			// Validate the samples (two pk buffers), then keep their bytes.
-			start := r.b
-			var prev, sm Sample
-			var bufs [2][]byte
-			for k := range nSamples {
-				bufs[k&1], sm.PK = r.pk(bufs[k&1][:0], prev.PK)
-				if k == 0 {
-					first = append(first[:0], sm.PK...)
-				}
-				if k > 0 {
-					sm.Puts = prev.Puts + r.uvarint("sample puts")
-					sm.Deletes = prev.Deletes + r.uvarint("sample deletes")
-					sm.HeadPuts = prev.HeadPuts + r.uvarint("sample head puts")
-					sm.Prefixes = prev.Prefixes + r.uvarint("sample prefixes")
-				}
-				if r.err != nil {
-					return nil, r.err
-				}
-				if err := checkSample(ts.Table, vs.Vnode, k, &prev, &sm, c); err != nil {
-					return nil, err
-				}
-				prev = sm
-			}
-			vs.samples = packedSamples{n: nSamples, data: start[: len(start)-len(r.b) : len(start)-len(r.b)]}
-			arena, vs.LastPK = r.pk(arena, first)
-			if r.err != nil {
-				return nil, r.err
-			}
-			if bytes.Compare(vs.LastPK, prev.PK) < 0 {
-				return nil, corruptf("t%d/v%d: last pk sorts before the last sample", ts.Table, vs.Vnode)
-			}
-		}
+		prev = int64(s.Tables[i].Table)
 	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	if len(r.b) != 0 {
-		return nil, corruptf("%d trailing bytes", len(r.b))
+	if len(d.r.b) != 0 {
+		return nil, corruptf("%d trailing bytes", len(d.r.b))
 	}
 	return s, nil
+}
+
+// bodyDecoder holds what decoding a body carries from one vnode to the next.
+type bodyDecoder struct {
+	r bodyReader
+	// arena holds every vnode's LastPK; r.arenaLeft bounds its growth.
+	arena []byte
+	// first is the current vnode's first sample pk, which its LastPK is
+	// encoded relative to.
+	first []byte
+	// keys counts the keys decoded so far, which must not overflow.
+	keys uint64
+}
+
+// addKeys adds key counts to the body's total.
+func (d *bodyDecoder) addKeys(counts ...uint64) error {
+	for _, c := range counts {
+		var ok bool
+		if d.keys, ok = addOK(d.keys, c); !ok {
+			return corruptf("key count overflows")
+		}
+	}
+	return nil
+}
+
+// id reads an id stored as its gap from the previous one (prev, or -1 for
+// the first, which is stored as itself) and checks it against limit.
+func (d *bodyDecoder) id(gapName, idName string, prev int64, limit uint64) uint64 {
+	next := d.r.uvarint(gapName)
+	if prev >= 0 {
+		var ok bool
+		if next, ok = addOK(next, uint64(prev)+1); !ok {
+			next = math.MaxUint64
+		}
+	}
+	if d.r.err == nil && next > limit {
+		d.r.err = corruptf("%s %d out of range", idName, next)
+	}
+	return next
+}
+
+// table decodes one table: its id, then its vnodes in increasing order.
+func (d *bodyDecoder) table(ts *TableSummary, prev int64) error {
+	ts.Table = uint32(d.id("table gap", "table id", prev, math.MaxUint32))
+	n := d.r.count("vnode count", 8)
+	if d.r.err == nil && n == 0 {
+		d.r.err = corruptf("table %d has no vnodes", ts.Table)
+	}
+	if d.r.err != nil {
+		return d.r.err
+	}
+	ts.Vnodes = make([]VnodeSummary, n)
+	prevVnode := int64(-1)
+	for j := range ts.Vnodes {
+		if err := d.vnode(ts.Table, &ts.Vnodes[j], prevVnode); err != nil {
+			return err
+		}
+		prevVnode = int64(ts.Vnodes[j].Vnode)
+	}
+	return nil
+}
+
+// vnode decodes one vnode: its id, its counts, its samples and its last pk.
+func (d *bodyDecoder) vnode(table uint32, vs *VnodeSummary, prev int64) error {
+	vs.Vnode = uint16(d.id("vnode gap", "vnode", prev, math.MaxUint16))
+	c := &vs.Counts
+	c.Puts = d.r.uvarint("puts")
+	c.Deletes = d.r.uvarint("deletes")
+	c.Prefixes = d.r.uvarint("prefixes")
+	c.HeadPuts = d.r.uvarint("head puts")
+	c.KeyBytes = d.r.uvarint("key bytes")
+	c.PebbleTombstones = d.r.uvarint("pebble tombstones")
+	if d.r.err != nil {
+		return d.r.err
+	}
+	if err := checkCounts(table, vs.Vnode, c); err != nil {
+		return err
+	}
+	if err := d.addKeys(c.Entries, c.PebbleTombstones); err != nil {
+		return err
+	}
+	n := d.r.count("sample count", 2)
+	if d.r.err != nil {
+		return d.r.err
+	}
+	if (n == 0) != (c.Entries == 0) || uint64(n) > c.Prefixes || n > maxVnodeSamples {
+		return corruptf("t%d/v%d: %d samples for %d prefixes", table, vs.Vnode, n, c.Prefixes)
+	}
+	if n == 0 {
+		return nil
+	}
+	lastSample, err := d.samples(table, vs, n)
+	if err != nil {
+		return err
+	}
+	d.arena, vs.LastPK = d.r.pk(d.arena, d.first)
+	if d.r.err != nil {
+		return d.r.err
+	}
+	if bytes.Compare(vs.LastPK, lastSample) < 0 {
+		return corruptf("t%d/v%d: last pk sorts before the last sample", table, vs.Vnode)
+	}
+	return nil
+}
+
+// samples validates a vnode's n samples and keeps their encoded bytes
+// (vs.samples), and returns the last sample's pk. The pks are decoded into
+// two alternating buffers, each sample against the one before; the first
+// is kept in d.first.
+func (d *bodyDecoder) samples(table uint32, vs *VnodeSummary, n int) ([]byte, error) {
+	start := d.r.b
+	var prev, sm Sample
+	var bufs [2][]byte
+	for k := range n {
+		bufs[k&1], sm.PK = d.r.pk(bufs[k&1][:0], prev.PK)
+		if k == 0 {
+			d.first = append(d.first[:0], sm.PK...)
+		} else {
+			sm.Puts = prev.Puts + d.r.uvarint("sample puts")
+			sm.Deletes = prev.Deletes + d.r.uvarint("sample deletes")
+			sm.HeadPuts = prev.HeadPuts + d.r.uvarint("sample head puts")
+			sm.Prefixes = prev.Prefixes + d.r.uvarint("sample prefixes")
+		}
+		if d.r.err != nil {
+			return nil, d.r.err
+		}
+		if err := checkSample(table, vs.Vnode, k, &prev, &sm, &vs.Counts); err != nil {
+			return nil, err
+		}
+		prev = sm
+	}
+	used := len(start) - len(d.r.b)
+	vs.samples = packedSamples{n: n, data: start[:used:used]}
+	return prev.PK, nil
 }
 
 func addOK(a, b uint64) (uint64, bool) {

@@ -538,29 +538,12 @@ func (l *loader) path(fileNum uint64) string {
 // load reads one new table. Errors satisfying oserror.IsNotExist mean the
 // file vanished.
 func (l *loader) load(ctx context.Context, ref *tableRef) (*liveFile, error) {
-	if f, ok := l.cache[ref.fileNum]; ok {
-		if f.info.Level != ref.level {
-			moved := *f
-			moved.info.Level = ref.level
-			f = &moved
-		}
+	if f, ok := l.cached(ref); ok {
 		return f, nil
 	}
-	file, err := l.cfg.FS.Open(l.path(ref.backing()))
+	r, err := l.open(ctx, ref)
 	if err != nil {
 		return nil, err
-	}
-	readable, err := sstable.NewSimpleReadable(file)
-	if err != nil {
-		_ = file.Close()
-		return nil, err
-	}
-	ropts := l.cfg.ReaderOptions
-	ropts.CacheOpts.FileNum = ref.info.BackingSSTNum // named in Pebble's errors
-	r, err := sstable.NewReader(ctx, readable, ropts)
-	if err != nil {
-		_ = readable.Close()
-		return nil, errors.Wrapf(err, "lsmstats/stats: opening table %06d", ref.backing())
 	}
 	defer func() { _ = r.Close() }()
 	props, err := r.ReadPropertiesBlock(ctx, nil)
@@ -581,57 +564,116 @@ func (l *loader) load(ctx context.Context, ref *tableRef) (*liveFile, error) {
 		RawKeySize:        props.RawKeySize,
 		RawValueSize:      props.RawValueSize,
 	}
-	var reason error
+	var rebuilt error
 	if ref.info.Virtual {
-		sc, err := scan(ctx, r, ref)
-		if err != nil {
-			return nil, err
-		}
-		physPoints := props.NumEntries - props.NumRangeDeletions
-		info.Summary = sc.summary
-		info.Source = FromVirtualScan
-		info.NumEntries = sc.points + sc.rangeDels
-		info.NumRangeDeletions = sc.rangeDels
-		info.RawKeySize = apportion(props.RawKeySize, sc.points, max(physPoints, sc.points))
-		// Values go with puts: scale by the share of the backing file's puts
-		// (from its payload) when it is usable, else by point keys.
-		info.RawValueSize = apportion(props.RawValueSize, sc.points, max(physPoints, sc.points))
-		if prop, ok := r.UserProperties[CollectorName]; ok {
-			if backing, err := DecodeSummary([]byte(prop)); err == nil {
-				if puts := backing.puts(); puts >= sc.summary.puts() {
-					info.RawValueSize = apportion(props.RawValueSize, sc.summary.puts(), puts)
-				}
-			}
-		}
+		err = summarizeVirtual(ctx, r, ref, props, &info)
 	} else {
-		if prop, ok := r.UserProperties[CollectorName]; !ok {
-			reason = errors.Newf("lsmstats/stats: no %s property", CollectorName)
-		} else if s, err := DecodeSummary([]byte(prop)); err != nil {
-			reason = err
-		} else {
-			info.Summary = s
-			if err := CheckFile(info); err != nil {
-				reason = err
-			}
-		}
-		if reason != nil {
-			l.cfg.Logger.Errorf("lsmstats/stats: table %06d: unusable payload: %v; rebuilding its summary from its keys", ref.fileNum, reason)
-			sc, err := scan(ctx, r, ref)
-			if err != nil {
-				return nil, err
-			}
-			info.Summary = sc.summary
-			info.Source = FromRebuild
-			if err := CheckFile(info); err != nil {
-				l.cfg.Logger.Errorf("lsmstats/stats: table %06d: rebuilt summary: %v", ref.fileNum, err)
-				reason = errors.WithSecondaryError(reason, err)
+		rebuilt, err = l.summarize(ctx, r, ref, &info)
+	}
+	if err != nil {
+		return nil, err
+	}
+	f := newLiveFile(info)
+	f.rebuildErr = rebuilt
+	l.cache[ref.fileNum] = f
+	return f, nil
+}
+
+// cached returns the file of ref loaded before, at ref's level.
+func (l *loader) cached(ref *tableRef) (*liveFile, bool) {
+	f, ok := l.cache[ref.fileNum]
+	if ok && f.info.Level != ref.level {
+		moved := *f
+		moved.info.Level = ref.level
+		f = &moved
+	}
+	return f, ok
+}
+
+// open opens the backing file of ref.
+func (l *loader) open(ctx context.Context, ref *tableRef) (*sstable.Reader, error) {
+	file, err := l.cfg.FS.Open(l.path(ref.backing()))
+	if err != nil {
+		return nil, err
+	}
+	readable, err := sstable.NewSimpleReadable(file)
+	if err != nil {
+		_ = file.Close()
+		return nil, err
+	}
+	ropts := l.cfg.ReaderOptions
+	ropts.CacheOpts.FileNum = ref.info.BackingSSTNum // named in Pebble's errors
+	r, err := sstable.NewReader(ctx, readable, ropts)
+	if err != nil {
+		_ = readable.Close()
+		return nil, errors.Wrapf(err, "lsmstats/stats: opening table %06d", ref.backing())
+	}
+	return r, nil
+}
+
+// summarize sets the summary of a physical SST from its statistics
+// property or, when the property is missing, corrupt or does not account
+// for the file's entries, from the file's keys. rebuilt says why it was
+// rebuilt (nil if the property was used); err is a failure to read the
+// keys.
+func (l *loader) summarize(ctx context.Context, r *sstable.Reader, ref *tableRef, info *FileInfo) (rebuilt, err error) {
+	rebuilt = payloadSummary(r, info)
+	if rebuilt == nil {
+		return nil, nil
+	}
+	l.cfg.Logger.Errorf("lsmstats/stats: table %06d: unusable payload: %v; rebuilding its summary from its keys", ref.fileNum, rebuilt)
+	sc, err := scan(ctx, r, ref)
+	if err != nil {
+		return nil, err
+	}
+	info.Summary, info.Source = sc.summary, FromRebuild
+	if err := CheckFile(*info); err != nil {
+		l.cfg.Logger.Errorf("lsmstats/stats: table %06d: rebuilt summary: %v", ref.fileNum, err)
+		rebuilt = errors.WithSecondaryError(rebuilt, err)
+	}
+	return rebuilt, nil
+}
+
+// payloadSummary sets info's summary from r's statistics property, or
+// returns why the property cannot be used.
+func payloadSummary(r *sstable.Reader, info *FileInfo) error {
+	prop, ok := r.UserProperties[CollectorName]
+	if !ok {
+		return errors.Newf("lsmstats/stats: no %s property", CollectorName)
+	}
+	s, err := DecodeSummary([]byte(prop))
+	if err != nil {
+		return err
+	}
+	info.Summary = s
+	return CheckFile(*info)
+}
+
+// summarizeVirtual sets the summary of a virtual SST from the keys of its
+// backing file within its bounds (the property covers the whole backing
+// file), and apportions the backing file's key and value bytes to it.
+func summarizeVirtual(ctx context.Context, r *sstable.Reader, ref *tableRef, props sstable.Properties, info *FileInfo) error {
+	sc, err := scan(ctx, r, ref)
+	if err != nil {
+		return err
+	}
+	physPoints := props.NumEntries - props.NumRangeDeletions
+	info.Summary = sc.summary
+	info.Source = FromVirtualScan
+	info.NumEntries = sc.points + sc.rangeDels
+	info.NumRangeDeletions = sc.rangeDels
+	info.RawKeySize = apportion(props.RawKeySize, sc.points, max(physPoints, sc.points))
+	// Values go with puts: scale by the share of the backing file's puts
+	// (from its payload) when it is usable, else by point keys.
+	info.RawValueSize = apportion(props.RawValueSize, sc.points, max(physPoints, sc.points))
+	if prop, ok := r.UserProperties[CollectorName]; ok {
+		if backing, err := DecodeSummary([]byte(prop)); err == nil {
+			if puts := backing.puts(); puts >= sc.summary.puts() {
+				info.RawValueSize = apportion(props.RawValueSize, sc.summary.puts(), puts)
 			}
 		}
 	}
-	f := newLiveFile(info)
-	f.rebuildErr = reason
-	l.cache[ref.fileNum] = f
-	return f, nil
+	return nil
 }
 
 type scanResult struct {
