@@ -7,7 +7,7 @@ package keystats
 //
 // Pebble's events carry file numbers only, and SSTables(WithProperties())
 // re-reads every file's properties on each call. So a refresh lists the live
-// tables without properties (O(files), no I/O), diffs the list against the
+// SSTs without properties (O(files), no I/O), diffs the list against the
 // current Version's files (both sorted by file number), reads the payload of
 // each new file only, and derives the next Version from the current one by
 // subtracting the files that left and adding those that arrived (see
@@ -138,7 +138,7 @@ type Tracker struct {
 	// mustList, and the next background refresh lists regardless.
 	events, listed atomic.Uint64
 	mustList       atomic.Bool
-	// listings counts the refreshes that listed the DB's tables.
+	// listings counts the refreshes that listed the DB's SSTs.
 	listings atomic.Uint64
 	// failed holds the error of the last refresh if it failed (nil after a
 	// refresh that succeeded).
@@ -291,7 +291,7 @@ func (t *Tracker) run(stop, done chan struct{}) {
 
 // Close stops the background goroutine and waits for it, and closes the
 // channels of compaction subscribers. Close the Tracker before the DB: a
-// refresh lists the DB's tables. Close is idempotent and always returns nil.
+// refresh lists the DB's SSTs. Close is idempotent and always returns nil.
 func (t *Tracker) Close() error {
 	t.lifeMu.Lock()
 	defer t.lifeMu.Unlock()
@@ -318,7 +318,7 @@ func (t *Tracker) Refresh() error {
 // to the tracker's EventListener so far — flushes (FlushEnd fires after
 // Pebble installs the new read state), ingestions (TableIngested fires
 // after the ingestion's), deleted files — and with SetDB. It lists the DB's
-// tables only if no refresh that succeeded started after the last of these
+// SSTs only if no refresh that succeeded started after the last of these
 // signals. Call it after an ingestion, instead of Refresh: the background
 // goroutine, woken by the same TableIngested, skips its refresh when this
 // one listed, and this one returns without listing when the goroutine's
@@ -399,7 +399,7 @@ func Recompute(cfg TrackerConfig) (*Version, error) {
 // file and the terms if it fails.
 func CheckFile(fi FileInfo) error {
 	if fi.Summary == nil {
-		return errors.Wrapf(ErrEntriesMismatch, "table %06d: no summary", fi.FileNum)
+		return errors.Wrapf(ErrEntriesMismatch, "sst %06d: no summary", fi.FileNum)
 	}
 	points := fi.Summary.PointKeys()
 	if points+fi.NumRangeDeletions != fi.NumEntries {
@@ -411,25 +411,25 @@ func CheckFile(fi FileInfo) error {
 			}
 		}
 		return errors.Wrapf(ErrEntriesMismatch,
-			"table %06d: entries %d + pebble tombstones %d + meta %d + foreign %d + range deletions %d = %d, Pebble's NumEntries = %d",
+			"sst %06d: entries %d + pebble tombstones %d + meta %d + foreign %d + range deletions %d = %d, Pebble's NumEntries = %d",
 			fi.FileNum, entries, tombs, fi.Summary.MetaKeys, fi.Summary.Foreign, fi.NumRangeDeletions,
 			points+fi.NumRangeDeletions, fi.NumEntries)
 	}
 	return nil
 }
 
-// tableRef is one live table of a listing (small, to sort cheaply).
-type tableRef struct {
+// sstRef is one live SST of a listing (small, to sort cheaply).
+type sstRef struct {
 	fileNum uint64
 	level   int
 	info    *pebble.SSTableInfo
 }
 
-func (r *tableRef) backing() uint64               { return uint64(r.info.BackingSSTNum) }
-func (r *tableRef) smallest() sstable.InternalKey { return r.info.Smallest }
-func (r *tableRef) largest() sstable.InternalKey  { return r.info.Largest }
+func (r *sstRef) backing() uint64               { return uint64(r.info.BackingSSTNum) }
+func (r *sstRef) smallest() sstable.InternalKey { return r.info.Smallest }
+func (r *sstRef) largest() sstable.InternalKey  { return r.info.Largest }
 
-func listTables(db *pebble.DB) ([]tableRef, error) {
+func listSSTs(db *pebble.DB) ([]sstRef, error) {
 	levels, err := db.SSTables()
 	if err != nil {
 		return nil, errors.Wrap(err, "lsmstats/stats: listing tables")
@@ -438,13 +438,13 @@ func listTables(db *pebble.DB) ([]tableRef, error) {
 	for _, tables := range levels {
 		n += len(tables)
 	}
-	refs := make([]tableRef, 0, n)
+	refs := make([]sstRef, 0, n)
 	for level, tables := range levels {
 		for i := range tables {
-			refs = append(refs, tableRef{fileNum: uint64(tables[i].FileNum), level: level, info: &tables[i]})
+			refs = append(refs, sstRef{fileNum: uint64(tables[i].FileNum), level: level, info: &tables[i]})
 		}
 	}
-	slices.SortFunc(refs, func(a, b tableRef) int { return cmp.Compare(a.fileNum, b.fileNum) })
+	slices.SortFunc(refs, func(a, b sstRef) int { return cmp.Compare(a.fileNum, b.fileNum) })
 	return refs, nil
 }
 
@@ -455,10 +455,10 @@ type loader struct {
 	cache map[uint64]*liveFile
 }
 
-// derive lists db's tables and returns the Version that follows base.
+// derive lists db's SSTs and returns the Version that follows base.
 func (l *loader) derive(ctx context.Context, db *pebble.DB, base *Version) (*Version, error) {
 	for attempt := 1; ; attempt++ {
-		refs, err := listTables(db)
+		refs, err := listSSTs(db)
 		if err != nil {
 			return nil, err
 		}
@@ -472,7 +472,7 @@ func (l *loader) derive(ctx context.Context, db *pebble.DB, base *Version) (*Ver
 // diff derives the Version for refs from base. If a new file vanished it
 // returns a nil Version (list again), unless final: then it leaves the file
 // out.
-func (l *loader) diff(ctx context.Context, base *Version, refs []tableRef, final bool) (*Version, error) {
+func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, final bool) (*Version, error) {
 	files := make([]*liveFile, 0, len(refs))
 	var added, removed []*liveFile
 	anyMoved := false
@@ -490,7 +490,7 @@ func (l *loader) diff(ctx context.Context, base *Version, refs []tableRef, final
 					if !final {
 						return nil, nil
 					}
-					l.cfg.Logger.Infof("lsmstats/stats: table %06d vanished before it was read; left out until the next refresh", refs[j].fileNum)
+					l.cfg.Logger.Infof("lsmstats/stats: sst %06d vanished before it was read; left out until the next refresh", refs[j].fileNum)
 					j++
 					continue
 				}
@@ -535,9 +535,9 @@ func (l *loader) path(fileNum uint64) string {
 	return l.cfg.FS.PathJoin(l.cfg.Dir, fmt.Sprintf("%06d.sst", fileNum))
 }
 
-// load reads one new table. Errors satisfying oserror.IsNotExist mean the
+// load reads one new SST. Errors satisfying oserror.IsNotExist mean the
 // file vanished.
-func (l *loader) load(ctx context.Context, ref *tableRef) (*liveFile, error) {
+func (l *loader) load(ctx context.Context, ref *sstRef) (*liveFile, error) {
 	if f, ok := l.cached(ref); ok {
 		return f, nil
 	}
@@ -548,7 +548,7 @@ func (l *loader) load(ctx context.Context, ref *tableRef) (*liveFile, error) {
 	defer func() { _ = r.Close() }()
 	props, err := r.ReadPropertiesBlock(ctx, nil)
 	if err != nil {
-		return nil, errors.Wrapf(err, "lsmstats/stats: reading properties of table %06d", ref.backing())
+		return nil, errors.Wrapf(err, "lsmstats/stats: reading properties of sst %06d", ref.backing())
 	}
 	info := FileInfo{
 		FileNum:           ref.fileNum,
@@ -580,7 +580,7 @@ func (l *loader) load(ctx context.Context, ref *tableRef) (*liveFile, error) {
 }
 
 // cached returns the file of ref loaded before, at ref's level.
-func (l *loader) cached(ref *tableRef) (*liveFile, bool) {
+func (l *loader) cached(ref *sstRef) (*liveFile, bool) {
 	f, ok := l.cache[ref.fileNum]
 	if ok && f.info.Level != ref.level {
 		moved := *f
@@ -591,7 +591,7 @@ func (l *loader) cached(ref *tableRef) (*liveFile, bool) {
 }
 
 // open opens the backing file of ref.
-func (l *loader) open(ctx context.Context, ref *tableRef) (*sstable.Reader, error) {
+func (l *loader) open(ctx context.Context, ref *sstRef) (*sstable.Reader, error) {
 	file, err := l.cfg.FS.Open(l.path(ref.backing()))
 	if err != nil {
 		return nil, err
@@ -606,7 +606,7 @@ func (l *loader) open(ctx context.Context, ref *tableRef) (*sstable.Reader, erro
 	r, err := sstable.NewReader(ctx, readable, ropts)
 	if err != nil {
 		_ = readable.Close()
-		return nil, errors.Wrapf(err, "lsmstats/stats: opening table %06d", ref.backing())
+		return nil, errors.Wrapf(err, "lsmstats/stats: opening sst %06d", ref.backing())
 	}
 	return r, nil
 }
@@ -616,19 +616,19 @@ func (l *loader) open(ctx context.Context, ref *tableRef) (*sstable.Reader, erro
 // for the file's entries, from the file's keys. rebuilt says why it was
 // rebuilt (nil if the property was used); err is a failure to read the
 // keys.
-func (l *loader) summarize(ctx context.Context, r *sstable.Reader, ref *tableRef, info *FileInfo) (rebuilt, err error) {
+func (l *loader) summarize(ctx context.Context, r *sstable.Reader, ref *sstRef, info *FileInfo) (rebuilt, err error) {
 	rebuilt = payloadSummary(r, info)
 	if rebuilt == nil {
 		return nil, nil
 	}
-	l.cfg.Logger.Errorf("lsmstats/stats: table %06d: unusable payload: %v; rebuilding its summary from its keys", ref.fileNum, rebuilt)
+	l.cfg.Logger.Errorf("lsmstats/stats: sst %06d: unusable payload: %v; rebuilding its summary from its keys", ref.fileNum, rebuilt)
 	sc, err := scan(ctx, r, ref)
 	if err != nil {
 		return nil, err
 	}
 	info.Summary, info.Source = sc.summary, FromRebuild
 	if err := CheckFile(*info); err != nil {
-		l.cfg.Logger.Errorf("lsmstats/stats: table %06d: rebuilt summary: %v", ref.fileNum, err)
+		l.cfg.Logger.Errorf("lsmstats/stats: sst %06d: rebuilt summary: %v", ref.fileNum, err)
 		rebuilt = errors.WithSecondaryError(rebuilt, err)
 	}
 	return rebuilt, nil
@@ -652,7 +652,7 @@ func payloadSummary(r *sstable.Reader, info *FileInfo) error {
 // summarizeVirtual sets the summary of a virtual SST from the keys of its
 // backing file within its bounds (the property covers the whole backing
 // file), and apportions the backing file's key and value bytes to it.
-func summarizeVirtual(ctx context.Context, r *sstable.Reader, ref *tableRef, props sstable.Properties, info *FileInfo) error {
+func summarizeVirtual(ctx context.Context, r *sstable.Reader, ref *sstRef, props sstable.Properties, info *FileInfo) error {
 	sc, err := scan(ctx, r, ref)
 	if err != nil {
 		return err
@@ -686,11 +686,11 @@ type scanResult struct {
 // collector's code, and counts the range deletions overlapping the bounds.
 // Values are never read; blob handles (value separation) are decoded only as
 // far as DebugHandlesBlobContext goes, where AssertNoBlobHandles would panic.
-func scan(ctx context.Context, r *sstable.Reader, ref *tableRef) (scanResult, error) {
+func scan(ctx context.Context, r *sstable.Reader, ref *sstRef) (scanResult, error) {
 	var res scanResult
 	it, err := r.NewIter(sstable.NoTransforms, nil, nil, sstable.DebugHandlesBlobContext)
 	if err != nil {
-		return res, errors.Wrapf(err, "lsmstats/stats: iterating table %06d", ref.fileNum)
+		return res, errors.Wrapf(err, "lsmstats/stats: iterating sst %06d", ref.fileNum)
 	}
 	c := newCollector()
 	cmp := keys.Compare
@@ -710,13 +710,13 @@ func scan(ctx context.Context, r *sstable.Reader, ref *tableRef) (scanResult, er
 		err = c.err
 	}
 	if err != nil {
-		return res, errors.Wrapf(err, "lsmstats/stats: iterating table %06d", ref.fileNum)
+		return res, errors.Wrapf(err, "lsmstats/stats: iterating sst %06d", ref.fileNum)
 	}
 	res.summary = c.Summary()
 
 	rit, err := r.NewRawRangeDelIter(ctx, sstable.NoFragmentTransforms, sstable.NoReadEnv)
 	if err != nil {
-		return res, errors.Wrapf(err, "lsmstats/stats: range deletions of table %06d", ref.fileNum)
+		return res, errors.Wrapf(err, "lsmstats/stats: range deletions of sst %06d", ref.fileNum)
 	}
 	if rit != nil {
 		defer rit.Close()
@@ -733,7 +733,7 @@ func scan(ctx context.Context, r *sstable.Reader, ref *tableRef) (scanResult, er
 			res.rangeDels += uint64(len(span.Keys))
 		}
 		if err != nil {
-			return res, errors.Wrapf(err, "lsmstats/stats: range deletions of table %06d", ref.fileNum)
+			return res, errors.Wrapf(err, "lsmstats/stats: range deletions of sst %06d", ref.fileNum)
 		}
 	}
 	return res, nil

@@ -433,7 +433,7 @@ func TestTrackerCorruptPayload(t *testing.T) {
 		require.True(t, ok)
 		require.Equal(t, FromRebuild, f.Source)
 		require.NoError(t, CheckFile(f))
-		require.Contains(t, logged, fmt.Sprintf("table %06d: unusable payload", fe.FileNum))
+		require.Contains(t, logged, fmt.Sprintf("sst %06d: unusable payload", fe.FileNum))
 	}
 	for _, fe := range rebuilt[:len(rebuilt)-1] {
 		if !strings.Contains(fe.Err.Error(), "NumEntries") { // "lie" decodes but does not add up

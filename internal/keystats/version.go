@@ -104,7 +104,7 @@ type FileError struct {
 	Err     error
 }
 
-func (e FileError) Error() string { return fmt.Sprintf("table %06d: %v", e.FileNum, e.Err) }
+func (e FileError) Error() string { return fmt.Sprintf("sst %06d: %v", e.FileNum, e.Err) }
 
 // TableTotals are the physical statistics of a whole table, with the
 // Hummock-compatible names. The zero value is a table without data.
