@@ -6,13 +6,19 @@ import "github.com/lsmstats/lsmstats/internal/keystats"
 type (
 	// Snapshot is one consistent view of a store's statistics at a
 	// committed epoch: the physical statistics of the live SSTs and the
-	// exact live statistics.
+	// exact live statistics. Its methods: Vnode and Sum (both sides'
+	// counts of a vnode or a set), EstimateRows, AppendEstimates and
+	// Partition (of Live).
 	Snapshot = keystats.Snapshot
 	// SnapshotFunc returns the current Snapshot (lsm.Store.Stats does).
 	SnapshotFunc = keystats.SnapshotFunc
 
 	// Version is an immutable view of the physical statistics over one set
-	// of live SSTs.
+	// of live SSTs. Its methods: Vnode, Vnodes, Sum, Table, Tables (counts
+	// of MVCC entries, puts, deletes, prefixes, Pebble tombstones; table
+	// totals like Hummock's TableStats), Range (a pk range's counts,
+	// estimated with bounds from the SSTs' samples), File, Files, NumFiles,
+	// Rebuilt (SSTs whose property was unusable) and Diff.
 	Version = keystats.Version
 	// FileInfo is one live SST of a Version, with its summary.
 	FileInfo = keystats.FileInfo
@@ -34,7 +40,16 @@ type (
 	RangeCounts = keystats.RangeCounts
 	Estimate    = keystats.Estimate
 
-	// Live is an immutable view of the live statistics of every table.
+	// Live is an immutable view of the live statistics of every table. Its
+	// methods: Vnode, Table, Sum and Tables (exact live rows and bytes);
+	// EstimateRows and AppendEstimates (the live rows of pk ranges: an
+	// unbiased estimate within bounds that always hold the truth; asked
+	// together, many ranges cost less); Partition (ranges of about equal
+	// rows); Detail (a vnode's buckets); ContainsEstimates (whether
+	// unchecked writes left estimated counts); BucketCount; PublishedAt.
+	//
+	// The methods of these aliases are documented with their types in
+	// internal/keystats (go doc ./internal/keystats Live).
 	Live = keystats.Live
 	// LiveCounts are live rows and their bytes.
 	LiveCounts = keystats.LiveCounts
