@@ -118,15 +118,16 @@ type timedSource struct {
 	h *harness
 }
 
-func (s timedSource) Next() []backfill.RowOp {
+func (s timedSource) Next(ctx context.Context) ([]backfill.RowOp, error) {
 	var ops []backfill.RowOp
-	s.h.time(func() { ops = s.Source.Next() })
+	var err error
+	s.h.time(func() { ops, err = s.Source.Next(ctx) })
 	for _, op := range ops {
 		if op.Kind != backfill.UpdateInsert {
 			s.h.ops++ // an update is one op of the workload
 		}
 	}
-	return ops
+	return ops, err
 }
 
 // timedOracle is the generator's truth, timed.
@@ -166,7 +167,8 @@ func Open(cfg Config) (*Session, error) {
 		_ = s.Close()
 		return nil, err
 	}
-	// Recovery replayed the source: that is Open's work, not the run's.
+	// Recovery rebuilt the generator's model from the upstream table: that
+	// is Open's work, not the run's.
 	*h = harness{}
 	return &Session{Store: s, Gen: g, Job: j, h: h}, nil
 }
