@@ -53,12 +53,13 @@ type Position struct {
 	Upstream    lsm.TableDef
 }
 
-// Oracle knows the truth (docs/design.md §7, "The truth") at the committed
-// epoch.
+// Oracle knows the truth (docs/design.md §7, "The truth"). The job asks it
+// at each checkpoint, about the epoch it just committed; package
+// backfilltest has one that scans the table at that epoch.
 type Oracle interface {
-	// Rows returns the live rows of a vnode with pk <= cursor (none for a
-	// nil cursor) and all its live rows.
-	Rows(vnode uint16, cursor []byte) (behind, total int64, err error)
+	// Rows returns the live rows of a vnode at epoch with pk <= cursor (none
+	// for a nil cursor) and all its live rows then.
+	Rows(epoch uint64, vnode uint16, cursor []byte) (behind, total int64, err error)
 }
 
 // JobConfig configures a backfill job and the pipeline around it.
@@ -809,7 +810,7 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 			if err := ctx.Err(); err != nil {
 				return rec, err
 			}
-			b, t, err := j.cfg.Oracle.Rows(v.Vnode, v.Cursor)
+			b, t, err := j.cfg.Oracle.Rows(epoch, v.Vnode, v.Cursor)
 			if err != nil {
 				return rec, err
 			}

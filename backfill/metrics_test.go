@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -35,7 +36,7 @@ func TestProgressAndCollector(t *testing.T) {
 	}
 	checkpoints := 0
 	j, err = backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: def, MV: 2, State: 3, Meta: 4, Actors: 2, BarrierRows: 30,
-		Source: src, Oracle: backfill.ScanOracle{Store: s, Table: 1},
+		Source: src, Oracle: backfilltest.ScanOracle{Store: s, Table: 1},
 		OnCheckpoint: func(r backfill.Record) {
 			checkpoints++
 			p, ok := j.Progress()

@@ -136,8 +136,8 @@ type timedOracle struct {
 	h *harness
 }
 
-func (o timedOracle) Rows(vnode uint16, cursor []byte) (behind, total int64, err error) {
-	o.h.time(func() { behind, total, err = o.Oracle.Rows(vnode, cursor) })
+func (o timedOracle) Rows(epoch uint64, vnode uint16, cursor []byte) (behind, total int64, err error) {
+	o.h.time(func() { behind, total, err = o.Oracle.Rows(epoch, vnode, cursor) })
 	return behind, total, err
 }
 

@@ -74,8 +74,9 @@ type Oracle struct{ G *Generator }
 
 var _ backfill.Oracle = Oracle{}
 
-// Rows implements backfill.Oracle.
-func (o Oracle) Rows(vnode uint16, cursor []byte) (behind, total int64, err error) {
+// Rows implements backfill.Oracle. The model answers for the step the
+// generator is at, which at a checkpoint is the committed epoch's.
+func (o Oracle) Rows(_ uint64, vnode uint16, cursor []byte) (behind, total int64, err error) {
 	total, _ = o.G.Live(vnode)
 	if cursor != nil {
 		behind = o.G.RowsAtOrBelow(vnode, cursor)
