@@ -31,6 +31,9 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(userChildDirEnv); dir != "" {
+		testutil.ExitChild(userCrashChild(dir))
+	}
 	if dir := os.Getenv(childDirEnv); dir != "" {
 		actors, _ := strconv.Atoi(os.Getenv(childActorsEnv))
 		seed, _ := strconv.ParseUint(os.Getenv(childSeedEnv), 10, 64)
