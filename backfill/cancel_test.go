@@ -144,6 +144,10 @@ func TestCancelPhase(t *testing.T) {
 				require.ErrorIs(t, err, context.Canceled)
 				require.Equal(t, context.Canceled, err, "the error is the cancellation itself")
 				require.Less(t, latency, time.Second, "%s returned %s after the cancel", method, latency)
+				// The stopped job refuses to go on: its step's work is
+				// uncommitted and its source moved past it.
+				_, _, err = j.Step(context.Background())
+				require.ErrorIs(t, err, backfill.ErrStopped)
 				start := time.Now()
 				require.NoError(t, j.Close())
 				closed := time.Since(start)

@@ -46,8 +46,9 @@
 // between the oracle's vnodes. A commit in progress is atomic and is not
 // interrupted: the cancellation is returned when it ends. No goroutine of
 // the job outlives Run or Step. A job whose step failed or was cancelled
-// holds uncommitted work: Close it (promptly, whatever the phase) and
-// reopen it from the store.
+// holds uncommitted work, and further Run and Step calls return
+// ErrStopped: Close it (promptly, whatever the phase) and reopen it from
+// the store.
 //
 // # State (state.go)
 //

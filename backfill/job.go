@@ -184,6 +184,9 @@ type Job struct {
 	eta      *ETA
 	run      uint64 // the ETA's run of this process
 
+	// stopped is the error that stopped a step: the job must be reopened.
+	stopped error
+
 	// The last checkpoint's record (Progress), under lastMu: a metrics
 	// scrape reads it while Run runs.
 	lastMu sync.Mutex
@@ -207,7 +210,7 @@ type jobMeta struct {
 }
 
 // OpenJob creates the tables if needed and recovers the job from the
-// committed state: the source is replayed to the committed step, and if the
+// committed state: the source resumes after the committed step, and if the
 // backfill had started, actors are created over the current vnode split and
 // load their vnodes' states. The first progress figure is then available
 // (Initial) before any new barrier. A job that fails to open releases the
@@ -568,14 +571,26 @@ func (j *Job) stopActors() {
 // in progress is not interrupted (it is atomic): the cancellation is seen
 // when it returns. Whatever the phase, the error is ctx's own.
 func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
+	if j.stopped != nil {
+		return Record{}, false, errors.Wrapf(ErrStopped, "%v", j.stopped)
+	}
 	rec, ok, err := j.step1(ctx)
 	if err != nil && ctx.Err() != nil {
 		// The actors' acks wrap ctx's error with their ids; a cancelled
 		// step returns the cancellation itself.
-		return Record{}, false, ctx.Err()
+		err = ctx.Err()
 	}
-	return rec, ok, err
+	if err != nil {
+		j.stopped = err
+		return Record{}, false, err
+	}
+	return rec, ok, nil
 }
+
+// ErrStopped is a Run or Step of a job whose earlier step failed or was
+// cancelled: the job holds the stopped step's uncommitted work, and its
+// source has moved past it. Close the job and open it again from the store.
+var ErrStopped = errors.New("lsmstats/backfill: the job stopped in a step (failed or cancelled): close and reopen it")
 
 // cancelCheckOps is how many upstream ops writeUpstream writes between two
 // looks at its context.

@@ -3,9 +3,12 @@
 // produce.
 //
 // A workload is a sequence of steps; step k's ops depend only on the seed, k
-// and the table after step k-1, so a process that restarts from a committed
-// step replays the steps in memory (Replay) and continues with exactly the
-// ops it would have produced without the crash. Steps come in three phases:
+// and the table after step k-1 (its random picks are by rank among the live
+// rows in (vnode, pk) order, not by history), so a process that restarts
+// from a committed step rebuilds the model from the committed table
+// (Resume) and continues with exactly the ops it would have produced
+// without the crash. Replay runs the steps in memory instead (tests use it
+// as the uncrashed reference). Steps come in three phases:
 // the load (Rows inserts), the churn before the backfill (updates and
 // deletes), and the churn during the backfill (updates, deletes, inserts
 // spread over DuringSteps steps).
@@ -338,8 +341,8 @@ func (g *Generator) Next() []Op {
 	return ops
 }
 
-// Replay runs the generator to step k without returning ops (after a
-// restart from a checkpoint of step k).
+// Replay runs the generator to step k without returning ops, in memory
+// from step 0 (a reference for tests; a restart resumes, see Resume).
 func (g *Generator) Replay(k uint64) {
 	for g.step < k {
 		g.Next()
