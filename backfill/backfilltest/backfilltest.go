@@ -1,7 +1,8 @@
 // Package backfilltest helps the tests of a backfill job's users check it
-// against the exact truth: a scan oracle told the epoch it answers for, and
-// a checker of the display rules over a job's checkpoint records (across
-// restarts and crashes too).
+// against the exact truth: a scan oracle told the epoch it answers for
+// (ScanOracle), an incremental oracle over the user's own ops (Model, fed
+// by Observe), and a checker of the display rules over a job's checkpoint
+// records (Display, across restarts and crashes too).
 package backfilltest
 
 import (
