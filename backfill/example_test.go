@@ -67,7 +67,7 @@ func Example() {
 
 	var display backfilltest.Display // checks the display rules across the restart
 	open := func() *backfill.Job {
-		j, err := backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: def, MV: 2, State: 3, Meta: 4,
+		j, err := backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: def, Name: "orders_mv", // table ids from the catalog
 			Actors: 2, BarrierRows: 200, Source: &orders{def: def},
 			OnCheckpoint: func(r backfill.Record) { _ = display.Add(r) }}) // r.Displayed().Shown: "42.10% [41.95–42.30] (1263/3000)"
 		if err != nil {

@@ -65,11 +65,17 @@ type Oracle interface {
 // JobConfig configures a backfill job and the pipeline around it.
 type JobConfig struct {
 	Store *lsm.Store
-	// Upstream is the upstream table (created if missing); MV, State and
-	// Meta are the ids of the MV, the backfill state table and the job's
-	// metadata table (created if missing).
+	// Upstream is the upstream table (created if missing); with an ID of 0
+	// and no pk schema, the table of the store's catalog named Upstream.Name.
+	// MV, State and Meta are the ids of the MV, the backfill state table and
+	// the job's metadata table (created if missing).
 	Upstream        lsm.TableDef
 	MV, State, Meta uint32
+	// Name, if set, names the job's tables in the store's catalog (the MV
+	// is Name, the others Name+".backfill_state" and Name+".backfill_job")
+	// and has the catalog allocate their ids: MV, State and Meta must then
+	// be 0. A reopened job finds its tables by the same name (Job.Tables).
+	Name string
 	// Actors is the number of backfill actors; each gets a contiguous range
 	// of vnodes. A restart may use another count (rescale).
 	Actors int
@@ -229,6 +235,16 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		cfg.Estimators = []Estimator{RowCount{}, Stats{}}
 	}
 	s := cfg.Store
+	if cfg.Upstream.ID == 0 && len(cfg.Upstream.PK) == 0 && cfg.Upstream.Name != "" {
+		def, ok, err := TableByName(s, cfg.Upstream.Name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, errors.Wrapf(lsm.ErrUnknownTable, "lsmstats/backfill: no upstream table named %q", cfg.Upstream.Name)
+		}
+		cfg.Upstream = def
+	}
 	if err := s.CreateTable(cfg.Upstream); err != nil {
 		return nil, err
 	}
@@ -239,10 +255,27 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	cfg.Upstream = up
 	mv := up
 	mv.ID, mv.Name = cfg.MV, "mv"
-	for _, def := range []lsm.TableDef{mv, StateTableDef(cfg.State, up.VnodeCount),
-		{ID: cfg.Meta, Name: "backfill_job", VnodeCount: 1, PK: keys.Schema{keys.Uint64}}} {
-		if err := s.CreateTable(def); err != nil {
-			return nil, err
+	state := StateTableDef(cfg.State, up.VnodeCount)
+	meta := lsm.TableDef{ID: cfg.Meta, Name: "backfill_job", VnodeCount: 1, PK: keys.Schema{keys.Uint64}}
+	if cfg.Name != "" {
+		if cfg.MV != 0 || cfg.State != 0 || cfg.Meta != 0 {
+			return nil, errors.Newf("lsmstats/backfill: job %q has its table ids allocated by name: MV, State and Meta must be 0, not %d, %d and %d",
+				cfg.Name, cfg.MV, cfg.State, cfg.Meta)
+		}
+		mv.Name, state.Name, meta.Name = cfg.Name, cfg.Name+".backfill_state", cfg.Name+".backfill_job"
+		for _, t := range []struct {
+			def *lsm.TableDef
+			id  *uint32
+		}{{&mv, &cfg.MV}, {&state, &cfg.State}, {&meta, &cfg.Meta}} {
+			if *t.id, err = createNamed(s, *t.def); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		for _, def := range []lsm.TableDef{mv, state, meta} {
+			if err := s.CreateTable(def); err != nil {
+				return nil, err
+			}
 		}
 	}
 	cfg.RateChanges = slices.Clone(cfg.RateChanges)
@@ -315,6 +348,12 @@ func (j *Job) loadMeta() (jobMeta, error) {
 	}
 	j.metaRow = row
 	return decodeMeta(row)
+}
+
+// Tables returns the ids of the job's tables: the upstream, the MV, the
+// backfill state table and the job's metadata table.
+func (j *Job) Tables() (upstream, mv, state, meta uint32) {
+	return j.cfg.Upstream.ID, j.cfg.MV, j.cfg.State, j.cfg.Meta
 }
 
 // Initial returns the progress at the committed epoch when the job was
