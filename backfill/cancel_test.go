@@ -41,7 +41,12 @@ func TestRunCancelled(t *testing.T) {
 			Source: workload.Source{G: g}, Oracle: workload.Oracle{G: g},
 		})
 		require.NoError(t, err)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(30000))*time.Microsecond)
+		// A deadline at a random moment of the next 30 ms, a window that
+		// doubles every 50 runs: cancellation is prompt in every phase, so
+		// a slow machine (or the race detector) could otherwise cancel
+		// every run before its first checkpoint.
+		window := 30000 << min(run/50, 4)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(window))*time.Microsecond)
 		done := make(chan error, 1)
 		var res backfill.Result
 		go func() {
