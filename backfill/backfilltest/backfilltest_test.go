@@ -83,3 +83,35 @@ func TestDisplay(t *testing.T) {
 		require.ErrorIs(t, backfilltest.CheckDisplay(seq), backfilltest.ErrDisplay, name)
 	}
 }
+
+// TestModelFreshStore resumes a model on a store that never committed
+// (epoch 0) and at a committed epoch: it answers from the table's rows.
+func TestModelFreshStore(t *testing.T) {
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+	require.NoError(t, err)
+	defer s.Close()
+	def := lsm.TableDef{ID: 1, VnodeCount: 1, PK: keys.Schema{keys.Uint64}}
+	require.NoError(t, s.CreateTable(def))
+	m := backfilltest.NewModel(1)
+	require.NoError(t, m.Resume(backfill.Position{Epoch: s.CommittedEpoch(), Store: s, Upstream: def}))
+	behind, total, err := m.Rows(0, 0, keys.AppendUint64(nil, 5))
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{0, 0}, [2]int64{behind, total})
+
+	w, err := s.NewWriter(1, nil, nil)
+	require.NoError(t, err)
+	for i := range uint64(8) {
+		require.NoError(t, w.Insert(1, 0, keys.AppendUint64(nil, i), []byte("r")))
+	}
+	require.NoError(t, w.Seal(1))
+	require.NoError(t, s.Commit(1))
+	require.NoError(t, w.Close())
+	require.NoError(t, m.Resume(backfill.Position{Step: 1, Epoch: 1, Store: s, Upstream: def}))
+	behind, total, err = m.Rows(1, 0, keys.AppendUint64(nil, 5))
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{6, 8}, [2]int64{behind, total})
+	require.NoError(t, m.Apply([]backfill.RowOp{{Kind: backfill.CheckedDelete, Vnode: 0, PK: keys.AppendUint64(nil, 2)}}))
+	behind, total, err = m.Rows(1, 0, keys.AppendUint64(nil, 5))
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{5, 7}, [2]int64{behind, total})
+}
