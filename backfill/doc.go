@@ -5,7 +5,8 @@
 // # The job (job.go, executor.go)
 //
 // A Job drives a Source (the upstream: one step of row ops per epoch,
-// replayable after a restart) through the store and a set of Actors, each
+// resumed after a restart from the last step the job committed, never
+// replayed from the beginning) through the store and a set of Actors, each
 // owning a contiguous range of the upstream table's vnodes: an actor applies
 // upstream changes to its replicated table (package replicated) as they
 // come, and at each barrier reads a quota of snapshot rows, forwards the
@@ -15,6 +16,39 @@
 // restart resumes every vnode from its persisted state, with any number of
 // actors (rescale), and the MV ends equal to the upstream table (checked by
 // the tests after crashes, and by every benchmark run).
+//
+// # Upstream ops
+//
+// A source writes an update or a delete in one of two forms:
+//
+//   - The fast form (Delete, UpdateDelete + UpdateInsert) carries the old
+//     row, which the source must know: the job trusts it and forwards it to
+//     the actors and the MV as it is. With JobConfig.Unchecked the upstream
+//     writer writes it blind (no read at all); without, the writer reads the
+//     stored row once to check it (lsm.ErrInconsistentOp if it differs).
+//   - The checked form (CheckedDelete, CheckedUpdate) carries no old row:
+//     the job reads it through the upstream writer (lsm.Writer.Get: the
+//     step's earlier ops, the epochs not committed yet, then one point read
+//     of the committed table), so the source need not track every row's
+//     value. It costs that read per op, on top of the writer's own check
+//     when the writer is checked (that second read finds the row in
+//     Pebble's block cache). A pk without a live row fails the step with
+//     lsm.ErrInconsistentOp.
+//
+// Inserts have one form: the new row. Both forms reach the actors and the
+// MV identically.
+//
+// # Cancellation
+//
+// Run and Step return ctx's error, within a chunk of work, when ctx is
+// cancelled in any phase of a step: between upstream ops (every 1024), in
+// the actors' snapshot reads (every output chunk), between phases and
+// between the oracle's vnodes. A commit in progress is atomic and is not
+// interrupted: the cancellation is returned when it ends. No goroutine of
+// the job outlives Run or Step. A job whose step failed or was cancelled
+// holds uncommitted work, and further Run and Step calls return
+// ErrStopped: Close it (promptly, whatever the phase) and reopen it from
+// the store.
 //
 // # State (state.go)
 //

@@ -301,6 +301,9 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 		if len(chunk) == 0 {
 			return nil
 		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if a.cfg.Limiter != nil {
 			if err := a.cfg.Limiter.WaitN(ctx, len(chunk)); err != nil {
 				return err

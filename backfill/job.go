@@ -19,37 +19,63 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Source is the upstream: a deterministic sequence of steps of row ops (one
-// step per epoch) that can be replayed in memory after a restart.
+// Source is the upstream: a sequence of steps of row ops, one step per
+// epoch. It resumes from the job's durable position: OpenJob tells it the
+// last step the job committed (Resume), and it continues from the step
+// after it. Nothing is replayed from the beginning: a source keeps its own
+// durable position (a log offset, a table it reads) or rebuilds its state
+// from the committed upstream table, which Position gives it.
 type Source interface {
+	// Resume positions the source after the job's last committed step: its
+	// next Next returns step at.Step+1. OpenJob calls it once, before any
+	// Next (at.Step is 0 for a new job).
+	Resume(at Position) error
 	// Next returns the ops of the next step; an update is an UpdateDelete
-	// and UpdateInsert pair.
-	Next() []RowOp
-	// Step is the number of steps produced.
+	// and UpdateInsert pair. An error stops the job's step (Run returns it).
+	Next(ctx context.Context) ([]RowOp, error)
+	// Step is the number of the last step produced.
 	Step() uint64
-	// Replay advances to step k without producing ops.
-	Replay(k uint64)
 	// BackfillStep is the step at which the backfill job starts; earlier
 	// steps load the table.
 	BackfillStep() uint64
+	// Finished tells the source that the backfill finished, at the step of
+	// the checkpoint that showed it: Run then asks for TailSteps more steps
+	// and no others. It is called once per opened job (by OpenJob for a job
+	// that had finished before).
+	Finished(step uint64)
 }
 
-// Oracle knows the truth (docs/design.md §7, "The truth") at the committed
-// epoch.
+// Position is where a job resumes: the last step it committed, at the
+// store's committed epoch, and the upstream table as committed then.
+type Position struct {
+	Step, Epoch uint64
+	Store       *lsm.Store
+	Upstream    lsm.TableDef
+}
+
+// Oracle knows the truth (docs/design.md §7, "The truth"). The job asks it
+// at each checkpoint, about the epoch it just committed; package
+// backfilltest has one that scans the table at that epoch.
 type Oracle interface {
-	// Rows returns the live rows of a vnode with pk <= cursor (none for a
-	// nil cursor) and all its live rows.
-	Rows(vnode uint16, cursor []byte) (behind, total int64, err error)
+	// Rows returns the live rows of a vnode at epoch with pk <= cursor (none
+	// for a nil cursor) and all its live rows then.
+	Rows(epoch uint64, vnode uint16, cursor []byte) (behind, total int64, err error)
 }
 
 // JobConfig configures a backfill job and the pipeline around it.
 type JobConfig struct {
 	Store *lsm.Store
-	// Upstream is the upstream table (created if missing); MV, State and
-	// Meta are the ids of the MV, the backfill state table and the job's
-	// metadata table (created if missing).
+	// Upstream is the upstream table (created if missing); with an ID of 0
+	// and no pk schema, the table of the store's catalog named Upstream.Name.
+	// MV, State and Meta are the ids of the MV, the backfill state table and
+	// the job's metadata table (created if missing).
 	Upstream        lsm.TableDef
 	MV, State, Meta uint32
+	// Name, if set, names the job's tables in the store's catalog (the MV
+	// is Name, the others Name+".backfill_state" and Name+".backfill_job")
+	// and has the catalog allocate their ids: MV, State and Meta must then
+	// be 0. A reopened job finds its tables by the same name (Job.Tables).
+	Name string
 	// Actors is the number of backfill actors; each gets a contiguous range
 	// of vnodes. A restart may use another count (rescale).
 	Actors int
@@ -164,6 +190,14 @@ type Job struct {
 	eta      *ETA
 	run      uint64 // the ETA's run of this process
 
+	// stopped is the error that stopped a step: the job must be reopened.
+	stopped error
+
+	// The last checkpoint's record (Progress), under lastMu: a metrics
+	// scrape reads it while Run runs.
+	lastMu sync.Mutex
+	last   *Record
+
 	// The actors' goroutines while Run runs.
 	inputs []chan Message
 	acks   chan Ack
@@ -182,7 +216,7 @@ type jobMeta struct {
 }
 
 // OpenJob creates the tables if needed and recovers the job from the
-// committed state: the source is replayed to the committed step, and if the
+// committed state: the source resumes after the committed step, and if the
 // backfill had started, actors are created over the current vnode split and
 // load their vnodes' states. The first progress figure is then available
 // (Initial) before any new barrier. A job that fails to open releases the
@@ -201,6 +235,16 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		cfg.Estimators = []Estimator{RowCount{}, Stats{}}
 	}
 	s := cfg.Store
+	if cfg.Upstream.ID == 0 && len(cfg.Upstream.PK) == 0 && cfg.Upstream.Name != "" {
+		def, ok, err := TableByName(s, cfg.Upstream.Name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, errors.Wrapf(lsm.ErrUnknownTable, "lsmstats/backfill: no upstream table named %q", cfg.Upstream.Name)
+		}
+		cfg.Upstream = def
+	}
 	if err := s.CreateTable(cfg.Upstream); err != nil {
 		return nil, err
 	}
@@ -211,10 +255,27 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	cfg.Upstream = up
 	mv := up
 	mv.ID, mv.Name = cfg.MV, "mv"
-	for _, def := range []lsm.TableDef{mv, StateTableDef(cfg.State, up.VnodeCount),
-		{ID: cfg.Meta, Name: "backfill_job", VnodeCount: 1, PK: keys.Schema{keys.Uint64}}} {
-		if err := s.CreateTable(def); err != nil {
-			return nil, err
+	state := StateTableDef(cfg.State, up.VnodeCount)
+	meta := lsm.TableDef{ID: cfg.Meta, Name: "backfill_job", VnodeCount: 1, PK: keys.Schema{keys.Uint64}}
+	if cfg.Name != "" {
+		if cfg.MV != 0 || cfg.State != 0 || cfg.Meta != 0 {
+			return nil, errors.Newf("lsmstats/backfill: job %q has its table ids allocated by name: MV, State and Meta must be 0, not %d, %d and %d",
+				cfg.Name, cfg.MV, cfg.State, cfg.Meta)
+		}
+		mv.Name, state.Name, meta.Name = cfg.Name, cfg.Name+".backfill_state", cfg.Name+".backfill_job"
+		for _, t := range []struct {
+			def *lsm.TableDef
+			id  *uint32
+		}{{&mv, &cfg.MV}, {&state, &cfg.State}, {&meta, &cfg.Meta}} {
+			if *t.id, err = createNamed(s, *t.def); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		for _, def := range []lsm.TableDef{mv, state, meta} {
+			if err := s.CreateTable(def); err != nil {
+				return nil, err
+			}
 		}
 	}
 	cfg.RateChanges = slices.Clone(cfg.RateChanges)
@@ -257,17 +318,23 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	j.run = m.resume.Run + 1
 	j.epoch = s.EpochFloor() + 1
 	j.tracker.Restore(m.hwm)
-	cfg.Source.Replay(j.step)
+	if err := cfg.Source.Resume(Position{Step: j.step, Epoch: s.CommittedEpoch(), Store: s, Upstream: up}); err != nil {
+		return nil, errors.Wrapf(err, "lsmstats/backfill: resuming the source at step %d", j.step)
+	}
+	if j.finished {
+		j.cfg.Source.Finished(j.step)
+	}
 	if j.started {
 		if err := j.startActors(); err != nil {
 			return nil, err
 		}
-		rec, err := j.progress(s.CommittedEpoch())
+		rec, err := j.progress(context.Background(), s.CommittedEpoch())
 		if err != nil {
 			return nil, err
 		}
 		j.applyRateChanges(rec)
 		j.initial = &rec // not a new checkpoint: OnCheckpoint does not see it
+		j.setLast(rec)
 	}
 	return j, nil
 }
@@ -281,6 +348,12 @@ func (j *Job) loadMeta() (jobMeta, error) {
 	}
 	j.metaRow = row
 	return decodeMeta(row)
+}
+
+// Tables returns the ids of the job's tables: the upstream, the MV, the
+// backfill state table and the job's metadata table.
+func (j *Job) Tables() (upstream, mv, state, meta uint32) {
+	return j.cfg.Upstream.ID, j.cfg.MV, j.cfg.State, j.cfg.Meta
 }
 
 // Initial returns the progress at the committed epoch when the job was
@@ -531,7 +604,41 @@ func (j *Job) stopActors() {
 }
 
 // runStep runs one epoch; it returns a record at checkpoints of the job.
+// A cancelled ctx stops it at the next point where it checks: between the
+// upstream's ops (every cancelCheckOps), in the actors' snapshot reads
+// (every chunk), between phases and between the oracle's vnodes. A commit
+// in progress is not interrupted (it is atomic): the cancellation is seen
+// when it returns. Whatever the phase, the error is ctx's own.
 func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
+	if j.stopped != nil {
+		return Record{}, false, errors.Wrapf(ErrStopped, "%v", j.stopped)
+	}
+	rec, ok, err := j.step1(ctx)
+	if err != nil && ctx.Err() != nil {
+		// The actors' acks wrap ctx's error with their ids; a cancelled
+		// step returns the cancellation itself.
+		err = ctx.Err()
+	}
+	if err != nil {
+		j.stopped = err
+		return Record{}, false, err
+	}
+	return rec, ok, nil
+}
+
+// ErrStopped is a Run or Step of a job whose earlier step failed or was
+// cancelled: the job holds the stopped step's uncommitted work, and its
+// source has moved past it. Close the job and open it again from the store.
+var ErrStopped = errors.New("lsmstats/backfill: the job stopped in a step (failed or cancelled): close and reopen it")
+
+// cancelCheckOps is how many upstream ops writeUpstream writes between two
+// looks at its context.
+const cancelCheckOps = 1024
+
+func (j *Job) step1(ctx context.Context) (Record, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, false, err
+	}
 	if !j.started && j.cfg.Source.Step()+1 >= j.cfg.Source.BackfillStep() {
 		j.started = true
 		if err := j.startActors(); err != nil {
@@ -544,8 +651,14 @@ func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
 	epoch := j.epoch
 	j.epoch++
 	j.phase("upstream")
-	ops := j.cfg.Source.Next()
-	if err := j.writeUpstream(epoch, ops); err != nil {
+	ops, err := j.cfg.Source.Next(ctx)
+	if err != nil {
+		return Record{}, false, errors.Wrapf(err, "lsmstats/backfill: source step %d", j.cfg.Source.Step()+1)
+	}
+	if ops, err = j.writeUpstream(ctx, epoch, ops); err != nil {
+		return Record{}, false, err
+	}
+	if err := ctx.Err(); err != nil {
 		return Record{}, false, err
 	}
 	checkpoint := true
@@ -567,18 +680,28 @@ func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
 		return Record{}, false, err
 	}
 	if !checkpoint {
-		return Record{}, false, nil
+		return Record{}, false, ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, false, err
 	}
 	j.phase("commit")
 	if err := j.store.Commit(epoch); err != nil {
 		return Record{}, false, err
 	}
 	j.step = j.cfg.Source.Step()
+	if err := ctx.Err(); err != nil {
+		return Record{}, false, err
+	}
 	if !j.started {
 		return Record{}, false, nil
 	}
 	j.phase("progress")
-	rec, err := j.progress(epoch)
+	rec, err := j.progress(ctx, epoch)
+	if err == nil {
+		j.setLast(rec) // the checkpoint is committed: its figures stand
+		err = ctx.Err()
+	}
 	if err == nil {
 		j.applyRateChanges(rec)
 	}
@@ -621,12 +744,71 @@ func (j *Job) runActors(ops []RowOp, b Barrier) error {
 }
 
 // writeUpstream writes a step's ops to the upstream table, with the same
-// rules as the MV's materialize step.
-func (j *Job) writeUpstream(epoch uint64, ops []RowOp) error {
-	if err := (&Materialize{w: j.upstream}).Apply(epoch, ops); err != nil {
-		return errors.Wrapf(err, "upstream step %d", j.cfg.Source.Step())
+// rules as the MV's materialize step, and returns them as the actors get
+// them: a checked op (CheckedDelete, CheckedUpdate) becomes the plain form
+// with the old row the upstream writer sees, read right before it is
+// written (so after the step's earlier ops).
+func (j *Job) writeUpstream(ctx context.Context, epoch uint64, ops []RowOp) ([]RowOp, error) {
+	m := &Materialize{w: j.upstream}
+	var out []RowOp // the resolved ops, once a checked op was met
+	done := 0       // ops[:done] are written
+	flush := func(end int) error {
+		for done < end {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			n := min(end-done, cancelCheckOps)
+			if done+n < end && ops[done+n].Kind == UpdateInsert {
+				n++ // an update pair stays together
+			}
+			if err := m.Apply(epoch, ops[done:done+n]); err != nil {
+				return errors.Wrapf(err, "upstream step %d", j.cfg.Source.Step())
+			}
+			if out != nil {
+				out = append(out, ops[done:done+n]...)
+			}
+			done += n
+		}
+		return nil
 	}
-	return nil
+	for i, op := range ops {
+		if op.Kind != CheckedDelete && op.Kind != CheckedUpdate {
+			continue
+		}
+		if err := flush(i); err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = append(make([]RowOp, 0, len(ops)+1), ops[:i]...)
+		}
+		old, ok, err := j.upstream.Get(op.Vnode, op.PK)
+		if err != nil {
+			return nil, errors.Wrapf(err, "upstream step %d: %s of pk %x", j.cfg.Source.Step(), op.Kind, op.PK)
+		}
+		if !ok {
+			return nil, errors.Wrapf(lsm.ErrInconsistentOp, "upstream step %d: %s of pk %s in vnode %d: no live row",
+				j.cfg.Source.Step(), op.Kind, j.cfg.Upstream.PK.Format(op.PK), op.Vnode)
+		}
+		var plain []RowOp
+		if op.Kind == CheckedDelete {
+			plain = []RowOp{{Kind: Delete, Vnode: op.Vnode, PK: op.PK, Row: old}}
+		} else {
+			plain = []RowOp{{Kind: UpdateDelete, Vnode: op.Vnode, PK: op.PK, Row: old},
+				{Kind: UpdateInsert, Vnode: op.Vnode, PK: op.PK, Row: op.Row}}
+		}
+		if err := m.Apply(epoch, plain); err != nil {
+			return nil, errors.Wrapf(err, "upstream step %d", j.cfg.Source.Step())
+		}
+		out = append(out, plain...)
+		done = i + 1
+	}
+	if err := flush(len(ops)); err != nil {
+		return nil, err
+	}
+	if out == nil {
+		return ops, nil
+	}
+	return out, nil
 }
 
 func (j *Job) writeMeta(epoch uint64) error {
@@ -648,7 +830,7 @@ func (j *Job) writeMeta(epoch uint64) error {
 
 // progress computes the figures and the truth at a committed checkpoint
 // epoch, which every actor reported.
-func (j *Job) progress(epoch uint64) (Record, error) {
+func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 	st := j.store.Stats()
 	if st.PhysicalErr != nil {
 		// The physical statistics lag behind the checkpoint (reading a new
@@ -669,8 +851,9 @@ func (j *Job) progress(epoch uint64) (Record, error) {
 	for _, v := range p.Vnodes {
 		rec.SnapshotRows += v.RowCount
 	}
-	if p.Finished {
+	if p.Finished && !j.finished {
 		j.finished = true
+		j.cfg.Source.Finished(j.cfg.Source.Step())
 	}
 	rec.ETA = j.observeETA(rec)
 	if j.cfg.Oracle != nil {
@@ -678,7 +861,10 @@ func (j *Job) progress(epoch uint64) (Record, error) {
 		var errSum float64
 		n := 0
 		for i, v := range p.Vnodes {
-			b, t, err := j.cfg.Oracle.Rows(v.Vnode, v.Cursor)
+			if err := ctx.Err(); err != nil {
+				return rec, err
+			}
+			b, t, err := j.cfg.Oracle.Rows(epoch, v.Vnode, v.Cursor)
 			if err != nil {
 				return rec, err
 			}

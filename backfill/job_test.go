@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -18,10 +19,10 @@ type bothOracles struct {
 	scan backfill.Oracle
 }
 
-func (o bothOracles) Rows(v uint16, cursor []byte) (int64, int64, error) {
-	b1, t1, err := o.fast.Rows(v, cursor)
+func (o bothOracles) Rows(epoch uint64, v uint16, cursor []byte) (int64, int64, error) {
+	b1, t1, err := o.fast.Rows(epoch, v, cursor)
 	require.NoError(o.t, err)
-	b2, t2, err := o.scan.Rows(v, cursor)
+	b2, t2, err := o.scan.Rows(epoch, v, cursor)
 	require.NoError(o.t, err)
 	require.Equal(o.t, [2]int64{b2, t2}, [2]int64{b1, t1}, "model oracle vs scan, vnode %d cursor %x", v, cursor)
 	return b1, t1, nil
@@ -43,7 +44,7 @@ func TestJobSmall(t *testing.T) {
 				Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
 				Actors: 2, ChunkSize: 32, BarrierRows: 100, CheckpointEvery: 2,
 				Source: workload.Source{G: g},
-				Oracle: bothOracles{t, workload.Oracle{G: g}, backfill.ScanOracle{Store: s, Table: 1}},
+				Oracle: bothOracles{t, workload.Oracle{G: g}, backfilltest.ScanOracle{Store: s, Table: 1}},
 			})
 			require.NoError(t, err)
 			res, err := j.Run(context.Background())

@@ -1,6 +1,8 @@
 package backfill
 
 import (
+	"strconv"
+
 	"github.com/lsmstats/lsmstats/replicated"
 	"github.com/lsmstats/lsmstats/stats"
 )
@@ -15,18 +17,36 @@ const (
 	// row, then the new one.
 	UpdateDelete
 	UpdateInsert
+	// CheckedDelete and CheckedUpdate are the checked forms of a delete and
+	// an update, for a source that does not know the stored row: a
+	// CheckedDelete carries no row, a CheckedUpdate the new row alone. The
+	// job reads the stored old row itself, in the upstream writer's view
+	// (the step's earlier ops, the epochs not committed yet, then the
+	// committed table), and sends the actors a Delete, or an UpdateDelete
+	// and UpdateInsert pair. A pk with no live row is an error
+	// (lsm.ErrInconsistentOp). Only a Source's ops may use them. Their cost
+	// is one point read of the upstream per op (doc.go, "Upstream ops").
+	CheckedDelete
+	CheckedUpdate
 )
 
 func (k OpKind) String() string {
-	return [...]string{"Insert", "Delete", "UpdateDelete", "UpdateInsert"}[k]
+	if int(k) >= len(opKindNames) {
+		return "OpKind(" + strconv.Itoa(int(k)) + ")"
+	}
+	return opKindNames[k]
 }
+
+var opKindNames = [...]string{"Insert", "Delete", "UpdateDelete", "UpdateInsert", "CheckedDelete", "CheckedUpdate"}
 
 // RowOp is one row change of a stream chunk.
 type RowOp struct {
 	Kind  OpKind
 	Vnode uint16
 	PK    []byte
-	Row   []byte // the inserted row, or the deleted one
+	// Row is the inserted row, or the deleted one; a CheckedUpdate's new
+	// row; nil for a CheckedDelete.
+	Row []byte
 }
 
 // Message is what flows between the parts of the pipeline: a Chunk or a

@@ -84,6 +84,9 @@ func RunRawInterleaved(ctx context.Context, cfg Config) (RawResult, error) {
 
 func runRaw(ctx context.Context, cfg Config, interleaved bool) (RawResult, error) {
 	var res RawResult
+	if cfg.User != nil {
+		return res, errors.New("bench: the raw-Pebble pipeline runs the workload only, not a user's job")
+	}
 	g, err := workload.New(cfg.Workload)
 	if err != nil {
 		return res, err

@@ -1,5 +1,7 @@
 // Package bench runs the backfill workloads end to end and summarises how
-// close each progress approach came to the truth and at what cost. The
+// close each progress approach came to the truth and at what cost. Its
+// driver (Open, Run) uses backfill's public API only, and runs a user's
+// table, source and oracle as well (Config.User). The
 // benchmarks of bench_test.go, the lsmstats CLI and `make results` all use
 // it.
 package bench
@@ -55,11 +57,25 @@ type Config struct {
 	// For measurements outside the timed work.
 	OnStart func(*pebble.DB)
 	OnEnd   func(*Session)
+	// User, if set, runs the job over a user's table, source and oracle
+	// instead of the workload's (Workload is then ignored, and RunRaw does
+	// not apply): the same driver, measurements and restart.
+	User *UserJob
 	// RestartAt, if positive, drops the run after that many checkpoints of
 	// the job, without closing it (its uncommitted work is lost, as in a
 	// crash), and reopens it from what the store persisted; the figure the
 	// reopened job shows before its first new checkpoint is a record too.
 	RestartAt int
+}
+
+// UserJob is a job over a user's table: the table (created if missing),
+// and the source and oracle of each opening of the job. Its tables are
+// allocated by name (backfill.JobConfig.Name, "bench").
+type UserJob struct {
+	Table lsm.TableDef
+	// New returns the job's source and oracle (nil: no truth) on the store
+	// just opened, or reopened after a restart.
+	New func(*lsm.Store) (backfill.Source, backfill.Oracle)
 }
 
 // Estimators returns the estimators of the named approaches.
@@ -81,11 +97,13 @@ func Estimators(names []string) ([]backfill.Estimator, error) {
 	return out, nil
 }
 
-// Session is an open run: the store, the generator and the job.
+// Session is an open run: the store, the generator (nil for a user's job),
+// the source and the job.
 type Session struct {
-	Store *lsm.Store
-	Gen   *workload.Generator
-	Job   *backfill.Job
+	Store  *lsm.Store
+	Gen    *workload.Generator
+	Source backfill.Source
+	Job    *backfill.Job
 	// Raw is the database of a raw-Pebble run (RunRaw), whose OnEnd gets
 	// a Session with this field alone.
 	Raw *pebble.DB
@@ -112,31 +130,32 @@ func (h *harness) time(f func()) {
 	h.d += time.Since(start)
 }
 
-// timedSource is the generator as the job's source, timed.
+// timedSource is the job's source, timed.
 type timedSource struct {
-	workload.Source
+	backfill.Source
 	h *harness
 }
 
-func (s timedSource) Next() []backfill.RowOp {
+func (s timedSource) Next(ctx context.Context) ([]backfill.RowOp, error) {
 	var ops []backfill.RowOp
-	s.h.time(func() { ops = s.Source.Next() })
+	var err error
+	s.h.time(func() { ops, err = s.Source.Next(ctx) })
 	for _, op := range ops {
 		if op.Kind != backfill.UpdateInsert {
 			s.h.ops++ // an update is one op of the workload
 		}
 	}
-	return ops
+	return ops, err
 }
 
-// timedOracle is the generator's truth, timed.
+// timedOracle is the job's truth, timed.
 type timedOracle struct {
-	workload.Oracle
+	backfill.Oracle
 	h *harness
 }
 
-func (o timedOracle) Rows(vnode uint16, cursor []byte) (behind, total int64, err error) {
-	o.h.time(func() { behind, total, err = o.Oracle.Rows(vnode, cursor) })
+func (o timedOracle) Rows(epoch uint64, vnode uint16, cursor []byte) (behind, total int64, err error) {
+	o.h.time(func() { behind, total, err = o.Oracle.Rows(epoch, vnode, cursor) })
 	return behind, total, err
 }
 
@@ -146,29 +165,44 @@ func Open(cfg Config) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := workload.New(cfg.Workload)
-	if err != nil {
-		return nil, err
+	var g *workload.Generator
+	if cfg.User == nil {
+		if g, err = workload.New(cfg.Workload); err != nil {
+			return nil, err
+		}
 	}
 	s, err := lsm.Open(cfg.Dir, cfg.Store)
 	if err != nil {
 		return nil, err
 	}
 	h := &harness{}
-	j, err := backfill.OpenJob(backfill.JobConfig{
-		Store: s, Upstream: g.Params().TableDef(UpstreamTable), MV: MVTable, State: StateTable, Meta: MetaTable,
-		Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
+	jc := backfill.JobConfig{
+		Store: s, Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
 		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit, RateChanges: cfg.RateChanges,
-		Source: timedSource{workload.Source{G: g}, h}, Oracle: timedOracle{workload.Oracle{G: g}, h},
 		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked,
-	})
+	}
+	var src backfill.Source
+	var oracle backfill.Oracle
+	if cfg.User != nil {
+		src, oracle = cfg.User.New(s)
+		jc.Upstream, jc.Name = cfg.User.Table, "bench"
+	} else {
+		src, oracle = workload.Source{G: g}, workload.Oracle{G: g}
+		jc.Upstream, jc.MV, jc.State, jc.Meta = g.Params().TableDef(UpstreamTable), MVTable, StateTable, MetaTable
+	}
+	jc.Source = timedSource{src, h}
+	if oracle != nil {
+		jc.Oracle = timedOracle{oracle, h}
+	}
+	j, err := backfill.OpenJob(jc)
 	if err != nil {
 		_ = s.Close()
 		return nil, err
 	}
-	// Recovery replayed the source: that is Open's work, not the run's.
+	// Recovery resumed the source (the generator rebuilt its model from
+	// the upstream table): that is Open's work, not the run's.
 	*h = harness{}
-	return &Session{Store: s, Gen: g, Job: j, h: h}, nil
+	return &Session{Store: s, Gen: g, Source: src, Job: j, h: h}, nil
 }
 
 // Close closes the job and the store.
@@ -337,7 +371,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	start, cpu, lsm0 := time.Now(), processCPU(), lsmWrites(s.Store.DB())
 	// The load is every step before the backfill's first (which starts
 	// the actors): the same steps as the raw pipeline's load.
-	for !s.Job.Started() && s.Gen.Step()+1 < s.Gen.BackfillStep() {
+	for !s.Job.Started() && s.Source.Step()+1 < s.Source.BackfillStep() {
 		if _, _, err := s.Job.Step(ctx); err != nil {
 			return sum, err
 		}

@@ -1,6 +1,10 @@
 package workload
 
-import "github.com/lsmstats/lsmstats/backfill"
+import (
+	"context"
+
+	"github.com/lsmstats/lsmstats/backfill"
+)
 
 // Source adapts a Generator to a backfill job's upstream.
 type Source struct{ G *Generator }
@@ -9,7 +13,7 @@ var _ backfill.Source = Source{}
 
 // Next implements backfill.Source: updates become UpdateDelete/UpdateInsert
 // pairs.
-func (s Source) Next() []backfill.RowOp {
+func (s Source) Next(context.Context) ([]backfill.RowOp, error) {
 	ops := s.G.Next()
 	out := make([]backfill.RowOp, 0, len(ops))
 	for _, op := range ops {
@@ -24,14 +28,42 @@ func (s Source) Next() []backfill.RowOp {
 				backfill.RowOp{Kind: backfill.UpdateInsert, Vnode: op.Vnode, PK: op.PK, Row: op.NewRow})
 		}
 	}
-	return out
+	return out, nil
 }
 
 // Step implements backfill.Source.
 func (s Source) Step() uint64 { return s.G.Step() }
 
-// Replay implements backfill.Source.
-func (s Source) Replay(k uint64) { s.G.Replay(k) }
+// Resume implements backfill.Source: the generator rebuilds its model from
+// the upstream table at the committed epoch (Generator.Resume), which holds
+// exactly what steps 1..at.Step produced; nothing is replayed.
+func (s Source) Resume(at backfill.Position) error {
+	if at.Step == 0 {
+		return nil
+	}
+	snap, err := at.Store.Pin(at.Epoch)
+	if err != nil {
+		return err
+	}
+	defer snap.Close()
+	return s.G.Resume(at.Step, func(vnode uint16, f func(pk, row []byte) error) error {
+		it, err := snap.NewIter(at.Upstream.ID, vnode, nil, nil)
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			if err := f(it.PK(), it.Row()); err != nil {
+				_ = it.Close()
+				return err
+			}
+		}
+		return it.Close()
+	})
+}
+
+// Finished implements backfill.Source: the generator's steps after the
+// backfill are empty anyway once its during phase is over.
+func (s Source) Finished(uint64) {}
 
 // BackfillStep implements backfill.Source.
 func (s Source) BackfillStep() uint64 { return s.G.BackfillStep() }
@@ -42,8 +74,9 @@ type Oracle struct{ G *Generator }
 
 var _ backfill.Oracle = Oracle{}
 
-// Rows implements backfill.Oracle.
-func (o Oracle) Rows(vnode uint16, cursor []byte) (behind, total int64, err error) {
+// Rows implements backfill.Oracle. The model answers for the step the
+// generator is at, which at a checkpoint is the committed epoch's.
+func (o Oracle) Rows(_ uint64, vnode uint16, cursor []byte) (behind, total int64, err error) {
 	total, _ = o.G.Live(vnode)
 	if cursor != nil {
 		behind = o.G.RowsAtOrBelow(vnode, cursor)

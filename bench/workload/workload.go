@@ -3,9 +3,12 @@
 // produce.
 //
 // A workload is a sequence of steps; step k's ops depend only on the seed, k
-// and the table after step k-1, so a process that restarts from a committed
-// step replays the steps in memory (Replay) and continues with exactly the
-// ops it would have produced without the crash. Steps come in three phases:
+// and the table after step k-1 (its random picks are by rank among the live
+// rows in (vnode, pk) order, not by history), so a process that restarts
+// from a committed step rebuilds the model from the committed table
+// (Resume) and continues with exactly the ops it would have produced
+// without the crash. Replay runs the steps in memory instead (tests use it
+// as the uncrashed reference). Steps come in three phases:
 // the load (Rows inserts), the churn before the backfill (updates and
 // deletes), and the churn during the backfill (updates, deletes, inserts
 // spread over DuringSteps steps).
@@ -207,8 +210,8 @@ type Generator struct {
 
 	order [][]int32 // per vnode: row ids by pk
 	fen   []fenwick // per vnode: live rows by position
-	live  []int32   // live row ids, for random picks
-	where []int32   // index of a row id in live, -1 if not live
+	vfen  fenwick   // live rows by vnode
+	nlive int       // live rows
 	bytes []int64   // per vnode: live bytes (pk + row)
 
 	loadSteps, churnSteps uint64
@@ -234,7 +237,7 @@ func New(p Params) (*Generator, error) {
 		ver:   make([]uint32, n),
 		order: make([][]int32, p.VnodeCount),
 		fen:   make([]fenwick, p.VnodeCount),
-		where: make([]int32, n),
+		vfen:  make(fenwick, p.VnodeCount+1),
 		bytes: make([]int64, p.VnodeCount),
 	}
 	def := p.TableDef(0)
@@ -246,7 +249,6 @@ func New(p Params) (*Generator, error) {
 		}
 		g.vnode[id] = keys.Vnode(g.pk[id][:dist], p.VnodeCount)
 		g.order[g.vnode[id]] = append(g.order[g.vnode[id]], int32(id))
-		g.where[id] = -1
 	}
 	for v := range g.order {
 		o := g.order[v]
@@ -309,14 +311,14 @@ func (g *Generator) Next() []Op {
 		}
 	case Churn:
 		n := g.p.BatchRows
-		for ; n > 0 && g.deletes > 0 && len(g.live) > 0; n-- {
+		for ; n > 0 && g.deletes > 0 && g.nlive > 0; n-- {
 			g.deletes--
 			if id := g.pickDelete(r, g.p.DeleteOrder); id >= 0 {
 				ops = append(ops, g.delete(id))
 			}
 		}
-		for ; n > 0 && g.updates > 0 && len(g.live) > 0; n-- {
-			ops = append(ops, g.update(g.live[r.IntN(len(g.live))]))
+		for ; n > 0 && g.updates > 0 && g.nlive > 0; n-- {
+			ops = append(ops, g.update(g.pickLive(r)))
 			g.updates--
 		}
 	case During:
@@ -325,9 +327,9 @@ func (g *Generator) Next() []Op {
 			want := int(math.Round(g.duringOps[kind] * float64(min(i, uint64(g.p.DuringSteps))) / float64(g.p.DuringSteps)))
 			for ; g.duringDone[kind] < want; g.duringDone[kind]++ {
 				switch {
-				case kind == 0 && len(g.live) > 0:
-					ops = append(ops, g.update(g.live[r.IntN(len(g.live))]))
-				case kind == 1 && len(g.live) > 0:
+				case kind == 0 && g.nlive > 0:
+					ops = append(ops, g.update(g.pickLive(r)))
+				case kind == 1 && g.nlive > 0:
 					ops = append(ops, g.delete(g.pickDelete(r, "random")))
 				case kind == 2 && g.nextInsert < len(g.pk):
 					ops = append(ops, g.insert(int32(g.nextInsert)))
@@ -339,18 +341,107 @@ func (g *Generator) Next() []Op {
 	return ops
 }
 
-// Replay runs the generator to step k without returning ops (after a
-// restart from a checkpoint of step k).
+// Replay runs the generator to step k without returning ops, in memory
+// from step 0 (a reference for tests; a restart resumes, see Resume).
 func (g *Generator) Replay(k uint64) {
 	for g.step < k {
 		g.Next()
 	}
 }
 
+// ErrResume marks a table a generator cannot resume from: it does not hold
+// the rows the generator produced.
+var ErrResume = errors.New("workload: table does not hold the workload's rows")
+
+// Resume sets a new generator (at step 0) to step k from the table its
+// steps 1..k produced, without replaying them: rows calls f for every row
+// of a vnode of that table. The model is the table (each row's value holds
+// its id and version); the phases' counters are functions of k and of the
+// load's rows (the delete quotas of the prefix and suffix orders are
+// counted, not drawn). The generator then produces exactly the steps one
+// that ran steps 1..k would.
+func (g *Generator) Resume(k uint64, rows func(vnode uint16, f func(pk, row []byte) error) error) error {
+	if g.step != 0 || g.nlive != 0 {
+		return errors.Newf("workload: resume of a generator at step %d", g.step)
+	}
+	for v := range g.p.VnodeCount {
+		err := rows(uint16(v), func(pk, row []byte) error {
+			if len(row) != g.p.ValueSize {
+				return errors.Wrapf(ErrResume, "vnode %d: row of pk %x has %d bytes, want %d", v, pk, len(row), g.p.ValueSize)
+			}
+			id, ver := binary.BigEndian.Uint64(row), binary.BigEndian.Uint32(row[8:])
+			// The id, version and pk say which row it is; the rest of the
+			// value is not compared (generating it per row would double
+			// the resume's cost).
+			if id >= uint64(len(g.pk)) || ver == 0 || g.vnode[id] != uint16(v) || !bytes.Equal(g.pk[id], pk) || g.ver[id] != 0 {
+				return errors.Wrapf(ErrResume, "vnode %d: row of pk %x is not a row of the workload (id %d version %d)", v, pk, id, ver)
+			}
+			g.ver[id] = ver
+			g.setLive(int32(id), true)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	// The counters, step by step, as Next moves them.
+	live := g.p.Rows // the load inserts every row it has
+	for step := g.loadSteps + 1; step <= min(k, g.loadSteps+g.churnSteps); step++ {
+		n := g.p.BatchRows
+		for ; n > 0 && g.deletes > 0 && live > 0; n-- {
+			g.deletes--
+			if g.countDelete() {
+				live--
+			}
+		}
+		for ; n > 0 && g.updates > 0 && live > 0; n-- {
+			g.updates--
+		}
+	}
+	if k >= g.BackfillStep() {
+		i := k - g.BackfillStep() + 1
+		for kind := range 3 {
+			g.duringDone[kind] = int(math.Round(g.duringOps[kind] * float64(min(i, uint64(g.p.DuringSteps))) / float64(g.p.DuringSteps)))
+		}
+		g.nextInsert = min(g.p.Rows+g.duringDone[2], len(g.pk))
+	}
+	g.step = k
+	return nil
+}
+
+// countDelete moves the delete counters of the churn as pickDelete would,
+// without a row to pick: it reports whether a row would be deleted.
+func (g *Generator) countDelete() bool {
+	if g.p.DeleteOrder == "random" {
+		return true
+	}
+	if g.quota == nil {
+		g.quota = make([]int, g.p.VnodeCount)
+		for v := range g.quota {
+			loaded := 0
+			for _, id := range g.order[v] {
+				if int(id) < g.p.Rows {
+					loaded++
+				}
+			}
+			g.quota[v] = int(math.Round(g.p.DeleteFrac * float64(loaded)))
+		}
+	}
+	for range g.p.VnodeCount {
+		v := g.rr
+		g.rr = (g.rr + 1) % g.p.VnodeCount
+		if g.quota[v] > 0 {
+			g.quota[v]--
+			return true
+		}
+	}
+	return false
+}
+
 // pickDelete picks the next row to delete, or -1 if none is left.
 func (g *Generator) pickDelete(r *rand.Rand, order string) int32 {
 	if order == "random" {
-		return g.live[r.IntN(len(g.live))]
+		return g.pickLive(r)
 	}
 	// prefix / suffix: each vnode loses the same share of its rows, lowest
 	// (highest) pks first; the vnodes take turns.
@@ -416,19 +507,26 @@ func (g *Generator) setLive(id int32, live bool) {
 	d := int64(len(g.pk[id]) + g.p.ValueSize)
 	if live {
 		g.fen[v].add(int(g.pos[id])+1, 1)
-		g.where[id] = int32(len(g.live))
-		g.live = append(g.live, id)
+		g.vfen.add(int(v)+1, 1)
+		g.nlive++
 		g.bytes[v] += d
 		return
 	}
 	g.fen[v].add(int(g.pos[id])+1, -1)
-	i := g.where[id]
-	last := g.live[len(g.live)-1]
-	g.live[i] = last
-	g.where[last] = i
-	g.live = g.live[:len(g.live)-1]
-	g.where[id] = -1
+	g.vfen.add(int(v)+1, -1)
+	g.nlive--
 	g.bytes[v] -= d
+}
+
+// pickLive picks a live row uniformly: the rank drawn from r, in (vnode,
+// pk) order. The pick depends on the live rows only, not on the order they
+// became live in, so that a generator resumed from the table (Resume) picks
+// exactly as one that ran every step.
+func (g *Generator) pickLive(r *rand.Rand) int32 {
+	rank := r.IntN(g.nlive) + 1
+	v := g.vfen.find(rank)
+	rank -= g.vfen.sum(v)
+	return g.order[v][g.fen[v].find(rank)]
 }
 
 // Live returns the live rows and bytes of a vnode.
@@ -438,7 +536,7 @@ func (g *Generator) Live(vnode uint16) (rows, bytes int64) {
 }
 
 // LiveRows returns the live rows of the whole table.
-func (g *Generator) LiveRows() int64 { return int64(len(g.live)) }
+func (g *Generator) LiveRows() int64 { return int64(g.nlive) }
 
 // RowsAtOrBelow counts the live rows of a vnode with pk <= cursor.
 func (g *Generator) RowsAtOrBelow(vnode uint16, cursor []byte) int64 {
@@ -457,7 +555,7 @@ func (g *Generator) EachRow(vnode uint16, f func(pk, row []byte)) {
 }
 
 func (g *Generator) String() string {
-	return fmt.Sprintf("workload(rows=%d vnodes=%d seed=%d step=%d live=%d)", g.p.Rows, g.p.VnodeCount, g.p.Seed, g.step, len(g.live))
+	return fmt.Sprintf("workload(rows=%d vnodes=%d seed=%d step=%d live=%d)", g.p.Rows, g.p.VnodeCount, g.p.Seed, g.step, g.nlive)
 }
 
 // fenwick is a binary indexed tree over positions 1..n.

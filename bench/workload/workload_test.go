@@ -74,6 +74,48 @@ func TestReplay(t *testing.T) {
 	}
 }
 
+// TestResume checks that a generator resumed at step k from the table of a
+// generator that ran steps 1..k, with every delete order, produces exactly
+// the ops of the one that ran, to the end; and that a table that is not the
+// workload's is refused.
+func TestResume(t *testing.T) {
+	for _, order := range []string{"random", "prefix", "suffix"} {
+		p, err := Preset("mixed", 2000, 8, 3)
+		require.NoError(t, err)
+		p.BatchRows, p.DuringSteps, p.DeleteOrder = 300, 5, order
+		a := run(t, p, 0)
+		end := a.BackfillStep() + 6
+		for k := uint64(0); k < end; k++ {
+			b := run(t, p, 0)
+			require.NoError(t, b.Resume(k, func(v uint16, f func(pk, row []byte) error) error {
+				var err error
+				a.EachRow(v, func(pk, row []byte) {
+					if err == nil {
+						err = f(pk, row)
+					}
+				})
+				return err
+			}), "order %s step %d", order, k)
+			require.Equal(t, a.Step(), b.Step())
+			for s := k; s < end; s++ {
+				require.Equal(t, b.Next(), run(t, p, int(s)).Next(), "order %s: step %d after a resume at %d", order, s+1, k)
+			}
+			a.Next()
+		}
+	}
+	g := run(t, p0(t), 0)
+	err := g.Resume(1, func(v uint16, f func(pk, row []byte) error) error {
+		return f([]byte("not a pk"), make([]byte, 100))
+	})
+	require.ErrorIs(t, err, ErrResume)
+}
+
+func p0(t *testing.T) Params {
+	p, err := Preset("mixed", 200, 8, 3)
+	require.NoError(t, err)
+	return p
+}
+
 // TestPrefixDeletes checks tombstone-prefix: each vnode loses the lowest 40%
 // of its pks before the backfill.
 func TestPrefixDeletes(t *testing.T) {

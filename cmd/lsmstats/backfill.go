@@ -295,7 +295,6 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 		CheckpointEvery: f.checkpointEvery, RateLimit: f.rateLimit, RateChanges: f.rateChanges,
 		Store: &lsm.Options{Logger: cliLogger{w: stderr}},
 		OnCheckpoint: func(r backfill.Record) {
-			metrics.update(r)
 			// Each checkpoint carries the state bytes so far: a killed
 			// worker's bytes count up to its last reported checkpoint.
 			e := event{T: "ckpt", Rec: toJSON(r)}
@@ -313,13 +312,12 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 	if f.metricsAddr != "" {
 		// The supervisor holds the listener (its address stays across
 		// restarts) and hands it to each worker as file descriptor 3.
-		if metrics, err = serveMetrics(os.NewFile(3, "metrics listener"), s.Store); err != nil {
+		if metrics, err = serveMetrics(os.NewFile(3, "metrics listener"), s.Store, s.Job); err != nil {
 			return err
 		}
 		defer metrics.close()
 	}
 	if r := s.Job.Initial(); r != nil {
-		metrics.update(*r)
 		emit(event{T: "initial", Rec: toJSON(*r)})
 	}
 	last := s.Gen.BackfillStep() - 1

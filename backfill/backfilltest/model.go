@@ -1,0 +1,148 @@
+package backfilltest
+
+import (
+	"bytes"
+	"context"
+	"slices"
+
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/backfill"
+)
+
+// Model is an incremental oracle over a user's own upstream ops: it keeps
+// the live pks of each vnode, applies every step the job takes from the
+// source (Observe), and answers the truth from them, with no scan per
+// checkpoint. On a restart it is rebuilt once from the committed upstream
+// table (Resume: one scan), never by replaying the source. Not safe for
+// concurrent use; the job calls its source and oracle from one goroutine.
+type Model struct {
+	vnodes []modelVnode
+}
+
+type modelVnode struct {
+	live   map[string]struct{}
+	sorted [][]byte // the live pks in order, nil when stale
+}
+
+// NewModel returns an empty model of a table with vnodeCount vnodes.
+func NewModel(vnodeCount int) *Model {
+	m := &Model{vnodes: make([]modelVnode, vnodeCount)}
+	for i := range m.vnodes {
+		m.vnodes[i].live = map[string]struct{}{}
+	}
+	return m
+}
+
+var _ backfill.Oracle = (*Model)(nil)
+
+// Apply applies a step's ops; checked ops are resolved against the model.
+// An op that contradicts it (an insert of a live pk, a delete or update of
+// a pk that is not live) is an error.
+func (m *Model) Apply(ops []backfill.RowOp) error {
+	for _, op := range ops {
+		if int(op.Vnode) >= len(m.vnodes) {
+			return errors.Newf("backfilltest: op of pk %x in vnode %d, model of %d vnodes", op.PK, op.Vnode, len(m.vnodes))
+		}
+		v := &m.vnodes[op.Vnode]
+		_, live := v.live[string(op.PK)]
+		switch op.Kind {
+		case backfill.Insert:
+			if live {
+				return errors.Newf("backfilltest: insert of live pk %x in vnode %d", op.PK, op.Vnode)
+			}
+			v.live[string(op.PK)] = struct{}{}
+			v.sorted = nil
+		case backfill.Delete, backfill.CheckedDelete:
+			if !live {
+				return errors.Newf("backfilltest: %s of pk %x in vnode %d, which is not live", op.Kind, op.PK, op.Vnode)
+			}
+			delete(v.live, string(op.PK))
+			v.sorted = nil
+		case backfill.UpdateDelete, backfill.CheckedUpdate:
+			if !live {
+				return errors.Newf("backfilltest: %s of pk %x in vnode %d, which is not live", op.Kind, op.PK, op.Vnode)
+			}
+		case backfill.UpdateInsert:
+		default:
+			return errors.Newf("backfilltest: unknown op kind %s", op.Kind)
+		}
+	}
+	return nil
+}
+
+// Rows implements backfill.Oracle. The model answers for the steps it has
+// applied, which at a checkpoint are exactly the committed epoch's.
+func (m *Model) Rows(_ uint64, vnode uint16, cursor []byte) (behind, total int64, err error) {
+	if int(vnode) >= len(m.vnodes) {
+		return 0, 0, errors.Newf("backfilltest: vnode %d, model of %d vnodes", vnode, len(m.vnodes))
+	}
+	v := &m.vnodes[vnode]
+	if v.sorted == nil {
+		v.sorted = make([][]byte, 0, len(v.live))
+		for pk := range v.live {
+			v.sorted = append(v.sorted, []byte(pk))
+		}
+		slices.SortFunc(v.sorted, bytes.Compare)
+	}
+	if cursor != nil {
+		n, found := slices.BinarySearchFunc(v.sorted, cursor, bytes.Compare)
+		if found {
+			n++
+		}
+		behind = int64(n)
+	}
+	return behind, int64(len(v.sorted)), nil
+}
+
+// Resume rebuilds the model from the upstream table at the position a job
+// resumes at (one scan of each vnode).
+func (m *Model) Resume(at backfill.Position) error {
+	for i := range m.vnodes {
+		m.vnodes[i] = modelVnode{live: map[string]struct{}{}}
+	}
+	snap, err := at.Store.Pin(at.Epoch)
+	if err != nil {
+		return errors.Wrapf(err, "backfilltest: model resume at epoch %d", at.Epoch)
+	}
+	defer snap.Close()
+	for vn := range m.vnodes {
+		it, err := snap.NewIter(at.Upstream.ID, uint16(vn), nil, nil)
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			m.vnodes[vn].live[string(it.PK())] = struct{}{}
+		}
+		if err := it.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Observe returns src with the model kept up to date: the model is rebuilt
+// from the table when the job resumes, and applies every step the source
+// produces. Pass it as the job's Source and the model as its Oracle.
+func Observe(src backfill.Source, m *Model) backfill.Source {
+	return &observed{Source: src, m: m}
+}
+
+type observed struct {
+	backfill.Source
+	m *Model
+}
+
+func (o *observed) Resume(at backfill.Position) error {
+	if err := o.Source.Resume(at); err != nil {
+		return err
+	}
+	return o.m.Resume(at)
+}
+
+func (o *observed) Next(ctx context.Context) ([]backfill.RowOp, error) {
+	ops, err := o.Source.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ops, o.m.Apply(ops)
+}
