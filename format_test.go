@@ -52,7 +52,9 @@ func TestFormatFixture(t *testing.T) {
 		"the fixture is of another format_version: after a format change, run go test -run TestFormatFixture -update-fixture . and check the diff in")
 	got := encodingVectors(t, buildFixtureStore(t, t.TempDir()))
 	require.Equal(t, vectors, got,
-		"an encoding changed without a format_version bump: bump lsm.FormatVersion, document the change in docs/format.md, and regenerate with -update-fixture")
+		"the bytes a store of this version writes changed: if an encoding changed, bump lsm.FormatVersion, document the change in "+
+			"docs/format.md and regenerate with -update-fixture; if only what is written changed (the same encodings), check that the "+
+			"checked-in fixture still reads and verifies as recorded (the rest of this test), then regenerate")
 
 	// The fixture as this version reads it, read-only (on a copy: Pebble
 	// takes a lock file).

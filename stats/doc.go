@@ -97,11 +97,14 @@
 //     on the position of the row (bucket.insert). The offset δ is the mean
 //     residual over the rows that are not anchors, and for a cursor at a
 //     random row of the bucket n·position(cursor) + δ is unbiased, however
-//     unevenly rows have come and gone since the scan. Only a change of the
+//     unevenly rows have come and gone since the scan. A change of the
 //     anchors themselves — a merge, a new smallest or largest pk of the
-//     vnode — needs a rescan, after the commit. An exclusive end, which is
-//     not a row, takes half a row less: a point between two rows lies on
-//     average half a row past the earlier one.
+//     vnode — moves the sums into the new frame, where positions are an
+//     affine function of the old ones (moveFrame, mergeCalibration); only
+//     frames that measure different bytes need a rescan, after the
+//     commit. An exclusive end, which is not a row, takes half a row less:
+//     a point between two rows lies on average half a row past the earlier
+//     one.
 //   - The unbiased estimate is not clamped into its bounds: where the truth
 //     sits at a bound (a cursor at the last row of its bucket), an estimate
 //     held inside them can only err one way, and every bucket's top row

@@ -87,9 +87,10 @@ type bucket struct {
 	// position is where the row lies between the bucket's anchors (see
 	// calibrate). A scan of the rows sets them; every insert and delete
 	// after it updates them exactly, as their change depends on the
-	// position of the row alone. Without them (no scan yet, a merge, an end
-	// bucket whose anchor moved) the bucket is rescanned after the commit,
-	// and estimates use the uniform model until then.
+	// position of the row alone; a merge or an end bucket's anchor moving
+	// carries them into the new frame. Without them (no scan yet, a merge
+	// or a move whose frames do not compare) the bucket is rescanned after
+	// the commit, and estimates use the uniform model until then.
 	calibrated       bool
 	sumResid, sumPos float64
 }
@@ -808,7 +809,9 @@ func (v *liveVnode) frame(i int) frame {
 	n := sharedPrefix(lo, hi)
 	fa, fb := word(lo[n:]), word(hi[n:])
 	if fb <= fa {
-		return frame{flat: true}
+		// Anchors that the words cannot tell apart: the bucket's rows
+		// are its anchor (one row, whose pk is both).
+		return frame{flat: true, loPK: lo, hiPK: hi}
 	}
 	return frame{off: n, lo: fa, hi: fb, loPK: lo, hiPK: hi}
 }
@@ -841,13 +844,31 @@ func (v *liveVnode) moveFrame(i int, was frame) {
 	if !b.calibrated {
 		return
 	}
-	now := v.frame(i)
-	// was's anchors in now's words.
-	var lo, hi uint64
-	switch {
-	case was.flat || now.flat:
+	a, c, ok := affine(was, v.frame(i))
+	if !ok {
 		b.calibrated = false
 		return
+	}
+	n := float64(max(b.Rows, 0))
+	sumPos := a*b.sumPos + n*c
+	// Σ rank is unchanged: sumResid = Σ rank − n·sumPos.
+	b.sumResid -= n * (sumPos - b.sumPos)
+	b.sumPos = sumPos
+}
+
+// affine returns a and c such that a row at position u in frame was lies
+// at a·u + c in frame now, whose anchors enclose was's; ok is false when
+// the two frames do not measure comparable bytes. was's anchors are
+// expressed in now's words: exactly when both measure the same bytes, and
+// to within a unit of now's words when now's shared prefix is shorter.
+func affine(was, now frame) (a, c float64, ok bool) {
+	var lo, hi uint64
+	switch {
+	case was.flat && !now.flat && was.loPK != nil && bytes.Equal(was.loPK, was.hiPK):
+		// Every row of was is its anchor: in now, at the anchor's position.
+		return 0, now.at(was.loPK, key8(was.loPK)), true
+	case was.flat || now.flat:
+		return 0, 0, false
 	case now.off == 0 && was.off == 0:
 		lo, hi = was.lo, was.hi
 	case now.off == 0:
@@ -857,20 +878,13 @@ func (v *liveVnode) moveFrame(i int, was frame) {
 	default:
 		// Measured by their keys before, by bytes past a shared prefix now
 		// (the bounds were all short): rare, and rescanned.
-		b.calibrated = false
-		return
+		return 0, 0, false
 	}
 	if now.lo > lo || lo > hi || hi > now.hi {
-		b.calibrated = false
-		return
+		return 0, 0, false
 	}
 	span := float64(now.hi - now.lo)
-	a, c := float64(hi-lo)/span, float64(lo-now.lo)/span
-	n := float64(max(b.Rows, 0))
-	sumPos := a*b.sumPos + n*c
-	// Σ rank is unchanged: sumResid = Σ rank − n·sumPos.
-	b.sumResid -= n * (sumPos - b.sumPos)
-	b.sumPos = sumPos
+	return float64(hi-lo) / span, float64(lo-now.lo) / span, true
 }
 
 func keyFraction(loKey, k, hiKey uint64) float64 {
@@ -1256,25 +1270,94 @@ func (b *LiveBatch) MetaEntries() []MetaEntry {
 
 // Normalize merges the small and the empty buckets of the touched vnodes
 // into their left neighbours. The buckets that grew too big are split
-// after the commit (Rescans).
+// after the commit (Rescans). A merged bucket keeps a calibration when its
+// parts had one: each part's sums carried into the merged bucket's frame
+// (mergeCalibration), so that a vnode whose buckets merge as it grows (the
+// split limit follows its size) is not rescanned for them.
 func (b *LiveBatch) Normalize() {
 	for k, v := range b.vnodes {
 		limit := splitLimit(v.total.Rows, b.tables[k.table].total.Rows)
 		out := v.buckets[:1] // the batch's own copy
-		for _, bk := range v.buckets[1:] {
+		// starts[j] is the bucket, as they were, whose lower bound out[j]
+		// has; parts[j] the parts that merges joined into out[j], in their
+		// frames as they were.
+		starts := []int{0}
+		var parts map[int][]calibratedPart
+		for i, bk := range v.buckets[1:] {
+			i++ // bk is bucket i
 			prev := &out[len(out)-1]
 			if bk.Rows <= 0 || 2*(prev.Rows+bk.Rows) < limit {
+				j := len(out) - 1
+				if parts == nil {
+					parts = map[int][]calibratedPart{}
+				}
+				if _, ok := parts[j]; !ok {
+					parts[j] = []calibratedPart{v.part(prev, starts[j])}
+				}
+				parts[j] = append(parts[j], v.part(&bk, i))
 				prev.merge(bk)
 				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(prev.lower), first: len(out) == 1}] = struct{}{}
 				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(bk.lower)}] = struct{}{} // now deleted
 				continue
 			}
 			out = append(out, bk)
+			starts = append(starts, i)
 		}
 		if len(out) < len(v.buckets) {
 			v.setBuckets(out)
+			for j, ps := range parts {
+				v.mergeCalibration(j, ps)
+			}
 		}
 	}
+}
+
+// calibratedPart is a bucket that a merge joins to its left neighbour:
+// its rows, its calibration, and the frame that calibration is in.
+type calibratedPart struct {
+	rows             int64
+	calibrated       bool
+	sumResid, sumPos float64
+	frame            frame
+}
+
+// part returns bucket i (bk, which may have been moved) as a part of a
+// merge, in its frame before the merge.
+func (v *liveVnode) part(bk *bucket, i int) calibratedPart {
+	return calibratedPart{rows: bk.Rows, calibrated: bk.calibrated, sumResid: bk.sumResid, sumPos: bk.sumPos, frame: v.frame(i)}
+}
+
+// mergeCalibration sets the calibration of bucket j, which merges made of
+// parts, from theirs: each part's rows lie in the merged frame at a·u + c
+// for a row at u in the part's frame (affine), and rank above the rows of
+// the parts before it. Σ rank is then the parts' Σ rank shifted by those
+// rows, and Σ position their sums moved. An uncalibrated part with rows,
+// a negative count, or frames that do not compare leave the bucket
+// uncalibrated: it is rescanned after the commit, as before.
+func (v *liveVnode) mergeCalibration(j int, parts []calibratedPart) {
+	b := &v.buckets[j]
+	now := v.frame(j)
+	var before, sumRank, sumPos float64
+	for _, p := range parts {
+		if p.rows < 0 {
+			return
+		}
+		if p.rows == 0 {
+			continue
+		}
+		if !p.calibrated {
+			return
+		}
+		a, c, ok := affine(p.frame, now)
+		if !ok {
+			return
+		}
+		n := float64(p.rows)
+		sumRank += p.sumResid + n*p.sumPos + n*before
+		sumPos += a*p.sumPos + n*c
+		before += n
+	}
+	b.calibrated, b.sumPos, b.sumResid = true, sumPos, sumRank-before*sumPos
 }
 
 // calibrate takes the calibration of a scanned piece of the bucket's rows.
@@ -1284,7 +1367,8 @@ func (b *bucket) calibrate(p Piece) {
 
 // merge adds the rows of o, the next bucket, to b. The merged bucket spans
 // both, so its rows sit elsewhere between its anchors than the calibration
-// of either measured: it is rescanned after the commit.
+// of either measured: it is uncalibrated until Normalize carries the parts'
+// calibrations into its frame (mergeCalibration), or rescanned.
 func (b *bucket) merge(o bucket) {
 	b.LiveCounts = b.Add(o.LiveCounts)
 	b.calibrate(Piece{})

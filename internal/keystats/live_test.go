@@ -720,3 +720,90 @@ func TestAnchorsMoveWithoutRescans(t *testing.T) {
 		require.LessOrEqual(t, endRescans, 4, "prefix %q: end buckets rescanned for their anchors", prefix)
 	}
 }
+
+// TestMergesWithoutRescans grows a vnode from a few hundred rows to tens
+// of thousands with random inserts and some deletes: its split limit grows
+// with it, so its early buckets keep merging. A merge carries its parts'
+// calibrations into the merged bucket's frame, so after every commit every
+// bucket is calibrated, its sums agree with a scan of its rows, and no
+// bucket is rescanned for a stale calibration (before merges carried them,
+// each merge was rescanned).
+func TestMergesWithoutRescans(t *testing.T) {
+	r := physRand(t)
+	for _, prefix := range []string{"", "tenant-0042/events/"} {
+		const table = 1
+		s := NewLiveState()
+		s.AddTable(table, 1)
+		m := liveModel{0: map[string]int64{}}
+		pkOf := func(x uint64) []byte { return keys.AppendUint64([]byte(prefix), x) }
+		var live []string
+		staleRescans, merged := 0, 0
+		for commit := range 30 {
+			b := s.Begin()
+			for range 200 + commit*commit*10 {
+				if len(live) > 0 && r.IntN(10) == 0 {
+					i := r.IntN(len(live))
+					pk := live[i]
+					live[i] = live[len(live)-1]
+					live = live[:len(live)-1]
+					delete(m[0], pk)
+					require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: 0, PK: []byte(pk), LiveCounts: LiveCounts{-1, -10}, Live: false}))
+					continue
+				}
+				pk := pkOf(r.Uint64())
+				if _, ok := m[0][string(pk)]; ok {
+					continue
+				}
+				m[0][string(pk)] = 10
+				live = append(live, string(pk))
+				require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: 0, PK: pk, LiveCounts: LiveCounts{1, 10}, Live: true}))
+			}
+			before := len(s.Current().table(table).vnode(0).buckets)
+			b.Normalize()
+			b.Publish()
+			v := s.Current().table(table).vnode(0)
+			if len(v.buckets) < before {
+				merged += before - len(v.buckets)
+			}
+			for _, req := range b.Rescans() {
+				if commit > 0 && req.Target == 0 {
+					staleRescans++
+				}
+				require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
+			}
+			// Every bucket's sums are those of its rows in its own frame,
+			// whose end anchors are the vnode's pk hints (a deleted row's
+			// pk stays a hint, where a scan would take the live rows').
+			v = s.Current().table(table).vnode(0)
+			sorted := slices.Sorted(maps.Keys(m[0]))
+			for i := range v.buckets {
+				bk := v.buckets[i]
+				lo, hi := bk.lower, v.maxPK
+				if i == 0 {
+					lo = v.minPK
+				}
+				end := len(sorted)
+				if i+1 < len(v.buckets) {
+					hi = v.buckets[i+1].lower
+					end, _ = slices.BinarySearch(sorted, string(hi))
+				}
+				start, _ := slices.BinarySearch(sorted, string(bk.lower))
+				rows := sorted[start:end]
+				var wantResid, wantPos float64
+				for j, pk := range rows {
+					u := position(lo, []byte(pk), hi)
+					wantResid += float64(j+1) - float64(len(rows))*u
+					wantPos += u
+				}
+				require.True(t, bk.calibrated, "prefix %q commit %d bucket %d", prefix, commit, i)
+				require.EqualValues(t, len(rows), bk.Rows)
+				n := float64(bk.Rows)
+				require.InDelta(t, wantPos, bk.sumPos, 1e-6*(n+1), "prefix %q commit %d bucket %d of %d", prefix, commit, i, len(v.buckets))
+				require.InDelta(t, wantResid, bk.sumResid, 1e-6*(n+1)*(n+1), "prefix %q commit %d bucket %d", prefix, commit, i)
+			}
+		}
+		t.Logf("prefix %q: %d rows, %d buckets merged away, %d stale rescans", prefix, len(live), merged, staleRescans)
+		require.Positive(t, merged, "prefix %q: no merges to test", prefix)
+		require.Zero(t, staleRescans, "prefix %q: merged buckets rescanned for their calibration", prefix)
+	}
+}
