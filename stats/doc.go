@@ -119,14 +119,18 @@
 //
 // Queries read an index that each published vnode carries instead of its
 // buckets: the 8-byte keys of the bucket bounds, and the prefix sums of
-// their rows beside each bucket's flags and offset, in one allocation. A
+// their rows beside each bucket's flags, bound length and offset. A
 // backfill's checkpoint asks one range per vnode in progress and meets the
 // index cold, just after the commit that published it, so the query path
-// counts cache misses: the search starts from a guess (where the pk lies
-// between the vnode's smallest and largest pk, checked against two keys),
-// the bounds' bytes are read only when a key cannot decide, and
-// Live.AppendEstimates takes a whole batch of queries through each step
-// together, so that the CPU overlaps their loads.
+// counts cache and TLB misses: a commit lays out the vnodes it publishes
+// and their indexes in vnode order, in one allocation per table (bounded
+// to twice the memory of the vnodes it holds), so a checkpoint walks memory
+// forwards; the search starts from a guess (where the pk lies between the
+// vnode's smallest and largest pk, checked against two keys); a bound's
+// bytes are read only when its key and length cannot decide (two pks
+// longer than 8 bytes with the same first 8); and Live.AppendEstimates
+// takes a whole batch of queries through each step together, so that the
+// CPU overlaps their loads.
 //
 // The physical samples estimate the same thing less well: puts minus
 // deletes below a pk counts each update that lives in another SST than the

@@ -129,12 +129,12 @@ func (b *bucket) remove(u float64) {
 }
 
 // aux packs the per-bucket facts a query reads into the low auxBits of
-// the bucket's prefix sum (liveVnode.cum): the flags, and the calibration
-// offset as a signed fixed-point number of sixteenths of a row, held
-// within ±2¹³ rows.
+// the bucket's prefix sum (liveVnode.cum): the flags, the length class of
+// the lower bound (lenClass), and the calibration offset as a signed
+// fixed-point number of sixteenths of a row, held within ±2¹³ rows.
 func (v *liveVnode) aux(i int) uint64 {
 	b := &v.buckets[i]
-	var a uint64
+	a := uint64(lenClass(b.lower)) << auxLenShift
 	if b.lowerLive {
 		a |= auxLowerLive
 	}
@@ -148,7 +148,7 @@ func (v *liveVnode) aux(i int) uint64 {
 	if off, ok := b.offset(loLive, hiLive); ok {
 		q := int64(math.Round(off * auxOffsetUnit))
 		q = min(max(q, -1<<(auxOffsetBits-1)), 1<<(auxOffsetBits-1)-1)
-		a |= auxCalibrated | uint64(q)&(1<<auxOffsetBits-1)<<2
+		a |= auxCalibrated | uint64(q)&(1<<auxOffsetBits-1)<<auxOffsetShift
 	}
 	return a
 }
@@ -159,16 +159,43 @@ func auxOffset(a uint64) float64 {
 	return float64(off) / auxOffsetUnit
 }
 
+// auxLen returns the length class of the lower bound in an aux.
+func auxLen(a uint64) int { return int(a>>auxLenShift) & (1<<auxLenBits - 1) }
+
 const (
 	auxLowerLive  = 1 << 0
 	auxCalibrated = 1 << 1
 	// auxBits are the low bits of each prefix sum that hold its bucket's
-	// aux: two flags and the offset's auxOffsetBits.
-	auxBits       = 20
-	auxOffsetBits = auxBits - 2
-	auxOffsetUnit = 16
-	auxMask       = 1<<auxBits - 1
+	// aux: two flags, the lower bound's length class in auxLenBits, and
+	// the offset's auxOffsetBits. The rest of the word, 40 bits, holds the
+	// prefix sum.
+	auxLenShift    = 2
+	auxLenBits     = 4
+	auxOffsetShift = auxLenShift + auxLenBits
+	auxOffsetBits  = 18
+	auxBits        = auxOffsetShift + auxOffsetBits
+	auxOffsetUnit  = 16
+	auxMask        = 1<<auxBits - 1
 )
+
+// lenClass is how much of a pk's length the comparisons by key8 need: its
+// length up to 8, or 9 for any longer pk.
+func lenClass(b []byte) int { return min(len(b), 9) }
+
+// compareByKey compares two pks by their key8 (xk, yk) and length classes
+// (xl, yl) alone, and reports whether those decide. Equal keys leave only
+// the bytes past the first 8 and the zero padding of shorter pks: a pk of
+// at most 8 bytes is then a prefix of the other, so the shorter is the
+// smaller, unless both are longer than 8 bytes.
+func compareByKey(xk uint64, xl int, yk uint64, yl int) (c int, ok bool) {
+	if xk != yk {
+		return cmp.Compare(xk, yk), true
+	}
+	if xl > 8 && yl > 8 {
+		return 0, false
+	}
+	return cmp.Compare(xl, yl), true
+}
 
 // stale reports whether the bucket must be rescanned to be calibrated
 // again: it has rows but no calibration.
@@ -228,6 +255,9 @@ type liveVnode struct {
 	// bucket's lowerLive.
 	minPK, maxPK     []byte
 	minLive, maxLive bool
+	// arena is the allocation the vnode was published in, nil for a
+	// batch's private copy.
+	arena *arena
 }
 
 func newLiveVnode() *liveVnode {
@@ -255,8 +285,11 @@ func (v *liveVnode) appendBucket(b bucket) {
 // keys and the prefix sums of its rows with each bucket's aux, in one
 // allocation.
 func (v *liveVnode) seal() {
+	v.sealInto(make([]uint64, 2*len(v.buckets)+1))
+}
+
+func (v *liveVnode) sealInto(index []uint64) {
 	n := len(v.buckets)
-	index := make([]uint64, 2*n+1)
 	copy(index, v.keys)
 	var sum int64
 	for i := range v.buckets {
@@ -297,6 +330,15 @@ func (v *liveVnode) above(i int, pk []byte, k uint64) bool {
 		return v.keys[i] > k
 	}
 	return bytes.Compare(v.buckets[i].lower, pk) > 0
+}
+
+// boundLen returns the length class of bucket i's lower bound, from the
+// index once sealed.
+func (v *liveVnode) boundLen(i int) int {
+	if v.cum != nil {
+		return auxLen(v.cum[i])
+	}
+	return lenClass(v.buckets[i].lower)
 }
 
 // rows returns the live rows of the buckets before bucket i, of bucket i
@@ -640,8 +682,14 @@ func (p *probe) bucket() int {
 		return i
 	}
 	if keys[i-1] != p.k {
-		// A run of one, the common case: x's bucket or the one before.
-		if bytes.Compare(p.v.buckets[i].lower, p.x) <= 0 {
+		// A run of one, the common case: x's bucket or the one before,
+		// which the bound's length tells apart unless both it and x are
+		// longer than 8 bytes.
+		c, ok := compareByKey(p.k, lenClass(p.x), keys[i], p.v.boundLen(i))
+		if !ok {
+			c = bytes.Compare(p.x, p.v.buckets[i].lower)
+		}
+		if c >= 0 {
 			return i
 		}
 		return i - 1
@@ -704,8 +752,11 @@ func (p *probe) cumulative() cumBound {
 		}
 		loLive = v.minLive
 	} else {
-		if v.keys[i] == p.k && bytes.Equal(v.buckets[i].lower, p.x) {
-			return exactBound(before + b2i(p.through && p.aux&auxLowerLive != 0))
+		if v.keys[i] == p.k {
+			c, ok := compareByKey(p.k, lenClass(p.x), p.k, auxLen(p.aux))
+			if c == 0 && (ok || bytes.Equal(v.buckets[i].lower, p.x)) {
+				return exactBound(before + b2i(p.through && p.aux&auxLowerLive != 0))
+			}
 		}
 		loLive = p.aux&auxLowerLive != 0
 	}
@@ -742,10 +793,11 @@ func b2i(b bool) int64 {
 }
 
 // compareAnchor compares x (whose key8 is k) with an anchor pk whose key8
-// is ak, reading the anchor's bytes only when the keys are equal.
+// is ak, reading the anchor's bytes only when keys and lengths do not
+// decide (compareByKey).
 func compareAnchor(x []byte, k uint64, anchor []byte, ak uint64) int {
-	if k != ak {
-		return cmp.Compare(k, ak)
+	if c, ok := compareByKey(k, lenClass(x), ak, lenClass(anchor)); ok {
+		return c
 	}
 	return bytes.Compare(x, anchor)
 }
@@ -761,6 +813,9 @@ func compareAnchor(x []byte, k uint64, anchor []byte, ak uint64) int {
 // agrees with position, which a scan uses on the bounds' bytes, to within
 // 2⁻⁸ (TestFractionAgrees).
 func (v *liveVnode) fraction(i int, x []byte, k uint64) float64 {
+	if lo, hi, ok := v.keyFrame(i); ok {
+		return keyFraction(lo, k, hi)
+	}
 	return v.frame(i).at(x, k)
 }
 
@@ -778,26 +833,11 @@ type frame struct {
 }
 
 func (v *liveVnode) frame(i int) frame {
-	// The keys decide without the bounds' bytes, which a checkpoint's
-	// estimates would meet cold in their separate allocations.
-	loKey := v.keys[i]
-	if i == 0 {
-		if v.minPK == nil {
-			return frame{flat: true}
-		}
-		loKey = v.minKey
+	if lo, hi, ok := v.keyFrame(i); ok {
+		return frame{lo: lo, hi: hi}
 	}
-	var hiKey uint64
-	if i+1 < len(v.keys) {
-		hiKey = v.keys[i+1]
-	} else {
-		if v.maxPK == nil {
-			return frame{flat: true}
-		}
-		hiKey = v.maxKey
-	}
-	if hiKey > loKey && (v.shortBounds && v.shortHints || hiKey-loKey >= 1<<8) {
-		return frame{lo: loKey, hi: hiKey}
+	if i == 0 && v.minPK == nil || i+1 == len(v.keys) && v.maxPK == nil {
+		return frame{flat: true}
 	}
 	lo, hi := v.buckets[i].lower, v.maxPK
 	if i == 0 {
@@ -814,6 +854,29 @@ func (v *liveVnode) frame(i int) frame {
 		return frame{flat: true, loPK: lo, hiPK: hi}
 	}
 	return frame{off: n, lo: fa, hi: fb, loPK: lo, hiPK: hi}
+}
+
+// keyFrame returns the keys of bucket i's anchors if they decide its
+// frame without the bounds' bytes, which a checkpoint's estimates would
+// meet cold in their separate allocations: the frame's lo and hi when off
+// is 0.
+func (v *liveVnode) keyFrame(i int) (lo, hi uint64, ok bool) {
+	lo = v.keys[i]
+	if i == 0 {
+		if v.minPK == nil {
+			return 0, 0, false
+		}
+		lo = v.minKey
+	}
+	if i+1 < len(v.keys) {
+		hi = v.keys[i+1]
+	} else {
+		if v.maxPK == nil {
+			return 0, 0, false
+		}
+		hi = v.maxKey
+	}
+	return lo, hi, hi > lo && (v.shortBounds && v.shortHints || hi-lo >= 1<<8)
 }
 
 // at returns the position of x (whose key8 is k) in the frame.
@@ -1387,10 +1450,18 @@ func (b *LiveBatch) Publish() {
 	clear(b.s.dirty)
 }
 
-// publish seals the batch's vnodes and makes it the current snapshot.
+// publish seals the batch's vnodes, packed table by table in vnode order
+// (see arena.go), and makes it the current snapshot.
 func (b *LiveBatch) publish() {
-	for _, v := range b.vnodes {
-		v.seal()
+	byTable := map[uint32][]placed{}
+	for k, v := range b.vnodes {
+		byTable[k.table] = append(byTable[k.table], placed{k.vnode, v})
+	}
+	for id, ps := range byTable {
+		publishTable(b.next.tables[id], b.s.cur.tables[id], ps)
+	}
+	for k := range b.vnodes {
+		b.vnodes[k] = b.next.tables[k.table].vnodes[k.vnode] // the packed copy
 	}
 	b.next.at = time.Now()
 	b.s.cur = b.next

@@ -429,8 +429,10 @@ func TestLiveRecount(t *testing.T) {
 }
 
 // TestBucketKeyOrder: the 8-byte key of a bucket's lower bound orders pks
-// as bytes.Compare does whenever it decides (bucket.above), on strings of 0
-// to 12 bytes from an alphabet rich in zero bytes.
+// as bytes.Compare does whenever it decides (bucket.above), and with the
+// lengths (compareByKey) it decides all but two pks longer than 8 bytes
+// with equal keys; on strings of 0 to 12 bytes from an alphabet rich in
+// zero bytes.
 func TestBucketKeyOrder(t *testing.T) {
 	r := physRand(t)
 	alphabet := []byte{0x00, 0x01, 0x7F, 0xFF}
@@ -448,6 +450,13 @@ func TestBucketKeyOrder(t *testing.T) {
 		require.Equal(t, bytes.Compare(lower, pk) > 0, v.above(1, pk, key8(pk)), "lower %x pk %x", lower, pk)
 		if key8(lower) != key8(pk) {
 			require.Equal(t, bytes.Compare(lower, pk), cmp.Compare(key8(lower), key8(pk)), "lower %x pk %x", lower, pk)
+		}
+		// Where keys and lengths decide, they agree with the bytes;
+		// they leave undecided only two pks longer than 8 bytes.
+		c, ok := compareByKey(key8(pk), lenClass(pk), key8(lower), lenClass(lower))
+		require.Equal(t, !ok, key8(lower) == key8(pk) && len(lower) > 8 && len(pk) > 8, "lower %x pk %x", lower, pk)
+		if ok {
+			require.Equal(t, bytes.Compare(pk, lower), c, "lower %x pk %x", lower, pk)
 		}
 	}
 }
@@ -590,7 +599,7 @@ func TestAuxPacking(t *testing.T) {
 				bs[i].sumResid = r.NormFloat64() * float64(int64(1)<<r.IntN(40))
 			}
 			if i > 0 {
-				bs[i].lower = []byte{byte(i)}
+				bs[i].lower = append(bytes.Repeat([]byte{byte(i)}, r.IntN(12)), byte(i))
 			}
 		}
 		v.setBuckets(bs)
@@ -601,6 +610,8 @@ func TestAuxPacking(t *testing.T) {
 			require.Equal(t, sum, before)
 			require.Equal(t, b.Rows, rows)
 			require.Equal(t, b.lowerLive, aux&auxLowerLive != 0)
+			require.Equal(t, lenClass(b.lower), auxLen(aux))
+			require.Equal(t, lenClass(b.lower), v.boundLen(i))
 			loLive, hiLive := b.lowerLive, i == len(bs)-1 && v.maxLive
 			if i == 0 {
 				loLive = v.minLive

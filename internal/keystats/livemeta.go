@@ -321,15 +321,18 @@ func (s *LiveState) loadBucket(r bucketRow) error {
 // FinishLoad ends loading: it trims each vnode's buckets to their number
 // (Load appends them one by one, and the slack of the appends, up to as much
 // again, would otherwise stay until a commit copies the vnode), and builds
-// the vnodes' indexes, which copy the keys Load appended. Until then queries
-// of a loaded vnode sum its buckets.
+// the vnodes' indexes, which copy the keys Load appended, packed in one
+// arena per table (see arena.go). Until then queries of a loaded vnode sum
+// its buckets.
 func (s *LiveState) FinishLoad() {
 	for _, t := range s.cur.tables {
-		for _, v := range t.vnodes {
+		var ps []placed
+		for vn, v := range t.vnodes {
 			if v != nil {
 				v.buckets = slices.Clip(slices.Clone(v.buckets))
-				v.seal()
+				ps = append(ps, placed{uint16(vn), v})
 			}
 		}
+		pack(t, ps)
 	}
 }
