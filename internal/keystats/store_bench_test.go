@@ -27,17 +27,38 @@ import (
 type benchStore struct {
 	e       *storeEnv
 	def     lsm.TableDef
-	pks     [][]uint64 // per vnode, sorted
-	row     []byte     // every row's value
+	pks     [][]uint64          // per vnode, sorted
+	pk      func(uint64) []byte // the pk of each number in pks
+	row     []byte              // every row's value
 	entries uint64
 	epoch   uint64 // the last committed
 }
 
 const benchTable = 1
 
-func newBenchStore(b *testing.B, vnodes, rowsPerVnode, checkpoints int) *benchStore {
+// pkShape is a benchStore's pk schema and the pk of each number, in the
+// numbers' order.
+type pkShape struct {
+	schema keys.Schema
+	pk     func(uint64) []byte
+}
+
+var (
+	pkU64 = pkShape{keys.Schema{keys.Uint64}, pk64}
+	// pkPrefixed is a 26-byte pk (bytes, u64): a 16-byte string shared by
+	// every row (a tenant or path prefix), then an id.
+	pkPrefixed = pkShape{keys.Schema{keys.Bytes, keys.Uint64}, func(n uint64) []byte {
+		return keys.AppendUint64(keys.AppendBytes(nil, []byte("tenant-00042/ord")), n)
+	}}
+)
+
+func newBenchStore(b *testing.B, vnodes, rowsPerVnode, checkpoints int, shape pkShape) *benchStore {
 	e := openStore(b, uncompacted())
-	bs := &benchStore{e: e, def: e.createTable(benchTable, vnodes)}
+	require.NoError(b, e.s.CreateTable(lsm.TableDef{ID: benchTable, VnodeCount: vnodes, PK: shape.schema}))
+	def, err := e.s.Table(benchTable)
+	require.NoError(b, err)
+	bs := &benchStore{e: e, def: def, pk: shape.pk}
+	pk := shape.pk
 	w, err := e.s.NewWriter(benchTable, nil, &lsm.WriterOptions{Unchecked: true})
 	require.NoError(b, err)
 	e.writers[benchTable] = w
@@ -51,10 +72,10 @@ func newBenchStore(b *testing.B, vnodes, rowsPerVnode, checkpoints int) *benchSt
 	for c := range checkpoints {
 		epoch := uint64(c + 1)
 		for _, i := range order[c*per : min(total, (c+1)*per)] {
-			pk := uint64(i)*16 + uint64(r.IntN(16))
-			v := bs.def.VnodeOf(pk64(pk))
-			bs.pks[v] = append(bs.pks[v], pk)
-			require.NoError(b, w.Insert(epoch, v, pk64(pk), row))
+			n := uint64(i)*16 + uint64(r.IntN(16))
+			v := bs.def.VnodeOf(pk(n))
+			bs.pks[v] = append(bs.pks[v], n)
+			require.NoError(b, w.Insert(epoch, v, pk(n), row))
 		}
 		e.commit(epoch)
 		bs.epoch = epoch
@@ -82,7 +103,7 @@ func newBenchStore(b *testing.B, vnodes, rowsPerVnode, checkpoints int) *benchSt
 //	                      from their metadata), per million keys, as loaded
 //	                      (one SST per checkpoint) and after a full compaction
 func BenchmarkStoreStats(b *testing.B) {
-	bs := newBenchStore(b, keys.DefaultVnodeCount, 4000, 8)
+	bs := newBenchStore(b, keys.DefaultVnodeCount, 4000, 8, pkU64)
 	s := bs.e.s
 	b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, s.Stats().Physical.NumFiles(), s.Stats().Live.BucketCount())
 	r := rand.New(rand.NewPCG(3, 4))
@@ -114,7 +135,7 @@ func BenchmarkStoreStats(b *testing.B) {
 			if a > c {
 				a, c = c, a
 			}
-			qs[i] = q{v, pk64(a), pk64(c + 1)}
+			qs[i] = q{v, bs.pk(a), bs.pk(c + 1)}
 		}
 		var sink float64
 		i := 0
@@ -170,12 +191,23 @@ func BenchmarkStoreStats(b *testing.B) {
 }
 
 // BenchmarkConsumedCold4096 is read=consumed-256-cold on a table of 4096
-// vnodes of 250 rows (1,024,000 keys), all in progress: goal ≤ 1 ms.
+// vnodes of 250 rows (1,024,000 keys), all in progress: goal ≤ 1 ms. With
+// pk=u64 the pks are 8-byte integers, whose 8-byte keys decide every
+// comparison; with pk=string they share their first 16 bytes (pkPrefixed),
+// so the keys of a vnode's bounds are all equal and every comparison and
+// interpolation reads the bounds' bytes.
 func BenchmarkConsumedCold4096(b *testing.B) {
-	bs := newBenchStore(b, 4096, 250, 8)
-	b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, bs.e.s.Stats().Physical.NumFiles(), bs.e.s.Stats().Live.BucketCount())
-	cursors, _ := bs.cursors(rand.New(rand.NewPCG(3, 4)))
-	bs.consumedCold(b, cursors)
+	for _, c := range []struct {
+		name  string
+		shape pkShape
+	}{{"u64", pkU64}, {"string", pkPrefixed}} {
+		b.Run("pk="+c.name, func(b *testing.B) {
+			bs := newBenchStore(b, 4096, 250, 8, c.shape)
+			b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, bs.e.s.Stats().Physical.NumFiles(), bs.e.s.Stats().Live.BucketCount())
+			cursors, _ := bs.cursors(rand.New(rand.NewPCG(3, 4)))
+			bs.consumedCold(b, cursors)
+		})
+	}
 }
 
 // cursors returns a cursor at a random live pk of every vnode, and the
@@ -185,7 +217,7 @@ func (bs *benchStore) cursors(r *rand.Rand) ([][]byte, int64) {
 	var truth int64
 	for v := range cursors {
 		i := r.IntN(len(bs.pks[v]))
-		cursors[v] = pk64(bs.pks[v][i])
+		cursors[v] = bs.pk(bs.pks[v][i])
 		truth += int64(i + 1)
 	}
 	return cursors, truth
@@ -207,7 +239,7 @@ func (bs *benchStore) consumedCold(b *testing.B, cursors [][]byte) {
 	for round := range rounds {
 		bs.epoch++
 		for v := range bs.pks {
-			pk := pk64(bs.pks[v][0])
+			pk := bs.pk(bs.pks[v][0])
 			require.NoError(b, w.Update(bs.epoch, uint16(v), pk, bs.row, bs.row))
 		}
 		bs.e.commit(bs.epoch)
