@@ -126,9 +126,12 @@
 // and their indexes in vnode order, in one allocation per table (bounded
 // to twice the memory of the vnodes it holds), so a checkpoint walks memory
 // forwards; the search starts from a guess (where the pk lies between the
-// vnode's smallest and largest pk, checked against two keys); a bound's
-// bytes are read only when its key and length cannot decide (two pks
-// longer than 8 bytes with the same first 8); and Live.AppendEstimates
+// vnode's smallest and largest pk, checked against two keys); where every
+// pk of a vnode shares a prefix of 8 bytes or more (a tenant, a path, a
+// hot first column), the keys are taken past it, since the whole pks'
+// keys would all be equal; a bound's bytes are read only when its key and
+// length cannot decide (two pks longer than 8 bytes past that prefix with
+// the same first 8); and Live.AppendEstimates
 // takes a whole batch of queries through each step together, so that the
 // CPU overlaps their loads.
 //

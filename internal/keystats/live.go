@@ -130,11 +130,14 @@ func (b *bucket) remove(u float64) {
 
 // aux packs the per-bucket facts a query reads into the low auxBits of
 // the bucket's prefix sum (liveVnode.cum): the flags, the length class of
-// the lower bound (lenClass), and the calibration offset as a signed
+// the lower bound past the query view's skip bytes (lenClass), and the calibration offset as a signed
 // fixed-point number of sixteenths of a row, held within ±2¹³ rows.
-func (v *liveVnode) aux(i int) uint64 {
+func (v *liveVnode) aux(i, skip int) uint64 {
 	b := &v.buckets[i]
-	a := uint64(lenClass(b.lower)) << auxLenShift
+	var a uint64
+	if i > 0 {
+		a = uint64(lenClass(b.lower[skip:])) << auxLenShift
+	}
 	if b.lowerLive {
 		a |= auxLowerLive
 	}
@@ -227,18 +230,33 @@ func key8(b []byte) uint64 {
 // search of the buckets themselves, a sum of their rows and the bytes of
 // two separately allocated bounds cost about 1 µs per vnode.
 type liveVnode struct {
+	// q is how queries order and place pks by their keys (see keyView):
+	// set when the vnode is sealed, or, while a store loads, as the
+	// vnode's own keys. The fields a query reads come first, to share
+	// cache lines.
+	q keyView
+	// minLive and maxLive say whether minPK and maxPK are the pks of live
+	// rows: a delete clears them, so they are exact, like each bucket's
+	// lowerLive.
+	minLive, maxLive bool
+	// cum[i] is the live rows of the buckets before bucket i, for i up to
+	// len(buckets), shifted left by auxBits, with bucket i's aux in the
+	// low bits (int64 bits: unchecked writers may leave counts negative):
+	// a query reads both from one word. seal puts it in one allocation with
+	// the query keys when a batch publishes the vnode. Nil while the vnode
+	// is being changed or loaded.
+	cum []uint64
+	// minPK and maxPK bound the vnode's pks: no live row is below minPK or
+	// above maxPK. They are the anchors of the first and last bucket's
+	// interpolation. Inserts below or above them move them; a scan of the
+	// first or last bucket (a split, a recount) sets them to the smallest
+	// and largest live pk.
+	minPK, maxPK []byte
 	// keys[i] is key8(buckets[i].lower). It follows every change of the
 	// buckets' bounds (setBuckets). A batch's copy of the vnode shares it
 	// until its bounds change or it is sealed, so it is never written in
 	// place.
 	keys []uint64
-	// cum[i] is the live rows of the buckets before bucket i, for i up to
-	// len(buckets), shifted left by auxBits, with bucket i's aux in the
-	// low bits (int64 bits: unchecked writers may leave counts negative):
-	// a query reads both from one word. seal puts it in one allocation with
-	// a copy of keys when a batch publishes the vnode. Nil while the vnode
-	// is being changed.
-	cum []uint64
 	// minKey and maxKey are key8 of minPK and maxPK.
 	minKey, maxKey uint64
 	// shortBounds and shortHints say that every lower bound, and both pk
@@ -246,18 +264,55 @@ type liveVnode struct {
 	shortBounds, shortHints bool
 	total                   LiveCounts
 	buckets                 []bucket // sorted by lower; buckets[0].lower == nil
-	// minPK and maxPK bound the vnode's pks: no live row is below minPK or
-	// above maxPK. They are the anchors of the first and last bucket's
-	// interpolation. Inserts below or above them move them; a scan of the
-	// first or last bucket (a split, a recount) sets them to the smallest
-	// and largest live pk. minLive and maxLive say whether they are the pks
-	// of live rows: a delete clears them, so they are exact, like each
-	// bucket's lowerLive.
-	minPK, maxPK     []byte
-	minLive, maxLive bool
 	// arena is the allocation the vnode was published in, nil for a
 	// batch's private copy.
 	arena *arena
+}
+
+// keyView is how queries order and place pks in a sealed vnode by 8-byte
+// keys: the keys of the bucket bounds and of the anchors taken past skip
+// bytes that all of them, and so every pk of the vnode, share. Where pks
+// share a long prefix (a tenant, a path, a hot first column) the keys of
+// the whole bounds are all equal and tell nothing, and every step of a
+// query would read bounds' bytes; past the shared prefix, the keys decide
+// again. skip is 0 unless the anchors share at least 8 bytes, and the
+// view is then the vnode's own keys.
+type keyView struct {
+	keys           []uint64 // keys[i] of bucket i's lower bound; keys[0] is 0
+	minKey, maxKey uint64   // of minPK and maxPK
+	skip           int32
+	// exact says that every bound and both anchors are at most 8 bytes
+	// past skip: their keys are exact.
+	exact bool
+	// hasMin and hasMax say that the vnode has its pk hints.
+	hasMin, hasMax bool
+}
+
+// fullView is the view of the vnode's own keys (skip 0).
+func (v *liveVnode) fullView() keyView {
+	return keyView{
+		keys: v.keys, minKey: v.minKey, maxKey: v.maxKey, exact: v.shortBounds && v.shortHints,
+		hasMin: v.minPK != nil, hasMax: v.maxPK != nil,
+	}
+}
+
+// querySkip returns the bytes that the vnode's anchors and every bucket
+// bound share, if at least 8, else 0.
+func (v *liveVnode) querySkip() int {
+	if v.minPK == nil || v.maxPK == nil {
+		return 0
+	}
+	n := sharedPrefix(v.minPK, v.maxPK)
+	for _, b := range v.buckets[1:] {
+		if n < 8 {
+			break
+		}
+		n = min(n, sharedPrefix(b.lower, v.minPK))
+	}
+	if n < 8 {
+		return 0
+	}
+	return n
 }
 
 func newLiveVnode() *liveVnode {
@@ -290,15 +345,33 @@ func (v *liveVnode) seal() {
 
 func (v *liveVnode) sealInto(index []uint64) {
 	n := len(v.buckets)
-	copy(index, v.keys)
+	skip := v.querySkip()
+	if skip == 0 {
+		copy(index, v.keys)
+		v.keys = index[:n:n]
+		v.q = v.fullView()
+	} else {
+		// The vnode keeps its own keys for the batches that copy it.
+		exact := len(v.minPK)-skip <= 8 && len(v.maxPK)-skip <= 8
+		index[0] = 0
+		for i := 1; i < n; i++ {
+			lower := v.buckets[i].lower[skip:]
+			index[i] = key8(lower)
+			exact = exact && len(lower) <= 8
+		}
+		v.q = keyView{
+			keys: index[:n:n], minKey: key8(v.minPK[skip:]), maxKey: key8(v.maxPK[skip:]),
+			skip: int32(skip), exact: exact, hasMin: true, hasMax: true,
+		}
+	}
 	var sum int64
 	for i := range v.buckets {
 		b := &v.buckets[i]
-		index[n+i] = uint64(sum<<auxBits) | v.aux(i)
+		index[n+i] = uint64(sum<<auxBits) | v.aux(i, skip)
 		sum += b.Rows
 	}
 	index[2*n] = uint64(sum << auxBits)
-	v.keys, v.cum = index[:n:n], index[n:]
+	v.cum = index[n:]
 }
 
 // anchors are a vnode's pk hints and what is derived from them.
@@ -332,13 +405,13 @@ func (v *liveVnode) above(i int, pk []byte, k uint64) bool {
 	return bytes.Compare(v.buckets[i].lower, pk) > 0
 }
 
-// boundLen returns the length class of bucket i's lower bound, from the
-// index once sealed.
-func (v *liveVnode) boundLen(i int) int {
-	if v.cum != nil {
+// boundLen returns the length class of bucket i's lower bound past skip
+// bytes: from the index for the query view's skip once sealed.
+func (v *liveVnode) boundLen(i, skip int) int {
+	if v.cum != nil && skip == int(v.q.skip) {
 		return auxLen(v.cum[i])
 	}
-	return lenClass(v.buckets[i].lower)
+	return lenClass(v.buckets[i].lower[skip:])
 }
 
 // rows returns the live rows of the buckets before bucket i, of bucket i
@@ -351,7 +424,7 @@ func (v *liveVnode) rows(i int) (before, in int64, aux uint64) {
 	for _, b := range v.buckets[:i] {
 		before += b.Rows
 	}
-	return before, v.buckets[i].Rows, v.aux(i)
+	return before, v.buckets[i].Rows, v.aux(i, 0)
 }
 
 type liveTable struct {
@@ -563,8 +636,8 @@ func (l *Live) AppendEstimates(dst []RowEstimate, table uint32, qs []RangeQuery)
 func (t *liveTable) estimate(qs []RangeQuery, ps []probe, dst []RowEstimate) []RowEstimate {
 	for i, q := range qs {
 		v := t.vnode(q.Vnode)
-		ps[2*i].start(v, q.Lo, false)
-		ps[2*i+1].start(v, q.Hi, q.HiInclusive)
+		ps[2*i].start(v, &v.q, q.Lo, false)
+		ps[2*i+1].start(v, &v.q, q.Hi, q.HiInclusive)
 	}
 	for i := range ps {
 		ps[i].guess()
@@ -603,9 +676,16 @@ func (t *liveTable) estimate(qs []RangeQuery, ps []probe, dst []RowEstimate) []R
 // key8(x), then tells apart by their bytes the buckets whose key equals
 // x's.
 type probe struct {
-	v *liveVnode
-	x []byte
-	k uint64 // key8(x)
+	v  *liveVnode
+	kv *keyView // the vnode's query view
+	x  []byte
+	// k and xl are the key and length class of x past kv.skip bytes.
+	k  uint64
+	xl int
+	// out is -1 or +1 for an x below or above every pk of the vnode (it
+	// lacks the bytes that kv skips), located in the first or last
+	// bucket without a search.
+	out int
 	// through counts x itself (an inclusive end: a cursor).
 	through bool
 	// i and n bracket the search: the last key at most k is among
@@ -619,14 +699,27 @@ type probe struct {
 
 // start begins the search for x in v; nil x is minus infinity, in bucket
 // 0 (keys[0] is 0, at most any k).
-func (p *probe) start(v *liveVnode, x []byte, through bool) {
+func (p *probe) start(v *liveVnode, kv *keyView, x []byte, through bool) {
 	if x == nil {
 		// Nothing to search or read (a consumed-rows query's Lo): the
 		// vnode's index stays untouched.
-		*p = probe{v: v, n: 1}
+		*p = probe{v: v, kv: kv, n: 1}
 		return
 	}
-	*p = probe{v: v, x: x, k: key8(x), n: len(v.keys), through: through}
+	*p = probe{v: v, kv: kv, x: x, n: len(kv.keys), through: through}
+	if kv.skip == 0 {
+		p.k, p.xl = key8(x), lenClass(x)
+		return
+	}
+	skip := int(kv.skip)
+	switch c := bytes.Compare(x[:min(len(x), skip)], v.minPK[:skip]); {
+	case c == 0 && len(x) >= skip:
+		p.k, p.xl = key8(x[skip:]), lenClass(x[skip:])
+	case c <= 0:
+		p.out, p.n = -1, 1
+	default:
+		p.out, p.i, p.n = 1, p.n-1, 1
+	}
 }
 
 // guessWindow is the number of keys around a guess that a probe checks.
@@ -640,17 +733,17 @@ const guessWindow = 16
 // 256 vnodes of 4,000 uniformly random pks, 99% of guesses hit. A miss
 // costs the two loads and leaves the binary search as it was.
 func (p *probe) guess() {
-	v := p.v
-	if p.n <= guessWindow || v.minPK == nil || v.maxPK == nil || v.maxKey <= v.minKey {
+	kv := p.kv
+	if p.n <= guessWindow || !kv.hasMin || !kv.hasMax || kv.maxKey <= kv.minKey {
 		return
 	}
 	n := p.n
 	g := n - 1
-	if p.k < v.maxKey {
-		g = int(float64(p.k-min(p.k, v.minKey)) / float64(v.maxKey-v.minKey) * float64(n))
+	if p.k < kv.maxKey {
+		g = int(float64(p.k-min(p.k, kv.minKey)) / float64(kv.maxKey-kv.minKey) * float64(n))
 	}
 	a, b := max(g-guessWindow/2, 0), min(g+guessWindow/2, n)
-	if (a == 0 || v.keys[a] <= p.k) && (b == n || v.keys[b] > p.k) {
+	if (a == 0 || kv.keys[a] <= p.k) && (b == n || kv.keys[b] > p.k) {
 		p.i, p.n = a, b-a
 	}
 }
@@ -664,7 +757,7 @@ func (p *probe) step() bool {
 	}
 	half := p.n / 2
 	i := p.i
-	if p.v.keys[i+half] <= p.k {
+	if p.kv.keys[i+half] <= p.k {
 		i += half
 	}
 	p.i, p.n = i, p.n-half
@@ -677,7 +770,7 @@ func (p *probe) step() bool {
 // bytes (a hot value of a pk's first column), so it is searched in halves
 // too: by keys for its start, by bytes within it.
 func (p *probe) bucket() int {
-	i, keys := p.i, p.v.keys
+	i, keys := p.i, p.kv.keys
 	if i == 0 || keys[i] != p.k {
 		return i
 	}
@@ -685,7 +778,7 @@ func (p *probe) bucket() int {
 		// A run of one, the common case: x's bucket or the one before,
 		// which the bound's length tells apart unless both it and x are
 		// longer than 8 bytes.
-		c, ok := compareByKey(p.k, lenClass(p.x), keys[i], p.v.boundLen(i))
+		c, ok := compareByKey(p.k, p.xl, keys[i], p.v.boundLen(i, int(p.kv.skip)))
 		if !ok {
 			c = bytes.Compare(p.x, p.v.buckets[i].lower)
 		}
@@ -706,7 +799,9 @@ func (p *probe) locate() {
 	if p.x == nil {
 		return // minus infinity: no rows before bucket 0
 	}
-	p.i = p.bucket()
+	if p.out == 0 {
+		p.i = p.bucket()
+	}
 	p.before, p.rows, p.aux = p.v.rows(p.i)
 }
 
@@ -740,10 +835,16 @@ func (p *probe) cumulative() cumBound {
 		return cumBound{}
 	}
 	v, i, before, n := p.v, p.i, p.before, max(p.rows, 0)
+	switch p.out {
+	case -1:
+		return exactBound(before) // below minPK
+	case 1:
+		return exactBound(before + n) // above maxPK
+	}
 	var loLive bool
 	if i == 0 {
-		if v.minPK != nil {
-			switch c := compareAnchor(p.x, p.k, v.minPK, v.minKey); {
+		if p.kv.hasMin {
+			switch c := p.compareAnchor(v.minPK, p.kv.minKey); {
 			case c < 0:
 				return exactBound(before) // no live row is below minPK
 			case c == 0:
@@ -752,8 +853,8 @@ func (p *probe) cumulative() cumBound {
 		}
 		loLive = v.minLive
 	} else {
-		if v.keys[i] == p.k {
-			c, ok := compareByKey(p.k, lenClass(p.x), p.k, auxLen(p.aux))
+		if p.kv.keys[i] == p.k {
+			c, ok := compareByKey(p.k, p.xl, p.k, auxLen(p.aux))
 			if c == 0 && (ok || bytes.Equal(v.buckets[i].lower, p.x)) {
 				return exactBound(before + b2i(p.through && p.aux&auxLowerLive != 0))
 			}
@@ -761,8 +862,8 @@ func (p *probe) cumulative() cumBound {
 		loLive = p.aux&auxLowerLive != 0
 	}
 	var hiLive bool
-	if i == len(v.keys)-1 && v.maxPK != nil {
-		switch c := compareAnchor(p.x, p.k, v.maxPK, v.maxKey); {
+	if i == len(p.kv.keys)-1 && p.kv.hasMax {
+		switch c := p.compareAnchor(v.maxPK, p.kv.maxKey); {
 		case c > 0 || c == 0 && p.through:
 			return exactBound(before + n) // no live row is above maxPK
 		case c == 0:
@@ -782,7 +883,26 @@ func (p *probe) cumulative() cumBound {
 	if !p.through {
 		offset -= 0.5
 	}
-	return cumBound{lower: lower, upper: upper, est: float64(before) + float64(n)*v.fraction(i, p.x, p.k) + offset}
+	return cumBound{lower: lower, upper: upper, est: float64(before) + float64(n)*p.fraction() + offset}
+}
+
+// compareAnchor compares x with an anchor of the vnode whose key in the
+// query view is ak, reading the anchor's bytes only when keys and lengths
+// do not decide.
+func (p *probe) compareAnchor(anchor []byte, ak uint64) int {
+	if c, ok := compareByKey(p.k, p.xl, ak, lenClass(anchor[int(p.kv.skip):])); ok {
+		return c
+	}
+	return bytes.Compare(p.x, anchor)
+}
+
+// fraction is liveVnode.fraction of x in its bucket, by the query view's
+// keys where they decide.
+func (p *probe) fraction() float64 {
+	if lo, hi, ok := p.kv.frame(p.i); ok {
+		return keyFraction(lo, p.k, hi)
+	}
+	return p.v.frame(p.i).at(p.x, key8(p.x))
 }
 
 func b2i(b bool) int64 {
@@ -861,22 +981,30 @@ func (v *liveVnode) frame(i int) frame {
 // meet cold in their separate allocations: the frame's lo and hi when off
 // is 0.
 func (v *liveVnode) keyFrame(i int) (lo, hi uint64, ok bool) {
-	lo = v.keys[i]
+	kv := v.fullView()
+	return kv.frame(i)
+}
+
+// frame returns the keys of bucket i's anchors in the view, if they decide
+// positions in it: if they are exact or at least 2⁸ apart (the bytes past
+// the keys then move a position by less than 2⁻⁸ of the bucket).
+func (kv *keyView) frame(i int) (lo, hi uint64, ok bool) {
+	lo = kv.keys[i]
 	if i == 0 {
-		if v.minPK == nil {
+		if !kv.hasMin {
 			return 0, 0, false
 		}
-		lo = v.minKey
+		lo = kv.minKey
 	}
-	if i+1 < len(v.keys) {
-		hi = v.keys[i+1]
+	if i+1 < len(kv.keys) {
+		hi = kv.keys[i+1]
 	} else {
-		if v.maxPK == nil {
+		if !kv.hasMax {
 			return 0, 0, false
 		}
-		hi = v.maxKey
+		hi = kv.maxKey
 	}
-	return lo, hi, hi > lo && (v.shortBounds && v.shortHints || hi-lo >= 1<<8)
+	return lo, hi, hi > lo && (kv.exact || hi-lo >= 1<<8)
 }
 
 // at returns the position of x (whose key8 is k) in the frame.
@@ -1298,7 +1426,8 @@ func (v *liveVnode) updateHints(pk []byte, k uint64, live bool) bool {
 // bound is at most pk.
 func (v *liveVnode) find(pk []byte) int {
 	var p probe
-	p.start(v, pk, false)
+	kv := v.fullView()
+	p.start(v, &kv, pk, false)
 	p.guess()
 	for p.step() {
 	}

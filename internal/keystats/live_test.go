@@ -236,12 +236,42 @@ func requireIndexed(t *testing.T, v *liveVnode) {
 		before, rows, aux := v.rows(i)
 		require.Equal(t, sum, before, "rows before bucket %d", i)
 		require.Equal(t, b.Rows, rows, "rows of bucket %d", i)
-		require.Equal(t, v.aux(i), aux, "aux of bucket %d", i)
+		require.Equal(t, v.aux(i, int(v.q.skip)), aux, "aux of bucket %d", i)
 		sum += b.Rows
 	}
 	require.Equal(t, sum, int64(v.cum[len(v.buckets)])>>auxBits)
 	require.Equal(t, key8(v.minPK), v.minKey)
 	require.Equal(t, key8(v.maxPK), v.maxKey)
+	// The query view: keys past the bytes that the anchors and every
+	// bound share, or the vnode's own keys.
+	skip := int(v.q.skip)
+	require.Equal(t, querySkipOf(v), skip)
+	require.Len(t, v.q.keys, len(v.buckets))
+	for i, b := range v.buckets[1:] {
+		require.Equal(t, key8(b.lower[skip:]), v.q.keys[i+1], "query key of bucket %d", i+1)
+	}
+	if skip > 0 {
+		require.Equal(t, key8(v.minPK[skip:]), v.q.minKey)
+		require.Equal(t, key8(v.maxPK[skip:]), v.q.maxKey)
+	}
+}
+
+// querySkipOf is querySkip the slow way: the longest prefix, of at least
+// 8 bytes, of minPK that maxPK and every bucket bound start with.
+func querySkipOf(v *liveVnode) int {
+	if v.minPK == nil || v.maxPK == nil {
+		return 0
+	}
+	for n := len(v.minPK); n >= 8; n-- {
+		ok := bytes.HasPrefix(v.maxPK, v.minPK[:n])
+		for _, b := range v.buckets[1:] {
+			ok = ok && bytes.HasPrefix(b.lower, v.minPK[:n])
+		}
+		if ok {
+			return n
+		}
+	}
+	return 0
 }
 
 // TestLivePartition: parts claim exactly the rows in their ranges, and
@@ -610,8 +640,8 @@ func TestAuxPacking(t *testing.T) {
 			require.Equal(t, sum, before)
 			require.Equal(t, b.Rows, rows)
 			require.Equal(t, b.lowerLive, aux&auxLowerLive != 0)
-			require.Equal(t, lenClass(b.lower), auxLen(aux))
-			require.Equal(t, lenClass(b.lower), v.boundLen(i))
+			require.Equal(t, lenClass(b.lower[int(v.q.skip):]), auxLen(aux))
+			require.Equal(t, lenClass(b.lower[int(v.q.skip):]), v.boundLen(i, int(v.q.skip)))
 			loLive, hiLive := b.lowerLive, i == len(bs)-1 && v.maxLive
 			if i == 0 {
 				loLive = v.minLive

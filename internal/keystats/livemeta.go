@@ -313,6 +313,7 @@ func (s *LiveState) loadBucket(r bucketRow) error {
 		}
 		v.appendBucket(bk)
 	}
+	v.q = v.fullView() // queries sum its buckets until FinishLoad
 	v.total = v.total.Add(r.LiveCounts)
 	t.total = t.total.Add(r.LiveCounts)
 	return nil
