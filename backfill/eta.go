@@ -118,6 +118,12 @@ type ETAObservation struct {
 	// actors; 0 if none or unknown. A change is a known level shift of the
 	// rate.
 	RateLimit float64
+	// RateChanges are the changes of the rate limit still to come, in
+	// order (JobConfig.RateChanges not yet applied): each sets the limit
+	// once the figure, 100 × Consumed / Total, reaches its AtPercent (at
+	// once if it has). The forecast reads the rows ahead at the rates they
+	// set (the rate scaled as the limit, while the limit holds it).
+	RateChanges []RateChange
 	// ETAFigure is the whole job's.
 	ETAFigure
 	// Parts, if set, are the figures of the job's actors, in the same order
@@ -364,7 +370,7 @@ func (e *ETA) Forecast() ETAForecast { return e.fc }
 // snapshot rows than before within a run, another number of Parts within a
 // run, or an unfinished job after a finished one.
 func (e *ETA) Observe(o ETAObservation) (ETAForecast, error) {
-	if err := e.check(&o); err != nil {
+	if err := checkObservation(&o, e.started, e.finished, e.last, e.run); err != nil {
 		return e.fc, err
 	}
 	if o.Actors == 0 {
@@ -411,7 +417,9 @@ func (e *ETA) Observe(o ETAObservation) (ETAForecast, error) {
 	return e.fc, nil
 }
 
-func (e *ETA) check(o *ETAObservation) error {
+// checkObservation checks o against the rules of ETAObservation, after
+// last (of run) if started, and clamps its bounds' rounding errors.
+func checkObservation(o *ETAObservation, started, finished bool, last ETAObservation, run uint64) error {
 	bad := func(format string, args ...any) error {
 		return errors.Mark(errors.Newf("lsmstats/backfill: ETA observation at %s: "+format,
 			append([]any{o.Time.Format(time.RFC3339Nano)}, args...)...), ErrETAInput)
@@ -425,6 +433,14 @@ func (e *ETA) check(o *ETAObservation) error {
 	if o.Actors < 0 {
 		return bad("Actors is %d: it must be >= 0", o.Actors)
 	}
+	for i, c := range o.RateChanges {
+		if math.IsNaN(c.AtPercent) || math.IsInf(c.AtPercent, 0) || math.IsNaN(c.Limit) || math.IsInf(c.Limit, 0) || c.Limit < 0 {
+			return bad("RateChanges[%d] is %g:%g: both must be finite, the limit >= 0", i, c.AtPercent, c.Limit)
+		}
+		if i > 0 && c.AtPercent < o.RateChanges[i-1].AtPercent {
+			return bad("RateChanges[%d] at %g%% comes before the one at %g%%: they must be in order", i, c.AtPercent, o.RateChanges[i-1].AtPercent)
+		}
+	}
 	if err := checkFigure(&o.ETAFigure); err != nil {
 		return bad("%v", err)
 	}
@@ -433,30 +449,30 @@ func (e *ETA) check(o *ETAObservation) error {
 			return bad("Parts[%d]: %v", i, err)
 		}
 	}
-	if !e.started {
+	if !started {
 		return nil
 	}
-	if o.Time.Before(e.last.Time) {
-		return bad("time went back from %s", e.last.Time.Format(time.RFC3339Nano))
+	if o.Time.Before(last.Time) {
+		return bad("time went back from %s", last.Time.Format(time.RFC3339Nano))
 	}
-	if e.finished && !o.Finished {
-		return bad("the job finished at %s and is not finished now", e.last.Time.Format(time.RFC3339Nano))
+	if finished && !o.Finished {
+		return bad("the job finished at %s and is not finished now", last.Time.Format(time.RFC3339Nano))
 	}
-	if o.Run != e.run {
+	if o.Run != run {
 		return nil
 	}
-	if o.SnapshotRows < e.last.SnapshotRows {
+	if o.SnapshotRows < last.SnapshotRows {
 		return bad("SnapshotRows fell from %d to %d within run %d (a restarted count must come with a new Run)",
-			e.last.SnapshotRows, o.SnapshotRows, o.Run)
+			last.SnapshotRows, o.SnapshotRows, o.Run)
 	}
-	if len(o.Parts) != len(e.last.Parts) {
+	if len(o.Parts) != len(last.Parts) {
 		return bad("%d Parts in run %d, which had %d (a rescale must come with a new Run)",
-			len(o.Parts), o.Run, len(e.last.Parts))
+			len(o.Parts), o.Run, len(last.Parts))
 	}
 	for i, p := range o.Parts {
-		if p.SnapshotRows < e.last.Parts[i].SnapshotRows {
+		if p.SnapshotRows < last.Parts[i].SnapshotRows {
 			return bad("Parts[%d].SnapshotRows fell from %d to %d within run %d (a restarted count must come with a new Run)",
-				i, e.last.Parts[i].SnapshotRows, p.SnapshotRows, o.Run)
+				i, last.Parts[i].SnapshotRows, p.SnapshotRows, o.Run)
 		}
 	}
 	return nil
@@ -558,7 +574,8 @@ func (e *ETA) forecast() ETAForecast {
 		return f
 	}
 	age := o.Time.Sub(e.origin).Seconds()
-	job := e.job.forecast(o.ETAFigure, 0, e.minIntervals, age, nil)
+	sched := scheduleFactor(o, e.job.rate.value())
+	job := e.job.forecast(o.ETAFigure, 0, e.minIntervals, age, sched, nil)
 	f.Rate, f.Churn, f.StalledFor = job.rate, job.churn, secondsDuration(job.stalledFor)
 	if e.job.intervals < e.minIntervals || !job.shown {
 		f.Status = ETAWarming
@@ -579,7 +596,7 @@ func (e *ETA) forecast() ETAForecast {
 			if p.Finished || p.Total <= p.ConsumedLow {
 				continue
 			}
-			lf := e.parts[i].forecast(p, job.rateForecast/float64(active), e.minIntervals, age, &job)
+			lf := e.parts[i].forecast(p, job.rateForecast/float64(active), e.minIntervals, age, sched, &job)
 			point, low, high = math.Max(point, lf.point), math.Max(low, lf.low), math.Max(high, lf.high)
 		}
 		point = math.Max(point, job.floor)
@@ -594,6 +611,29 @@ func (e *ETA) forecast() ETAForecast {
 	}
 	f.Remaining, f.Low, f.High = secondsDuration(point), secondsDuration(low), secondsDuration(high)
 	return f
+}
+
+// scheduleFactor returns how many times as long the rows ahead of o take
+// to read at the rates its RateChanges set as at rate r under its limit:
+// the rows from one change's percent to the next are read at r scaled as
+// limitAdjust scales it. 1 without changes to come.
+func scheduleFactor(o ETAObservation, r float64) float64 {
+	ahead := o.Total - o.Consumed
+	if len(o.RateChanges) == 0 || r <= 0 || ahead <= 0 {
+		return 1
+	}
+	from := 100 * o.Consumed / o.Total
+	rate, limit, secs := r, o.RateLimit, 0.0
+	for _, c := range o.RateChanges {
+		at := math.Min(math.Max(c.AtPercent, from), 100)
+		secs += (at - from) / 100 * o.Total / rate
+		if rate = limitAdjust(rate, limit, c.Limit); rate <= 0 {
+			return 1
+		}
+		limit, from = c.Limit, at
+	}
+	secs += (100 - from) / 100 * o.Total / rate
+	return secs / (ahead / r)
 }
 
 // secondsDuration converts seconds to a duration, ETAUnbounded beyond
@@ -754,8 +794,9 @@ type laneForecast struct {
 
 // forecast returns the lane's forecast for figure f, with rate fallback if
 // the lane has fewer than minIntervals of its own and no prior, for a churn
-// seen for age seconds.
-func (l *etaLane) forecast(f ETAFigure, fallback float64, minIntervals int, age float64, job *laneForecast) laneForecast {
+// seen for age seconds, the rows ahead taking sched times as long to read
+// as at the rate (scheduleFactor).
+func (l *etaLane) forecast(f ETAFigure, fallback float64, minIntervals int, age, sched float64, job *laneForecast) laneForecast {
 	r := l.rate.value()
 	c, cLo, cHi := l.churn()
 	lf := laneForecast{rate: r, churn: c, stalledFor: l.stalledNow, floor: l.rate.dt}
@@ -773,6 +814,7 @@ func (l *etaLane) forecast(f ETAFigure, fallback float64, minIntervals int, age 
 	if r <= 0 {
 		return lf
 	}
+	r /= sched
 	lf.shown = true
 	ahead, aheadLo, aheadHi := f.Total-f.Consumed, f.Total-f.ConsumedHigh, f.Total-f.ConsumedLow
 	if job != nil {
@@ -1182,4 +1224,46 @@ func (r *etaRate) reseed(rate, tau, weight, dt float64) {
 	w := math.Max(weight*r.dt, 1e-9)
 	r.rows, r.secs, r.since = rate*w, w, tau
 	r.side, r.runN = 0, 0
+}
+
+// RecordObservation returns the ETA observation of a job's record, as the
+// job builds it (Job feeds its ETA the same): the first Accountant's account
+// of the job and of each of its actors (vnodes dealt to actors as the job
+// deals them: vnodes contiguous ranges, one per actor), the snapshot rows
+// read and the rate limit, for run run. A record without estimates gives an
+// observation without figures.
+func RecordObservation(rec Record, run uint64, actors, vnodes int) ETAObservation {
+	o := ETAObservation{Time: rec.Time, Run: run, Actors: actors, RateLimit: rec.RateLimit,
+		Parts: make([]ETAFigure, actors)}
+	o.SnapshotRows, o.Finished = rec.SnapshotRows, rec.Finished
+	owner := make([]int, vnodes)
+	for i, vn := range vnodeRanges(vnodes, actors) {
+		for it := vn.Iterator(); it.HasNext(); {
+			owner[it.Next()] = i
+		}
+	}
+	for i := range o.Parts {
+		o.Parts[i].Finished = true
+	}
+	for i, v := range rec.Vnodes {
+		if i >= len(rec.Estimates) {
+			break
+		}
+		e := rec.Estimates[i]
+		o.Consumed += e.Consumed
+		o.ConsumedLow += e.Lower
+		o.ConsumedHigh += e.Upper
+		o.Total += e.Total
+		if int(v.Vnode) >= len(owner) {
+			continue
+		}
+		p := &o.Parts[owner[v.Vnode]]
+		p.Consumed += e.Consumed
+		p.ConsumedLow += e.Lower
+		p.ConsumedHigh += e.Upper
+		p.Total += e.Total
+		p.SnapshotRows += v.RowCount
+		p.Finished = p.Finished && v.Finished
+	}
+	return o
 }
