@@ -139,7 +139,7 @@ func (e *PlainETA) newRun(o ETAObservation) {
 			ratio = float64(o.Actors) / float64(e.actors)
 		}
 	}
-	prior := limitAdjust(e.job.value()*ratio, e.limit, o.RateLimit)
+	prior := carriedRate(e.job.value(), ratio, e.limit, o.RateLimit)
 	e.job.begin(o.Time, o.ETAFigure)
 	e.job.reset(prior, weight)
 	old := e.parts
