@@ -1200,8 +1200,9 @@ func (r *etaRate) reseed(rate, tau, weight, dt float64) {
 // job builds it (Job feeds its ETA the same): the first Accountant's account
 // of the job and of each of its actors (vnodes dealt to actors as the job
 // deals them: vnodes contiguous ranges, one per actor), the snapshot rows
-// read and the rate limit, for run run. A record without estimates gives an
-// observation without figures.
+// read and the rate limit, for run run; the job adds the rate changes still
+// to come (RateChanges), which the record does not hold. A record without
+// estimates gives an observation without figures.
 func RecordObservation(rec Record, run uint64, actors, vnodes int) ETAObservation {
 	o := ETAObservation{Time: rec.Time, Run: run, Actors: actors, RateLimit: rec.RateLimit,
 		Parts: make([]ETAFigure, actors)}
