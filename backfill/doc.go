@@ -99,9 +99,11 @@
 // Every checkpoint Record also carries an ETA (ETAForecast): the live rows
 // ahead of the cursors, from the Stats account and its bounds, plus the
 // upstream's churn ahead, over a smoothed snapshot read rate, with an
-// interval; per actor, so that the slowest actor sets it. The job's rate
+// interval; per actor, so that the slowest actor sets it. The rate-limit
+// changes still scheduled (RateChanges) are in the forecast. The job's rate
 // limit (JobConfig.RateLimit, RateChanges, Job.SetRateLimit) and the ETA's
 // carried rate are persisted in the job's metadata row, so that both
 // survive restarts and rescales. eta.go's file comment explains the
-// estimator; bench's BenchmarkETA measures it on the real backfill.
+// estimator; bench's BenchmarkETA measures it on the real backfill, beside
+// PlainETA (eta_plain.go), a plain smoothed-rate baseline.
 package backfill

@@ -144,3 +144,47 @@ func TestJobSetRateLimit(t *testing.T) {
 	require.NoError(t, j.Compare())
 	require.NoError(t, j.Close())
 }
+
+// TestJobETASchedule checks that a job gives its ETA the rate changes it has
+// scheduled: with the limit to halve at 50%, the ETA before 50% is the rows
+// to 50% at the rate read plus the rest at half of it (or at the new limit,
+// on a machine too slow for the old one to hold the rate), not the rows
+// ahead over the rate read.
+func TestJobETASchedule(t *testing.T) {
+	p, err := workload.Preset("uniform", 6000, 16, 7)
+	require.NoError(t, err)
+	g, err := workload.New(p)
+	require.NoError(t, err)
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	const limit = 3000
+	j, err := backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
+		Actors: 2, ChunkSize: 32, BarrierRows: 100, RateLimit: limit,
+		RateChanges: []backfill.RateChange{{AtPercent: 50, Limit: limit / 2}},
+		Source:      workload.Source{G: g}})
+	require.NoError(t, err)
+	checked := 0
+	for !j.Finished() {
+		r, ok, err := j.Step(context.Background())
+		require.NoError(t, err)
+		pct := r.Figure("stats").Raw
+		if !ok || r.ETA.Status != backfill.ETARunning || pct < 10 || pct > 45 {
+			continue
+		}
+		// After 50%: half the rate while the limit holds it (the job reads
+		// at 85% of it or more), else the rate up to the new limit.
+		after := min(r.ETA.Rate, limit/2)
+		if r.ETA.Rate >= 0.85*limit {
+			after = r.ETA.Rate / 2
+		}
+		plain := r.ETA.Ahead / r.ETA.Rate
+		want := plain * ((50 - pct) + (100-50)*r.ETA.Rate/after) / (100 - pct)
+		require.InEpsilon(t, want, r.ETA.Remaining.Seconds(), 0.1,
+			"at %.1f%%: ETA %v, want %.1fs (%.1fs without the schedule)", pct, r.ETA, want, plain)
+		checked++
+	}
+	require.NotZero(t, checked, "no ETA shown between 10% and 45%")
+	require.Equal(t, float64(limit/2), j.RateLimit())
+	require.NoError(t, j.Close())
+}

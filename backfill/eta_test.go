@@ -584,6 +584,16 @@ func parseObservation(t *testing.T, td *datadriven.TestData, l string) backfill.
 			o.RateLimit = num()
 		case "finished":
 			o.Finished = true
+		case "changes":
+			for _, c := range strings.Split(v, ",") {
+				at, lim, ok := strings.Cut(c, ":")
+				a, err1 := strconv.ParseFloat(at, 64)
+				r, err2 := strconv.ParseFloat(lim, 64)
+				if !ok || err1 != nil || err2 != nil {
+					td.Fatalf(t, "%s: a change is PCT:LIMIT, not %q", l, c)
+				}
+				o.RateChanges = append(o.RateChanges, backfill.RateChange{AtPercent: a, Limit: r})
+			}
 		case "parts":
 			for _, ps := range strings.Split(v, ",") {
 				var vals []float64
@@ -723,6 +733,21 @@ func fmtSecs(s float64) string {
 }
 
 var etaSeedFlag = flag.Uint64("eta-seed", 0, "seed of TestETAAccuracy (0: time based)")
+
+// etaEstimator is what TestETAAccuracy measures: an ETA or a PlainETA.
+type etaEstimator interface {
+	Observe(backfill.ETAObservation) (backfill.ETAForecast, error)
+}
+
+// etaEstimators are the estimators TestETAAccuracy runs side by side on
+// the same simulated jobs; the goals are asserted on the first.
+var etaEstimators = []struct {
+	name string
+	new  func() etaEstimator
+}{
+	{"ETA", func() etaEstimator { return backfill.NewETA(nil) }},
+	{"PlainETA", func() etaEstimator { return backfill.NewPlainETA(nil) }},
+}
 
 // etaScenario is one kind of simulated job: setup draws its parameters and
 // returns the events to fire at given true progress, in order.
@@ -879,8 +904,9 @@ type etaCheck struct {
 	sinceEventsS float64
 }
 
-// simulate runs one job of a scenario and returns its checkpoints.
-func simulate(t *testing.T, sc etaScenario, rng *rand.Rand) []etaCheck {
+// simulate runs one job of a scenario and returns its checkpoints, with
+// the forecasts of each of etaEstimators.
+func simulate(t *testing.T, sc etaScenario, rng *rand.Rand) [][]etaCheck {
 	actors := []int{1, 2, 4}[rng.IntN(3)]
 	every := []float64{0.5, 1, 2, 5}[rng.IntN(4)]
 	checkpoints := uniform(rng, 300, 1200)
@@ -893,8 +919,11 @@ func simulate(t *testing.T, sc etaScenario, rng *rand.Rand) []etaCheck {
 	j.estNoise = true
 	j.parts = !sc.noParts
 	events := sc.setup(rng, j)
-	e := backfill.NewETA(nil)
-	var out []etaCheck
+	ests := make([]etaEstimator, len(etaEstimators))
+	for i, e := range etaEstimators {
+		ests[i] = e.new()
+	}
+	out := make([][]etaCheck, len(ests))
 	var eventTimes []float64
 	active := len(j.lanes)
 	for steps := 0; !j.finished; steps++ {
@@ -918,20 +947,24 @@ func simulate(t *testing.T, sc etaScenario, rng *rand.Rand) []etaCheck {
 			active = n
 			eventTimes = append(eventTimes, j.t)
 		}
-		fc, err := e.Observe(o)
-		if err != nil {
-			t.Fatalf("%s: observe: %v", sc.name, err)
+		for i, e := range ests {
+			fc, err := e.Observe(o)
+			if err != nil {
+				t.Fatalf("%s: %s: observe: %v", sc.name, etaEstimators[i].name, err)
+			}
+			out[i] = append(out[i], etaCheck{progress: j.progress(), fc: fc, actual: j.t})
 		}
-		out = append(out, etaCheck{progress: j.progress(), fc: fc, actual: j.t})
 	}
 	last := 0.0
 	if len(eventTimes) > 0 {
 		last = eventTimes[len(eventTimes)-1]
 	}
-	for i := range out {
-		out[i].sinceEventsS = out[i].actual - last
-		out[i].afterEvents = out[i].actual >= last
-		out[i].actual = j.finishedT - out[i].actual
+	for _, checks := range out {
+		for i := range checks {
+			checks[i].sinceEventsS = checks[i].actual - last
+			checks[i].afterEvents = checks[i].actual >= last
+			checks[i].actual = j.finishedT - checks[i].actual
+		}
 	}
 	return out
 }
@@ -1025,40 +1058,48 @@ func TestETAAccuracy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	after10 := func(c etaCheck) bool { return c.progress >= 0.1 }
 	settled := func(c etaCheck) bool { return c.progress >= 0.1 && c.afterEvents }
-	t.Logf("%-20s %6s %7s %7s %8s %6s %4s | %6s %7s %7s %8s %6s %4s", "scenario", "n", "median", "p90", "coverage", "width", "<1m",
+	t.Logf("%-20s %-9s %6s %7s %7s %8s %6s %4s | %6s %7s %7s %8s %6s %4s", "scenario", "estimator", "n", "median", "p90", "coverage", "width", "<1m",
 		"n", "median", "p90", "coverage", "width", "<1m")
 	for _, sc := range etaScenarios() {
-		var checks []etaCheck
+		checks := make([][]etaCheck, len(etaEstimators))
 		for range etaJobs() {
-			checks = append(checks, simulate(t, sc, rng)...)
+			for i, c := range simulate(t, sc, rng) {
+				checks[i] = append(checks[i], c...)
+			}
 		}
-		every := etaFigures(checks, func(etaCheck) bool { return true })
-		all, after := etaFigures(checks, after10), etaFigures(checks, settled)
-		t.Logf("%-20s %6d %6.1f%% %6.1f%% %7.1f%% %5.0f%% %4d | %6d %6.1f%% %6.1f%% %7.1f%% %5.0f%% %4d", sc.name,
-			all.n, 100*all.median, 100*all.p90, 100*all.coverage, 100*all.width, every.collapsed,
-			after.n, 100*after.median, 100*after.p90, 100*after.coverage, 100*after.width, after.collapsed)
-		if every.neg > 0 {
-			t.Errorf("%s: %d negative forecasts", sc.name, every.neg)
-		}
-		goal := after
-		if sc.goals {
-			goal = every
-		}
-		if goal.collapsed > 0 {
-			t.Errorf("%s: %d forecasts under a minute while more than five minutes remained", sc.name, goal.collapsed)
-		}
-		if sc.goals {
-			goal = all
-		}
-		if etaJobs() < 24 {
-			// The accuracy goals are figures over the full sample (make
-			// test's 24 jobs per scenario); a smaller one, as under the
-			// race detector, checks the invariants above only.
-			continue
-		}
-		if goal.median > 0.10 || goal.p90 > 0.25 || goal.coverage < 0.80 {
-			t.Errorf("%s: median %.1f%% (goal <= 10%%), p90 %.1f%% (<= 25%%), coverage %.1f%% (>= 80%%) over %d checkpoints",
-				sc.name, 100*goal.median, 100*goal.p90, 100*goal.coverage, goal.n)
+		for i, est := range etaEstimators {
+			every := etaFigures(checks[i], func(etaCheck) bool { return true })
+			all, after := etaFigures(checks[i], after10), etaFigures(checks[i], settled)
+			t.Logf("%-20s %-9s %6d %6.1f%% %6.1f%% %7.1f%% %5.0f%% %4d | %6d %6.1f%% %6.1f%% %7.1f%% %5.0f%% %4d", sc.name, est.name,
+				all.n, 100*all.median, 100*all.p90, 100*all.coverage, 100*all.width, every.collapsed,
+				after.n, 100*after.median, 100*after.p90, 100*after.coverage, 100*after.width, after.collapsed)
+			if every.neg > 0 {
+				t.Errorf("%s: %s: %d negative forecasts", sc.name, est.name, every.neg)
+			}
+			if i > 0 {
+				continue // a baseline: its figures are logged, not held against the goals
+			}
+			goal := after
+			if sc.goals {
+				goal = every
+			}
+			if goal.collapsed > 0 {
+				t.Errorf("%s: %d forecasts under a minute while more than five minutes remained", sc.name, goal.collapsed)
+			}
+			if sc.goals {
+				goal = all
+			}
+			if etaJobs() < 24 {
+				// The accuracy goals are figures over the full sample
+				// (make test's 24 jobs per scenario); a smaller one, as
+				// under the race detector, checks the invariants above
+				// only.
+				continue
+			}
+			if goal.median > 0.10 || goal.p90 > 0.25 || goal.coverage < 0.80 {
+				t.Errorf("%s: median %.1f%% (goal <= 10%%), p90 %.1f%% (<= 25%%), coverage %.1f%% (>= 80%%) over %d checkpoints",
+					sc.name, 100*goal.median, 100*goal.p90, 100*goal.coverage, goal.n)
+			}
 		}
 	}
 }
@@ -1135,7 +1176,11 @@ func TestETAReplay(t *testing.T) {
 		j := newSimJob(rng, uniform(rng, 1e4, 1e6), actors, uniform(rng, 100, 10000), 1)
 		j.noise, j.bounds, j.estNoise, j.parts = 0.2, 0.003, true, k%2 == 0
 		events := sc.setup(rng, j)
-		a, b := backfill.NewETA(nil), backfill.NewETA(nil)
+		// Each estimator twice: one refuses bad observations in between.
+		as, bs := make([]etaEstimator, len(etaEstimators)), make([]etaEstimator, len(etaEstimators))
+		for i, e := range etaEstimators {
+			as[i], bs[i] = e.new(), e.new()
+		}
 		var last backfill.ETAObservation
 		for n := 0; !j.finished; n++ {
 			for len(events) > 0 && j.progress() >= events[0].at {
@@ -1143,23 +1188,29 @@ func TestETAReplay(t *testing.T) {
 				events = events[1:]
 			}
 			o := j.step()
+			var bad *backfill.ETAObservation
 			if n > 0 && rng.IntN(4) == 0 {
-				bad := badObservation(rng, last, o)
-				if _, err := b.Observe(bad); !errors.Is(err, backfill.ErrETAInput) {
-					t.Fatalf("%s: a bad observation (%+v after %+v) gave %v", sc.name, bad, last, err)
+				o := badObservation(rng, last, o)
+				bad = &o
+			}
+			for i, e := range etaEstimators {
+				if bad != nil {
+					if _, err := bs[i].Observe(*bad); !errors.Is(err, backfill.ErrETAInput) {
+						t.Fatalf("%s: %s: a bad observation (%+v after %+v) gave %v", sc.name, e.name, *bad, last, err)
+					}
 				}
-			}
-			fa, err := a.Observe(o)
-			if err != nil {
-				t.Fatalf("%s: %v", sc.name, err)
-			}
-			fb, err := b.Observe(o)
-			if err != nil {
-				t.Fatalf("%s: %v", sc.name, err)
-			}
-			checkForecast(t, fa)
-			if fa != fb {
-				t.Fatalf("%s: after a refused observation:\n%+v\n%+v", sc.name, fb, fa)
+				fa, err := as[i].Observe(o)
+				if err != nil {
+					t.Fatalf("%s: %s: %v", sc.name, e.name, err)
+				}
+				fb, err := bs[i].Observe(o)
+				if err != nil {
+					t.Fatalf("%s: %s: %v", sc.name, e.name, err)
+				}
+				checkForecast(t, fa)
+				if fa != fb {
+					t.Fatalf("%s: %s: after a refused observation:\n%+v\n%+v", sc.name, e.name, fb, fa)
+				}
 			}
 			last = o
 		}
@@ -1217,7 +1268,8 @@ func FuzzETAObserve(f *testing.F) {
 
 func fuzzETA(t *testing.T, data []byte) {
 	{
-		e := backfill.NewETA(&backfill.ETAOptions{MinIntervals: 1 + len(data)%5})
+		opts := &backfill.ETAOptions{MinIntervals: 1 + len(data)%5}
+		ests := []etaEstimator{backfill.NewETA(opts), backfill.NewPlainETA(opts)}
 		at := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 		var run uint64
 		var s uint64
@@ -1250,12 +1302,18 @@ func fuzzETA(t *testing.T, data []byte) {
 						SnapshotRows: s / uint64(n) * uint64(i+1) / uint64(n)})
 				}
 			}
-			fc, err := e.Observe(o)
-			if err != nil && !errors.Is(err, backfill.ErrETAInput) {
-				t.Fatalf("an error not marked ErrETAInput: %v", err)
+			if c[2]&16 != 0 {
+				// A scheduled limit, reached or to come.
+				o.RateChanges = []backfill.RateChange{{AtPercent: float64(c[8]), Limit: float64(c[9]) * 10}}
 			}
-			checkForecast(t, fc)
-			_ = fc.String()
+			for _, e := range ests {
+				fc, err := e.Observe(o)
+				if err != nil && !errors.Is(err, backfill.ErrETAInput) {
+					t.Fatalf("an error not marked ErrETAInput: %v", err)
+				}
+				checkForecast(t, fc)
+				_ = fc.String()
+			}
 		}
 	}
 }

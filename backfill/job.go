@@ -903,6 +903,7 @@ func (j *Job) observeETA(rec Record) ETAForecast {
 	o := ETAObservation{Time: rec.Time, Run: j.run, Actors: len(j.actors), RateLimit: rec.RateLimit,
 		Parts: make([]ETAFigure, len(j.actors))}
 	o.SnapshotRows, o.Finished = rec.SnapshotRows, rec.Finished
+	o.RateChanges = j.cfg.RateChanges[j.changes:] // the scheduled limits still to come
 	for i := range o.Parts {
 		o.Parts[i].Finished = true
 	}

@@ -2,8 +2,11 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -124,8 +127,10 @@ func quantile(xs []float64, q float64) float64 {
 // RunRescale runs a fresh job like Run, but with cfg.RestartAt > 0 drops it
 // unclosed (a crash) after that many checkpoints and reopens it with
 // rescaleTo actors (cfg.Actors if 0). It returns the records, with the
-// reopened job's first figure, and whether the MV matched the upstream.
-func RunRescale(ctx context.Context, cfg Config, rescaleTo int) ([]backfill.Record, error) {
+// reopened job's first figure, the index of the reopened job's first record
+// (-1 without a restart), and an error if the MV did not match the
+// upstream.
+func RunRescale(ctx context.Context, cfg Config, rescaleTo int) ([]backfill.Record, int, error) {
 	var records []backfill.Record
 	user := cfg.OnCheckpoint
 	cfg.OnCheckpoint = func(r backfill.Record) {
@@ -136,38 +141,143 @@ func RunRescale(ctx context.Context, cfg Config, rescaleTo int) ([]backfill.Reco
 	}
 	s, err := Open(cfg)
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	defer func() { _ = s.Close() }()
 	for !s.Job.Started() {
 		if _, _, err := s.Job.Step(ctx); err != nil {
-			return nil, err
+			return nil, -1, err
 		}
 	}
+	restart := -1
 	if cfg.RestartAt > 0 {
 		for len(records) < cfg.RestartAt && !s.Job.Finished() {
 			if _, _, err := s.Job.Step(ctx); err != nil {
-				return nil, err
+				return nil, -1, err
 			}
 		}
 		if err := s.Store.Close(); err != nil {
-			return nil, err
+			return nil, -1, err
 		}
 		if rescaleTo > 0 {
 			cfg.Actors = rescaleTo
 		}
 		if s, err = Open(cfg); err != nil {
-			return nil, err
+			return nil, -1, err
 		}
+		restart = len(records)
 		if rec := s.Job.Initial(); rec != nil {
 			cfg.OnCheckpoint(*rec)
 		}
 	}
 	if _, err := s.Job.Run(ctx); err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	if err := s.Job.Compare(); err != nil {
-		return records, err
+		return records, restart, err
 	}
-	return records, nil
+	return records, restart, nil
+}
+
+// ETAEstimator is an ETA a job's records can be replayed through
+// (backfill.ETA, backfill.PlainETA).
+type ETAEstimator interface {
+	Observe(backfill.ETAObservation) (backfill.ETAForecast, error)
+	Resume() backfill.ETAResume
+}
+
+// ReplayETA feeds a job's records to a fresh estimator from newETA, as the
+// job feeds its own (etaObservations), and returns the records with the
+// estimator's forecasts in place of the job's. At restart (an index of
+// RunRescale, -1 for none) the records come from a reopened process with
+// actorsAfter actors: the estimator is rebuilt from the earlier one's
+// Resume as the job persisted it: with its last checkpoint's metadata,
+// written before that checkpoint's figures, so one observation behind.
+func ReplayETA(records []backfill.Record, restart, actors, actorsAfter, vnodes int, changes []backfill.RateChange,
+	newETA func(*backfill.ETAOptions) ETAEstimator) ([]backfill.Record, error) {
+	out := slices.Clone(records)
+	est := newETA(nil)
+	var persisted backfill.ETAResume
+	for i, o := range etaObservations(records, restart, actors, actorsAfter, vnodes, changes) {
+		if i == restart {
+			est = newETA(&backfill.ETAOptions{Resume: &persisted})
+		}
+		persisted = est.Resume()
+		fc, err := est.Observe(o)
+		if err != nil {
+			return nil, errors.Wrapf(err, "bench: replaying record %d", i)
+		}
+		out[i].ETA = fc
+	}
+	return out, nil
+}
+
+// etaObservations returns the observations a job's ETA took at its
+// records (backfill.RecordObservation over vnodes vnodes, run 1 and then 2
+// from restart on, with actorsAfter actors), with the rate changes still to
+// come as the job tracks them: from the first in each process, past those
+// the figures of the process's earlier records reached.
+func etaObservations(records []backfill.Record, restart, actors, actorsAfter, vnodes int, changes []backfill.RateChange) []backfill.ETAObservation {
+	out := make([]backfill.ETAObservation, len(records))
+	run, applied := uint64(1), 0
+	for i, r := range records {
+		if i == restart {
+			run, actors, applied = run+1, actorsAfter, 0
+		}
+		out[i] = backfill.RecordObservation(r, run, actors, vnodes)
+		out[i].RateChanges = changes[applied:]
+		pct := -1.0
+		for _, f := range r.Figures {
+			if f.Bounds != nil {
+				pct = f.Raw
+				break
+			}
+		}
+		for applied < len(changes) && pct >= changes[applied].AtPercent {
+			applied++
+		}
+	}
+	return out
+}
+
+// WriteETAReplay writes a job's records (as ReplayETA takes them) as the
+// lines of a replay command of backfill/testdata/eta: per checkpoint the
+// time since the first record, the run, the snapshot rows, the consumed
+// rows with their bounds, the total, the actors, the rate limit, the rate
+// changes to come, whether it finished, and the actors' figures.
+func WriteETAReplay(w io.Writer, records []backfill.Record, restart, actors, actorsAfter, vnodes int, changes []backfill.RateChange) error {
+	if len(records) == 0 {
+		return nil
+	}
+	t0 := records[0].Time
+	for _, o := range etaObservations(records, restart, actors, actorsAfter, vnodes, changes) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "t=%.3fs run=%d s=%d c=%.1f lo=%.0f hi=%.0f total=%.0f actors=%d limit=%g",
+			o.Time.Sub(t0).Seconds(), o.Run, o.SnapshotRows, o.Consumed, math.Floor(o.ConsumedLow), math.Ceil(o.ConsumedHigh), o.Total, o.Actors, o.RateLimit)
+		for k, c := range o.RateChanges {
+			sep := ","
+			if k == 0 {
+				sep = " changes="
+			}
+			fmt.Fprintf(&b, "%s%g:%g", sep, c.AtPercent, c.Limit)
+		}
+		if o.Finished {
+			b.WriteString(" finished")
+		}
+		for k, p := range o.Parts {
+			sep := ","
+			if k == 0 {
+				sep = " parts="
+			}
+			fmt.Fprintf(&b, "%s%d/%.1f/%.0f/%.0f/%.0f", sep, p.SnapshotRows, p.Consumed, math.Floor(p.ConsumedLow), math.Ceil(p.ConsumedHigh), p.Total)
+			if p.Finished {
+				b.WriteString("/f")
+			}
+		}
+		b.WriteByte('\n')
+		if _, err := io.WriteString(w, b.String()); err != nil {
+			return err
+		}
+	}
+	return nil
 }

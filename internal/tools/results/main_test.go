@@ -21,8 +21,9 @@ BenchmarkBackfill/workload=skew/approach=stats-2  1  0.1864 err-max-pp  0.05046 
 BenchmarkBackfill/workload=uniform/approach=stats-2  1  0.1 err-max-pp  0.05 err-mean-pp  125194 progress-cpu-ns/barrier  100000 rows/s  2361 state-bytes/barrier  0.25 x-of-raw-pebble  0.5 load-x-of-raw-pebble
 BenchmarkScale/rows=4M/workload=uniform-2  1  2e9 ns/op  80000 rows/s  0.2 x-of-raw-pebble  0.6 x-of-raw-interleaved  50000 load-rows/s  0.45 load-x-of-raw-pebble  12500 backfill-ns/row  20000 backfill-cpu-ns/row  300 peak-rss-MB  310 raw-peak-rss-MB  120 cache-MB  5 commit-p50-ms  40 commit-p99-ms  200 ssts  3 l0-sublevels  20 max-l0-sublevels
 BenchmarkScale/rows=1M/workload=uniform-2  1  2e9 ns/op  90000 rows/s  0.21 x-of-raw-pebble
-BenchmarkETA/workload=steady-2  1  24297139041 ns/op  53.00 checkpoints  79.25 eta-coverage-%  9.744 eta-median-err-%  15.37 eta-p90-err-%
-BenchmarkETA/workload=crash-rescale-2  1  24297139041 ns/op  40.00 checkpoints  85 eta-coverage-%  12.5 eta-median-err-%  30 eta-p90-err-%
+BenchmarkETA/workload=steady-unlimited-2  1  6615339902 ns/op  53.00 checkpoints  41.51 eta-coverage-%  22.62 eta-median-err-%  34.04 eta-p90-err-%  0 eta-under-1m  88.68 plain-coverage-%  22.65 plain-median-err-%  34.03 plain-p90-err-%  0 plain-under-1m  11806 rows/s
+BenchmarkETA/workload=steady-2  1  24297139041 ns/op  53.00 checkpoints  79.25 eta-coverage-%  9.744 eta-median-err-%  15.37 eta-p90-err-%  0 eta-under-1m  90 plain-coverage-%  4 plain-median-err-%  9 plain-p90-err-%  0 plain-under-1m  798.4 rows/s  99.8 limit-share-%
+BenchmarkETA/workload=crash-rescale-2  1  24297139041 ns/op  40.00 checkpoints  85 eta-coverage-%  12.5 eta-median-err-%  30 eta-p90-err-%  1 eta-under-1m  800 rows/s  100 limit-share-%
 `
 	path := filepath.Join(t.TempDir(), "bench.txt")
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
@@ -34,7 +35,12 @@ BenchmarkETA/workload=crash-rescale-2  1  24297139041 ns/op  40.00 checkpoints  
 	}
 	var scale strings.Builder
 	renderScale(&scale, m)
-	table := render(m) + scale.String()
+	var eta strings.Builder
+	renderETA(&eta, m)
+	table := render(m) + scale.String() + eta.String()
+	if strings.Contains(render(m), "BenchmarkETA") {
+		t.Errorf("the ETA table is its own block, not the results block's")
+	}
 	if i, j := strings.Index(table, "| 1M | uniform"), strings.Index(table, "| 4M | uniform"); i < 0 || j < i {
 		t.Errorf("scale rows out of order:\n%s", table)
 	}
@@ -58,8 +64,10 @@ BenchmarkETA/workload=crash-rescale-2  1  24297139041 ns/op  40.00 checkpoints  
 		"| 300 MB (310 MB) | 120 MB |",
 		"| 5 ms / 40 ms | 200 | 3 (20) |",
 		"| skew | stats | 0.050 | 0.186 | 125.2 µs | 2361 | 122629 |",
-		"| steady | 53 | 9.7% | 15.4% | 79% | no: coverage |",
-		"| crash-rescale | 40 | 12.5% | 30.0% | 85% | no: median, p90 |",
+		"| steady | 798 (100%) | 53 | backfill.ETA (the job's) | 9.7% | 15.4% | 79% | 0 | no: coverage |",
+		"| steady | 798 (100%) | 53 | backfill.PlainETA | 4.0% | 9.0% | 90% | 0 | yes |",
+		"| crash-rescale | 800 (100%) | 40 | backfill.ETA (the job's) | 12.5% | 30.0% | 85% | 1 | no: median, p90, < 1 min |",
+		"| steady-unlimited | 11806 | 53 | backfill.PlainETA | 22.6% | 34.0% | 89% | 0 | — (no limit) |",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
