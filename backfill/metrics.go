@@ -79,7 +79,8 @@ type CollectorOptions struct {
 //
 // and with CollectorOptions.Vnodes, the first Accountant's account of each
 // vnode: vnode_consumed_rows{vnode}, vnode_lower_rows{vnode},
-// vnode_upper_rows{vnode}, vnode_total_rows{vnode}.
+// vnode_upper_rows{vnode}, vnode_total_rows{vnode} (in a job over several
+// upstream tables, the vnodes of upstream i > 0 are labelled "i:vnode").
 func NewCollector(j *Job, opts *CollectorOptions) prometheus.Collector {
 	if opts == nil {
 		opts = &CollectorOptions{}
@@ -172,6 +173,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.vnodes && len(r.Estimates) == len(r.Vnodes) {
 		for i, v := range r.Vnodes {
 			e, vn := r.Estimates[i], strconv.Itoa(int(v.Vnode))
+			if v.Upstream > 0 {
+				vn = strconv.Itoa(v.Upstream) + ":" + vn // a vnode of another upstream table
+			}
 			gauge(c.vConsumed, e.Consumed, vn)
 			gauge(c.vLower, e.Lower, vn)
 			gauge(c.vUpper, e.Upper, vn)
