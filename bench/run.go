@@ -8,6 +8,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"runtime/pprof"
 	"time"
@@ -27,10 +28,24 @@ const (
 	MetaTable     = 4
 )
 
+// UpstreamTableOf returns the ids of upstream i's table, MV and state
+// table in a run over several upstreams: upstream 0's are UpstreamTable,
+// MVTable and StateTable, upstream i's 10i+1, 10i+2 and 10i+3.
+func UpstreamTableOf(i int) (upstream, mv, state uint32) {
+	if i == 0 {
+		return UpstreamTable, MVTable, StateTable
+	}
+	return uint32(10*i + 1), uint32(10*i + 2), uint32(10*i + 3)
+}
+
 // Config is one run.
 type Config struct {
 	Dir      string
 	Workload workload.Params
+	// Upstreams, if set, run a job over several upstream tables, one
+	// workload each (workload.Multi; Workload is then ignored, and RunRaw
+	// does not apply): upstream i's tables are UpstreamTableOf(i).
+	Upstreams []workload.Params
 	// Actors, ChunkSize, BarrierRows, CheckpointEvery, RateLimit: see
 	// backfill.JobConfig.
 	Actors, ChunkSize, BarrierRows, CheckpointEvery int
@@ -100,8 +115,11 @@ func Estimators(names []string) ([]backfill.Estimator, error) {
 // Session is an open run: the store, the generator (nil for a user's job),
 // the source and the job.
 type Session struct {
-	Store  *lsm.Store
+	Store *lsm.Store
+	// Gen is the generator (the first, over several upstreams; nil for a
+	// user's job), and Gens every upstream's.
 	Gen    *workload.Generator
+	Gens   []*workload.Generator
 	Source backfill.Source
 	Job    *backfill.Job
 	// Raw is the database of a raw-Pebble run (RunRaw), whose OnEnd gets
@@ -165,11 +183,21 @@ func Open(cfg Config) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	var gs []*workload.Generator
 	var g *workload.Generator
 	if cfg.User == nil {
-		if g, err = workload.New(cfg.Workload); err != nil {
-			return nil, err
+		ps := cfg.Upstreams
+		if len(ps) == 0 {
+			ps = []workload.Params{cfg.Workload}
 		}
+		for _, p := range ps {
+			g, err := workload.New(p)
+			if err != nil {
+				return nil, err
+			}
+			gs = append(gs, g)
+		}
+		g = gs[0]
 	}
 	s, err := lsm.Open(cfg.Dir, cfg.Store)
 	if err != nil {
@@ -186,6 +214,18 @@ func Open(cfg Config) (*Session, error) {
 	if cfg.User != nil {
 		src, oracle = cfg.User.New(s)
 		jc.Upstream, jc.Name = cfg.User.Table, "bench"
+	} else if len(cfg.Upstreams) > 0 {
+		m := workload.NewMulti(gs...)
+		src = m
+		for i, o := range m.Oracles() {
+			up, mv, state := UpstreamTableOf(i)
+			def := gs[i].Params().TableDef(up)
+			if i > 0 {
+				def.Name = fmt.Sprintf("upstream%d", i)
+			}
+			jc.Upstreams = append(jc.Upstreams, backfill.UpstreamConfig{Table: def, MV: mv, State: state, Oracle: timedOracle{o, h}})
+		}
+		jc.Meta = MetaTable
 	} else {
 		src, oracle = workload.Source{G: g}, workload.Oracle{G: g}
 		jc.Upstream, jc.MV, jc.State, jc.Meta = g.Params().TableDef(UpstreamTable), MVTable, StateTable, MetaTable
@@ -202,7 +242,7 @@ func Open(cfg Config) (*Session, error) {
 	// Recovery resumed the source (the generator rebuilt its model from
 	// the upstream table): that is Open's work, not the run's.
 	*h = harness{}
-	return &Session{Store: s, Gen: g, Source: src, Job: j, h: h}, nil
+	return &Session{Store: s, Gen: g, Gens: gs, Source: src, Job: j, h: h}, nil
 }
 
 // Close closes the job and the store.
