@@ -37,6 +37,12 @@ type ActorConfig struct {
 	RowCount bool
 	// Reporter receives the actor's state at every barrier.
 	Reporter *Reporter
+	// Fixed makes the actor read every snapshot at FixedEpoch, which the
+	// caller keeps pinned, instead of at the previous barrier's epoch: a
+	// snapshot backfill's snapshot phase, in which it gets no upstream
+	// chunks (they go to the log store) and so forwards none.
+	Fixed      bool
+	FixedEpoch uint64
 }
 
 // ActorUpstream is one upstream table of an actor: its id, its MV's and
@@ -232,8 +238,10 @@ func (a *Actor) OnChunk(c Chunk) error {
 				a.cfg.ID, op.Vnode, op.Upstream)
 		}
 	}
+	// A fixed snapshot reads no overlay: a snapshot backfill's actors get
+	// chunks only once every vnode finished, and forward them all.
 	for u, ops := range byUpstream(c.Ops, len(a.inputs)) {
-		if len(ops) > 0 {
+		if len(ops) > 0 && !a.cfg.Fixed {
 			a.inputs[u].table.Apply(a.curr, replicatedOps(ops))
 		}
 	}
@@ -294,9 +302,11 @@ func (a *Actor) OnBarrier(ctx context.Context, b Barrier) error {
 // cost of at most one row read and not taken per vnode.
 func (a *Actor) readSnapshot(ctx context.Context) error {
 	// One snapshot and one iterator per upstream table, opened when a
-	// vnode of the table first needs them.
+	// vnode of the table first needs them; with a fixed snapshot, one pin
+	// of its epoch for every table.
 	snaps := make([]*replicated.Snapshot, len(a.inputs))
-	its := make([]*replicated.Iter, len(a.inputs))
+	its := make([]rowIter, len(a.inputs))
+	var fixed *lsm.Snapshot
 	defer func() {
 		for u := range its {
 			if its[u] != nil {
@@ -305,6 +315,9 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 			if snaps[u] != nil {
 				snaps[u].Close()
 			}
+		}
+		if fixed != nil {
+			fixed.Close()
 		}
 	}()
 	a.arena = a.arena[:0]
@@ -325,12 +338,22 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 		}
 		u := st.Upstream
 		var err error
-		if snaps[u] == nil {
+		switch {
+		case its[u] != nil:
+		case a.cfg.Fixed:
+			if fixed == nil {
+				if fixed, err = a.cfg.Store.Pin(a.cfg.FixedEpoch); err != nil {
+					return errors.Wrapf(err, "backfill actor %d: the snapshot epoch", a.cfg.ID)
+				}
+			}
+		case snaps[u] == nil:
 			if snaps[u], err = a.inputs[u].table.Snapshot(a.snapAt); err != nil {
 				return err
 			}
 		}
-		if its[u] == nil {
+		if its[u] == nil && a.cfg.Fixed {
+			its[u], err = newFixedIter(fixed, a.inputs[u].table.Def().ID, st.Vnode, after)
+		} else if its[u] == nil {
 			its[u], err = snaps[u].Iter(st.Vnode, after)
 		} else {
 			err = its[u].Reset(st.Vnode, after)
@@ -414,6 +437,55 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 		streams = live
 	}
 	return flush()
+}
+
+// rowIter iterates the live rows of a vnode after a pk: a replicated
+// table's (replicated.Iter) or a fixed snapshot's (fixedIter).
+type rowIter interface {
+	Next() bool
+	PK() []byte
+	Row() []byte
+	Err() error
+	Reset(vnode uint16, after []byte) error
+	Close() error
+}
+
+// fixedIter iterates the live rows of a vnode with pk > after at a pinned
+// epoch of the store.
+type fixedIter struct {
+	it      *lsm.Iter
+	after   []byte
+	started bool
+}
+
+func newFixedIter(snap *lsm.Snapshot, table uint32, vnode uint16, after []byte) (*fixedIter, error) {
+	it, err := snap.NewIter(table, vnode, after, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &fixedIter{it: it, after: after}, nil
+}
+
+func (f *fixedIter) Next() bool {
+	ok := false
+	if !f.started {
+		f.started, ok = true, f.it.First()
+	} else {
+		ok = f.it.Next()
+	}
+	if ok && f.after != nil && bytes.Equal(f.it.PK(), f.after) {
+		ok = f.it.Next()
+	}
+	return ok
+}
+
+func (f *fixedIter) PK() []byte   { return f.it.PK() }
+func (f *fixedIter) Row() []byte  { return f.it.Row() }
+func (f *fixedIter) Err() error   { return f.it.Error() }
+func (f *fixedIter) Close() error { return f.it.Close() }
+func (f *fixedIter) Reset(vnode uint16, after []byte) error {
+	f.after, f.started = after, false
+	return f.it.Reset(vnode, after, nil)
 }
 
 // stream is one unfinished vnode of a readSnapshot: the rows buffered for

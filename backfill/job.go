@@ -83,6 +83,14 @@ type JobConfig struct {
 	// (RowOp.Upstream, the index here). Without Upstreams, the job reads
 	// the one table Upstream: the case of one.
 	Upstreams []UpstreamConfig
+	// Mode is the kind of backfill: ModeArrangement (the default) or
+	// ModeSnapshot (snapshot.go). A reopened job must have the mode it was
+	// created with.
+	Mode JobMode
+	// LogStore is the id of a snapshot backfill's log-store table (created
+	// if missing; allocated by Name when Name is set, as
+	// Name+".log_store").
+	LogStore uint32
 	// Name, if set, names the job's tables in the store's catalog (the MV
 	// is Name, the others Name+".backfill_state" and Name+".backfill_job";
 	// with several upstreams, upstream i > 0's are Name+".i" and
@@ -109,7 +117,9 @@ type JobConfig struct {
 	// recovers.
 	RateChanges []RateChange
 	Source      Source
-	// Oracle, if set, gives each checkpoint's truth.
+	// Oracle, if set, gives each checkpoint's truth. A snapshot backfill
+	// asks it about the pinned snapshot epoch: it must answer for the epoch
+	// it is asked (backfilltest.ScanOracle does).
 	Oracle Oracle
 	// TailSteps is the number of upstream steps after the job finished
 	// before Run returns; 0 means 2.
@@ -184,6 +194,12 @@ type Record struct {
 	// Upstreams are the figures and truth of each upstream table alone, by
 	// index, beside the job's (one for a job over one table).
 	Upstreams []UpstreamProgress
+	// Phase is a snapshot backfill's phase at the checkpoint ("snapshot",
+	// "log store", "joined"; empty for an arrangement backfill), with the
+	// log rows it consumed so far and those the log store still holds
+	// (its table's live statistics).
+	Phase                   string
+	LogConsumed, LogPending uint64
 	// Vnodes are the states the figures were computed from, and
 	// Estimates the accounts of the same vnodes by the first Accountant
 	// among the estimators (Stats by default): consumed rows, bounds, live
@@ -229,6 +245,20 @@ type Job struct {
 	// stopped is the error that stopped a step: the job must be reopened.
 	stopped error
 
+	// A snapshot backfill's phase, snapshot epoch and its live rows per
+	// upstream, the log store's table and writer, its rows consumed, the
+	// pk of the last one (the log cursor), the rows appended since the
+	// last commit, and the pin of the snapshot epoch.
+	phase          Phase
+	snapEpoch      uint64
+	snapTotals     []int64
+	logTable       uint32
+	logW           *lsm.Writer
+	logConsumed    uint64
+	logCursor      []byte
+	logUncommitted int
+	pin            *lsm.Snapshot
+
 	// The last checkpoint's record (Progress), under lastMu: a metrics
 	// scrape reads it while Run runs.
 	lastMu sync.Mutex
@@ -249,6 +279,15 @@ type jobMeta struct {
 	version byte
 	limit   float64
 	resume  ETAResume
+	// Since version 3: the job's mode and, for a snapshot backfill, its
+	// phase, snapshot epoch, the snapshot's live rows per upstream, the
+	// log rows consumed and the log cursor.
+	mode        JobMode
+	phase       Phase
+	snapEpoch   uint64
+	snapTotals  []int64
+	logConsumed uint64
+	logCursor   []byte
 }
 
 // OpenJob creates the tables if needed and recovers the job from the
@@ -292,7 +331,10 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		}
 		ids[i] = u.def.ID
 	}
-	j := &Job{cfg: cfg, store: s, ups: ups, tracker: NewTrackerOf(ids, cfg.Estimators...)}
+	if cfg.Mode > ModeSnapshot {
+		return nil, errors.Newf("lsmstats/backfill: unknown mode %d", cfg.Mode)
+	}
+	j := &Job{cfg: cfg, store: s, ups: ups, tracker: NewTrackerOf(ids, cfg.Estimators...), logTable: cfg.LogStore}
 	// A writer left open would keep its vnodes (no later job could take
 	// them) and block every later commit of the store (ErrNotSealed).
 	defer func() {
@@ -311,6 +353,18 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	m, err := j.loadMeta()
 	if err != nil {
 		return nil, err
+	}
+	if j.metaRow != nil && m.mode != cfg.Mode {
+		return nil, errors.Newf("lsmstats/backfill: the job was created as a %s backfill, reopened as a %s backfill", m.mode, cfg.Mode)
+	}
+	if cfg.Mode == ModeSnapshot {
+		if j.logW, err = s.NewWriter(j.logTable, nil, &lsm.WriterOptions{Unchecked: true}); err != nil {
+			return nil, err
+		}
+		j.phase, j.snapEpoch, j.snapTotals, j.logConsumed, j.logCursor = m.phase, m.snapEpoch, m.snapTotals, m.logConsumed, m.logCursor
+		if m.started && len(j.snapTotals) != len(ups) {
+			return nil, errors.Wrapf(ErrCorruptMeta, "a snapshot backfill over %d upstream tables has the live rows of %d", len(ups), len(j.snapTotals))
+		}
 	}
 	j.step, j.barrier, j.started, j.finished = m.step, m.barrier, m.started, m.finished
 	j.limit = cfg.RateLimit
@@ -332,7 +386,7 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		j.cfg.Source.Finished(j.step)
 	}
 	if j.started {
-		if err := j.startActors(); err != nil {
+		if err := j.startActors(false); err != nil {
 			return nil, err
 		}
 		rec, err := j.progress(context.Background(), s.CommittedEpoch())
@@ -436,6 +490,25 @@ func openUpstreams(cfg *JobConfig) ([]jobUpstream, error) {
 	} else if err := s.CreateTable(meta); err != nil {
 		return nil, err
 	}
+	if cfg.Mode == ModeSnapshot {
+		log := LogStoreTableDef(cfg.LogStore)
+		switch {
+		case cfg.Name != "" && cfg.LogStore != 0:
+			return nil, errors.Newf("lsmstats/backfill: job %q has its table ids allocated by name: LogStore must be 0, not %d", cfg.Name, cfg.LogStore)
+		case cfg.Name != "":
+			log.Name = cfg.Name + ".log_store"
+			var err error
+			if cfg.LogStore, err = createNamed(s, log); err != nil {
+				return nil, err
+			}
+		case cfg.LogStore == 0:
+			return nil, errors.New("lsmstats/backfill: a snapshot backfill needs a log-store table: set LogStore (or Name)")
+		default:
+			if err := s.CreateTable(log); err != nil {
+				return nil, err
+			}
+		}
+	}
 	cfg.Upstream, cfg.MV, cfg.State, cfg.Oracle = ups[0].def, ups[0].mv, ups[0].state, ups[0].oracle
 	return ups, nil
 }
@@ -492,8 +565,17 @@ func vnodeRanges(vnodes, actors int) []*roaring.Bitmap {
 }
 
 // startActors creates the actors over the current vnode split and runs their
-// first barrier. On error it closes the actors it created.
-func (j *Job) startActors() (err error) {
+// first barrier (fresh: the job starts now). On error it closes the actors
+// it created.
+func (j *Job) startActors(fresh bool) (err error) {
+	if j.cfg.Mode == ModeSnapshot {
+		if fresh {
+			j.startSnapshot()
+		}
+		if err := j.pinSnapshot(); err != nil {
+			return err
+		}
+	}
 	defer func() {
 		if err != nil {
 			for _, a := range j.actors {
@@ -515,7 +597,8 @@ func (j *Job) startActors() (err error) {
 	}
 	for i := range j.cfg.Actors {
 		ac := ActorConfig{ID: i, Store: j.store, ChunkSize: j.cfg.ChunkSize, BarrierRows: j.cfg.BarrierRows,
-			RowCount: j.persistRowCount(), Reporter: j.tracker.Reporter(i)}
+			RowCount: j.persistRowCount(), Reporter: j.tracker.Reporter(i),
+			Fixed: j.cfg.Mode == ModeSnapshot, FixedEpoch: j.snapEpoch}
 		for u, up := range j.ups {
 			ac.Upstreams = append(ac.Upstreams, ActorUpstream{Upstream: up.def.ID, MV: up.mv, State: up.state, Vnodes: ranges[u][i]})
 		}
@@ -606,6 +689,9 @@ func (j *Job) applyRateChanges(rec Record) {
 // persistRowCount reports whether an estimator needs per-vnode row counts:
 // only then do actors persist them (the row-count approach's extra state).
 func (j *Job) persistRowCount() bool {
+	if j.cfg.Mode == ModeSnapshot {
+		return true // the snapshot's rows read are the figure's
+	}
 	for _, e := range j.cfg.Estimators {
 		if _, ok := e.(RowCount); ok {
 			return true
@@ -635,7 +721,8 @@ func (j *Job) Close() error {
 	j.limitMu.Lock()
 	j.limiters = nil
 	j.limitMu.Unlock()
-	ws := []*lsm.Writer{j.meta}
+	j.releaseSnapshot()
+	ws := []*lsm.Writer{j.meta, j.logW}
 	for _, u := range j.ups {
 		ws = append(ws, u.writer)
 	}
@@ -681,7 +768,7 @@ func (j *Job) Run(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-func (j *Job) phase(p string) {
+func (j *Job) onPhase(p string) {
 	if j.cfg.OnPhase != nil {
 		j.cfg.OnPhase(p)
 	}
@@ -765,7 +852,7 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 	}
 	if !j.started && j.cfg.Source.Step()+1 >= j.cfg.Source.BackfillStep() {
 		j.started = true
-		if err := j.startActors(); err != nil {
+		if err := j.startActors(true); err != nil {
 			return Record{}, false, err
 		}
 	}
@@ -774,7 +861,7 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 	}
 	epoch := j.epoch
 	j.epoch++
-	j.phase("upstream")
+	j.onPhase("upstream")
 	ops, err := j.cfg.Source.Next(ctx)
 	if err != nil {
 		return Record{}, false, errors.Wrapf(err, "lsmstats/backfill: source step %d", j.cfg.Source.Step()+1)
@@ -785,11 +872,14 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return Record{}, false, err
 	}
+	if ops, err = j.route(epoch, ops); err != nil {
+		return Record{}, false, err
+	}
 	checkpoint := true
 	if j.started {
 		j.barriers++
 		checkpoint = j.barriers%j.cfg.CheckpointEvery == 0
-		j.phase("backfill")
+		j.onPhase("backfill")
 		if err := j.runActors(ops, Barrier{Prev: epoch, Curr: epoch + 1, Checkpoint: checkpoint}); err != nil {
 			return Record{}, false, err
 		}
@@ -805,16 +895,22 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 			return Record{}, false, err
 		}
 	}
+	if j.logW != nil {
+		if err := j.logW.Seal(epoch); err != nil {
+			return Record{}, false, err
+		}
+	}
 	if !checkpoint {
 		return Record{}, false, ctx.Err()
 	}
 	if err := ctx.Err(); err != nil {
 		return Record{}, false, err
 	}
-	j.phase("commit")
+	j.onPhase("commit")
 	if err := j.store.Commit(epoch); err != nil {
 		return Record{}, false, err
 	}
+	j.logUncommitted = 0
 	j.step = j.cfg.Source.Step()
 	if err := ctx.Err(); err != nil {
 		return Record{}, false, err
@@ -822,7 +918,7 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 	if !j.started {
 		return Record{}, false, nil
 	}
-	j.phase("progress")
+	j.onPhase("progress")
 	rec, err := j.progress(ctx, epoch)
 	if err == nil {
 		j.setLast(rec) // the checkpoint is committed: its figures stand
@@ -965,7 +1061,8 @@ func (m *multiMaterialize) Apply(epoch uint64, ops []RowOp) error {
 
 func (j *Job) writeMeta(epoch uint64) error {
 	m := jobMeta{step: j.cfg.Source.Step(), barrier: j.barrier, started: j.started, finished: j.finished, hwm: j.tracker.HighWater(),
-		limit: j.RateLimit(), resume: j.eta.Resume()}
+		limit: j.RateLimit(), resume: j.eta.Resume(), mode: j.cfg.Mode, phase: j.phase, snapEpoch: j.snapEpoch,
+		snapTotals: j.snapTotals, logConsumed: j.logConsumed, logCursor: j.logCursor}
 	row := encodeMeta(m)
 	var err error
 	if j.metaRow == nil {
@@ -994,12 +1091,22 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 		}
 		st = j.store.Stats()
 	}
-	p, err := j.tracker.Progress(epoch, st)
+	ph := j.phaseInput()
+	p, err := j.tracker.PhaseProgress(epoch, st, ph)
 	if err != nil {
 		return Record{}, err
 	}
 	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Time: time.Now(), Truth: -1, Figures: p.Figures, Finished: p.Finished,
 		Vnodes: p.Vnodes, Estimates: p.Estimates, RateLimit: j.RateLimit(), Upstreams: p.Upstreams}
+	if ph != nil {
+		rec.Phase, rec.LogConsumed, rec.LogPending = ph.Phase.String(), ph.LogConsumed, uint64(ph.logPending(st))
+		if ph.Phase == PhaseSnapshot && p.VnodesFinished {
+			// The snapshot is read: the log store is next. The pin goes
+			// once the truth (read at the snapshot epoch) is computed.
+			j.phase = PhaseLogStore
+			defer j.releaseSnapshot()
+		}
+	}
 	for _, v := range p.Vnodes {
 		rec.SnapshotRows += v.RowCount
 	}
@@ -1016,11 +1123,32 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 		ub, ut := make([]int64, len(j.ups)), make([]int64, len(j.ups))
 		var errSum float64
 		n := 0
+		// A snapshot backfill's truth (docs/design.md §7): the snapshot's
+		// rows at its epoch, while it is pinned, then all of them (as the
+		// statistics counted them then) behind, plus the log rows
+		// consumed over those plus the rows the log store holds, counted.
+		at, snapshotRead := epoch, false
+		if ph != nil {
+			at, snapshotRead = ph.SnapshotEpoch, ph.Phase != PhaseSnapshot
+			pending, err := j.logRows()
+			if err != nil {
+				return rec, err
+			}
+			behind, total = int64(ph.LogConsumed), int64(ph.LogConsumed)+pending
+			if snapshotRead {
+				for u, n := range ph.SnapshotTotals {
+					behind, total, ub[u], ut[u] = behind+n, total+n, n, n
+				}
+			}
+		}
 		for i, v := range p.Vnodes {
 			if err := ctx.Err(); err != nil {
 				return rec, err
 			}
-			b, t, err := j.ups[v.Upstream].oracle.Rows(epoch, v.Vnode, v.Cursor)
+			if snapshotRead {
+				break
+			}
+			b, t, err := j.ups[v.Upstream].oracle.Rows(at, v.Vnode, v.Cursor)
 			if err != nil {
 				return rec, err
 			}
@@ -1034,7 +1162,7 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 				behind += b
 				ub[v.Upstream] += b
 				// The stats estimator's own estimate of this vnode.
-				if t > 0 && p.Estimates != nil {
+				if t > 0 && len(p.Estimates) == len(p.Vnodes) {
 					e := 100 * math.Abs(p.Estimates[i].Consumed-float64(b)) / float64(t)
 					errSum += e
 					rec.VnodeErrMax = max(rec.VnodeErrMax, e)
@@ -1164,8 +1292,9 @@ func truncate(b []byte) []byte {
 // ---- metadata ----------------------------------------------------------
 
 // metaVersion is the version encodeMeta writes; decodeMeta reads 1 (without
-// the rate limit and the ETA) and 2.
-const metaVersion = 2
+// the rate limit and the ETA), 2 (without the mode and a snapshot
+// backfill's phase: an arrangement backfill) and 3.
+const metaVersion = 3
 
 func encodeMeta(m jobMeta) []byte {
 	b := []byte{metaVersion}
@@ -1199,7 +1328,18 @@ func encodeMeta(m jobMeta) []byte {
 	for _, x := range []float64{m.limit, r.RateLimit, r.Rate, r.Interval} {
 		b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
 	}
-	return b
+	// Version 3: mode u8 | phase u8 | snapshot epoch uvarint | upstreams
+	// uvarint, each one's snapshot live rows uvarint | log rows consumed
+	// uvarint | log cursor length uvarint | log cursor.
+	b = append(b, byte(m.mode), byte(m.phase))
+	b = binary.AppendUvarint(b, m.snapEpoch)
+	b = binary.AppendUvarint(b, uint64(len(m.snapTotals)))
+	for _, n := range m.snapTotals {
+		b = binary.AppendUvarint(b, uint64(max(0, n)))
+	}
+	b = binary.AppendUvarint(b, m.logConsumed)
+	b = binary.AppendUvarint(b, uint64(len(m.logCursor)))
+	return append(b, m.logCursor...)
 }
 
 // ErrCorruptMeta marks a job metadata row that does not decode. It is also
@@ -1293,6 +1433,38 @@ func decodeMeta(b []byte) (jobMeta, error) {
 			}
 		}
 		b = b[32:]
+	}
+	if m.version >= 3 {
+		if len(b) < 2 || b[0] > byte(ModeSnapshot) || b[1] > byte(PhaseJoined) {
+			return bad("mode and phase")
+		}
+		m.mode, m.phase = JobMode(b[0]), Phase(b[1])
+		b = b[2:]
+		if m.snapEpoch, ok = uv(); !ok {
+			return bad("snapshot epoch")
+		}
+		n, ok := uv()
+		if !ok || n > uint64(len(b)) {
+			return bad("snapshot live rows")
+		}
+		for range n {
+			v, ok := uv()
+			if !ok || v > math.MaxInt64 {
+				return bad("snapshot live rows")
+			}
+			m.snapTotals = append(m.snapTotals, int64(v))
+		}
+		if m.logConsumed, ok = uv(); !ok {
+			return bad("log rows consumed")
+		}
+		l, ok := uv()
+		if !ok || l > uint64(len(b)) {
+			return bad("log cursor")
+		}
+		if l > 0 {
+			m.logCursor = append([]byte(nil), b[:l]...)
+		}
+		b = b[l:]
 	}
 	if len(b) != 0 {
 		return bad("trailing bytes")

@@ -49,6 +49,13 @@ func multiParams(seed uint64, rows float64) []workload.Params {
 // multiJob opens a job over the workloads' tables (upstreams 1, 2, 3; MVs
 // 11, 12, 13; states 21, 22, 23; meta 30), with a scan oracle per table.
 func multiJob(s *lsm.Store, ps []workload.Params, actors, barrierRows int, onCheckpoint func(backfill.Record)) (*backfill.Job, *workload.Multi, error) {
+	return multiJobMode(s, ps, backfill.JobConfig{Actors: actors, BarrierRows: barrierRows, OnCheckpoint: onCheckpoint})
+}
+
+// multiJobMode opens a job over the workloads' tables as multiJob does,
+// with cfg's mode, actors, barrier rows, tail steps and callback (a
+// snapshot backfill's log store is table 40).
+func multiJobMode(s *lsm.Store, ps []workload.Params, cfg backfill.JobConfig) (*backfill.Job, *workload.Multi, error) {
 	gs := make([]*workload.Generator, len(ps))
 	var ups []backfill.UpstreamConfig
 	for i, p := range ps {
@@ -64,8 +71,11 @@ func multiJob(s *lsm.Store, ps []workload.Params, actors, barrierRows int, onChe
 			Oracle: backfilltest.ScanOracle{Store: s, Table: id}})
 	}
 	src := workload.NewMulti(gs...)
-	j, err := backfill.OpenJob(backfill.JobConfig{Store: s, Upstreams: ups, Meta: 30,
-		Actors: actors, ChunkSize: 64, BarrierRows: barrierRows, Source: src, OnCheckpoint: onCheckpoint})
+	cfg.Store, cfg.Upstreams, cfg.Meta, cfg.ChunkSize, cfg.Source = s, ups, 30, 64, src
+	if cfg.Mode == backfill.ModeSnapshot {
+		cfg.LogStore = 40
+	}
+	j, err := backfill.OpenJob(cfg)
 	return j, src, err
 }
 
@@ -132,7 +142,11 @@ func TestMultiUpstreamAccuracy(t *testing.T) {
 		return s, j
 	}
 	s, j := open(2)
-	for recs < 12 {
+	rows := 0
+	for _, p := range ps {
+		rows += p.Rows
+	}
+	for recs < max(2, rows/(2*512)/2) { // about halfway
 		_, _, err := j.Step(context.Background())
 		require.NoError(t, err)
 	}

@@ -26,6 +26,31 @@ type Input struct {
 	Vnodes []VnodeState
 	// Stats are the store's statistics at the committed epoch.
 	Stats stats.Snapshot
+	// Phase, set for a snapshot backfill (ModeSnapshot), says where the
+	// job is in its phases and what its log store holds; nil for an
+	// arrangement backfill.
+	Phase *PhaseInput
+}
+
+// PhaseInput is what a snapshot backfill's estimators see beyond the vnode
+// states: the phase, the live rows of each upstream table at the pinned
+// snapshot epoch, and the log store (its table, whose live rows are the
+// rows still to consume, and the rows consumed so far).
+type PhaseInput struct {
+	Phase          Phase
+	SnapshotEpoch  uint64
+	SnapshotTotals []int64 // by upstream index
+	LogTable       uint32
+	LogConsumed    uint64
+}
+
+// logPending returns the log rows still to consume, from the log-store
+// table's live statistics.
+func (p *PhaseInput) logPending(st stats.Snapshot) float64 {
+	if p.LogTable == 0 {
+		return 0
+	}
+	return float64(max(0, st.Live.Table(p.LogTable).Rows))
 }
 
 // Tables returns the ids of the input's upstream tables, by index.
@@ -83,6 +108,35 @@ func (s Stats) Estimate(in Input) (float64, float64) {
 	return a.Consumed, a.Total
 }
 
+// phased is the stats approach's figure of a snapshot backfill, one figure
+// over its phases (docs/design.md §7):
+//
+//	consumed = snapshot rows read + log rows consumed
+//	total    = live rows of the snapshot + log rows consumed + log rows still to consume
+//
+// The snapshot is fixed (the pinned epoch), so the rows read from it are
+// exactly its rows behind the cursors, and its live rows were the
+// statistics' at that epoch; the rows still to consume are the log-store
+// table's live rows. The bounds are the figure itself: every input is a
+// count, none an estimate.
+func phased(in Input) Account {
+	ph := in.Phase
+	var a Account
+	for _, v := range in.Vnodes {
+		a.Consumed += float64(v.RowCount)
+	}
+	for _, n := range ph.SnapshotTotals {
+		a.Total += float64(n)
+	}
+	// A vnode finished holds all its snapshot rows: a total below the rows
+	// read (live statistics flagged as estimated) would pass 100%.
+	a.Total = max(a.Total, a.Consumed)
+	a.Consumed += float64(ph.LogConsumed)
+	a.Total += float64(ph.LogConsumed) + ph.logPending(in.Stats)
+	a.Lower, a.Upper = a.Consumed, a.Consumed
+	return a
+}
+
 // Account implements Accountant: a vnode's consumed rows are its live rows
 // if finished, the estimated live rows <= its cursor if in progress, 0 if
 // not started. The vnodes in progress are asked together
@@ -96,6 +150,9 @@ func (s Stats) Estimate(in Input) (float64, float64) {
 // together, and the figure is Σ consumed over Σ live rows of every table:
 // each table weighs as its rows do.
 func (Stats) Account(in Input) Account {
+	if in.Phase != nil {
+		return phased(in)
+	}
 	a := Account{Vnodes: make([]VnodeEstimate, len(in.Vnodes))}
 	qs := make([]stats.RangeQuery, 0, len(in.Vnodes))
 	at := make([]int, 0, len(in.Vnodes)) // index in in.Vnodes of each query
@@ -205,6 +262,10 @@ type Progress struct {
 	// Estimates are the account of each vnode (by index of Vnodes) of the
 	// first Accountant among the estimators; nil without one.
 	Estimates []VnodeEstimate
+	// VnodesFinished is set when every vnode finished its snapshot; a
+	// snapshot backfill has Finished only once it also joined the
+	// upstream.
+	VnodesFinished bool
 	// Upstreams are the figures of each upstream table alone, by index:
 	// raw figures (Consumed, Total, Raw, Bounds), shown beside the job's,
 	// with no display rule of their own (Pct is Raw within 0 and 100).
@@ -327,6 +388,13 @@ func (t *Tracker) record(actor int, epoch uint64, states []VnodeState, finished 
 // Progress computes the job's figures at a checkpoint epoch, which every
 // actor must have reported, from the store's statistics.
 func (t *Tracker) Progress(epoch uint64, st stats.Snapshot) (Progress, error) {
+	return t.PhaseProgress(epoch, st, nil)
+}
+
+// PhaseProgress is Progress for a snapshot backfill, in the phase ph says
+// (nil: an arrangement backfill): the job finished only once every vnode
+// finished and it joined the upstream.
+func (t *Tracker) PhaseProgress(epoch uint64, st stats.Snapshot, ph *PhaseInput) (Progress, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := Progress{Epoch: epoch, Finished: len(t.reports) > 0}
@@ -346,13 +414,20 @@ func (t *Tracker) Progress(epoch uint64, st stats.Snapshot) (Progress, error) {
 				epoch, v.Vnode, v.Upstream, len(t.upstreams))
 		}
 	}
-	in := Input{Epoch: epoch, Upstream: t.upstreams[0], Upstreams: t.upstreams, Vnodes: p.Vnodes, Stats: st}
+	if ph != nil {
+		p.VnodesFinished = p.Finished
+		p.Finished = p.Finished && ph.Phase == PhaseJoined
+	}
+	in := Input{Epoch: epoch, Upstream: t.upstreams[0], Upstreams: t.upstreams, Vnodes: p.Vnodes, Stats: st, Phase: ph}
 	p.Upstreams = make([]UpstreamProgress, len(t.upstreams))
 	for u := range p.Upstreams {
 		p.Upstreams[u] = UpstreamProgress{Table: t.upstreams[u], Finished: true, Truth: -1}
 	}
 	for _, v := range p.Vnodes {
 		p.Upstreams[v.Upstream].Finished = p.Upstreams[v.Upstream].Finished && v.Finished
+	}
+	if ph == nil {
+		p.VnodesFinished = p.Finished
 	}
 	// Locked to its thread, the goroutine's CPU time is the thread's.
 	runtime.LockOSThread()
@@ -375,7 +450,7 @@ func (t *Tracker) Progress(epoch uint64, st stats.Snapshot) (Progress, error) {
 		f.Approach, f.Consumed, f.Total, f.Raw = e.Name(), a.Consumed, a.Total, percent(a.Consumed, a.Total)
 		if bounded {
 			f.Bounds = &Bounds{Lower: percent(a.Lower, a.Total), Upper: percent(a.Upper, a.Total)}
-			if p.Estimates == nil {
+			if p.Estimates == nil && len(a.Vnodes) == len(p.Vnodes) {
 				p.Estimates = a.Vnodes
 			}
 		}
@@ -396,7 +471,7 @@ func (t *Tracker) upstreamFigures(p *Progress, in Input, e Estimator, a Account,
 		f.Pct = min(max(f.Raw, 0), 100)
 		return f
 	}
-	if len(p.Upstreams) == 1 {
+	if len(p.Upstreams) == 1 && in.Phase == nil {
 		f := raw(job.Consumed, job.Total)
 		f.Bounds = job.Bounds
 		p.Upstreams[0].Figures = append(p.Upstreams[0].Figures, f)
@@ -404,7 +479,7 @@ func (t *Tracker) upstreamFigures(p *Progress, in Input, e Estimator, a Account,
 	}
 	for u := range p.Upstreams {
 		var f Figure
-		if bounded {
+		if bounded && a.Vnodes != nil && len(a.Vnodes) == len(in.Vnodes) {
 			var c, lo, hi, tot float64
 			for i, v := range in.Vnodes {
 				if v.Upstream == u {
@@ -416,6 +491,11 @@ func (t *Tracker) upstreamFigures(p *Progress, in Input, e Estimator, a Account,
 			f.Bounds = &Bounds{Lower: percent(lo, tot), Upper: percent(hi, tot)}
 		} else {
 			sub := Input{Epoch: in.Epoch, Upstream: in.Upstreams[u], Upstreams: in.Upstreams[u : u+1], Stats: in.Stats}
+			if ph := in.Phase; ph != nil {
+				// A table's own figure is its snapshot's: the log store
+				// holds every table's changes together.
+				sub.Phase = &PhaseInput{Phase: ph.Phase, SnapshotEpoch: ph.SnapshotEpoch, SnapshotTotals: ph.SnapshotTotals[u : u+1]}
+			}
 			for _, v := range in.Vnodes {
 				if v.Upstream == u {
 					v.Upstream = 0
