@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
 )
@@ -26,6 +27,8 @@ const (
 	MVTable       = 2
 	StateTable    = 3
 	MetaTable     = 4
+	// LogStoreTable is a snapshot backfill's log store.
+	LogStoreTable = 5
 )
 
 // UpstreamTableOf returns the ids of upstream i's table, MV and state
@@ -46,6 +49,11 @@ type Config struct {
 	// workload each (workload.Multi; Workload is then ignored, and RunRaw
 	// does not apply): upstream i's tables are UpstreamTableOf(i).
 	Upstreams []workload.Params
+	// Mode is the kind of backfill (backfill.JobConfig.Mode). A snapshot
+	// backfill's truth is asked about its pinned epoch, which the
+	// workload's model does not know: its oracle is a scan of each table
+	// (backfilltest.ScanOracle), slower, in the harness's time.
+	Mode backfill.JobMode
 	// Actors, ChunkSize, BarrierRows, CheckpointEvery, RateLimit: see
 	// backfill.JobConfig.
 	Actors, ChunkSize, BarrierRows, CheckpointEvery int
@@ -207,7 +215,14 @@ func Open(cfg Config) (*Session, error) {
 	jc := backfill.JobConfig{
 		Store: s, Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
 		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit, RateChanges: cfg.RateChanges,
-		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked,
+		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked, Mode: cfg.Mode,
+	}
+	snapshot := cfg.Mode == backfill.ModeSnapshot
+	oracleOf := func(o backfill.Oracle, table uint32) backfill.Oracle {
+		if snapshot {
+			return backfilltest.ScanOracle{Store: s, Table: table}
+		}
+		return o
 	}
 	var src backfill.Source
 	var oracle backfill.Oracle
@@ -223,12 +238,15 @@ func Open(cfg Config) (*Session, error) {
 			if i > 0 {
 				def.Name = fmt.Sprintf("upstream%d", i)
 			}
-			jc.Upstreams = append(jc.Upstreams, backfill.UpstreamConfig{Table: def, MV: mv, State: state, Oracle: timedOracle{o, h}})
+			jc.Upstreams = append(jc.Upstreams, backfill.UpstreamConfig{Table: def, MV: mv, State: state, Oracle: timedOracle{oracleOf(o, up), h}})
 		}
 		jc.Meta = MetaTable
 	} else {
-		src, oracle = workload.Source{G: g}, workload.Oracle{G: g}
+		src, oracle = workload.Source{G: g}, oracleOf(workload.Oracle{G: g}, UpstreamTable)
 		jc.Upstream, jc.MV, jc.State, jc.Meta = g.Params().TableDef(UpstreamTable), MVTable, StateTable, MetaTable
+	}
+	if snapshot && cfg.User == nil {
+		jc.LogStore = LogStoreTable
 	}
 	jc.Source = timedSource{src, h}
 	if oracle != nil {

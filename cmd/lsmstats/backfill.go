@@ -73,6 +73,7 @@ type backfillFlags struct {
 	rows, vnodes, actors                     int
 	rowsList                                 intList
 	upstreams                                int
+	mode                                     string
 	seed                                     uint64
 	zipf                                     float64
 	pkShape                                  string
@@ -106,6 +107,7 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 		f.rowsList = l
 		return nil
 	})
+	fs.StringVar(&f.mode, "mode", "arrangement", "kind of backfill: arrangement, or snapshot (a snapshot at a pinned epoch while the upstream's changes go to a log store, then the log store, then the upstream; its truth scans the tables)")
 	fs.IntVar(&f.upstreams, "upstreams", 0, "upstream tables of the job, read by the same actors (0: one per --rows count); each gets the workload with its --rows count and seed+i")
 	fs.IntVar(&f.vnodes, "vnodes", 256, "vnodes of the upstream table")
 	fs.IntVar(&f.actors, "actors", 2, "backfill actors")
@@ -138,6 +140,9 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 	}
 	if fs.NArg() > 0 {
 		return nil, nil, errors.Newf("unexpected arguments %q", fs.Args())
+	}
+	if f.mode != "arrangement" && f.mode != "snapshot" {
+		return nil, nil, errors.Newf("--mode %q: want arrangement or snapshot", f.mode)
 	}
 	if f.upstreams < 0 {
 		return nil, nil, errors.Newf("--upstreams %d: want a count >= 1 (0: one per --rows count)", f.upstreams)
@@ -215,6 +220,14 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 	return p, nil
 }
 
+// jobMode returns the --mode's backfill.JobMode.
+func (f *backfillFlags) jobMode() backfill.JobMode {
+	if f.mode == "snapshot" {
+		return backfill.ModeSnapshot
+	}
+	return backfill.ModeArrangement
+}
+
 // upstreamParams returns the workloads of a job over several upstream
 // tables (nil for one): p with each table's --rows count and the seed
 // plus the table's index.
@@ -263,6 +276,11 @@ type recordJSON struct {
 	// Upstreams are each upstream table's figures and truth (one entry
 	// for a job over one table).
 	Upstreams []backfill.UpstreamProgress `json:"upstreams,omitempty"`
+	// Phase, LogConsumed and LogPending: a snapshot backfill's phase and
+	// log rows (backfill.Record).
+	Phase       string `json:"phase,omitempty"`
+	LogConsumed uint64 `json:"log_consumed,omitempty"`
+	LogPending  uint64 `json:"log_pending,omitempty"`
 }
 
 // etaJSON is a record's ETA; the durations are in seconds, -1 when there
@@ -292,7 +310,7 @@ func etaOf(f backfill.ETAForecast) etaJSON {
 func toJSON(r backfill.Record) *recordJSON {
 	out := &recordJSON{Barrier: r.Barrier, Epoch: r.Epoch, TimeNS: r.Time.UnixNano(), RateLimit: r.RateLimit, ETA: etaOf(r.ETA),
 		Truth: r.Truth, Finished: r.Finished, Figures: r.Figures, VnodeErrMean: r.VnodeErrMean, VnodeErrMax: r.VnodeErrMax,
-		Rows: r.SnapshotRows, Upstreams: r.Upstreams}
+		Rows: r.SnapshotRows, Upstreams: r.Upstreams, Phase: r.Phase, LogConsumed: r.LogConsumed, LogPending: r.LogPending}
 	return out
 }
 
@@ -343,7 +361,7 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 	var s *bench.Session
 	var metrics *jobMetrics
 	cfg := bench.Config{
-		Dir: f.dir, Workload: p, Upstreams: f.upstreamParams(p), Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
+		Dir: f.dir, Workload: p, Upstreams: f.upstreamParams(p), Mode: f.jobMode(), Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
 		CheckpointEvery: f.checkpointEvery, RateLimit: f.rateLimit, RateChanges: f.rateChanges,
 		Store: &lsm.Options{Logger: cliLogger{w: stderr}},
 		OnCheckpoint: func(r backfill.Record) {
@@ -441,6 +459,10 @@ type barrierJSON struct {
 	// ActualRemainingS is the time from this checkpoint to the job's
 	// end, known once it finished.
 	ActualRemainingS float64 `json:"actual_remaining_s"`
+	// Phase is a snapshot backfill's phase, and Upstreams every table's
+	// figures and truth.
+	Phase     string                      `json:"phase,omitempty"`
+	Upstreams []backfill.UpstreamProgress `json:"upstreams,omitempty"`
 }
 
 // costJSON is an approach's cost per checkpoint barrier (the report's
@@ -466,7 +488,7 @@ func barrierOf(r *recordJSON) barrierJSON {
 	return barrierJSON{Barrier: r.Barrier, Epoch: r.Epoch, Truth: r.Truth, RowCount: rc.Raw, Stats: st.Raw,
 		StatsBounds: st.Bounds, DisplayedRowCount: rc.Shown, DisplayedStats: st.Shown, Finished: r.Finished,
 		VnodeErrMeanPP: r.VnodeErrMean, VnodeErrMaxPP: r.VnodeErrMax,
-		SnapshotRows: r.Rows, RateLimit: r.RateLimit, TimeNS: r.TimeNS, ETA: r.ETA}
+		SnapshotRows: r.Rows, RateLimit: r.RateLimit, TimeNS: r.TimeNS, ETA: r.ETA, Phase: r.Phase, Upstreams: r.Upstreams}
 }
 
 func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stderr io.Writer) (int, error) {
@@ -748,7 +770,7 @@ func cost(records []*recordJSON, stateBytes, statsOnlyBytes int64) map[string]co
 
 func parameters(f *backfillFlags, p workload.Params) map[string]any {
 	return map[string]any{
-		"workload": f.workload, "rows": p.Rows, "upstream_rows": []int(f.rowsList), "vnodes": p.VnodeCount, "actors": f.actors, "seed": p.Seed,
+		"workload": f.workload, "mode": f.mode, "rows": p.Rows, "upstream_rows": []int(f.rowsList), "vnodes": p.VnodeCount, "actors": f.actors, "seed": p.Seed,
 		"pk_shape": p.Shape, "children": p.Children, "zipf": p.Zipf, "update_frac": p.UpdateFrac, "delete_frac": p.DeleteFrac, "delete_order": p.DeleteOrder,
 		"update_during": p.UpdateDuring, "delete_during": p.DeleteDuring, "insert_during": p.InsertDuring,
 		"during_steps": p.DuringSteps, "chunk_size": f.chunkSize, "barrier_rows": f.barrierRows,

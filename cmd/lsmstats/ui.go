@@ -117,12 +117,18 @@ func (ui *progressUI) update(r *recordJSON, recovered bool) {
 }
 
 // perUpstream formats each upstream table's stats figure beside the job's,
-// for a job over several: "  [tables: 41.20% 100.00% 3.10%]".
+// for a job over several ("  [tables: 41.20% 100.00% 3.10%]"), and a
+// snapshot backfill's phase and log rows ("  [log store: 1,200 consumed,
+// 800 pending]").
 func perUpstream(r *recordJSON) string {
-	if len(r.Upstreams) < 2 {
-		return ""
+	s := ""
+	if r.Phase != "" {
+		s = fmt.Sprintf("  [%s: log %s consumed, %s pending]", r.Phase, thousands(float64(r.LogConsumed)), thousands(float64(r.LogPending)))
 	}
-	s := "  [tables:"
+	if len(r.Upstreams) < 2 {
+		return s
+	}
+	s += "  [tables:"
 	for _, u := range r.Upstreams {
 		s += fmt.Sprintf(" %.2f%%", backfill.FigureOf(u.Figures, "stats").Pct)
 	}
