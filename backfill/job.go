@@ -288,6 +288,8 @@ type jobMeta struct {
 	snapTotals  []int64
 	logConsumed uint64
 	logCursor   []byte
+	// Since version 3 too: the ids of the job's upstream tables.
+	upstreams []uint32
 }
 
 // OpenJob creates the tables if needed and recovers the job from the
@@ -355,7 +357,10 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		return nil, err
 	}
 	if j.metaRow != nil && m.mode != cfg.Mode {
-		return nil, errors.Newf("lsmstats/backfill: the job was created as a %s backfill, reopened as a %s backfill", m.mode, cfg.Mode)
+		return nil, errors.Newf("lsmstats/backfill: the job was created in mode %s, reopened in mode %s", m.mode, cfg.Mode)
+	}
+	if m.upstreams != nil && !slices.Equal(m.upstreams, ids) {
+		return nil, errors.Newf("lsmstats/backfill: the job was created over upstream tables %v, reopened over %v", m.upstreams, ids)
 	}
 	if cfg.Mode == ModeSnapshot {
 		if j.logW, err = s.NewWriter(j.logTable, nil, &lsm.WriterOptions{Unchecked: true}); err != nil {
@@ -1062,7 +1067,7 @@ func (m *multiMaterialize) Apply(epoch uint64, ops []RowOp) error {
 func (j *Job) writeMeta(epoch uint64) error {
 	m := jobMeta{step: j.cfg.Source.Step(), barrier: j.barrier, started: j.started, finished: j.finished, hwm: j.tracker.HighWater(),
 		limit: j.RateLimit(), resume: j.eta.Resume(), mode: j.cfg.Mode, phase: j.phase, snapEpoch: j.snapEpoch,
-		snapTotals: j.snapTotals, logConsumed: j.logConsumed, logCursor: j.logCursor}
+		snapTotals: j.snapTotals, logConsumed: j.logConsumed, logCursor: j.logCursor, upstreams: j.tracker.upstreams}
 	row := encodeMeta(m)
 	var err error
 	if j.metaRow == nil {
@@ -1339,7 +1344,13 @@ func encodeMeta(m jobMeta) []byte {
 	}
 	b = binary.AppendUvarint(b, m.logConsumed)
 	b = binary.AppendUvarint(b, uint64(len(m.logCursor)))
-	return append(b, m.logCursor...)
+	b = append(b, m.logCursor...)
+	// ... | upstreams uvarint, each one's table id uvarint.
+	b = binary.AppendUvarint(b, uint64(len(m.upstreams)))
+	for _, id := range m.upstreams {
+		b = binary.AppendUvarint(b, uint64(id))
+	}
+	return b
 }
 
 // ErrCorruptMeta marks a job metadata row that does not decode. It is also
@@ -1465,6 +1476,17 @@ func decodeMeta(b []byte) (jobMeta, error) {
 			m.logCursor = append([]byte(nil), b[:l]...)
 		}
 		b = b[l:]
+		n, ok = uv()
+		if !ok || n > uint64(len(b)) {
+			return bad("upstream tables")
+		}
+		for range n {
+			id, ok := uv()
+			if !ok || id > math.MaxUint32 {
+				return bad("upstream table")
+			}
+			m.upstreams = append(m.upstreams, uint32(id))
+		}
 	}
 	if len(b) != 0 {
 		return bad("trailing bytes")

@@ -254,6 +254,23 @@ func TestMultiUpstreamConfig(t *testing.T) {
 	_, _, err = j.Step(context.Background())
 	require.ErrorContains(t, err, "names upstream 2, job of 2 upstreams")
 	require.NoError(t, j.Close())
+
+	// A job reopened over other upstream tables, or in another mode, is
+	// refused: its persisted state is not theirs.
+	j, err = backfill.OpenJob(backfill.JobConfig{Store: s, Meta: 31, Upstreams: []backfill.UpstreamConfig{up(0), up(1)},
+		Source: &opsSource{}})
+	require.NoError(t, err)
+	_, _, err = j.Step(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, j.Close())
+	_, err = backfill.OpenJob(backfill.JobConfig{Store: s, Meta: 31, Upstreams: []backfill.UpstreamConfig{up(0)}, Source: &opsSource{}})
+	require.ErrorContains(t, err, "created over upstream tables [1 2], reopened over [1]")
+	_, err = backfill.OpenJob(backfill.JobConfig{Store: s, Meta: 31, Upstreams: []backfill.UpstreamConfig{up(0), up(1)}, Source: &opsSource{},
+		Mode: backfill.ModeSnapshot, LogStore: 32})
+	require.ErrorContains(t, err, "created in mode arrangement, reopened in mode snapshot")
+	_, err = backfill.OpenJob(backfill.JobConfig{Store: s, Meta: 33, Upstreams: []backfill.UpstreamConfig{up(0)}, Source: &opsSource{},
+		Mode: backfill.ModeSnapshot})
+	require.ErrorContains(t, err, "needs a log-store table")
 }
 
 // opsSource is a source of one step of given ops, its backfill from step 2.

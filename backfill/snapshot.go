@@ -2,6 +2,7 @@ package backfill
 
 import (
 	"encoding/binary"
+	"strconv"
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats"
@@ -52,7 +53,7 @@ func (m JobMode) String() string {
 	case ModeSnapshot:
 		return "snapshot"
 	}
-	return "JobMode(" + string(rune('0'+m)) + ")"
+	return "JobMode(" + strconv.Itoa(int(m)) + ")"
 }
 
 // Phase is the phase of a snapshot backfill.
@@ -76,7 +77,7 @@ func (p Phase) String() string {
 	case PhaseJoined:
 		return "joined"
 	}
-	return "Phase(" + string(rune('0'+p)) + ")"
+	return "Phase(" + strconv.Itoa(int(p)) + ")"
 }
 
 // LogStoreTableDef is the definition of a snapshot backfill's log-store
@@ -209,11 +210,11 @@ func (j *Job) route(epoch uint64, ops []RowOp) ([]RowOp, error) {
 	case PhaseSnapshot:
 		return nil, j.appendLog(epoch, ops)
 	case PhaseLogStore:
-		quota := max(1, j.cfg.Actors*max(j.cfg.BarrierRows, 1))
-		if j.cfg.BarrierRows <= 0 {
-			quota = j.cfg.Actors * 2048
+		barrierRows := j.cfg.BarrierRows
+		if barrierRows <= 0 {
+			barrierRows = 2048 // the actors' default
 		}
-		rows, end, err := j.consumeLog(epoch, quota)
+		rows, end, err := j.consumeLog(epoch, j.cfg.Actors*barrierRows)
 		if err != nil {
 			return nil, err
 		}
