@@ -1191,7 +1191,26 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 // read. The run is the ETA's carried run + 1 in a new process (every
 // restart, and so every rescale, starts a new run). An observation the ETA
 // refuses (a wall clock that went back) leaves its last forecast.
+//
+// A snapshot backfill's work is one stream over its phases: the ETA sees
+// the job's phase-aware figure (snapshot rows read + log rows consumed, of
+// the snapshot's rows + the log rows), its rows read counting the log rows
+// consumed too, and the log store's growth as the upstream's churn; the job
+// finishes once joined.
 func (j *Job) observeETA(rec Record) ETAForecast {
+	if rec.Phase != "" {
+		for _, f := range rec.Figures {
+			if f.Bounds == nil {
+				continue
+			}
+			o := ETAObservation{Time: rec.Time, Run: j.run, Actors: len(j.actors), RateLimit: rec.RateLimit}
+			o.Consumed, o.ConsumedLow, o.ConsumedHigh, o.Total = f.Consumed, f.Consumed, f.Consumed, f.Total
+			o.SnapshotRows, o.Finished = rec.SnapshotRows+rec.LogConsumed, rec.Finished
+			fc, _ := j.eta.Observe(o)
+			return fc
+		}
+		return ETAForecast{Time: rec.Time}
+	}
 	if rec.Estimates == nil {
 		return ETAForecast{Time: rec.Time}
 	}

@@ -179,7 +179,12 @@ func TestSnapshotAccuracy(t *testing.T) {
 	var display backfilltest.Display
 	var phases []string
 	var logAtEnd, snapRows float64 // when the snapshot phase ended
+	etas := map[string]map[backfill.ETAStatus]int{}
 	record := func(r backfill.Record) {
+		if etas[r.Phase] == nil {
+			etas[r.Phase] = map[backfill.ETAStatus]int{}
+		}
+		etas[r.Phase][r.ETA.Status]++
 		require.NoError(t, display.Add(r))
 		require.GreaterOrEqual(t, r.Truth, 0.0)
 		for _, f := range r.Figures {
@@ -227,6 +232,14 @@ func TestSnapshotAccuracy(t *testing.T) {
 	t.Logf("phases %v; log store at the snapshot's end %.0f rows (%.0f%% of the snapshot's %.0f); stats mean %.3f max %.3f pp; rowcount mean %.3f max %.3f pp over %d checkpoints",
 		phases, logAtEnd, 100*logAtEnd/snapRows, snapRows, st.MeanPP, st.MaxPP, rc.MeanPP, rc.MaxPP, st.N)
 	require.Equal(t, []string{"snapshot", "log store", "joined"}, compact(phases))
+	// The ETA covers both phases: it forecasts in each, and says finished
+	// once joined.
+	t.Logf("ETA statuses by phase: %v", etas)
+	for _, p := range []string{"snapshot", "log store"} {
+		require.Positive(t, etas[p][backfill.ETARunning]+etas[p][backfill.ETADiverging], "an ETA in the %s phase", p)
+	}
+	require.Equal(t, len(etas["joined"]), 1)
+	require.Positive(t, etas["joined"][backfill.ETAFinished])
 	require.GreaterOrEqual(t, logAtEnd, 0.2*snapRows, "the log store holds at least 20%% of the snapshot's rows")
 	require.LessOrEqual(t, st.MeanPP, 0.5)
 	require.LessOrEqual(t, st.MaxPP, 2.0)
