@@ -95,7 +95,8 @@ type JobConfig struct {
 	// is Name, the others Name+".backfill_state" and Name+".backfill_job";
 	// with several upstreams, upstream i > 0's are Name+".i" and
 	// Name+".i.backfill_state") and has the catalog allocate their ids: MV,
-	// State and Meta must then be 0. A reopened job finds its tables by the same name (Job.Tables).
+	// State and Meta must then be 0. A reopened job finds its tables by
+	// the same name (Job.Tables, Job.Upstreams).
 	Name string
 	// Actors is the number of backfill actors; each gets a contiguous range
 	// of vnodes. A restart may use another count (rescale).

@@ -412,3 +412,40 @@ func TestMultiUpstreamCrash(t *testing.T) {
 	require.NoError(t, j.Close())
 	t.Logf("%d kills, committed step %d", killed, src.Step())
 }
+
+// TestMultiUpstreamNamed opens a named snapshot backfill over two upstream
+// tables: the catalog allocates every table's id by name, and the reopened
+// job finds the same ones.
+func TestMultiUpstreamNamed(t *testing.T) {
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+	require.NoError(t, err)
+	defer s.Close()
+	ps := multiParams(1, 0.05)
+	a, b := ps[0].TableDef(1), ps[1].TableDef(2)
+	a.Name, b.Name = "orders", "customers"
+	open := func() *backfill.Job {
+		j, err := backfill.OpenJob(backfill.JobConfig{Store: s, Name: "joined", Mode: backfill.ModeSnapshot,
+			Upstreams: []backfill.UpstreamConfig{{Table: a}, {Table: b}}, Source: &opsSource{}})
+		require.NoError(t, err)
+		return j
+	}
+	j := open()
+	_, _, err = j.Step(context.Background())
+	require.NoError(t, err)
+	ups := j.Upstreams()
+	require.NoError(t, j.Close())
+	names := map[string]uint32{}
+	for _, d := range s.Tables() {
+		names[d.Name] = d.ID
+	}
+	require.Equal(t, names["joined"], ups[0].MV)
+	require.Equal(t, names["joined.backfill_state"], ups[0].State)
+	require.Equal(t, names["joined.1"], ups[1].MV)
+	require.Equal(t, names["joined.1.backfill_state"], ups[1].State)
+	require.Contains(t, names, "joined.backfill_job")
+	require.Contains(t, names, "joined.log_store")
+	require.Equal(t, []uint32{1, 2}, []uint32{ups[0].Table.ID, ups[1].Table.ID})
+	j = open()
+	require.Equal(t, ups, j.Upstreams())
+	require.NoError(t, j.Close())
+}
