@@ -34,6 +34,16 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(userChildDirEnv); dir != "" {
 		testutil.ExitChild(userCrashChild(dir))
 	}
+	if dir := os.Getenv(snapChildDirEnv); dir != "" {
+		actors, _ := strconv.Atoi(os.Getenv(childActorsEnv))
+		seed, _ := strconv.ParseUint(os.Getenv(childSeedEnv), 10, 64)
+		testutil.ExitChild(snapshotCrashChild(dir, actors, seed))
+	}
+	if dir := os.Getenv(multiChildDirEnv); dir != "" {
+		actors, _ := strconv.Atoi(os.Getenv(childActorsEnv))
+		seed, _ := strconv.ParseUint(os.Getenv(childSeedEnv), 10, 64)
+		testutil.ExitChild(multiCrashChild(dir, actors, seed))
+	}
 	if dir := os.Getenv(childDirEnv); dir != "" {
 		actors, _ := strconv.Atoi(os.Getenv(childActorsEnv))
 		seed, _ := strconv.ParseUint(os.Getenv(childSeedEnv), 10, 64)

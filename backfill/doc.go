@@ -17,6 +17,20 @@
 // actors (rescale), and the MV ends equal to the upstream table (checked by
 // the tests after crashes, and by every benchmark run).
 //
+// # Several upstream tables, and snapshot backfill
+//
+// A job may read several upstream tables (JobConfig.Upstreams), as a join
+// MV backfills each of its inputs: the same actors own a range of every
+// table's vnodes, the state persists per (upstream, vnode) in each table's
+// state table, and the figures are Σ consumed over Σ total over every
+// table, each table's beside them (Record.Upstreams). A job over one table
+// is the case of one. With JobConfig.Mode = ModeSnapshot the job is a
+// snapshot backfill (snapshot.go): a snapshot read at a pinned epoch while
+// the upstream's changes go to a log-store table, then the log store
+// consumed epoch by epoch, then the upstream joined; one phase-aware
+// figure, finished only once joined (Record.Phase). docs/design.md §6 and
+// §7 describe both and their truths.
+//
 // # Upstream ops
 //
 // A source writes an update or a delete in one of two forms:

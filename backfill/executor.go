@@ -21,6 +21,11 @@ type ActorConfig struct {
 	Upstream, MV, State uint32
 	// Vnodes are the actor's vnodes.
 	Vnodes *roaring.Bitmap
+	// Upstreams, if set, are the actor's upstream tables, each with its MV,
+	// state table and the actor's vnodes of it (by index: VnodeState and
+	// RowOp.Upstream); Upstream, MV, State and Vnodes must then be unset.
+	// Without, the actor reads the one table Upstream.
+	Upstreams []ActorUpstream
 	// ChunkSize is the number of rows per output chunk; 0 means 256.
 	ChunkSize int
 	// BarrierRows is the number of snapshot rows read per barrier (at least
@@ -32,7 +37,31 @@ type ActorConfig struct {
 	RowCount bool
 	// Reporter receives the actor's state at every barrier.
 	Reporter *Reporter
+	// Fixed makes the actor read every snapshot at FixedEpoch, which the
+	// caller keeps pinned, instead of at the previous barrier's epoch: a
+	// snapshot backfill's snapshot phase, in which it gets no upstream
+	// chunks (they go to the log store) and so forwards none.
+	Fixed      bool
+	FixedEpoch uint64
 }
+
+// ActorUpstream is one upstream table of an actor: its id, its MV's and
+// its backfill state table's, and the actor's vnodes of it.
+type ActorUpstream struct {
+	Upstream, MV, State uint32
+	Vnodes              *roaring.Bitmap
+}
+
+// actorInput is an actor's side of one upstream table: the replicated
+// table it reads, and its writers of the table's MV and state.
+type actorInput struct {
+	table *replicated.Table
+	mv    *Materialize
+	state *lsm.Writer
+}
+
+// vnodeKey indexes a vnode of an upstream in Actor.index.
+func vnodeKey(upstream int, vnode uint16) uint32 { return uint32(upstream)<<16 | uint32(vnode) }
 
 // Actor is an arrangement backfill executor for a set of vnodes. Between two
 // barriers it applies upstream chunks to its replicated table and buffers
@@ -44,15 +73,13 @@ type ActorConfig struct {
 // writes its output into the MV, persists each changed vnode state, seals
 // its writers and reports.
 type Actor struct {
-	cfg   ActorConfig
-	table *replicated.Table
-	mv    *Materialize
-	state *lsm.Writer
+	cfg    ActorConfig
+	inputs []actorInput // by upstream index
 
-	vnodes []VnodeState // by vnode
+	vnodes []VnodeState // by upstream, then vnode
 	dirty  []bool       // state changed since the last barrier
 	saved  [][]byte     // the persisted state row of each vnode, nil if none
-	index  map[uint16]int
+	index  map[uint32]int
 	buffer []RowOp
 	// chunk, arena and streams are readSnapshot's buffers, kept between
 	// barriers.
@@ -69,58 +96,78 @@ type Actor struct {
 }
 
 // NewActor creates an actor and loads its vnodes' state at the committed
-// epoch (after a restart or rescale, whatever actor wrote it).
-func NewActor(cfg ActorConfig) (*Actor, error) {
+// epoch (after a restart or rescale, whatever actor wrote it), over every
+// upstream table it reads.
+func NewActor(cfg ActorConfig) (_ *Actor, err error) {
 	if cfg.ChunkSize <= 0 {
 		cfg.ChunkSize = 256
 	}
 	if cfg.BarrierRows <= 0 {
 		cfg.BarrierRows = 2048
 	}
-	upstream, err := cfg.Store.Table(cfg.Upstream)
-	if err != nil {
-		return nil, err
+	ups := cfg.Upstreams
+	if len(ups) == 0 {
+		ups = []ActorUpstream{{Upstream: cfg.Upstream, MV: cfg.MV, State: cfg.State, Vnodes: cfg.Vnodes}}
+	} else if cfg.Upstream != 0 || cfg.MV != 0 || cfg.State != 0 || cfg.Vnodes != nil {
+		return nil, errors.Newf("lsmstats/backfill: actor %d has Upstreams and Upstream, MV, State or Vnodes too", cfg.ID)
 	}
-	table, err := replicated.New(cfg.Store, cfg.Upstream, cfg.Vnodes)
-	if err != nil {
-		return nil, err
-	}
-	// Both writers are unchecked: their ops are consistent by construction,
-	// so reading before each write would only cost. A snapshot row is new
-	// to the MV (its pk is above the vnode's cursor, and only this actor
-	// writes the vnode), a forwarded op carries the row it replaces, and a
-	// state row's previous value is the one this actor persisted (saved).
-	// The store then flags the MV's and the state table's live statistics
-	// as possibly containing estimates; Verify still recounts them.
-	trusted := &lsm.WriterOptions{Unchecked: true}
-	mvw, err := cfg.Store.NewWriter(cfg.MV, cfg.Vnodes, trusted)
-	if err != nil {
-		return nil, err
-	}
-	sw, err := cfg.Store.NewWriter(cfg.State, cfg.Vnodes, trusted)
-	if err != nil {
-		_ = mvw.Close()
-		return nil, err
-	}
-	vs := make([]uint16, 0, cfg.Vnodes.GetCardinality())
-	it := cfg.Vnodes.Iterator()
-	for it.HasNext() {
-		vs = append(vs, uint16(it.Next()))
-	}
-	states, err := LoadStates(cfg.Store, cfg.State, upstream, vs)
-	if err != nil {
-		_ = mvw.Close()
-		_ = sw.Close()
-		return nil, err
-	}
-	a := &Actor{cfg: cfg, table: table, mv: &Materialize{w: mvw}, state: sw, vnodes: states,
-		dirty: make([]bool, len(states)), saved: make([][]byte, len(states)), index: map[uint16]int{}}
-	for i, s := range states {
-		a.index[s.Vnode] = i
-		if s.Started() {
-			a.saved[i] = EncodeState(s, cfg.RowCount)
+	a := &Actor{cfg: cfg, index: map[uint32]int{}}
+	defer func() {
+		if err != nil {
+			_ = a.Close()
+		}
+	}()
+	for u, up := range ups {
+		def, err := cfg.Store.Table(up.Upstream)
+		if err != nil {
+			return nil, err
+		}
+		if up.Vnodes == nil {
+			return nil, errors.Newf("lsmstats/backfill: actor %d: no vnodes of upstream %d", cfg.ID, up.Upstream)
+		}
+		table, err := replicated.New(cfg.Store, up.Upstream, up.Vnodes)
+		if err != nil {
+			return nil, err
+		}
+		// Both writers are unchecked: their ops are consistent by
+		// construction, so reading before each write would only cost. A
+		// snapshot row is new to the MV (its pk is above the vnode's
+		// cursor, and only this actor writes the vnode), a forwarded op
+		// carries the row it replaces, and a state row's previous value is
+		// the one this actor persisted (saved). The store then flags the
+		// MV's and the state table's live statistics as possibly
+		// containing estimates; Verify still recounts them.
+		trusted := &lsm.WriterOptions{Unchecked: true}
+		mvw, err := cfg.Store.NewWriter(up.MV, up.Vnodes, trusted)
+		if err != nil {
+			return nil, err
+		}
+		sw, err := cfg.Store.NewWriter(up.State, up.Vnodes, trusted)
+		if err != nil {
+			_ = mvw.Close()
+			return nil, err
+		}
+		a.inputs = append(a.inputs, actorInput{table: table, mv: &Materialize{w: mvw}, state: sw})
+		vs := make([]uint16, 0, up.Vnodes.GetCardinality())
+		for it := up.Vnodes.Iterator(); it.HasNext(); {
+			vs = append(vs, uint16(it.Next()))
+		}
+		states, err := LoadStates(cfg.Store, up.State, def, vs)
+		if err != nil {
+			return nil, err
+		}
+		for _, st := range states {
+			st.Upstream = u
+			a.index[vnodeKey(u, st.Vnode)] = len(a.vnodes)
+			var saved []byte
+			if st.Started() {
+				saved = EncodeState(st, cfg.RowCount)
+			}
+			a.vnodes = append(a.vnodes, st)
+			a.saved = append(a.saved, saved)
 		}
 	}
+	a.dirty = make([]bool, len(a.vnodes))
 	return a, nil
 }
 
@@ -138,7 +185,11 @@ func (a *Actor) Finished() bool {
 func (a *Actor) Close() error {
 	// Abort: work not committed is discarded, as Job.Close says, and not
 	// left to a later Commit (a reopened job writes those epochs again).
-	return errors.CombineErrors(a.mv.w.Abort(), a.state.Abort())
+	var err error
+	for _, in := range a.inputs {
+		err = errors.CombineErrors(err, errors.CombineErrors(in.mv.w.Abort(), in.state.Abort()))
+	}
+	return err
 }
 
 // Run handles messages until in is closed or ctx is done. Each barrier is
@@ -182,11 +233,18 @@ func (a *Actor) OnChunk(c Chunk) error {
 	for _, op := range c.Ops {
 		// The upstream is shuffled by vnode: another vnode's op is a bug
 		// upstream, never to be dropped silently.
-		if _, ok := a.index[op.Vnode]; !ok {
-			return errors.Wrapf(lsm.ErrInvalidVnode, "backfill actor %d got an upstream op of vnode %d it does not own", a.cfg.ID, op.Vnode)
+		if _, ok := a.index[vnodeKey(op.Upstream, op.Vnode)]; !ok || op.Upstream < 0 {
+			return errors.Wrapf(lsm.ErrInvalidVnode, "backfill actor %d got an op of vnode %d of upstream %d it does not own",
+				a.cfg.ID, op.Vnode, op.Upstream)
 		}
 	}
-	a.table.Apply(a.curr, replicatedOps(c.Ops))
+	// A fixed snapshot reads no overlay: a snapshot backfill's actors get
+	// chunks only once every vnode finished, and forward them all.
+	for u, ops := range byUpstream(c.Ops, len(a.inputs)) {
+		if len(ops) > 0 && !a.cfg.Fixed {
+			a.inputs[u].table.Apply(a.curr, replicatedOps(ops))
+		}
+	}
 	a.buffer = append(a.buffer, c.Ops...)
 	return nil
 }
@@ -215,11 +273,13 @@ func (a *Actor) OnBarrier(ctx context.Context, b Barrier) error {
 	if err := a.persist(); err != nil {
 		return err
 	}
-	if err := a.mv.w.Seal(a.curr); err != nil {
-		return err
-	}
-	if err := a.state.Seal(a.curr); err != nil {
-		return err
+	for _, in := range a.inputs {
+		if err := in.mv.w.Seal(a.curr); err != nil {
+			return err
+		}
+		if err := in.state.Seal(a.curr); err != nil {
+			return err
+		}
 	}
 	var err error
 	if a.Finished() {
@@ -241,15 +301,23 @@ func (a *Actor) OnBarrier(ctx context.Context, b Barrier) error {
 // found finished are those of one iterator per vnode read in turn, at the
 // cost of at most one row read and not taken per vnode.
 func (a *Actor) readSnapshot(ctx context.Context) error {
-	snap, err := a.table.Snapshot(a.snapAt)
-	if err != nil {
-		return err
-	}
-	defer snap.Close()
-	var it *replicated.Iter
+	// One snapshot and one iterator per upstream table, opened when a
+	// vnode of the table first needs them; with a fixed snapshot, one pin
+	// of its epoch for every table.
+	snaps := make([]*replicated.Snapshot, len(a.inputs))
+	its := make([]rowIter, len(a.inputs))
+	var fixed *lsm.Snapshot
 	defer func() {
-		if it != nil {
-			_ = it.Close()
+		for u := range its {
+			if its[u] != nil {
+				_ = its[u].Close()
+			}
+			if snaps[u] != nil {
+				snaps[u].Close()
+			}
+		}
+		if fixed != nil {
+			fixed.Close()
 		}
 	}()
 	a.arena = a.arena[:0]
@@ -268,15 +336,32 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 		if after == nil {
 			after = st.Cursor
 		}
+		u := st.Upstream
 		var err error
-		if it == nil {
-			it, err = snap.Iter(st.Vnode, after)
+		switch {
+		case its[u] != nil:
+		case a.cfg.Fixed:
+			if fixed == nil {
+				if fixed, err = a.cfg.Store.Pin(a.cfg.FixedEpoch); err != nil {
+					return errors.Wrapf(err, "backfill actor %d: the snapshot epoch", a.cfg.ID)
+				}
+			}
+		case snaps[u] == nil:
+			if snaps[u], err = a.inputs[u].table.Snapshot(a.snapAt); err != nil {
+				return err
+			}
+		}
+		if its[u] == nil && a.cfg.Fixed {
+			its[u], err = newFixedIter(fixed, a.inputs[u].table.Def().ID, st.Vnode, after)
+		} else if its[u] == nil {
+			its[u], err = snaps[u].Iter(st.Vnode, after)
 		} else {
-			err = it.Reset(st.Vnode, after)
+			err = its[u].Reset(st.Vnode, after)
 		}
 		if err != nil {
 			return err
 		}
+		it := its[u]
 		if cap(s.rows) < n {
 			s.rows = make([]RowOp, 0, n)
 		}
@@ -290,7 +375,7 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 				break
 			}
 			pk, row := a.copy(it.PK()), a.copy(it.Row())
-			s.rows = append(s.rows, RowOp{Kind: Insert, Vnode: st.Vnode, PK: pk, Row: row})
+			s.rows = append(s.rows, RowOp{Kind: Insert, Upstream: u, Vnode: st.Vnode, PK: pk, Row: row})
 			s.last = pk
 		}
 		return nil
@@ -309,7 +394,7 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 				return err
 			}
 		}
-		if err := a.mv.Apply(a.curr, chunk); err != nil {
+		if err := a.apply(chunk); err != nil {
 			return err
 		}
 		chunk = chunk[:0]
@@ -354,6 +439,55 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 	return flush()
 }
 
+// rowIter iterates the live rows of a vnode after a pk: a replicated
+// table's (replicated.Iter) or a fixed snapshot's (fixedIter).
+type rowIter interface {
+	Next() bool
+	PK() []byte
+	Row() []byte
+	Err() error
+	Reset(vnode uint16, after []byte) error
+	Close() error
+}
+
+// fixedIter iterates the live rows of a vnode with pk > after at a pinned
+// epoch of the store.
+type fixedIter struct {
+	it      *lsm.Iter
+	after   []byte
+	started bool
+}
+
+func newFixedIter(snap *lsm.Snapshot, table uint32, vnode uint16, after []byte) (*fixedIter, error) {
+	it, err := snap.NewIter(table, vnode, after, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &fixedIter{it: it, after: after}, nil
+}
+
+func (f *fixedIter) Next() bool {
+	ok := false
+	if !f.started {
+		f.started, ok = true, f.it.First()
+	} else {
+		ok = f.it.Next()
+	}
+	if ok && f.after != nil && bytes.Equal(f.it.PK(), f.after) {
+		ok = f.it.Next()
+	}
+	return ok
+}
+
+func (f *fixedIter) PK() []byte   { return f.it.PK() }
+func (f *fixedIter) Row() []byte  { return f.it.Row() }
+func (f *fixedIter) Err() error   { return f.it.Error() }
+func (f *fixedIter) Close() error { return f.it.Close() }
+func (f *fixedIter) Reset(vnode uint16, after []byte) error {
+	f.after, f.started = after, false
+	return f.it.Reset(vnode, after, nil)
+}
+
 // stream is one unfinished vnode of a readSnapshot: the rows buffered for
 // it (rows[next:] not taken yet), the pk of the last one, and whether the
 // vnode has no rows after them.
@@ -383,14 +517,52 @@ func (a *Actor) copy(b []byte) []byte {
 func (a *Actor) forward() error {
 	out := a.buffer[:0]
 	for _, op := range a.buffer {
-		st := a.vnodes[a.index[op.Vnode]]
+		st := a.vnodes[a.index[vnodeKey(op.Upstream, op.Vnode)]]
 		if st.Finished || st.Cursor != nil && bytes.Compare(op.PK, st.Cursor) <= 0 {
 			out = append(out, op)
 		}
 	}
-	err := a.mv.Apply(a.curr, out)
+	err := a.apply(out)
 	a.buffer = nil
 	return err
+}
+
+// apply writes ops into the MVs of their upstream tables, each table's in
+// their order.
+func (a *Actor) apply(ops []RowOp) error {
+	if len(a.inputs) == 1 {
+		return a.inputs[0].mv.Apply(a.curr, ops)
+	}
+	for u, ops := range byUpstream(ops, len(a.inputs)) {
+		if err := a.inputs[u].mv.Apply(a.curr, ops); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// byUpstream splits ops by upstream table, each table's in their order:
+// ops of one table alone come back as they are. Every op's Upstream is
+// below n.
+func byUpstream(ops []RowOp, n int) [][]RowOp {
+	out := make([][]RowOp, n)
+	one := true
+	for _, op := range ops {
+		if op.Upstream != ops[0].Upstream {
+			one = false
+			break
+		}
+	}
+	if one {
+		if len(ops) > 0 {
+			out[ops[0].Upstream] = ops
+		}
+		return out
+	}
+	for _, op := range ops {
+		out[op.Upstream] = append(out[op.Upstream], op)
+	}
+	return out
 }
 
 // persist writes the changed vnode states at the current epoch.
@@ -402,10 +574,11 @@ func (a *Actor) persist() error {
 		a.dirty[i] = false
 		row := EncodeState(s, a.cfg.RowCount)
 		var err error
+		w := a.inputs[s.Upstream].state
 		if a.saved[i] != nil {
-			err = a.state.Update(a.curr, s.Vnode, statePK(s.Vnode), a.saved[i], row)
+			err = w.Update(a.curr, s.Vnode, statePK(s.Vnode), a.saved[i], row)
 		} else {
-			err = a.state.Insert(a.curr, s.Vnode, statePK(s.Vnode), row)
+			err = w.Insert(a.curr, s.Vnode, statePK(s.Vnode), row)
 		}
 		if err != nil {
 			return err

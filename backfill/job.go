@@ -50,7 +50,10 @@ type Source interface {
 type Position struct {
 	Step, Epoch uint64
 	Store       *lsm.Store
-	Upstream    lsm.TableDef
+	// Upstream is the job's (first) upstream table, and Upstreams all of
+	// them, by index (RowOp.Upstream).
+	Upstream  lsm.TableDef
+	Upstreams []lsm.TableDef
 }
 
 // Oracle knows the truth (docs/design.md §7, "The truth"). The job asks it
@@ -71,10 +74,29 @@ type JobConfig struct {
 	// the job's metadata table (created if missing).
 	Upstream        lsm.TableDef
 	MV, State, Meta uint32
+	// Upstreams, if set, are the job's upstream tables (a job over several,
+	// as a join MV backfills each of its inputs), each with its MV, state
+	// table and oracle; Upstream, MV, State and Oracle must then be unset.
+	// The same actors read them all: each actor owns a contiguous range of
+	// the vnodes of each table, and the state persists per (table, vnode),
+	// in each table's state table. A source's ops name their table
+	// (RowOp.Upstream, the index here). Without Upstreams, the job reads
+	// the one table Upstream: the case of one.
+	Upstreams []UpstreamConfig
+	// Mode is the kind of backfill: ModeArrangement (the default) or
+	// ModeSnapshot (snapshot.go). A reopened job must have the mode it was
+	// created with.
+	Mode JobMode
+	// LogStore is the id of a snapshot backfill's log-store table (created
+	// if missing; allocated by Name when Name is set, as
+	// Name+".log_store").
+	LogStore uint32
 	// Name, if set, names the job's tables in the store's catalog (the MV
-	// is Name, the others Name+".backfill_state" and Name+".backfill_job")
-	// and has the catalog allocate their ids: MV, State and Meta must then
-	// be 0. A reopened job finds its tables by the same name (Job.Tables).
+	// is Name, the others Name+".backfill_state" and Name+".backfill_job";
+	// with several upstreams, upstream i > 0's are Name+".i" and
+	// Name+".i.backfill_state") and has the catalog allocate their ids: MV,
+	// State and Meta must then be 0. A reopened job finds its tables by
+	// the same name (Job.Tables, Job.Upstreams).
 	Name string
 	// Actors is the number of backfill actors; each gets a contiguous range
 	// of vnodes. A restart may use another count (rescale).
@@ -96,7 +118,9 @@ type JobConfig struct {
 	// recovers.
 	RateChanges []RateChange
 	Source      Source
-	// Oracle, if set, gives each checkpoint's truth.
+	// Oracle, if set, gives each checkpoint's truth. A snapshot backfill
+	// asks it about the pinned snapshot epoch: it must answer for the epoch
+	// it is asked (backfilltest.ScanOracle does).
 	Oracle Oracle
 	// TailSteps is the number of upstream steps after the job finished
 	// before Run returns; 0 means 2.
@@ -113,6 +137,27 @@ type JobConfig struct {
 	// (the generator is consistent by construction); the live statistics of
 	// the upstream table are then flagged as possibly estimated.
 	Unchecked bool
+}
+
+// UpstreamConfig is one upstream table of a job over several
+// (JobConfig.Upstreams): the table (created if missing; with an ID of 0 and
+// no pk schema, the table of the store's catalog named Table.Name), the ids
+// of its MV and backfill state table (0 when JobConfig.Name allocates
+// them), and its oracle, which every upstream has or none.
+type UpstreamConfig struct {
+	Table     lsm.TableDef
+	MV, State uint32
+	Oracle    Oracle
+}
+
+// jobUpstream is a job's side of one upstream table: its definition,
+// tables, oracle, writer and the actor owning each of its vnodes.
+type jobUpstream struct {
+	def       lsm.TableDef
+	mv, state uint32
+	oracle    Oracle
+	writer    *lsm.Writer
+	owner     []int
 }
 
 // RateChange is a change of a job's rate limit at a progress figure.
@@ -147,6 +192,15 @@ type Record struct {
 	Truth    float64
 	Figures  []Figure
 	Finished bool
+	// Upstreams are the figures and truth of each upstream table alone, by
+	// index, beside the job's (one for a job over one table).
+	Upstreams []UpstreamProgress
+	// Phase is a snapshot backfill's phase at the checkpoint ("snapshot",
+	// "log store", "joined"; empty for an arrangement backfill), with the
+	// log rows it consumed so far and those the log store still holds
+	// (its table's live statistics).
+	Phase                   string
+	LogConsumed, LogPending uint64
 	// Vnodes are the states the figures were computed from, and
 	// Estimates the accounts of the same vnodes by the first Accountant
 	// among the estimators (Stats by default): consumed rows, bounds, live
@@ -162,14 +216,13 @@ type Record struct {
 
 // Job runs an upstream workload and an arrangement backfill into an MV.
 type Job struct {
-	cfg      JobConfig
-	store    *lsm.Store
-	upstream *lsm.Writer
-	meta     *lsm.Writer
-	tracker  *Tracker
-	actors   []*Actor
-	owner    []int  // the actor of each vnode
-	metaRow  []byte // the persisted meta row, nil if none
+	cfg     JobConfig
+	store   *lsm.Store
+	ups     []jobUpstream
+	meta    *lsm.Writer
+	tracker *Tracker
+	actors  []*Actor
+	metaRow []byte // the persisted meta row, nil if none
 
 	step     uint64 // committed source step
 	epoch    uint64 // the next epoch
@@ -193,6 +246,20 @@ type Job struct {
 	// stopped is the error that stopped a step: the job must be reopened.
 	stopped error
 
+	// A snapshot backfill's phase, snapshot epoch and its live rows per
+	// upstream, the log store's table and writer, its rows consumed, the
+	// pk of the last one (the log cursor), the rows appended since the
+	// last commit, and the pin of the snapshot epoch.
+	phase          Phase
+	snapEpoch      uint64
+	snapTotals     []int64
+	logTable       uint32
+	logW           *lsm.Writer
+	logConsumed    uint64
+	logCursor      []byte
+	logUncommitted int
+	pin            *lsm.Snapshot
+
 	// The last checkpoint's record (Progress), under lastMu: a metrics
 	// scrape reads it while Run runs.
 	lastMu sync.Mutex
@@ -213,6 +280,17 @@ type jobMeta struct {
 	version byte
 	limit   float64
 	resume  ETAResume
+	// Since version 3: the job's mode and, for a snapshot backfill, its
+	// phase, snapshot epoch, the snapshot's live rows per upstream, the
+	// log rows consumed and the log cursor.
+	mode        JobMode
+	phase       Phase
+	snapEpoch   uint64
+	snapTotals  []int64
+	logConsumed uint64
+	logCursor   []byte
+	// Since version 3 too: the ids of the job's upstream tables.
+	upstreams []uint32
 }
 
 // OpenJob creates the tables if needed and recovers the job from the
@@ -235,48 +313,9 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		cfg.Estimators = []Estimator{RowCount{}, Stats{}}
 	}
 	s := cfg.Store
-	if cfg.Upstream.ID == 0 && len(cfg.Upstream.PK) == 0 && cfg.Upstream.Name != "" {
-		def, ok, err := TableByName(s, cfg.Upstream.Name)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, errors.Wrapf(lsm.ErrUnknownTable, "lsmstats/backfill: no upstream table named %q", cfg.Upstream.Name)
-		}
-		cfg.Upstream = def
-	}
-	if err := s.CreateTable(cfg.Upstream); err != nil {
-		return nil, err
-	}
-	up, err := s.Table(cfg.Upstream.ID)
+	ups, err := openUpstreams(&cfg)
 	if err != nil {
 		return nil, err
-	}
-	cfg.Upstream = up
-	mv := up
-	mv.ID, mv.Name = cfg.MV, "mv"
-	state := StateTableDef(cfg.State, up.VnodeCount)
-	meta := lsm.TableDef{ID: cfg.Meta, Name: "backfill_job", VnodeCount: 1, PK: keys.Schema{keys.Uint64}}
-	if cfg.Name != "" {
-		if cfg.MV != 0 || cfg.State != 0 || cfg.Meta != 0 {
-			return nil, errors.Newf("lsmstats/backfill: job %q has its table ids allocated by name: MV, State and Meta must be 0, not %d, %d and %d",
-				cfg.Name, cfg.MV, cfg.State, cfg.Meta)
-		}
-		mv.Name, state.Name, meta.Name = cfg.Name, cfg.Name+".backfill_state", cfg.Name+".backfill_job"
-		for _, t := range []struct {
-			def *lsm.TableDef
-			id  *uint32
-		}{{&mv, &cfg.MV}, {&state, &cfg.State}, {&meta, &cfg.Meta}} {
-			if *t.id, err = createNamed(s, *t.def); err != nil {
-				return nil, err
-			}
-		}
-	} else {
-		for _, def := range []lsm.TableDef{mv, state, meta} {
-			if err := s.CreateTable(def); err != nil {
-				return nil, err
-			}
-		}
 	}
 	cfg.RateChanges = slices.Clone(cfg.RateChanges)
 	slices.SortStableFunc(cfg.RateChanges, func(a, b RateChange) int { return cmp.Compare(a.AtPercent, b.AtPercent) })
@@ -288,10 +327,17 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	if math.IsNaN(cfg.RateLimit) || cfg.RateLimit < 0 || math.IsInf(cfg.RateLimit, 0) {
 		return nil, errors.Newf("lsmstats/backfill: rate limit %g rows/s: want a finite limit >= 0", cfg.RateLimit)
 	}
-	if cfg.Actors > up.VnodeCount {
-		return nil, errors.Newf("lsmstats/backfill: %d actors for %d vnodes", cfg.Actors, up.VnodeCount)
+	ids := make([]uint32, len(ups))
+	for i, u := range ups {
+		if cfg.Actors > u.def.VnodeCount {
+			return nil, errors.Newf("lsmstats/backfill: %d actors for %d vnodes of upstream %d", cfg.Actors, u.def.VnodeCount, u.def.ID)
+		}
+		ids[i] = u.def.ID
 	}
-	j := &Job{cfg: cfg, store: s, tracker: NewTracker(up.ID, cfg.Estimators...)}
+	if cfg.Mode > ModeSnapshot {
+		return nil, errors.Newf("lsmstats/backfill: unknown mode %d", cfg.Mode)
+	}
+	j := &Job{cfg: cfg, store: s, ups: ups, tracker: NewTrackerOf(ids, cfg.Estimators...), logTable: cfg.LogStore}
 	// A writer left open would keep its vnodes (no later job could take
 	// them) and block every later commit of the store (ErrNotSealed).
 	defer func() {
@@ -299,8 +345,10 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 			_ = j.Close()
 		}
 	}()
-	if j.upstream, err = s.NewWriter(up.ID, nil, &lsm.WriterOptions{Unchecked: cfg.Unchecked}); err != nil {
-		return nil, err
+	for i := range j.ups {
+		if j.ups[i].writer, err = s.NewWriter(j.ups[i].def.ID, nil, &lsm.WriterOptions{Unchecked: cfg.Unchecked}); err != nil {
+			return nil, err
+		}
 	}
 	if j.meta, err = s.NewWriter(cfg.Meta, nil, nil); err != nil {
 		return nil, err
@@ -308,6 +356,21 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	m, err := j.loadMeta()
 	if err != nil {
 		return nil, err
+	}
+	if j.metaRow != nil && m.mode != cfg.Mode {
+		return nil, errors.Newf("lsmstats/backfill: the job was created in mode %s, reopened in mode %s", m.mode, cfg.Mode)
+	}
+	if m.upstreams != nil && !slices.Equal(m.upstreams, ids) {
+		return nil, errors.Newf("lsmstats/backfill: the job was created over upstream tables %v, reopened over %v", m.upstreams, ids)
+	}
+	if cfg.Mode == ModeSnapshot {
+		if j.logW, err = s.NewWriter(j.logTable, nil, &lsm.WriterOptions{Unchecked: true}); err != nil {
+			return nil, err
+		}
+		j.phase, j.snapEpoch, j.snapTotals, j.logConsumed, j.logCursor = m.phase, m.snapEpoch, m.snapTotals, m.logConsumed, m.logCursor
+		if m.started && len(j.snapTotals) != len(ups) {
+			return nil, errors.Wrapf(ErrCorruptMeta, "a snapshot backfill over %d upstream tables has the live rows of %d", len(ups), len(j.snapTotals))
+		}
 	}
 	j.step, j.barrier, j.started, j.finished = m.step, m.barrier, m.started, m.finished
 	j.limit = cfg.RateLimit
@@ -318,14 +381,18 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	j.run = m.resume.Run + 1
 	j.epoch = s.EpochFloor() + 1
 	j.tracker.Restore(m.hwm)
-	if err := cfg.Source.Resume(Position{Step: j.step, Epoch: s.CommittedEpoch(), Store: s, Upstream: up}); err != nil {
+	defs := make([]lsm.TableDef, len(ups))
+	for i, u := range ups {
+		defs[i] = u.def
+	}
+	if err := cfg.Source.Resume(Position{Step: j.step, Epoch: s.CommittedEpoch(), Store: s, Upstream: defs[0], Upstreams: defs}); err != nil {
 		return nil, errors.Wrapf(err, "lsmstats/backfill: resuming the source at step %d", j.step)
 	}
 	if j.finished {
 		j.cfg.Source.Finished(j.step)
 	}
 	if j.started {
-		if err := j.startActors(); err != nil {
+		if err := j.startActors(false); err != nil {
 			return nil, err
 		}
 		rec, err := j.progress(context.Background(), s.CommittedEpoch())
@@ -339,6 +406,119 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	return j, nil
 }
 
+// openUpstreams resolves the job's upstream tables (cfg.Upstreams, or the
+// one of cfg.Upstream), creates them and their MVs and state tables and the
+// job's metadata table, and allocates the ids of a named job. It sets
+// cfg.Upstream, MV, State and Oracle to the first upstream's.
+func openUpstreams(cfg *JobConfig) ([]jobUpstream, error) {
+	s := cfg.Store
+	specs := cfg.Upstreams
+	if len(specs) == 0 {
+		specs = []UpstreamConfig{{Table: cfg.Upstream, MV: cfg.MV, State: cfg.State, Oracle: cfg.Oracle}}
+	} else if cfg.Upstream.ID != 0 || cfg.Upstream.Name != "" || len(cfg.Upstream.PK) != 0 || cfg.MV != 0 || cfg.State != 0 || cfg.Oracle != nil {
+		return nil, errors.New("lsmstats/backfill: a job with Upstreams has no Upstream, MV, State or Oracle of its own")
+	}
+	ups := make([]jobUpstream, len(specs))
+	seen := map[uint32]int{}
+	for i, spec := range specs {
+		def := spec.Table
+		if def.ID == 0 && len(def.PK) == 0 && def.Name != "" {
+			d, ok, err := TableByName(s, def.Name)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, errors.Wrapf(lsm.ErrUnknownTable, "lsmstats/backfill: no upstream table named %q", def.Name)
+			}
+			def = d
+		}
+		if err := s.CreateTable(def); err != nil {
+			return nil, err
+		}
+		up, err := s.Table(def.ID)
+		if err != nil {
+			return nil, err
+		}
+		if k, dup := seen[up.ID]; dup {
+			return nil, errors.Newf("lsmstats/backfill: upstreams %d and %d are both table %d", k, i, up.ID)
+		}
+		seen[up.ID] = i
+		if (spec.Oracle == nil) != (specs[0].Oracle == nil) {
+			return nil, errors.Newf("lsmstats/backfill: upstream %d has an oracle and upstream 0 not, or the reverse: every upstream has one or none", i)
+		}
+		ups[i] = jobUpstream{def: up, mv: spec.MV, state: spec.State, oracle: spec.Oracle}
+	}
+	meta := lsm.TableDef{ID: cfg.Meta, Name: "backfill_job", VnodeCount: 1, PK: keys.Schema{keys.Uint64}}
+	if cfg.Name != "" {
+		for i, u := range ups {
+			if u.mv != 0 || u.state != 0 {
+				return nil, errors.Newf("lsmstats/backfill: job %q has its table ids allocated by name: the MV and State of upstream %d must be 0, not %d and %d",
+					cfg.Name, i, u.mv, u.state)
+			}
+		}
+		if cfg.Meta != 0 {
+			return nil, errors.Newf("lsmstats/backfill: job %q has its table ids allocated by name: MV, State and Meta must be 0, not %d, %d and %d",
+				cfg.Name, ups[0].mv, ups[0].state, cfg.Meta)
+		}
+	}
+	for i := range ups {
+		u := &ups[i]
+		mv := u.def
+		mv.ID, mv.Name = u.mv, "mv"
+		state := StateTableDef(u.state, u.def.VnodeCount)
+		if cfg.Name == "" {
+			for _, def := range []lsm.TableDef{mv, state} {
+				if err := s.CreateTable(def); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		name := cfg.Name
+		if i > 0 {
+			name = fmt.Sprintf("%s.%d", cfg.Name, i)
+		}
+		mv.Name, state.Name = name, name+".backfill_state"
+		var err error
+		if u.mv, err = createNamed(s, mv); err != nil {
+			return nil, err
+		}
+		if u.state, err = createNamed(s, state); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Name != "" {
+		meta.Name = cfg.Name + ".backfill_job"
+		var err error
+		if cfg.Meta, err = createNamed(s, meta); err != nil {
+			return nil, err
+		}
+	} else if err := s.CreateTable(meta); err != nil {
+		return nil, err
+	}
+	if cfg.Mode == ModeSnapshot {
+		log := LogStoreTableDef(cfg.LogStore)
+		switch {
+		case cfg.Name != "" && cfg.LogStore != 0:
+			return nil, errors.Newf("lsmstats/backfill: job %q has its table ids allocated by name: LogStore must be 0, not %d", cfg.Name, cfg.LogStore)
+		case cfg.Name != "":
+			log.Name = cfg.Name + ".log_store"
+			var err error
+			if cfg.LogStore, err = createNamed(s, log); err != nil {
+				return nil, err
+			}
+		case cfg.LogStore == 0:
+			return nil, errors.New("lsmstats/backfill: a snapshot backfill needs a log-store table: set LogStore (or Name)")
+		default:
+			if err := s.CreateTable(log); err != nil {
+				return nil, err
+			}
+		}
+	}
+	cfg.Upstream, cfg.MV, cfg.State, cfg.Oracle = ups[0].def, ups[0].mv, ups[0].state, ups[0].oracle
+	return ups, nil
+}
+
 func (j *Job) metaPK() []byte { return keys.AppendUint64(nil, 1) }
 
 func (j *Job) loadMeta() (jobMeta, error) {
@@ -350,10 +530,20 @@ func (j *Job) loadMeta() (jobMeta, error) {
 	return decodeMeta(row)
 }
 
-// Tables returns the ids of the job's tables: the upstream, the MV, the
-// backfill state table and the job's metadata table.
+// Tables returns the ids of the job's tables: the (first) upstream, its
+// MV and backfill state table, and the job's metadata table.
 func (j *Job) Tables() (upstream, mv, state, meta uint32) {
 	return j.cfg.Upstream.ID, j.cfg.MV, j.cfg.State, j.cfg.Meta
+}
+
+// Upstreams returns the job's upstream tables, by index, with the ids of
+// their MVs and state tables (their Oracle is not set).
+func (j *Job) Upstreams() []UpstreamConfig {
+	out := make([]UpstreamConfig, len(j.ups))
+	for i, u := range j.ups {
+		out[i] = UpstreamConfig{Table: u.def, MV: u.mv, State: u.state}
+	}
+	return out
 }
 
 // Initial returns the progress at the committed epoch when the job was
@@ -381,8 +571,17 @@ func vnodeRanges(vnodes, actors int) []*roaring.Bitmap {
 }
 
 // startActors creates the actors over the current vnode split and runs their
-// first barrier. On error it closes the actors it created.
-func (j *Job) startActors() (err error) {
+// first barrier (fresh: the job starts now). On error it closes the actors
+// it created.
+func (j *Job) startActors(fresh bool) (err error) {
+	if j.cfg.Mode == ModeSnapshot {
+		if fresh {
+			j.startSnapshot()
+		}
+		if err := j.pinSnapshot(); err != nil {
+			return err
+		}
+	}
 	defer func() {
 		if err != nil {
 			for _, a := range j.actors {
@@ -391,20 +590,30 @@ func (j *Job) startActors() (err error) {
 			j.actors = nil
 		}
 	}()
-	j.owner = make([]int, j.cfg.Upstream.VnodeCount)
-	for i, vn := range vnodeRanges(j.cfg.Upstream.VnodeCount, j.cfg.Actors) {
-		for it := vn.Iterator(); it.HasNext(); {
-			j.owner[it.Next()] = i
+	ranges := make([][]*roaring.Bitmap, len(j.ups))
+	for u := range j.ups {
+		up := &j.ups[u]
+		up.owner = make([]int, up.def.VnodeCount)
+		ranges[u] = vnodeRanges(up.def.VnodeCount, j.cfg.Actors)
+		for i, vn := range ranges[u] {
+			for it := vn.Iterator(); it.HasNext(); {
+				up.owner[it.Next()] = i
+			}
+		}
+	}
+	for i := range j.cfg.Actors {
+		ac := ActorConfig{ID: i, Store: j.store, ChunkSize: j.cfg.ChunkSize, BarrierRows: j.cfg.BarrierRows,
+			RowCount: j.persistRowCount(), Reporter: j.tracker.Reporter(i),
+			Fixed: j.cfg.Mode == ModeSnapshot, FixedEpoch: j.snapEpoch}
+		for u, up := range j.ups {
+			ac.Upstreams = append(ac.Upstreams, ActorUpstream{Upstream: up.def.ID, MV: up.mv, State: up.state, Vnodes: ranges[u][i]})
 		}
 		j.limitMu.Lock()
 		lim := rate.NewLimiter(j.actorLimit(), j.actorBurst())
 		j.limiters = append(j.limiters, lim)
 		j.limitMu.Unlock()
-		a, err := NewActor(ActorConfig{
-			ID: i, Store: j.store, Upstream: j.cfg.Upstream.ID, MV: j.cfg.MV, State: j.cfg.State,
-			Vnodes: vn, ChunkSize: j.cfg.ChunkSize, BarrierRows: j.cfg.BarrierRows, Limiter: lim,
-			RowCount: j.persistRowCount(), Reporter: j.tracker.Reporter(i),
-		})
+		ac.Limiter = lim
+		a, err := NewActor(ac)
 		if err != nil {
 			return err
 		}
@@ -486,6 +695,9 @@ func (j *Job) applyRateChanges(rec Record) {
 // persistRowCount reports whether an estimator needs per-vnode row counts:
 // only then do actors persist them (the row-count approach's extra state).
 func (j *Job) persistRowCount() bool {
+	if j.cfg.Mode == ModeSnapshot {
+		return true // the snapshot's rows read are the figure's
+	}
 	for _, e := range j.cfg.Estimators {
 		if _, ok := e.(RowCount); ok {
 			return true
@@ -515,7 +727,12 @@ func (j *Job) Close() error {
 	j.limitMu.Lock()
 	j.limiters = nil
 	j.limitMu.Unlock()
-	for _, w := range []*lsm.Writer{j.upstream, j.meta} {
+	j.releaseSnapshot()
+	ws := []*lsm.Writer{j.meta, j.logW}
+	for _, u := range j.ups {
+		ws = append(ws, u.writer)
+	}
+	for _, w := range ws {
 		if w != nil {
 			err = errors.CombineErrors(err, w.Abort())
 		}
@@ -557,7 +774,7 @@ func (j *Job) Run(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-func (j *Job) phase(p string) {
+func (j *Job) onPhase(p string) {
 	if j.cfg.OnPhase != nil {
 		j.cfg.OnPhase(p)
 	}
@@ -641,7 +858,7 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 	}
 	if !j.started && j.cfg.Source.Step()+1 >= j.cfg.Source.BackfillStep() {
 		j.started = true
-		if err := j.startActors(); err != nil {
+		if err := j.startActors(true); err != nil {
 			return Record{}, false, err
 		}
 	}
@@ -650,7 +867,7 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 	}
 	epoch := j.epoch
 	j.epoch++
-	j.phase("upstream")
+	j.onPhase("upstream")
 	ops, err := j.cfg.Source.Next(ctx)
 	if err != nil {
 		return Record{}, false, errors.Wrapf(err, "lsmstats/backfill: source step %d", j.cfg.Source.Step()+1)
@@ -661,11 +878,14 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return Record{}, false, err
 	}
+	if ops, err = j.route(epoch, ops); err != nil {
+		return Record{}, false, err
+	}
 	checkpoint := true
 	if j.started {
 		j.barriers++
 		checkpoint = j.barriers%j.cfg.CheckpointEvery == 0
-		j.phase("backfill")
+		j.onPhase("backfill")
 		if err := j.runActors(ops, Barrier{Prev: epoch, Curr: epoch + 1, Checkpoint: checkpoint}); err != nil {
 			return Record{}, false, err
 		}
@@ -676,8 +896,15 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 	if err := j.writeMeta(epoch); err != nil {
 		return Record{}, false, err
 	}
-	if err := j.upstream.Seal(epoch); err != nil {
-		return Record{}, false, err
+	for _, u := range j.ups {
+		if err := u.writer.Seal(epoch); err != nil {
+			return Record{}, false, err
+		}
+	}
+	if j.logW != nil {
+		if err := j.logW.Seal(epoch); err != nil {
+			return Record{}, false, err
+		}
 	}
 	if !checkpoint {
 		return Record{}, false, ctx.Err()
@@ -685,10 +912,11 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return Record{}, false, err
 	}
-	j.phase("commit")
+	j.onPhase("commit")
 	if err := j.store.Commit(epoch); err != nil {
 		return Record{}, false, err
 	}
+	j.logUncommitted = 0
 	j.step = j.cfg.Source.Step()
 	if err := ctx.Err(); err != nil {
 		return Record{}, false, err
@@ -696,7 +924,7 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 	if !j.started {
 		return Record{}, false, nil
 	}
-	j.phase("progress")
+	j.onPhase("progress")
 	rec, err := j.progress(ctx, epoch)
 	if err == nil {
 		j.setLast(rec) // the checkpoint is committed: its figures stand
@@ -717,7 +945,7 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 func (j *Job) runActors(ops []RowOp, b Barrier) error {
 	per := make([][]RowOp, len(j.actors))
 	for _, op := range ops {
-		i := j.owner[op.Vnode]
+		i := j.ups[op.Upstream].owner[op.Vnode]
 		per[i] = append(per[i], op)
 	}
 	size := max(j.cfg.ChunkSize, 1)
@@ -749,7 +977,13 @@ func (j *Job) runActors(ops []RowOp, b Barrier) error {
 // with the old row the upstream writer sees, read right before it is
 // written (so after the step's earlier ops).
 func (j *Job) writeUpstream(ctx context.Context, epoch uint64, ops []RowOp) ([]RowOp, error) {
-	m := &Materialize{w: j.upstream}
+	for _, op := range ops {
+		if op.Upstream < 0 || op.Upstream >= len(j.ups) {
+			return nil, errors.Newf("lsmstats/backfill: upstream step %d: %s of pk %x names upstream %d, job of %d upstreams",
+				j.cfg.Source.Step(), op.Kind, op.PK, op.Upstream, len(j.ups))
+		}
+	}
+	m := &multiMaterialize{j: j}
 	var out []RowOp // the resolved ops, once a checked op was met
 	done := 0       // ops[:done] are written
 	flush := func(end int) error {
@@ -781,20 +1015,21 @@ func (j *Job) writeUpstream(ctx context.Context, epoch uint64, ops []RowOp) ([]R
 		if out == nil {
 			out = append(make([]RowOp, 0, len(ops)+1), ops[:i]...)
 		}
-		old, ok, err := j.upstream.Get(op.Vnode, op.PK)
+		up := &j.ups[op.Upstream]
+		old, ok, err := up.writer.Get(op.Vnode, op.PK)
 		if err != nil {
 			return nil, errors.Wrapf(err, "upstream step %d: %s of pk %x", j.cfg.Source.Step(), op.Kind, op.PK)
 		}
 		if !ok {
 			return nil, errors.Wrapf(lsm.ErrInconsistentOp, "upstream step %d: %s of pk %s in vnode %d: no live row",
-				j.cfg.Source.Step(), op.Kind, j.cfg.Upstream.PK.Format(op.PK), op.Vnode)
+				j.cfg.Source.Step(), op.Kind, up.def.PK.Format(op.PK), op.Vnode)
 		}
 		var plain []RowOp
 		if op.Kind == CheckedDelete {
-			plain = []RowOp{{Kind: Delete, Vnode: op.Vnode, PK: op.PK, Row: old}}
+			plain = []RowOp{{Kind: Delete, Upstream: op.Upstream, Vnode: op.Vnode, PK: op.PK, Row: old}}
 		} else {
-			plain = []RowOp{{Kind: UpdateDelete, Vnode: op.Vnode, PK: op.PK, Row: old},
-				{Kind: UpdateInsert, Vnode: op.Vnode, PK: op.PK, Row: op.Row}}
+			plain = []RowOp{{Kind: UpdateDelete, Upstream: op.Upstream, Vnode: op.Vnode, PK: op.PK, Row: old},
+				{Kind: UpdateInsert, Upstream: op.Upstream, Vnode: op.Vnode, PK: op.PK, Row: op.Row}}
 		}
 		if err := m.Apply(epoch, plain); err != nil {
 			return nil, errors.Wrapf(err, "upstream step %d", j.cfg.Source.Step())
@@ -811,9 +1046,29 @@ func (j *Job) writeUpstream(ctx context.Context, epoch uint64, ops []RowOp) ([]R
 	return out, nil
 }
 
+// multiMaterialize writes ops into their upstream tables, each table's in
+// their order.
+type multiMaterialize struct{ j *Job }
+
+func (m *multiMaterialize) Apply(epoch uint64, ops []RowOp) error {
+	for u, ops := range byUpstream(ops, len(m.j.ups)) {
+		if len(ops) == 0 {
+			continue
+		}
+		if err := (&Materialize{w: m.j.ups[u].writer}).Apply(epoch, ops); err != nil {
+			if len(m.j.ups) > 1 {
+				err = errors.Wrapf(err, "upstream %d", u)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
 func (j *Job) writeMeta(epoch uint64) error {
 	m := jobMeta{step: j.cfg.Source.Step(), barrier: j.barrier, started: j.started, finished: j.finished, hwm: j.tracker.HighWater(),
-		limit: j.RateLimit(), resume: j.eta.Resume()}
+		limit: j.RateLimit(), resume: j.eta.Resume(), mode: j.cfg.Mode, phase: j.phase, snapEpoch: j.snapEpoch,
+		snapTotals: j.snapTotals, logConsumed: j.logConsumed, logCursor: j.logCursor, upstreams: j.tracker.upstreams}
 	row := encodeMeta(m)
 	var err error
 	if j.metaRow == nil {
@@ -842,12 +1097,22 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 		}
 		st = j.store.Stats()
 	}
-	p, err := j.tracker.Progress(epoch, st)
+	ph := j.phaseInput()
+	p, err := j.tracker.PhaseProgress(epoch, st, ph)
 	if err != nil {
 		return Record{}, err
 	}
 	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Time: time.Now(), Truth: -1, Figures: p.Figures, Finished: p.Finished,
-		Vnodes: p.Vnodes, Estimates: p.Estimates, RateLimit: j.RateLimit()}
+		Vnodes: p.Vnodes, Estimates: p.Estimates, RateLimit: j.RateLimit(), Upstreams: p.Upstreams}
+	if ph != nil {
+		rec.Phase, rec.LogConsumed, rec.LogPending = ph.Phase.String(), ph.LogConsumed, uint64(ph.logPending(st))
+		if ph.Phase == PhaseSnapshot && p.VnodesFinished {
+			// The snapshot is read: the log store is next. The pin goes
+			// once the truth (read at the snapshot epoch) is computed.
+			j.phase = PhaseLogStore
+			defer j.releaseSnapshot()
+		}
+	}
 	for _, v := range p.Vnodes {
 		rec.SnapshotRows += v.RowCount
 	}
@@ -857,25 +1122,53 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 	}
 	rec.ETA = j.observeETA(rec)
 	if j.cfg.Oracle != nil {
+		// The truth over several upstream tables: Σ live rows behind the
+		// cursors over Σ live rows, over every vnode of every table
+		// (docs/design.md §7); each table's beside it.
 		var behind, total int64
+		ub, ut := make([]int64, len(j.ups)), make([]int64, len(j.ups))
 		var errSum float64
 		n := 0
+		// A snapshot backfill's truth (docs/design.md §7): the snapshot's
+		// rows at its epoch, while it is pinned, then all of them (as the
+		// statistics counted them then) behind, plus the log rows
+		// consumed over those plus the rows the log store holds, counted.
+		at, snapshotRead := epoch, false
+		if ph != nil {
+			at, snapshotRead = ph.SnapshotEpoch, ph.Phase != PhaseSnapshot
+			pending, err := j.logRows()
+			if err != nil {
+				return rec, err
+			}
+			behind, total = int64(ph.LogConsumed), int64(ph.LogConsumed)+pending
+			if snapshotRead {
+				for u, n := range ph.SnapshotTotals {
+					behind, total, ub[u], ut[u] = behind+n, total+n, n, n
+				}
+			}
+		}
 		for i, v := range p.Vnodes {
 			if err := ctx.Err(); err != nil {
 				return rec, err
 			}
-			b, t, err := j.cfg.Oracle.Rows(epoch, v.Vnode, v.Cursor)
+			if snapshotRead {
+				break
+			}
+			b, t, err := j.ups[v.Upstream].oracle.Rows(at, v.Vnode, v.Cursor)
 			if err != nil {
 				return rec, err
 			}
 			total += t
+			ut[v.Upstream] += t
 			switch {
 			case v.Finished:
 				behind += t
+				ub[v.Upstream] += t
 			case v.Cursor != nil:
 				behind += b
+				ub[v.Upstream] += b
 				// The stats estimator's own estimate of this vnode.
-				if t > 0 && p.Estimates != nil {
+				if t > 0 && len(p.Estimates) == len(p.Vnodes) {
 					e := 100 * math.Abs(p.Estimates[i].Consumed-float64(b)) / float64(t)
 					errSum += e
 					rec.VnodeErrMax = max(rec.VnodeErrMax, e)
@@ -884,6 +1177,9 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 			}
 		}
 		rec.Truth = percent(float64(behind), float64(total))
+		for u := range rec.Upstreams {
+			rec.Upstreams[u].Truth = percent(float64(ub[u]), float64(ut[u]))
+		}
 		if n > 0 {
 			rec.VnodeErrMean = errSum / float64(n)
 		}
@@ -896,7 +1192,26 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 // read. The run is the ETA's carried run + 1 in a new process (every
 // restart, and so every rescale, starts a new run). An observation the ETA
 // refuses (a wall clock that went back) leaves its last forecast.
+//
+// A snapshot backfill's work is one stream over its phases: the ETA sees
+// the job's phase-aware figure (snapshot rows read + log rows consumed, of
+// the snapshot's rows + the log rows), its rows read counting the log rows
+// consumed too, and the log store's growth as the upstream's churn; the job
+// finishes once joined.
 func (j *Job) observeETA(rec Record) ETAForecast {
+	if rec.Phase != "" {
+		for _, f := range rec.Figures {
+			if f.Bounds == nil {
+				continue
+			}
+			o := ETAObservation{Time: rec.Time, Run: j.run, Actors: len(j.actors), RateLimit: rec.RateLimit}
+			o.Consumed, o.ConsumedLow, o.ConsumedHigh, o.Total = f.Consumed, f.Consumed, f.Consumed, f.Total
+			o.SnapshotRows, o.Finished = rec.SnapshotRows+rec.LogConsumed, rec.Finished
+			fc, _ := j.eta.Observe(o)
+			return fc
+		}
+		return ETAForecast{Time: rec.Time}
+	}
 	if rec.Estimates == nil {
 		return ETAForecast{Time: rec.Time}
 	}
@@ -913,10 +1228,14 @@ func (j *Job) observeETA(rec Record) ETAForecast {
 		o.ConsumedLow += e.Lower
 		o.ConsumedHigh += e.Upper
 		o.Total += e.Total
-		if int(v.Vnode) >= len(j.owner) || j.owner[v.Vnode] >= len(o.Parts) {
+		if v.Upstream >= len(j.ups) {
 			continue
 		}
-		p := &o.Parts[j.owner[v.Vnode]]
+		owner := j.ups[v.Upstream].owner
+		if int(v.Vnode) >= len(owner) || owner[v.Vnode] >= len(o.Parts) {
+			continue
+		}
+		p := &o.Parts[owner[v.Vnode]]
 		p.Consumed += e.Consumed
 		p.ConsumedLow += e.Lower
 		p.ConsumedHigh += e.Upper
@@ -928,7 +1247,7 @@ func (j *Job) observeETA(rec Record) ETAForecast {
 	return fc
 }
 
-// Compare scans the upstream table and the MV at the committed epoch and
+// Compare scans each upstream table and its MV at the committed epoch and
 // returns an error naming the first difference.
 func (j *Job) Compare() error {
 	snap, err := j.store.Snapshot()
@@ -936,12 +1255,24 @@ func (j *Job) Compare() error {
 		return err
 	}
 	defer snap.Close()
-	for v := 0; v < j.cfg.Upstream.VnodeCount; v++ {
-		a, err := snap.NewIter(j.cfg.Upstream.ID, uint16(v), nil, nil)
+	for u, up := range j.ups {
+		if err := j.compare(snap, up); err != nil {
+			if len(j.ups) > 1 {
+				err = errors.Wrapf(err, "upstream %d (table %d)", u, up.def.ID)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (j *Job) compare(snap *lsm.Snapshot, up jobUpstream) error {
+	for v := 0; v < up.def.VnodeCount; v++ {
+		a, err := snap.NewIter(up.def.ID, uint16(v), nil, nil)
 		if err != nil {
 			return err
 		}
-		b, err := snap.NewIter(j.cfg.MV, uint16(v), nil, nil)
+		b, err := snap.NewIter(up.mv, uint16(v), nil, nil)
 		if err != nil {
 			_ = a.Close()
 			return err
@@ -987,8 +1318,9 @@ func truncate(b []byte) []byte {
 // ---- metadata ----------------------------------------------------------
 
 // metaVersion is the version encodeMeta writes; decodeMeta reads 1 (without
-// the rate limit and the ETA) and 2.
-const metaVersion = 2
+// the rate limit and the ETA), 2 (without the mode and a snapshot
+// backfill's phase: an arrangement backfill) and 3.
+const metaVersion = 3
 
 func encodeMeta(m jobMeta) []byte {
 	b := []byte{metaVersion}
@@ -1021,6 +1353,23 @@ func encodeMeta(m jobMeta) []byte {
 	b = binary.AppendUvarint(b, uint64(max(0, r.Intervals)))
 	for _, x := range []float64{m.limit, r.RateLimit, r.Rate, r.Interval} {
 		b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
+	}
+	// Version 3: mode u8 | phase u8 | snapshot epoch uvarint | upstreams
+	// uvarint, each one's snapshot live rows uvarint | log rows consumed
+	// uvarint | log cursor length uvarint | log cursor.
+	b = append(b, byte(m.mode), byte(m.phase))
+	b = binary.AppendUvarint(b, m.snapEpoch)
+	b = binary.AppendUvarint(b, uint64(len(m.snapTotals)))
+	for _, n := range m.snapTotals {
+		b = binary.AppendUvarint(b, uint64(max(0, n)))
+	}
+	b = binary.AppendUvarint(b, m.logConsumed)
+	b = binary.AppendUvarint(b, uint64(len(m.logCursor)))
+	b = append(b, m.logCursor...)
+	// ... | upstreams uvarint, each one's table id uvarint.
+	b = binary.AppendUvarint(b, uint64(len(m.upstreams)))
+	for _, id := range m.upstreams {
+		b = binary.AppendUvarint(b, uint64(id))
 	}
 	return b
 }
@@ -1116,6 +1465,49 @@ func decodeMeta(b []byte) (jobMeta, error) {
 			}
 		}
 		b = b[32:]
+	}
+	if m.version >= 3 {
+		if len(b) < 2 || b[0] > byte(ModeSnapshot) || b[1] > byte(PhaseJoined) {
+			return bad("mode and phase")
+		}
+		m.mode, m.phase = JobMode(b[0]), Phase(b[1])
+		b = b[2:]
+		if m.snapEpoch, ok = uv(); !ok {
+			return bad("snapshot epoch")
+		}
+		n, ok := uv()
+		if !ok || n > uint64(len(b)) {
+			return bad("snapshot live rows")
+		}
+		for range n {
+			v, ok := uv()
+			if !ok || v > math.MaxInt64 {
+				return bad("snapshot live rows")
+			}
+			m.snapTotals = append(m.snapTotals, int64(v))
+		}
+		if m.logConsumed, ok = uv(); !ok {
+			return bad("log rows consumed")
+		}
+		l, ok := uv()
+		if !ok || l > uint64(len(b)) {
+			return bad("log cursor")
+		}
+		if l > 0 {
+			m.logCursor = append([]byte(nil), b[:l]...)
+		}
+		b = b[l:]
+		n, ok = uv()
+		if !ok || n > uint64(len(b)) {
+			return bad("upstream tables")
+		}
+		for range n {
+			id, ok := uv()
+			if !ok || id > math.MaxUint32 {
+				return bad("upstream table")
+			}
+			m.upstreams = append(m.upstreams, uint32(id))
+		}
 	}
 	if len(b) != 0 {
 		return bad("trailing bytes")

@@ -41,9 +41,12 @@ var opKindNames = [...]string{"Insert", "Delete", "UpdateDelete", "UpdateInsert"
 
 // RowOp is one row change of a stream chunk.
 type RowOp struct {
-	Kind  OpKind
-	Vnode uint16
-	PK    []byte
+	Kind OpKind
+	// Upstream is the index of the op's upstream table among the job's
+	// (JobConfig.Upstreams); 0, the only one, for a job over one table.
+	Upstream int
+	Vnode    uint16
+	PK       []byte
 	// Row is the inserted row, or the deleted one; a CheckedUpdate's new
 	// row; nil for a CheckedDelete.
 	Row []byte

@@ -77,9 +77,19 @@ type CollectorOptions struct {
 //	checkpoint_barrier              the record's checkpoint barrier
 //	finished                        1 once every vnode finished
 //
+//	upstream_progress_ratio{approach,upstream}
+//	                                each upstream table's raw figure, in a
+//	                                job over several (upstream: the table id)
+//	phase{phase}                    1 for a snapshot backfill's phase
+//	                                (snapshot, log store, joined)
+//	log_consumed_rows, log_pending_rows
+//	                                a snapshot backfill's log rows consumed
+//	                                and still in the log store
+//
 // and with CollectorOptions.Vnodes, the first Accountant's account of each
 // vnode: vnode_consumed_rows{vnode}, vnode_lower_rows{vnode},
-// vnode_upper_rows{vnode}, vnode_total_rows{vnode}.
+// vnode_upper_rows{vnode}, vnode_total_rows{vnode} (in a job over several
+// upstream tables, the vnodes of upstream i > 0 are labelled "i:vnode").
 func NewCollector(j *Job, opts *CollectorOptions) prometheus.Collector {
 	if opts == nil {
 		opts = &CollectorOptions{}
@@ -104,6 +114,10 @@ func NewCollector(j *Job, opts *CollectorOptions) prometheus.Collector {
 	c.limit = d("rate_limit_rows_per_second", "The snapshot read limit in force; 0 is none.")
 	c.barrier = d("checkpoint_barrier", "The checkpoint barrier of the figures.")
 	c.finished = d("finished", "1 once every vnode of the backfill finished.")
+	c.upstream = d("upstream_progress_ratio", "Progress of one upstream table of a job over several, by an approach's raw figure, 0 to 1.", "approach", "upstream")
+	c.phase = d("phase", "1 for the phase a snapshot backfill is in.", "phase")
+	c.logConsumed = d("log_consumed_rows", "Log-store rows a snapshot backfill consumed.")
+	c.logPending = d("log_pending_rows", "Rows a snapshot backfill's log store holds, still to consume.")
 	c.vConsumed = d("vnode_consumed_rows", "Estimated live rows at or below the vnode's cursor.", "vnode")
 	c.vLower = d("vnode_lower_rows", "Lower bound of the vnode's consumed rows.", "vnode")
 	c.vUpper = d("vnode_upper_rows", "Upper bound of the vnode's consumed rows.", "vnode")
@@ -117,12 +131,14 @@ type collector struct {
 
 	progress, lower, upper, displayed, consumed, total, truth, eta, etaLow, etaHigh,
 	rows, rate, churn, limit, barrier, finished, vConsumed, vLower, vUpper, vTotal *prometheus.Desc
+	upstream, phase, logConsumed, logPending *prometheus.Desc
 }
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.progress, c.lower, c.upper, c.displayed, c.consumed, c.total, c.truth,
-		c.eta, c.etaLow, c.etaHigh, c.rows, c.rate, c.churn, c.limit, c.barrier, c.finished} {
+		c.eta, c.etaLow, c.etaHigh, c.rows, c.rate, c.churn, c.limit, c.barrier, c.finished,
+		c.upstream, c.phase, c.logConsumed, c.logPending} {
 		ch <- d
 	}
 	if c.vnodes {
@@ -169,9 +185,24 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		finished = 1
 	}
 	gauge(c.finished, finished)
+	if len(r.Upstreams) > 1 {
+		for _, u := range r.Upstreams {
+			for _, f := range u.Figures {
+				gauge(c.upstream, f.Raw/100, f.Approach, strconv.FormatUint(uint64(u.Table), 10))
+			}
+		}
+	}
+	if r.Phase != "" {
+		gauge(c.phase, 1, r.Phase)
+		gauge(c.logConsumed, float64(r.LogConsumed))
+		gauge(c.logPending, float64(r.LogPending))
+	}
 	if c.vnodes && len(r.Estimates) == len(r.Vnodes) {
 		for i, v := range r.Vnodes {
 			e, vn := r.Estimates[i], strconv.Itoa(int(v.Vnode))
+			if v.Upstream > 0 {
+				vn = strconv.Itoa(v.Upstream) + ":" + vn // a vnode of another upstream table
+			}
 			gauge(c.vConsumed, e.Consumed, vn)
 			gauge(c.vLower, e.Lower, vn)
 			gauge(c.vUpper, e.Upper, vn)

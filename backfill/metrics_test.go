@@ -94,3 +94,44 @@ func labelOf(m *dto.Metric, name string) string {
 	}
 	return ""
 }
+
+// TestCollectorPhasesAndUpstreams scrapes the collector of a snapshot
+// backfill over two upstream tables at every checkpoint: each table's
+// figure, the phase and the log rows are the record's.
+func TestCollectorPhasesAndUpstreams(t *testing.T) {
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+	require.NoError(t, err)
+	defer s.Close()
+	reg := prometheus.NewRegistry()
+	var j *backfill.Job
+	phases := map[string]bool{}
+	j, _, err = multiJobMode(s, snapshotParams(3, 0.05)[:2], backfill.JobConfig{Mode: backfill.ModeSnapshot, Actors: 2, BarrierRows: 40,
+		OnCheckpoint: func(r backfill.Record) {
+			mfs, err := reg.Gather()
+			require.NoError(t, err)
+			m := map[string][]*dto.Metric{}
+			for _, mf := range mfs {
+				m[mf.GetName()] = mf.GetMetric()
+			}
+			require.Len(t, m["lsmstats_backfill_upstream_progress_ratio"], 4) // 2 tables x 2 approaches
+			for _, x := range m["lsmstats_backfill_upstream_progress_ratio"] {
+				l := map[string]string{}
+				for _, p := range x.GetLabel() {
+					l[p.GetName()] = p.GetValue()
+				}
+				u := map[string]int{"1": 0, "2": 1}[l["upstream"]]
+				require.InDelta(t, backfill.FigureOf(r.Upstreams[u].Figures, l["approach"]).Raw/100, x.GetGauge().GetValue(), 1e-12)
+			}
+			require.Len(t, m["lsmstats_backfill_phase"], 1)
+			require.Equal(t, r.Phase, m["lsmstats_backfill_phase"][0].GetLabel()[0].GetValue())
+			require.Equal(t, float64(r.LogPending), m["lsmstats_backfill_log_pending_rows"][0].GetGauge().GetValue())
+			require.Equal(t, float64(r.LogConsumed), m["lsmstats_backfill_log_consumed_rows"][0].GetGauge().GetValue())
+			phases[r.Phase] = true
+		}})
+	require.NoError(t, err)
+	reg.MustRegister(backfill.NewCollector(j, nil))
+	_, err = j.Run(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{"snapshot": true, "log store": true, "joined": true}, phases)
+	require.NoError(t, j.Close())
+}

@@ -1,6 +1,7 @@
 package backfill
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"runtime"
@@ -14,12 +15,58 @@ import (
 
 // Input is what an estimator sees at a checkpoint.
 type Input struct {
-	Epoch    uint64
-	Upstream uint32
-	// Vnodes are the states of every vnode of the job, by vnode.
+	Epoch uint64
+	// Upstream is the job's (first) upstream table, and Upstreams all of
+	// them, by index (VnodeState.Upstream); nil Upstreams means the one
+	// table Upstream.
+	Upstream  uint32
+	Upstreams []uint32
+	// Vnodes are the states of every vnode of the job, by upstream and
+	// vnode.
 	Vnodes []VnodeState
 	// Stats are the store's statistics at the committed epoch.
 	Stats stats.Snapshot
+	// Phase, set for a snapshot backfill (ModeSnapshot), says where the
+	// job is in its phases and what its log store holds; nil for an
+	// arrangement backfill.
+	Phase *PhaseInput
+}
+
+// PhaseInput is what a snapshot backfill's estimators see beyond the vnode
+// states: the phase, the live rows of each upstream table at the pinned
+// snapshot epoch, and the log store (its table, whose live rows are the
+// rows still to consume, and the rows consumed so far).
+type PhaseInput struct {
+	Phase          Phase
+	SnapshotEpoch  uint64
+	SnapshotTotals []int64 // by upstream index
+	LogTable       uint32
+	LogConsumed    uint64
+}
+
+// logPending returns the log rows still to consume, from the log-store
+// table's live statistics.
+func (p *PhaseInput) logPending(st stats.Snapshot) float64 {
+	if p.LogTable == 0 {
+		return 0
+	}
+	return float64(max(0, st.Live.Table(p.LogTable).Rows))
+}
+
+// Tables returns the ids of the input's upstream tables, by index.
+func (in Input) Tables() []uint32 {
+	if len(in.Upstreams) == 0 {
+		return []uint32{in.Upstream}
+	}
+	return in.Upstreams
+}
+
+// table returns the upstream table of a vnode state.
+func (in Input) table(v VnodeState) uint32 {
+	if len(in.Upstreams) == 0 {
+		return in.Upstream
+	}
+	return in.Upstreams[v.Upstream]
 }
 
 // Estimator turns a checkpoint's input into consumed and total rows.
@@ -29,7 +76,8 @@ type Estimator interface {
 }
 
 // RowCount is RisingWave's estimator: persisted snapshot row counts over the
-// upstream table's physical key count.
+// upstream table's physical key count; over several upstream tables, as
+// RisingWave sums a job's fragments, Σ row counts over Σ total key counts.
 type RowCount struct{}
 
 // Name implements Estimator.
@@ -37,11 +85,14 @@ func (RowCount) Name() string { return "rowcount" }
 
 // Estimate implements Estimator.
 func (RowCount) Estimate(in Input) (float64, float64) {
-	var consumed uint64
+	var consumed, total uint64
 	for _, v := range in.Vnodes {
 		consumed += v.RowCount
 	}
-	return float64(consumed), float64(in.Stats.Physical.Table(in.Upstream).TotalKeyCount)
+	for _, t := range in.Tables() {
+		total += in.Stats.Physical.Table(t).TotalKeyCount
+	}
+	return float64(consumed), float64(total)
 }
 
 // Stats is this project's estimator: live rows behind the cursors over live
@@ -57,6 +108,35 @@ func (s Stats) Estimate(in Input) (float64, float64) {
 	return a.Consumed, a.Total
 }
 
+// phased is the stats approach's figure of a snapshot backfill, one figure
+// over its phases (docs/design.md §7):
+//
+//	consumed = snapshot rows read + log rows consumed
+//	total    = live rows of the snapshot + log rows consumed + log rows still to consume
+//
+// The snapshot is fixed (the pinned epoch), so the rows read from it are
+// exactly its rows behind the cursors, and its live rows were the
+// statistics' at that epoch; the rows still to consume are the log-store
+// table's live rows. The bounds are the figure itself: every input is a
+// count, none an estimate.
+func phased(in Input) Account {
+	ph := in.Phase
+	var a Account
+	for _, v := range in.Vnodes {
+		a.Consumed += float64(v.RowCount)
+	}
+	for _, n := range ph.SnapshotTotals {
+		a.Total += float64(n)
+	}
+	// A vnode finished holds all its snapshot rows: a total below the rows
+	// read (live statistics flagged as estimated) would pass 100%.
+	a.Total = max(a.Total, a.Consumed)
+	a.Consumed += float64(ph.LogConsumed)
+	a.Total += float64(ph.LogConsumed) + ph.logPending(in.Stats)
+	a.Lower, a.Upper = a.Consumed, a.Consumed
+	return a
+}
+
 // Account implements Accountant: a vnode's consumed rows are its live rows
 // if finished, the estimated live rows <= its cursor if in progress, 0 if
 // not started. The vnodes in progress are asked together
@@ -65,22 +145,37 @@ func (s Stats) Estimate(in Input) (float64, float64) {
 // statistics estimate as what it is, the pk of a row the backfill read.
 // The consumed rows add the vnodes' unbiased estimates (RowEstimate.Mean),
 // whose errors cancel over vnodes; the bounds add theirs.
+//
+// Over several upstream tables, the vnodes of each table are asked
+// together, and the figure is Σ consumed over Σ live rows of every table:
+// each table weighs as its rows do.
 func (Stats) Account(in Input) Account {
+	if in.Phase != nil {
+		return phased(in)
+	}
 	a := Account{Vnodes: make([]VnodeEstimate, len(in.Vnodes))}
 	qs := make([]stats.RangeQuery, 0, len(in.Vnodes))
 	at := make([]int, 0, len(in.Vnodes)) // index in in.Vnodes of each query
-	for i, v := range in.Vnodes {
-		if v.inProgress() {
-			qs = append(qs, stats.RangeQuery{Vnode: v.Vnode, Hi: v.Cursor, HiInclusive: true})
-			at = append(at, i)
+	var es []stats.RowEstimate
+	for u, t := range in.Tables() {
+		qs, at = qs[:0], at[:0]
+		for i, v := range in.Vnodes {
+			if v.Upstream == u && v.inProgress() {
+				qs = append(qs, stats.RangeQuery{Vnode: v.Vnode, Hi: v.Cursor, HiInclusive: true})
+				at = append(at, i)
+			}
 		}
-	}
-	for j, e := range in.Stats.AppendEstimates(make([]stats.RowEstimate, 0, len(qs)), in.Upstream, qs) {
-		a.Vnodes[at[j]] = VnodeEstimate{Consumed: e.Mean, Lower: float64(e.Lower), Upper: float64(e.Upper)}
+		if len(qs) == 0 {
+			continue
+		}
+		es = in.Stats.AppendEstimates(es[:0], t, qs)
+		for j, e := range es {
+			a.Vnodes[at[j]] = VnodeEstimate{Consumed: e.Mean, Lower: float64(e.Lower), Upper: float64(e.Upper)}
+		}
 	}
 	for i, v := range in.Vnodes {
 		ve := &a.Vnodes[i]
-		ve.Total = float64(max(0, in.Stats.Live.Vnode(in.Upstream, v.Vnode).Rows))
+		ve.Total = float64(max(0, in.Stats.Live.Vnode(in.table(v), v.Vnode).Rows))
 		if v.Finished {
 			ve.Consumed, ve.Lower, ve.Upper = ve.Total, ve.Total, ve.Total
 		}
@@ -167,6 +262,25 @@ type Progress struct {
 	// Estimates are the account of each vnode (by index of Vnodes) of the
 	// first Accountant among the estimators; nil without one.
 	Estimates []VnodeEstimate
+	// VnodesFinished is set when every vnode finished its snapshot; a
+	// snapshot backfill has Finished only once it also joined the
+	// upstream.
+	VnodesFinished bool
+	// Upstreams are the figures of each upstream table alone, by index:
+	// raw figures (Consumed, Total, Raw, Bounds), shown beside the job's,
+	// with no display rule of their own (Pct is Raw within 0 and 100).
+	Upstreams []UpstreamProgress
+}
+
+// UpstreamProgress is the progress of one upstream table of a job.
+type UpstreamProgress struct {
+	Table uint32 `json:"table"`
+	// Finished is set when every vnode of the table finished.
+	Finished bool     `json:"finished"`
+	Figures  []Figure `json:"figures"`
+	// Truth is the table's truth in percent, -1 without an oracle (set by
+	// the job).
+	Truth float64 `json:"truth"`
 }
 
 // ErrEpochOrder is a progress report whose epoch does not increase.
@@ -175,7 +289,7 @@ var ErrEpochOrder = errors.New("lsmstats/backfill: progress epochs must increase
 // Tracker aggregates the reports of a job's actors (the meta side). Safe
 // for concurrent use.
 type Tracker struct {
-	upstream   uint32
+	upstreams  []uint32
 	estimators []Estimator
 
 	mu      sync.Mutex
@@ -192,7 +306,13 @@ type report struct {
 // NewTracker returns a tracker for a job reading upstream, with the given
 // estimators (at least one).
 func NewTracker(upstream uint32, estimators ...Estimator) *Tracker {
-	return &Tracker{upstream: upstream, estimators: estimators, reports: map[int]*report{}, hwm: map[string]Figure{}}
+	return NewTrackerOf([]uint32{upstream}, estimators...)
+}
+
+// NewTrackerOf returns a tracker for a job reading several upstream tables
+// (VnodeState.Upstream indexes them), with the given estimators.
+func NewTrackerOf(upstreams []uint32, estimators ...Estimator) *Tracker {
+	return &Tracker{upstreams: slices.Clone(upstreams), estimators: estimators, reports: map[int]*report{}, hwm: map[string]Figure{}}
 }
 
 // Restore sets the persisted high-water marks (after a restart).
@@ -268,6 +388,13 @@ func (t *Tracker) record(actor int, epoch uint64, states []VnodeState, finished 
 // Progress computes the job's figures at a checkpoint epoch, which every
 // actor must have reported, from the store's statistics.
 func (t *Tracker) Progress(epoch uint64, st stats.Snapshot) (Progress, error) {
+	return t.PhaseProgress(epoch, st, nil)
+}
+
+// PhaseProgress is Progress for a snapshot backfill, in the phase ph says
+// (nil: an arrangement backfill): the job finished only once every vnode
+// finished and it joined the upstream.
+func (t *Tracker) PhaseProgress(epoch uint64, st stats.Snapshot, ph *PhaseInput) (Progress, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := Progress{Epoch: epoch, Finished: len(t.reports) > 0}
@@ -278,8 +405,30 @@ func (t *Tracker) Progress(epoch uint64, st stats.Snapshot) (Progress, error) {
 		p.Finished = p.Finished && rep.finished
 		p.Vnodes = append(p.Vnodes, rep.states...)
 	}
-	slices.SortFunc(p.Vnodes, func(a, b VnodeState) int { return int(a.Vnode) - int(b.Vnode) })
-	in := Input{Epoch: epoch, Upstream: t.upstream, Vnodes: p.Vnodes, Stats: st}
+	slices.SortFunc(p.Vnodes, func(a, b VnodeState) int {
+		return cmp.Or(cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Vnode, b.Vnode))
+	})
+	for _, v := range p.Vnodes {
+		if v.Upstream < 0 || v.Upstream >= len(t.upstreams) {
+			return p, errors.Newf("lsmstats/backfill: progress at epoch %d: vnode %d of upstream %d, job of %d upstreams",
+				epoch, v.Vnode, v.Upstream, len(t.upstreams))
+		}
+	}
+	if ph != nil {
+		p.VnodesFinished = p.Finished
+		p.Finished = p.Finished && ph.Phase == PhaseJoined
+	}
+	in := Input{Epoch: epoch, Upstream: t.upstreams[0], Upstreams: t.upstreams, Vnodes: p.Vnodes, Stats: st, Phase: ph}
+	p.Upstreams = make([]UpstreamProgress, len(t.upstreams))
+	for u := range p.Upstreams {
+		p.Upstreams[u] = UpstreamProgress{Table: t.upstreams[u], Finished: true, Truth: -1}
+	}
+	for _, v := range p.Vnodes {
+		p.Upstreams[v.Upstream].Finished = p.Upstreams[v.Upstream].Finished && v.Finished
+	}
+	if ph == nil {
+		p.VnodesFinished = p.Finished
+	}
 	// Locked to its thread, the goroutine's CPU time is the thread's.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -301,14 +450,62 @@ func (t *Tracker) Progress(epoch uint64, st stats.Snapshot) (Progress, error) {
 		f.Approach, f.Consumed, f.Total, f.Raw = e.Name(), a.Consumed, a.Total, percent(a.Consumed, a.Total)
 		if bounded {
 			f.Bounds = &Bounds{Lower: percent(a.Lower, a.Total), Upper: percent(a.Upper, a.Total)}
-			if p.Estimates == nil {
+			if p.Estimates == nil && len(a.Vnodes) == len(p.Vnodes) {
 				p.Estimates = a.Vnodes
 			}
 		}
 		t.display(&f, p.Finished)
 		p.Figures = append(p.Figures, f)
+		t.upstreamFigures(&p, in, e, a, bounded, f)
 	}
 	return p, nil
+}
+
+// upstreamFigures adds an estimator's figure of each upstream table to p:
+// an Accountant's is the sum of its vnodes' accounts, another estimator is
+// asked about each table's vnodes alone. With one upstream, the job's
+// figure is the table's.
+func (t *Tracker) upstreamFigures(p *Progress, in Input, e Estimator, a Account, bounded bool, job Figure) {
+	raw := func(consumed, total float64) Figure {
+		f := Figure{Approach: e.Name(), Consumed: consumed, Total: total, Raw: percent(consumed, total)}
+		f.Pct = min(max(f.Raw, 0), 100)
+		return f
+	}
+	if len(p.Upstreams) == 1 && in.Phase == nil {
+		f := raw(job.Consumed, job.Total)
+		f.Bounds = job.Bounds
+		p.Upstreams[0].Figures = append(p.Upstreams[0].Figures, f)
+		return
+	}
+	for u := range p.Upstreams {
+		var f Figure
+		if bounded && a.Vnodes != nil && len(a.Vnodes) == len(in.Vnodes) {
+			var c, lo, hi, tot float64
+			for i, v := range in.Vnodes {
+				if v.Upstream == u {
+					ve := a.Vnodes[i]
+					c, lo, hi, tot = c+ve.Consumed, lo+ve.Lower, hi+ve.Upper, tot+ve.Total
+				}
+			}
+			f = raw(c, tot)
+			f.Bounds = &Bounds{Lower: percent(lo, tot), Upper: percent(hi, tot)}
+		} else {
+			sub := Input{Epoch: in.Epoch, Upstream: in.Upstreams[u], Upstreams: in.Upstreams[u : u+1], Stats: in.Stats}
+			if ph := in.Phase; ph != nil {
+				// A table's own figure is its snapshot's: the log store
+				// holds every table's changes together.
+				sub.Phase = &PhaseInput{Phase: ph.Phase, SnapshotEpoch: ph.SnapshotEpoch, SnapshotTotals: ph.SnapshotTotals[u : u+1]}
+			}
+			for _, v := range in.Vnodes {
+				if v.Upstream == u {
+					v.Upstream = 0
+					sub.Vnodes = append(sub.Vnodes, v)
+				}
+			}
+			f = raw(e.Estimate(sub))
+		}
+		p.Upstreams[u].Figures = append(p.Upstreams[u].Figures, f)
+	}
 }
 
 // timed runs fn and returns a figure holding its wall time and the CPU time

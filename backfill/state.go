@@ -14,7 +14,11 @@ import (
 // state table (one row per vnode, keyed by the vnode) and committed with the
 // barrier's epoch.
 type VnodeState struct {
-	Vnode uint16
+	// Upstream is the index of the vnode's upstream table among the job's
+	// (JobConfig.Upstreams); each upstream has its own state table, so it
+	// is not part of the persisted row.
+	Upstream int
+	Vnode    uint16
 	// Cursor is the pk of the last snapshot row read; nil before the first.
 	Cursor []byte
 	// Finished is set when the vnode's snapshot is exhausted.
@@ -32,6 +36,11 @@ func (s VnodeState) Started() bool { return s.Cursor != nil || s.Finished }
 func (s VnodeState) inProgress() bool { return s.Cursor != nil && !s.Finished }
 
 func (s VnodeState) String() string {
+	if s.Upstream != 0 {
+		t := s
+		t.Upstream = 0
+		return fmt.Sprintf("u%d/%s", s.Upstream, t)
+	}
 	switch {
 	case s.Finished:
 		return fmt.Sprintf("v%d finished rows=%d", s.Vnode, s.RowCount)

@@ -51,7 +51,9 @@ func TestStateRoundTrip(t *testing.T) {
 func TestMetaRoundTrip(t *testing.T) {
 	m := jobMeta{step: 12, barrier: 7, started: true, hwm: []Figure{{Approach: "stats", Pct: 12.5, Consumed: 10, Total: 80}},
 		version: metaVersion, limit: 25000,
-		resume: ETAResume{Origin: time.Unix(0, 1700000000123456789), Run: 3, Actors: 4, RateLimit: 50000, Rate: 12345.5, Interval: 0.25, Intervals: 40}}
+		resume: ETAResume{Origin: time.Unix(0, 1700000000123456789), Run: 3, Actors: 4, RateLimit: 50000, Rate: 12345.5, Interval: 0.25, Intervals: 40},
+		mode:   ModeSnapshot, phase: PhaseLogStore, snapEpoch: 9, snapTotals: []int64{300, 0, 7}, logConsumed: 41, logCursor: []byte{0, 1, 2},
+		upstreams: []uint32{1, 11, 1 << 20}}
 	b := encodeMeta(m)
 	got, err := decodeMeta(b)
 	require.NoError(t, err)
@@ -65,8 +67,26 @@ func TestMetaRoundTrip(t *testing.T) {
 	got, err = decodeMeta(v1)
 	require.NoError(t, err)
 	require.Equal(t, jobMeta{step: 12, barrier: 7, started: true, version: 1}, got)
+	// A version 2 row (an arrangement backfill, before the mode) still
+	// decodes.
+	arr := m
+	arr.mode, arr.phase, arr.snapEpoch, arr.snapTotals, arr.logConsumed, arr.logCursor, arr.upstreams = 0, 0, 0, nil, 0, nil, nil
+	v3 := encodeMeta(arr)
+	v2 := slices.Clone(v3[:len(v3)-7]) // mode, phase, epoch, no totals, consumed, cursor length, no upstreams: a byte each
+	v2[0] = 2
+	got, err = decodeMeta(v2)
+	require.NoError(t, err)
+	arr.version = 2
+	require.Equal(t, arr, got)
+	// An unknown mode or phase is corruption.
+	for _, i := range []int{len(v3) - 7, len(v3) - 6} {
+		bad := slices.Clone(v3)
+		bad[i] = 7
+		_, err = decodeMeta(bad)
+		require.ErrorIs(t, err, ErrCorruptMeta)
+	}
 	// A negative rate is corruption.
-	bad := slices.Clone(b)
+	bad := slices.Clone(v2)
 	binary.BigEndian.PutUint64(bad[len(bad)-8:], math.Float64bits(-1))
 	_, err = decodeMeta(bad)
 	require.ErrorIs(t, err, ErrCorruptMeta)

@@ -8,6 +8,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"runtime/pprof"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
 )
@@ -25,12 +27,33 @@ const (
 	MVTable       = 2
 	StateTable    = 3
 	MetaTable     = 4
+	// LogStoreTable is a snapshot backfill's log store.
+	LogStoreTable = 5
 )
+
+// UpstreamTableOf returns the ids of upstream i's table, MV and state
+// table in a run over several upstreams: upstream 0's are UpstreamTable,
+// MVTable and StateTable, upstream i's 10i+1, 10i+2 and 10i+3.
+func UpstreamTableOf(i int) (upstream, mv, state uint32) {
+	if i == 0 {
+		return UpstreamTable, MVTable, StateTable
+	}
+	return uint32(10*i + 1), uint32(10*i + 2), uint32(10*i + 3)
+}
 
 // Config is one run.
 type Config struct {
 	Dir      string
 	Workload workload.Params
+	// Upstreams, if set, run a job over several upstream tables, one
+	// workload each (workload.Multi; Workload is then ignored, and RunRaw
+	// does not apply): upstream i's tables are UpstreamTableOf(i).
+	Upstreams []workload.Params
+	// Mode is the kind of backfill (backfill.JobConfig.Mode). A snapshot
+	// backfill's truth is asked about its pinned epoch, which the
+	// workload's model does not know: its oracle is a scan of each table
+	// (backfilltest.ScanOracle), slower, in the harness's time.
+	Mode backfill.JobMode
 	// Actors, ChunkSize, BarrierRows, CheckpointEvery, RateLimit: see
 	// backfill.JobConfig.
 	Actors, ChunkSize, BarrierRows, CheckpointEvery int
@@ -100,8 +123,11 @@ func Estimators(names []string) ([]backfill.Estimator, error) {
 // Session is an open run: the store, the generator (nil for a user's job),
 // the source and the job.
 type Session struct {
-	Store  *lsm.Store
+	Store *lsm.Store
+	// Gen is the generator (the first, over several upstreams; nil for a
+	// user's job), and Gens every upstream's.
 	Gen    *workload.Generator
+	Gens   []*workload.Generator
 	Source backfill.Source
 	Job    *backfill.Job
 	// Raw is the database of a raw-Pebble run (RunRaw), whose OnEnd gets
@@ -165,11 +191,21 @@ func Open(cfg Config) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	var gs []*workload.Generator
 	var g *workload.Generator
 	if cfg.User == nil {
-		if g, err = workload.New(cfg.Workload); err != nil {
-			return nil, err
+		ps := cfg.Upstreams
+		if len(ps) == 0 {
+			ps = []workload.Params{cfg.Workload}
 		}
+		for _, p := range ps {
+			g, err := workload.New(p)
+			if err != nil {
+				return nil, err
+			}
+			gs = append(gs, g)
+		}
+		g = gs[0]
 	}
 	s, err := lsm.Open(cfg.Dir, cfg.Store)
 	if err != nil {
@@ -179,16 +215,38 @@ func Open(cfg Config) (*Session, error) {
 	jc := backfill.JobConfig{
 		Store: s, Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
 		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit, RateChanges: cfg.RateChanges,
-		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked,
+		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked, Mode: cfg.Mode,
+	}
+	snapshot := cfg.Mode == backfill.ModeSnapshot
+	oracleOf := func(o backfill.Oracle, table uint32) backfill.Oracle {
+		if snapshot {
+			return backfilltest.ScanOracle{Store: s, Table: table}
+		}
+		return o
 	}
 	var src backfill.Source
 	var oracle backfill.Oracle
 	if cfg.User != nil {
 		src, oracle = cfg.User.New(s)
 		jc.Upstream, jc.Name = cfg.User.Table, "bench"
+	} else if len(cfg.Upstreams) > 0 {
+		m := workload.NewMulti(gs...)
+		src = m
+		for i, o := range m.Oracles() {
+			up, mv, state := UpstreamTableOf(i)
+			def := gs[i].Params().TableDef(up)
+			if i > 0 {
+				def.Name = fmt.Sprintf("upstream%d", i)
+			}
+			jc.Upstreams = append(jc.Upstreams, backfill.UpstreamConfig{Table: def, MV: mv, State: state, Oracle: timedOracle{oracleOf(o, up), h}})
+		}
+		jc.Meta = MetaTable
 	} else {
-		src, oracle = workload.Source{G: g}, workload.Oracle{G: g}
+		src, oracle = workload.Source{G: g}, oracleOf(workload.Oracle{G: g}, UpstreamTable)
 		jc.Upstream, jc.MV, jc.State, jc.Meta = g.Params().TableDef(UpstreamTable), MVTable, StateTable, MetaTable
+	}
+	if snapshot && cfg.User == nil {
+		jc.LogStore = LogStoreTable
 	}
 	jc.Source = timedSource{src, h}
 	if oracle != nil {
@@ -202,7 +260,7 @@ func Open(cfg Config) (*Session, error) {
 	// Recovery resumed the source (the generator rebuilt its model from
 	// the upstream table): that is Open's work, not the run's.
 	*h = harness{}
-	return &Session{Store: s, Gen: g, Source: src, Job: j, h: h}, nil
+	return &Session{Store: s, Gen: g, Gens: gs, Source: src, Job: j, h: h}, nil
 }
 
 // Close closes the job and the store.

@@ -16,7 +16,8 @@ import (
 // ScanOracle computes the truth (docs/design.md §7) by scanning the
 // upstream table at the epoch it is asked about: exact and slow (a scan of
 // each vnode per checkpoint; bench's BenchmarkProgressVsScan measures it
-// against the statistics).
+// against the statistics). A job over several upstream tables takes one
+// per table (backfill.UpstreamConfig.Oracle) and sums their answers.
 type ScanOracle struct {
 	Store *lsm.Store
 	Table uint32

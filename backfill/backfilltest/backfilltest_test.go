@@ -115,3 +115,37 @@ func TestModelFreshStore(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, [2]int64{5, 7}, [2]int64{behind, total})
 }
+
+// TestModelOfUpstream checks a model of the second upstream of a job over
+// two tables: it resumes from its own table and applies its table's ops
+// alone.
+func TestModelOfUpstream(t *testing.T) {
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+	require.NoError(t, err)
+	defer s.Close()
+	a := lsm.TableDef{ID: 1, VnodeCount: 1, PK: keys.Schema{keys.Uint64}}
+	b := lsm.TableDef{ID: 2, VnodeCount: 1, PK: keys.Schema{keys.Uint64}}
+	require.NoError(t, s.CreateTable(a))
+	require.NoError(t, s.CreateTable(b))
+	w, err := s.NewWriter(2, nil, nil)
+	require.NoError(t, err)
+	for i := range uint64(6) {
+		require.NoError(t, w.Insert(1, 0, keys.AppendUint64(nil, i), []byte("r")))
+	}
+	require.NoError(t, w.Seal(1))
+	require.NoError(t, s.Commit(1))
+	require.NoError(t, w.Close())
+	m := backfilltest.NewModelOf(1, 1)
+	require.NoError(t, m.Resume(backfill.Position{Step: 1, Epoch: 1, Store: s, Upstream: a, Upstreams: []lsm.TableDef{a, b}}))
+	behind, total, err := m.Rows(1, 0, keys.AppendUint64(nil, 2))
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{3, 6}, [2]int64{behind, total})
+	require.NoError(t, m.Apply([]backfill.RowOp{
+		{Kind: backfill.Insert, Upstream: 0, Vnode: 0, PK: keys.AppendUint64(nil, 0)}, // the other table's
+		{Kind: backfill.Delete, Upstream: 1, Vnode: 0, PK: keys.AppendUint64(nil, 0)},
+	}))
+	behind, total, err = m.Rows(1, 0, keys.AppendUint64(nil, 2))
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{2, 5}, [2]int64{behind, total})
+	require.Error(t, backfilltest.NewModelOf(2, 1).Resume(backfill.Position{Epoch: 1, Store: s, Upstream: a, Upstreams: []lsm.TableDef{a, b}}))
+}

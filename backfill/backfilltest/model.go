@@ -15,8 +15,13 @@ import (
 // checkpoint. On a restart it is rebuilt once from the committed upstream
 // table (Resume: one scan), never by replaying the source. Not safe for
 // concurrent use; the job calls its source and oracle from one goroutine.
+//
+// In a job over several upstream tables, a model is the oracle of one of
+// them (NewModelOf): it applies that table's ops alone, and Observe keeps
+// one model per table.
 type Model struct {
-	vnodes []modelVnode
+	vnodes   []modelVnode
+	upstream int
 }
 
 type modelVnode struct {
@@ -25,8 +30,12 @@ type modelVnode struct {
 }
 
 // NewModel returns an empty model of a table with vnodeCount vnodes.
-func NewModel(vnodeCount int) *Model {
-	m := &Model{vnodes: make([]modelVnode, vnodeCount)}
+func NewModel(vnodeCount int) *Model { return NewModelOf(0, vnodeCount) }
+
+// NewModelOf returns an empty model of upstream table upstream (its index
+// in the job's JobConfig.Upstreams), with vnodeCount vnodes.
+func NewModelOf(upstream, vnodeCount int) *Model {
+	m := &Model{vnodes: make([]modelVnode, vnodeCount), upstream: upstream}
 	for i := range m.vnodes {
 		m.vnodes[i].live = map[string]struct{}{}
 	}
@@ -35,11 +44,15 @@ func NewModel(vnodeCount int) *Model {
 
 var _ backfill.Oracle = (*Model)(nil)
 
-// Apply applies a step's ops; checked ops are resolved against the model.
-// An op that contradicts it (an insert of a live pk, a delete or update of
-// a pk that is not live) is an error.
+// Apply applies a step's ops of the model's table (others are skipped);
+// checked ops are resolved against the model. An op that contradicts it
+// (an insert of a live pk, a delete or update of a pk that is not live)
+// is an error.
 func (m *Model) Apply(ops []backfill.RowOp) error {
 	for _, op := range ops {
+		if op.Upstream != m.upstream {
+			continue
+		}
 		if int(op.Vnode) >= len(m.vnodes) {
 			return errors.Newf("backfilltest: op of pk %x in vnode %d, model of %d vnodes", op.PK, op.Vnode, len(m.vnodes))
 		}
@@ -100,13 +113,20 @@ func (m *Model) Resume(at backfill.Position) error {
 	for i := range m.vnodes {
 		m.vnodes[i] = modelVnode{live: map[string]struct{}{}}
 	}
+	table := at.Upstream
+	if len(at.Upstreams) > 0 {
+		if m.upstream >= len(at.Upstreams) {
+			return errors.Newf("backfilltest: model of upstream %d, job of %d upstreams", m.upstream, len(at.Upstreams))
+		}
+		table = at.Upstreams[m.upstream]
+	}
 	snap, err := at.Store.Pin(at.Epoch)
 	if err != nil {
 		return errors.Wrapf(err, "backfilltest: model resume at epoch %d", at.Epoch)
 	}
 	defer snap.Close()
 	for vn := range m.vnodes {
-		it, err := snap.NewIter(at.Upstream.ID, uint16(vn), nil, nil)
+		it, err := snap.NewIter(table.ID, uint16(vn), nil, nil)
 		if err != nil {
 			return err
 		}
@@ -120,23 +140,29 @@ func (m *Model) Resume(at backfill.Position) error {
 	return nil
 }
 
-// Observe returns src with the model kept up to date: the model is rebuilt
-// from the table when the job resumes, and applies every step the source
-// produces. Pass it as the job's Source and the model as its Oracle.
-func Observe(src backfill.Source, m *Model) backfill.Source {
-	return &observed{Source: src, m: m}
+// Observe returns src with the models kept up to date: each is rebuilt
+// from its table when the job resumes, and applies every step the source
+// produces. Pass it as the job's Source and the model as its Oracle (in a
+// job over several tables, one model per table, each its table's Oracle).
+func Observe(src backfill.Source, ms ...*Model) backfill.Source {
+	return &observed{Source: src, ms: ms}
 }
 
 type observed struct {
 	backfill.Source
-	m *Model
+	ms []*Model
 }
 
 func (o *observed) Resume(at backfill.Position) error {
 	if err := o.Source.Resume(at); err != nil {
 		return err
 	}
-	return o.m.Resume(at)
+	for _, m := range o.ms {
+		if err := m.Resume(at); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (o *observed) Next(ctx context.Context) ([]backfill.RowOp, error) {
@@ -144,5 +170,10 @@ func (o *observed) Next(ctx context.Context) ([]backfill.RowOp, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ops, o.m.Apply(ops)
+	for _, m := range o.ms {
+		if err := m.Apply(ops); err != nil {
+			return nil, err
+		}
+	}
+	return ops, nil
 }

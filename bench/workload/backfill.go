@@ -2,8 +2,11 @@ package workload
 
 import (
 	"context"
+	"slices"
 
+	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/lsm"
 )
 
 // Source adapts a Generator to a backfill job's upstream.
@@ -14,21 +17,25 @@ var _ backfill.Source = Source{}
 // Next implements backfill.Source: updates become UpdateDelete/UpdateInsert
 // pairs.
 func (s Source) Next(context.Context) ([]backfill.RowOp, error) {
-	ops := s.G.Next()
-	out := make([]backfill.RowOp, 0, len(ops))
+	return appendOps(nil, 0, s.G.Next()), nil
+}
+
+// appendOps appends a generator's ops as row ops of upstream u.
+func appendOps(out []backfill.RowOp, u int, ops []Op) []backfill.RowOp {
+	out = slices.Grow(out, len(ops))
 	for _, op := range ops {
 		switch op.Kind {
 		case Insert:
-			out = append(out, backfill.RowOp{Kind: backfill.Insert, Vnode: op.Vnode, PK: op.PK, Row: op.NewRow})
+			out = append(out, backfill.RowOp{Kind: backfill.Insert, Upstream: u, Vnode: op.Vnode, PK: op.PK, Row: op.NewRow})
 		case Delete:
-			out = append(out, backfill.RowOp{Kind: backfill.Delete, Vnode: op.Vnode, PK: op.PK, Row: op.OldRow})
+			out = append(out, backfill.RowOp{Kind: backfill.Delete, Upstream: u, Vnode: op.Vnode, PK: op.PK, Row: op.OldRow})
 		case Update:
 			out = append(out,
-				backfill.RowOp{Kind: backfill.UpdateDelete, Vnode: op.Vnode, PK: op.PK, Row: op.OldRow},
-				backfill.RowOp{Kind: backfill.UpdateInsert, Vnode: op.Vnode, PK: op.PK, Row: op.NewRow})
+				backfill.RowOp{Kind: backfill.UpdateDelete, Upstream: u, Vnode: op.Vnode, PK: op.PK, Row: op.OldRow},
+				backfill.RowOp{Kind: backfill.UpdateInsert, Upstream: u, Vnode: op.Vnode, PK: op.PK, Row: op.NewRow})
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Step implements backfill.Source.
@@ -46,8 +53,13 @@ func (s Source) Resume(at backfill.Position) error {
 		return err
 	}
 	defer snap.Close()
-	return s.G.Resume(at.Step, func(vnode uint16, f func(pk, row []byte) error) error {
-		it, err := snap.NewIter(at.Upstream.ID, vnode, nil, nil)
+	return resume(s.G, at.Step, snap, at.Upstream.ID)
+}
+
+// resume sets g to step k from table at a pinned epoch.
+func resume(g *Generator, k uint64, snap *lsm.Snapshot, table uint32) error {
+	return g.Resume(k, func(vnode uint16, f func(pk, row []byte) error) error {
+		it, err := snap.NewIter(table, vnode, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -82,4 +94,92 @@ func (o Oracle) Rows(_ uint64, vnode uint16, cursor []byte) (behind, total int64
 		behind = o.G.RowsAtOrBelow(vnode, cursor)
 	}
 	return behind, total, nil
+}
+
+// Multi is the upstream of a job over several tables (JobConfig.Upstreams):
+// one generator per table, upstream i's ops tagged Upstream i. The
+// generators run in lockstep, each starting late by as many steps as it
+// has fewer load and churn steps than the longest, so that every table's
+// churn before the backfill ends, and its churn during the backfill
+// begins, at the same step: the backfill's.
+type Multi struct {
+	Gs     []*Generator
+	offset []uint64
+	step   uint64
+}
+
+var _ backfill.Source = (*Multi)(nil)
+
+// NewMulti returns the source of the generators, at step 0.
+func NewMulti(gs ...*Generator) *Multi {
+	m := &Multi{Gs: gs, offset: make([]uint64, len(gs))}
+	var b uint64
+	for _, g := range gs {
+		b = max(b, g.BackfillStep())
+	}
+	for i, g := range gs {
+		m.offset[i] = b - g.BackfillStep()
+	}
+	return m
+}
+
+// Next implements backfill.Source.
+func (m *Multi) Next(context.Context) ([]backfill.RowOp, error) {
+	m.step++
+	var out []backfill.RowOp
+	for i, g := range m.Gs {
+		if m.step > m.offset[i] {
+			out = appendOps(out, i, g.Next())
+		}
+	}
+	return out, nil
+}
+
+// Step implements backfill.Source.
+func (m *Multi) Step() uint64 { return m.step }
+
+// BackfillStep implements backfill.Source: the generators' common one.
+func (m *Multi) BackfillStep() uint64 {
+	if len(m.Gs) == 0 {
+		return 1
+	}
+	return m.offset[0] + m.Gs[0].BackfillStep()
+}
+
+// Finished implements backfill.Source.
+func (m *Multi) Finished(uint64) {}
+
+// Resume implements backfill.Source: each generator rebuilds its model
+// from its table (at.Upstreams, by index) at the committed epoch.
+func (m *Multi) Resume(at backfill.Position) error {
+	if len(at.Upstreams) != len(m.Gs) {
+		return errors.Newf("workload: %d generators for a job of %d upstream tables", len(m.Gs), len(at.Upstreams))
+	}
+	m.step = at.Step
+	if at.Step == 0 {
+		return nil
+	}
+	snap, err := at.Store.Pin(at.Epoch)
+	if err != nil {
+		return err
+	}
+	defer snap.Close()
+	for i, g := range m.Gs {
+		if at.Step <= m.offset[i] {
+			continue
+		}
+		if err := resume(g, at.Step-m.offset[i], snap, at.Upstreams[i].ID); err != nil {
+			return errors.Wrapf(err, "upstream %d", i)
+		}
+	}
+	return nil
+}
+
+// Oracles returns the oracle of each generator's table.
+func (m *Multi) Oracles() []backfill.Oracle {
+	out := make([]backfill.Oracle, len(m.Gs))
+	for i, g := range m.Gs {
+		out[i] = Oracle{G: g}
+	}
+	return out
 }

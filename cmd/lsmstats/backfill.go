@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,6 +71,9 @@ func (l *rateChanges) Set(s string) error {
 type backfillFlags struct {
 	workload                                 string
 	rows, vnodes, actors                     int
+	rowsList                                 intList
+	upstreams                                int
+	mode                                     string
 	seed                                     uint64
 	zipf                                     float64
 	pkShape                                  string
@@ -94,7 +98,17 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 	fs := flag.NewFlagSet("backfill", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.workload, "workload", "mixed", "named workload: "+strings.Join(workload.PresetNames(), ", ")+" (the flags below override its fields)")
-	fs.IntVar(&f.rows, "rows", 1000000, "rows loaded into the upstream table")
+	f.rowsList = intList{1000000}
+	fs.Func("rows", "rows loaded into the upstream table; with several upstream tables, a comma-separated count per table (e.g. 1000000,20000,5000), or one count for all (default 1000000)", func(v string) error {
+		var l intList
+		if err := l.Set(v); err != nil {
+			return errors.Newf("%q: want a row count or a comma-separated list of them", v)
+		}
+		f.rowsList = l
+		return nil
+	})
+	fs.StringVar(&f.mode, "mode", "arrangement", "kind of backfill: arrangement, or snapshot (a snapshot at a pinned epoch while the upstream's changes go to a log store, then the log store, then the upstream; its truth scans the tables)")
+	fs.IntVar(&f.upstreams, "upstreams", 0, "upstream tables of the job, read by the same actors (0: one per --rows count); each gets the workload with its --rows count and seed+i")
 	fs.IntVar(&f.vnodes, "vnodes", 256, "vnodes of the upstream table")
 	fs.IntVar(&f.actors, "actors", 2, "backfill actors")
 	fs.Uint64Var(&f.seed, "seed", 1, "workload seed")
@@ -127,6 +141,27 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 	if fs.NArg() > 0 {
 		return nil, nil, errors.Newf("unexpected arguments %q", fs.Args())
 	}
+	if f.mode != "arrangement" && f.mode != "snapshot" {
+		return nil, nil, errors.Newf("--mode %q: want arrangement or snapshot", f.mode)
+	}
+	if f.upstreams < 0 {
+		return nil, nil, errors.Newf("--upstreams %d: want a count >= 1 (0: one per --rows count)", f.upstreams)
+	}
+	if f.upstreams == 0 {
+		f.upstreams = len(f.rowsList)
+	}
+	if len(f.rowsList) == 1 && f.upstreams > 1 {
+		f.rowsList = slices.Repeat(f.rowsList, f.upstreams)
+	}
+	if len(f.rowsList) != f.upstreams {
+		return nil, nil, errors.Newf("--rows has %d counts for --upstreams %d: give one count, or one per table", len(f.rowsList), f.upstreams)
+	}
+	for _, n := range f.rowsList {
+		if n < 0 {
+			return nil, nil, errors.Newf("--rows %d: want a count >= 0", n)
+		}
+	}
+	f.rows = f.rowsList[0]
 	return f, fs, nil
 }
 
@@ -164,7 +199,11 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 	if p.DuringSteps == 0 {
 		// Spread the churn over about the backfill's length: one step per
 		// barrier, each actor reading --barrier-rows at every barrier.
-		p.DuringSteps = max(1, p.Rows/(max(1, f.actors)*max(1, f.barrierRows)))
+		rows := 0
+		for _, n := range f.rowsList {
+			rows += n
+		}
+		p.DuringSteps = max(1, rows/(max(1, f.actors)*max(1, f.barrierRows)))
 	}
 	switch p.DeleteOrder {
 	case "", "random", "prefix", "suffix":
@@ -179,6 +218,29 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 		return p, errors.Newf("--rate-limit %v: want rows/s >= 0 (0: none)", f.rateLimit)
 	}
 	return p, nil
+}
+
+// jobMode returns the --mode's backfill.JobMode.
+func (f *backfillFlags) jobMode() backfill.JobMode {
+	if f.mode == "snapshot" {
+		return backfill.ModeSnapshot
+	}
+	return backfill.ModeArrangement
+}
+
+// upstreamParams returns the workloads of a job over several upstream
+// tables (nil for one): p with each table's --rows count and the seed
+// plus the table's index.
+func (f *backfillFlags) upstreamParams(p workload.Params) []workload.Params {
+	if len(f.rowsList) < 2 {
+		return nil
+	}
+	out := make([]workload.Params, len(f.rowsList))
+	for i, n := range f.rowsList {
+		out[i] = p
+		out[i].Rows, out[i].Seed = n, p.Seed+uint64(i)
+	}
+	return out
 }
 
 // event is one line of the worker's output.
@@ -211,6 +273,14 @@ type recordJSON struct {
 	VnodeErrMean float64           `json:"vnode_err_mean_pp"`
 	VnodeErrMax  float64           `json:"vnode_err_max_pp"`
 	Rows         uint64            `json:"snapshot_rows"`
+	// Upstreams are each upstream table's figures and truth (one entry
+	// for a job over one table).
+	Upstreams []backfill.UpstreamProgress `json:"upstreams,omitempty"`
+	// Phase, LogConsumed and LogPending: a snapshot backfill's phase and
+	// log rows (backfill.Record).
+	Phase       string `json:"phase,omitempty"`
+	LogConsumed uint64 `json:"log_consumed,omitempty"`
+	LogPending  uint64 `json:"log_pending,omitempty"`
 }
 
 // etaJSON is a record's ETA; the durations are in seconds, -1 when there
@@ -240,7 +310,7 @@ func etaOf(f backfill.ETAForecast) etaJSON {
 func toJSON(r backfill.Record) *recordJSON {
 	out := &recordJSON{Barrier: r.Barrier, Epoch: r.Epoch, TimeNS: r.Time.UnixNano(), RateLimit: r.RateLimit, ETA: etaOf(r.ETA),
 		Truth: r.Truth, Finished: r.Finished, Figures: r.Figures, VnodeErrMean: r.VnodeErrMean, VnodeErrMax: r.VnodeErrMax,
-		Rows: r.SnapshotRows}
+		Rows: r.SnapshotRows, Upstreams: r.Upstreams, Phase: r.Phase, LogConsumed: r.LogConsumed, LogPending: r.LogPending}
 	return out
 }
 
@@ -291,7 +361,7 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 	var s *bench.Session
 	var metrics *jobMetrics
 	cfg := bench.Config{
-		Dir: f.dir, Workload: p, Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
+		Dir: f.dir, Workload: p, Upstreams: f.upstreamParams(p), Mode: f.jobMode(), Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
 		CheckpointEvery: f.checkpointEvery, RateLimit: f.rateLimit, RateChanges: f.rateChanges,
 		Store: &lsm.Options{Logger: cliLogger{w: stderr}},
 		OnCheckpoint: func(r backfill.Record) {
@@ -320,7 +390,7 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 	if r := s.Job.Initial(); r != nil {
 		emit(event{T: "initial", Rec: toJSON(*r)})
 	}
-	last := s.Gen.BackfillStep() - 1
+	last := s.Source.BackfillStep() - 1
 	for !s.Job.Started() {
 		// A load step does not watch ctx: stop between steps.
 		if err := ctx.Err(); err != nil {
@@ -329,7 +399,7 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 		if _, _, err := s.Job.Step(ctx); err != nil {
 			return err
 		}
-		emit(event{T: "load", Step: s.Gen.Step(), Of: last})
+		emit(event{T: "load", Step: s.Source.Step(), Of: last})
 	}
 	load := time.Since(start)
 	jobStart := time.Now()
@@ -389,6 +459,10 @@ type barrierJSON struct {
 	// ActualRemainingS is the time from this checkpoint to the job's
 	// end, known once it finished.
 	ActualRemainingS float64 `json:"actual_remaining_s"`
+	// Phase is a snapshot backfill's phase, and Upstreams every table's
+	// figures and truth.
+	Phase     string                      `json:"phase,omitempty"`
+	Upstreams []backfill.UpstreamProgress `json:"upstreams,omitempty"`
 }
 
 // costJSON is an approach's cost per checkpoint barrier (the report's
@@ -414,7 +488,7 @@ func barrierOf(r *recordJSON) barrierJSON {
 	return barrierJSON{Barrier: r.Barrier, Epoch: r.Epoch, Truth: r.Truth, RowCount: rc.Raw, Stats: st.Raw,
 		StatsBounds: st.Bounds, DisplayedRowCount: rc.Shown, DisplayedStats: st.Shown, Finished: r.Finished,
 		VnodeErrMeanPP: r.VnodeErrMean, VnodeErrMaxPP: r.VnodeErrMax,
-		SnapshotRows: r.Rows, RateLimit: r.RateLimit, TimeNS: r.TimeNS, ETA: r.ETA}
+		SnapshotRows: r.Rows, RateLimit: r.RateLimit, TimeNS: r.TimeNS, ETA: r.ETA, Phase: r.Phase, Upstreams: r.Upstreams}
 }
 
 func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stderr io.Writer) (int, error) {
@@ -696,7 +770,7 @@ func cost(records []*recordJSON, stateBytes, statsOnlyBytes int64) map[string]co
 
 func parameters(f *backfillFlags, p workload.Params) map[string]any {
 	return map[string]any{
-		"workload": f.workload, "rows": p.Rows, "vnodes": p.VnodeCount, "actors": f.actors, "seed": p.Seed,
+		"workload": f.workload, "mode": f.mode, "rows": p.Rows, "upstream_rows": []int(f.rowsList), "vnodes": p.VnodeCount, "actors": f.actors, "seed": p.Seed,
 		"pk_shape": p.Shape, "children": p.Children, "zipf": p.Zipf, "update_frac": p.UpdateFrac, "delete_frac": p.DeleteFrac, "delete_order": p.DeleteOrder,
 		"update_during": p.UpdateDuring, "delete_during": p.DeleteDuring, "insert_during": p.InsertDuring,
 		"during_steps": p.DuringSteps, "chunk_size": f.chunkSize, "barrier_rows": f.barrierRows,

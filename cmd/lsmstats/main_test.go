@@ -158,11 +158,54 @@ func TestBackfillCommand(t *testing.T) {
 	require.Contains(t, vout, ": ok")
 }
 
+// TestBackfillSnapshotUpstreams runs a snapshot backfill over three
+// upstream tables through the command, with a crash: the JSON report holds
+// each barrier's phase and each table's figures and truth, the phases come
+// in order, the stats figure is shown finished only once joined, and the
+// MVs equal their tables.
+func TestBackfillSnapshotUpstreams(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "run.json")
+	out, errOut, code := runCmd(t, "backfill", "--mode", "snapshot", "--upstreams", "3", "--rows", "8000,1000,300",
+		"--workload", "mixed", "--vnodes", "8", "--barrier-rows", "256", "--update-during", "0.4",
+		"--crash-at", "6", "--json", jsonPath, "--bars", "off")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	var rep struct {
+		Parameters map[string]any `json:"parameters"`
+		MVMatches  bool           `json:"mv_matches_upstream"`
+		Crashes    int            `json:"crashes"`
+		Barriers   []barrierJSON  `json:"barriers"`
+	}
+	b, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.True(t, rep.MVMatches)
+	require.Equal(t, 1, rep.Crashes)
+	require.Equal(t, "snapshot", rep.Parameters["mode"])
+	require.Equal(t, []any{8000.0, 1000.0, 300.0}, rep.Parameters["upstream_rows"])
+	require.Contains(t, out, "[snapshot: log ")
+	require.Contains(t, out, "[joined: log ")
+	require.Contains(t, out, "[tables: ")
+	require.Regexp(t, `\[log store: log [0-9,]+ consumed`, out)
+	var phases []string
+	for _, b := range rep.Barriers {
+		if len(phases) == 0 || phases[len(phases)-1] != b.Phase {
+			phases = append(phases, b.Phase)
+		}
+		require.Equal(t, b.Phase == "joined", b.Finished, "barrier %d", b.Barrier)
+		require.Len(t, b.Upstreams, 3)
+	}
+	require.Equal(t, []string{"snapshot", "log store", "joined"}, phases)
+}
+
 func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"backfill", "--workload", "nope", "--bars", "off"},
 		{"backfill", "--delete-order", "middle", "--rows", "10", "--bars", "off"},
 		{"backfill", "--actors", "0", "--bars", "off"},
+		{"backfill", "--mode", "both", "--bars", "off"},
+		{"backfill", "--upstreams", "2", "--rows", "1,2,3", "--bars", "off"},
+		{"backfill", "--rows", "10,x", "--bars", "off"},
+		{"backfill", "--upstreams", "-1", "--bars", "off"},
 		{"backfill", "stray"},
 		{"stats"},
 		{"stats", "--dir", "x", "stray"},

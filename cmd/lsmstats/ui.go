@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 )
@@ -94,7 +95,7 @@ func (ui *progressUI) update(r *recordJSON, recovered bool) {
 			if recovered {
 				tag = "recovered at barrier"
 			}
-			fmt.Fprintf(ui.w, "%s %d: truth %.2f%%  rowcount %s  stats %s  %s\n", tag, r.Barrier, r.Truth, rc.Shown, st.Shown, rateETA(r))
+			fmt.Fprintf(ui.w, "%s %d: truth %.2f%%  rowcount %s  stats %s  %s%s\n", tag, r.Barrier, r.Truth, rc.Shown, st.Shown, rateETA(r), perUpstream(r))
 			ui.lastLine = time.Now()
 		}
 		return
@@ -109,10 +110,29 @@ func (ui *progressUI) update(r *recordJSON, recovered bool) {
 	}
 	ui.setText("truth", fmt.Sprintf("%.2f%%  (barrier %d)", r.Truth, r.Barrier))
 	ui.setText("rowcount", fmt.Sprintf("%s  raw %.2f%%", rc.Shown, rc.Raw))
-	ui.setText("stats", fmt.Sprintf("%s  raw %.2f%%  %s", st.Shown, st.Raw, rateETA(r)))
+	ui.setText("stats", fmt.Sprintf("%s  raw %.2f%%  %s%s", st.Shown, st.Raw, rateETA(r), perUpstream(r)))
 	ui.truth.SetCurrent(barValue(r.Truth))
 	ui.rowcnt.SetCurrent(barValue(rc.Pct))
 	ui.stat.SetCurrent(barValue(st.Pct))
+}
+
+// perUpstream formats each upstream table's stats figure beside the job's,
+// for a job over several ("  [tables: 41.20% 100.00% 3.10%]"), and a
+// snapshot backfill's phase and log rows ("  [log store: 1,200 consumed,
+// 800 pending]").
+func perUpstream(r *recordJSON) string {
+	s := ""
+	if r.Phase != "" {
+		s = fmt.Sprintf("  [%s: log %s consumed, %s pending]", r.Phase, thousands(float64(r.LogConsumed)), thousands(float64(r.LogPending)))
+	}
+	if len(r.Upstreams) < 2 {
+		return s
+	}
+	s += "  [tables:"
+	for _, u := range r.Upstreams {
+		s += fmt.Sprintf(" %.2f%%", backfill.FigureOf(u.Figures, "stats").Pct)
+	}
+	return s + "]"
 }
 
 // barValue is a percentage as a bar's current value, within [0, barScale].

@@ -1,0 +1,456 @@
+package backfill_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench"
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/testutil"
+	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/stretchr/testify/require"
+)
+
+// TestDataDrivenSnapshot runs backfill/testdata/snapshot/*: a small
+// snapshot backfill (JobConfig.Mode = ModeSnapshot), barrier by barrier,
+// through its phases. The truth is the scan oracle's at the snapshot epoch.
+//
+//	job workload=NAME rows=N vnodes=N actors=N barrier-rows=N [seed=N]
+//	    [during-steps=N] [checkpoint-every=N] [update-during-pct=N]
+//	                   open the store and the job (load phase included)
+//	steps n=N          run N source steps; print each checkpoint: phase,
+//	                   log rows consumed and pending, truth, vnodes, figures
+//	crash              drop the job and store without closing
+//	restart [actors=N] reopen; print the figure shown before the first barrier
+//	finish             run to the end; print the last checkpoint, the
+//	                   phases seen and whether the MV equals the upstream
+func TestDataDrivenSnapshot(t *testing.T) {
+	datadriven.Walk(t, "testdata/snapshot", func(t *testing.T, path string) {
+		var (
+			dir  = t.TempDir()
+			s    *lsm.Store
+			j    *backfill.Job
+			cfg  backfill.JobConfig
+			p    workload.Params
+			recs []backfill.Record
+		)
+		var display backfilltest.Display
+		closeAll := func() {
+			if j != nil {
+				require.NoError(t, j.Close())
+			}
+			if s != nil {
+				require.NoError(t, s.Close())
+			}
+			j, s = nil, nil
+		}
+		defer closeAll()
+		open := func(actors int) {
+			var err error
+			s, err = lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}})
+			require.NoError(t, err)
+			g, err := workload.New(p)
+			require.NoError(t, err)
+			cfg.Store, cfg.Actors = s, actors
+			cfg.Source, cfg.Oracle = workload.Source{G: g}, backfilltest.ScanOracle{Store: s, Table: 1}
+			cfg.OnCheckpoint = func(r backfill.Record) {
+				recs = append(recs, r)
+				require.NoError(t, display.Add(r))
+			}
+			j, err = backfill.OpenJob(cfg)
+			require.NoError(t, err)
+		}
+		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+			recs = nil
+			switch td.Cmd {
+			case "job":
+				var err error
+				p, err = workload.Preset(strArg(td, "workload", "uniform"), intArg(td, "rows", 40), intArg(td, "vnodes", 4), uint64(intArg(td, "seed", 1)))
+				require.NoError(t, err)
+				p.BatchRows = p.Rows
+				p.DuringSteps = intArg(td, "during-steps", 4)
+				if u := intArg(td, "update-during-pct", -1); u >= 0 {
+					p.UpdateDuring = float64(u) / 100
+				}
+				cfg = backfill.JobConfig{Mode: backfill.ModeSnapshot, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4, LogStore: 5,
+					ChunkSize: 2, BarrierRows: intArg(td, "barrier-rows", 3), CheckpointEvery: intArg(td, "checkpoint-every", 1)}
+				open(intArg(td, "actors", 1))
+				return fmt.Sprintf("backfill starts at step %d", cfg.Source.BackfillStep())
+			case "steps":
+				for range intArg(td, "n", 1) {
+					_, _, err := j.Step(context.Background())
+					require.NoError(t, err)
+				}
+				return printPhaseRecords(recs)
+			case "crash":
+				require.NoError(t, s.Close())
+				j, s = nil, nil
+				return "crashed"
+			case "restart":
+				if j != nil || s != nil {
+					closeAll()
+				}
+				open(intArg(td, "actors", cfg.Actors))
+				if r := j.Initial(); r != nil {
+					require.NoError(t, display.Add(*r))
+					return "before the first barrier:\n" + printPhaseRecords([]backfill.Record{*r})
+				}
+				return "not started"
+			case "finish":
+				res, err := j.Run(context.Background())
+				require.NoError(t, err)
+				require.NoError(t, display.Done())
+				var phases []string
+				for _, r := range res.Records {
+					if len(phases) == 0 || phases[len(phases)-1] != r.Phase {
+						phases = append(phases, r.Phase)
+					}
+				}
+				out := printPhaseRecords(res.Records[len(res.Records)-1:])
+				out += "phases: " + strings.Join(phases, " -> ") + "\n"
+				if err := j.Compare(); err != nil {
+					return out + "mv: " + err.Error()
+				}
+				return out + fmt.Sprintf("finished after %d checkpoints; mv equals upstream", len(res.Records))
+			default:
+				t.Fatalf("unknown command %s", td.Cmd)
+				return ""
+			}
+		})
+	})
+}
+
+func printPhaseRecords(recs []backfill.Record) string {
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintf(&b, "barrier %d step %d %s: log consumed %d pending %d, truth %.2f%%%s\n", r.Barrier, r.Step, r.Phase,
+			r.LogConsumed, r.LogPending, r.Truth, map[bool]string{true: " finished"}[r.Finished])
+		for _, v := range r.Vnodes {
+			if r.Phase == "snapshot" { // the vnodes are all finished after
+				fmt.Fprintf(&b, "  v%d %s\n", v.Vnode, stateString(v))
+			}
+		}
+		for _, f := range r.Figures {
+			fmt.Fprintf(&b, "  %-8s raw %6.2f%% (%.0f/%.0f) shown %s\n", f.Approach, f.Raw, f.Consumed, f.Total, f.Shown)
+		}
+	}
+	if b.Len() == 0 {
+		return "no checkpoint\n"
+	}
+	return b.String()
+}
+
+// snapshotParams are the workloads of the snapshot backfill tests: the
+// three tables of multiParams, with the churn during the backfill spread
+// over 30 steps and doubled, so that the log store holds a good share of
+// the snapshot's rows when the snapshot phase ends.
+func snapshotParams(seed uint64, scale float64) []workload.Params {
+	ps := multiParams(seed, scale)
+	for i := range ps {
+		ps[i].DuringSteps = 30
+		ps[i].UpdateDuring *= 2
+		ps[i].DeleteDuring *= 2
+		ps[i].InsertDuring *= 2
+	}
+	return ps
+}
+
+// TestSnapshotAccuracy runs a snapshot backfill over three upstream tables
+// with heavy churn, restarting it once in the log-store phase with another
+// actor count. Its stats figure (the phase-aware one) must be within 0.5 pp
+// of the truth on average and 2 pp at most; the log store must hold at
+// least 20% of the snapshot's rows when the snapshot phase ends; the
+// display rules hold (never decreasing, 100% only once joined); the phases
+// come in order; each MV equals its table at the end.
+func TestSnapshotAccuracy(t *testing.T) {
+	seed := testSeed(t)
+	ps := snapshotParams(seed, 0.2)
+	dir := t.TempDir()
+	errs := map[string]*bench.ErrorStats{}
+	var display backfilltest.Display
+	var phases []string
+	var logAtEnd, snapRows float64 // when the snapshot phase ended
+	etas := map[string]map[backfill.ETAStatus]int{}
+	record := func(r backfill.Record) {
+		if etas[r.Phase] == nil {
+			etas[r.Phase] = map[backfill.ETAStatus]int{}
+		}
+		etas[r.Phase][r.ETA.Status]++
+		require.NoError(t, display.Add(r))
+		require.GreaterOrEqual(t, r.Truth, 0.0)
+		for _, f := range r.Figures {
+			bench.AddError(errs, f, r.Truth)
+		}
+		if len(phases) == 0 || phases[len(phases)-1] != r.Phase {
+			if r.Phase == "log store" && len(phases) > 0 {
+				logAtEnd = float64(r.LogConsumed + r.LogPending)
+			}
+			phases = append(phases, r.Phase)
+		}
+		if r.Phase == "snapshot" {
+			snapRows = float64(r.SnapshotRows)
+		}
+		require.Equal(t, r.Phase == "joined", r.Finished, "finished only once joined: %s", r.Figure("stats").Shown)
+	}
+	open := func(actors int) (*lsm.Store, *backfill.Job) {
+		s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}})
+		require.NoError(t, err)
+		j, _, err := multiJobMode(s, ps, backfill.JobConfig{Mode: backfill.ModeSnapshot, Actors: actors, BarrierRows: 100,
+			OnCheckpoint: record})
+		require.NoError(t, err)
+		// Every upstream's truth comes from a scan at the epoch asked.
+		return s, j
+	}
+	s, j := open(2)
+	for len(phases) < 2 || phases[len(phases)-1] != "log store" {
+		_, _, err := j.Step(context.Background())
+		require.NoError(t, err)
+	}
+	_, _, err := j.Step(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, s.Close()) // dropped unclosed in the log-store phase
+	s, j = open(3)
+	require.NotNil(t, j.Initial())
+	record(*j.Initial())
+	res, err := j.Run(context.Background())
+	require.NoError(t, err)
+	require.True(t, res.Finished)
+	require.NoError(t, display.Done())
+	require.NoError(t, j.Compare())
+	require.NoError(t, j.Close())
+	require.NoError(t, s.Close())
+	st, rc := errs["stats"], errs["rowcount"]
+	t.Logf("phases %v; log store at the snapshot's end %.0f rows (%.0f%% of the snapshot's %.0f); stats mean %.3f max %.3f pp; rowcount mean %.3f max %.3f pp over %d checkpoints",
+		phases, logAtEnd, 100*logAtEnd/snapRows, snapRows, st.MeanPP, st.MaxPP, rc.MeanPP, rc.MaxPP, st.N)
+	require.Equal(t, []string{"snapshot", "log store", "joined"}, compact(phases))
+	// The ETA covers both phases: it forecasts in each, and says finished
+	// once joined.
+	t.Logf("ETA statuses by phase: %v", etas)
+	for _, p := range []string{"snapshot", "log store"} {
+		require.Positive(t, etas[p][backfill.ETARunning]+etas[p][backfill.ETADiverging], "an ETA in the %s phase", p)
+	}
+	require.Equal(t, len(etas["joined"]), 1)
+	require.Positive(t, etas["joined"][backfill.ETAFinished])
+	require.GreaterOrEqual(t, logAtEnd, 0.2*snapRows, "the log store holds at least 20%% of the snapshot's rows")
+	require.LessOrEqual(t, st.MeanPP, 0.5)
+	require.LessOrEqual(t, st.MaxPP, 2.0)
+}
+
+// compact drops repeats of consecutive phases (a restart repeats one).
+func compact(phases []string) []string {
+	var out []string
+	for _, p := range phases {
+		if len(out) == 0 || out[len(out)-1] != p {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+const snapChildDirEnv = "LSMSTATS_BACKFILL_SNAPSHOT_CHILD_DIR"
+
+// snapshotCrashJob opens the job of TestSnapshotCrash: a snapshot backfill
+// over three tables that stays joined for 40 steps before Run returns.
+func snapshotCrashJob(s *lsm.Store, seed uint64, actors int, onCheckpoint func(backfill.Record)) (*backfill.Job, *workload.Multi, error) {
+	return multiJobMode(s, snapshotParams(seed, 0.2), backfill.JobConfig{Mode: backfill.ModeSnapshot, Actors: actors,
+		BarrierRows: 60, TailSteps: 40, OnCheckpoint: onCheckpoint})
+}
+
+// phaseLine prints a record for the parent: "R barrier step finished
+// phase approach=pct...", the phase without its space.
+func phaseLine(kind string, r backfill.Record) string {
+	l := recordLine(kind, r)
+	f := strings.SplitN(l, " ", 5)
+	f = append(f[:4], append([]string{strings.ReplaceAll(r.Phase, " ", "-")}, f[4:]...)...)
+	return strings.Join(f, " ")
+}
+
+// snapshotCrashChild runs the job until it finishes or is killed.
+func snapshotCrashChild(dir string, actors int, seed uint64) error {
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}, MemoryWatermark: 256 << 10})
+	if err != nil {
+		return err
+	}
+	j, _, err := snapshotCrashJob(s, seed, actors, func(r backfill.Record) { fmt.Println(phaseLine("R", r)) })
+	if err != nil {
+		_ = s.Close()
+		return err
+	}
+	if r := j.Initial(); r != nil {
+		fmt.Println(phaseLine("I", *r))
+	}
+	if _, err := j.Run(context.Background()); err != nil {
+		return err
+	}
+	fmt.Println("D")
+	return errorsCombine(j.Close(), s.Close())
+}
+
+// TestSnapshotCrash kills a child process running a snapshot backfill over
+// three upstream tables with SIGKILL, at least 5 times in each phase
+// (snapshot, log store, joined: a kill counts for the phase of the last
+// checkpoint the child reported), at random moments after 1 or 2
+// checkpoints, restarting it with 1 to 3 actors. The display rules hold over
+// every run's records (never decreasing, 100% only once joined); the phases
+// never go back; at the end each table's MV equals it, and each table is
+// its workload to the committed step.
+func TestSnapshotCrash(t *testing.T) {
+	seed := testSeed(t)
+	r := rand.New(rand.NewPCG(seed, 24))
+	perPhase := max(5, *crashesFlag/2)
+	dir := t.TempDir()
+	var display backfilltest.Display
+	kills := map[string]int{}
+	order := map[string]int{"snapshot": 0, "log-store": 1, "joined": 2}
+	phase := "snapshot"
+	for run := 0; ; run++ {
+		require.Less(t, run, 200, "the job does not finish")
+		actors := 1 + r.IntN(3)
+		c := testutil.StartChild(t, os.Stderr, snapChildDirEnv+"="+dir, childActorsEnv+"="+strconv.Itoa(actors),
+			childSeedEnv+"="+strconv.FormatUint(seed, 10))
+		var lines []string
+		target := 1 + r.IntN(2)
+		handle := func(l string) bool {
+			lines = append(lines, l)
+			if l[0] == 'R' || l[0] == 'I' {
+				p := strings.Fields(l)[4]
+				require.GreaterOrEqual(t, order[p], order[phase], "the phase went back: %s", l)
+				phase = p
+			}
+			if l[0] == 'R' {
+				target--
+			}
+			return kills[phase] < perPhase && target <= 0 || l[0] == 'D' || l[0] == 'E'
+		}
+		c.ReadUntil(2*time.Minute, handle)
+		kill := kills[phase] < perPhase && len(lines) > 0 && lines[len(lines)-1][0] == 'R'
+		killedIn := phase
+		if kill {
+			c.KillAfter(t, time.Duration(r.IntN(20000))*time.Microsecond, func(l string) { handle(l) })
+		} else {
+			for l := range c.Lines() {
+				handle(l)
+			}
+		}
+		end := c.Wait()
+		finished := false
+		for _, l := range lines {
+			switch l[0] {
+			case 'E':
+				t.Fatalf("child failed: %s", l)
+			case 'R', 'I':
+				f := strings.Fields(l)
+				rec := parseRecordLine(t, strings.Join(append(f[:4:4], f[5:]...), " "))
+				require.NoError(t, display.Add(rec), "run %d: %s", run, l)
+			case 'D':
+				finished = true
+			}
+		}
+		if finished {
+			require.NoError(t, end.Err)
+			break
+		}
+		require.True(t, end.Killed, "run %d ended without finishing: %+v", run, end)
+		kills[killedIn]++
+	}
+	require.NoError(t, display.Done())
+	t.Logf("kills by phase: %v", kills)
+	for _, p := range []string{"snapshot", "log-store", "joined"} {
+		require.GreaterOrEqual(t, kills[p], perPhase, "kills in the %s phase", p)
+	}
+
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}})
+	require.NoError(t, err)
+	defer s.Close()
+	ps := snapshotParams(seed, 0.2)
+	j, src, err := snapshotCrashJob(s, seed, 2, nil)
+	require.NoError(t, err)
+	require.True(t, j.Finished())
+	require.NoError(t, j.Compare())
+	rep, err := s.Verify()
+	require.NoError(t, err)
+	require.Empty(t, rep.Differences)
+	straight := make([]*workload.Generator, len(ps))
+	for i, p := range ps {
+		straight[i], err = workload.New(p)
+		require.NoError(t, err)
+	}
+	ref := workload.NewMulti(straight...)
+	for ref.Step() < src.Step() {
+		_, err := ref.Next(context.Background())
+		require.NoError(t, err)
+	}
+	for i := range ps {
+		require.Equal(t, straight[i].LiveRows(), s.Stats().Live.Table(uint32(1+i)).Rows, "upstream %d", i)
+	}
+	require.NoError(t, j.Close())
+}
+
+// TestSnapshotPinHoldsGC runs a garbage-collection pass of the upstream
+// table at every checkpoint of a snapshot backfill with churn: during the
+// snapshot phase no pass collects above the snapshot epoch (the job's pin
+// holds it back, and the snapshot stays readable at it), and once the
+// phase ended the passes go past it (the pin was released). The MV equals
+// the upstream at the end.
+func TestSnapshotPinHoldsGC(t *testing.T) {
+	p, err := workload.Preset("update-churn", 3000, 8, testSeed(t))
+	require.NoError(t, err)
+	p.DuringSteps = 20
+	p.UpdateDuring = 1
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+	require.NoError(t, err)
+	defer s.Close()
+	g, err := workload.New(p)
+	require.NoError(t, err)
+	var recs []backfill.Record
+	j, err := backfill.OpenJob(backfill.JobConfig{Mode: backfill.ModeSnapshot, Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
+		LogStore: 5, Actors: 2, BarrierRows: 100, Source: workload.Source{G: g}, Oracle: backfilltest.ScanOracle{Store: s, Table: 1},
+		OnCheckpoint: func(r backfill.Record) { recs = append(recs, r) }})
+	require.NoError(t, err)
+	var snapEpoch uint64
+	gcDuring, gcAfter := 0, 0
+	for !j.Finished() {
+		_, ok, err := j.Step(context.Background())
+		require.NoError(t, err)
+		if !ok {
+			continue
+		}
+		r := recs[len(recs)-1]
+		if snapEpoch == 0 {
+			snapEpoch = r.Epoch - 1 // the committed epoch when the job started
+		}
+		res, err := s.GC(context.Background(), lsm.GCRequest{Table: 1})
+		require.NoError(t, err)
+		if r.Phase == "snapshot" && !allFinished(r) {
+			require.LessOrEqual(t, res.SafeEpoch, snapEpoch, "a pass collected above the pinned snapshot epoch")
+			require.LessOrEqual(t, s.GCEpoch(), snapEpoch)
+			gcDuring++
+		} else if r.Phase != "snapshot" {
+			require.Greater(t, res.SafeEpoch, snapEpoch, "the pin outlived the snapshot phase")
+			gcAfter++
+		}
+	}
+	require.Positive(t, gcDuring)
+	require.Positive(t, gcAfter)
+	require.NoError(t, j.Compare())
+	require.NoError(t, backfilltest.CheckDisplay(recs))
+	require.NoError(t, j.Close())
+}
+
+func allFinished(r backfill.Record) bool {
+	for _, v := range r.Vnodes {
+		if !v.Finished {
+			return false
+		}
+	}
+	return true
+}
