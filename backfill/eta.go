@@ -1204,15 +1204,27 @@ func (r *etaRate) reseed(rate, tau, weight, dt float64) {
 // to come (RateChanges), which the record does not hold. A record without
 // estimates gives an observation without figures.
 func RecordObservation(rec Record, run uint64, actors, vnodes int) ETAObservation {
-	o := ETAObservation{Time: rec.Time, Run: run, Actors: actors, RateLimit: rec.RateLimit,
-		Parts: make([]ETAFigure, actors)}
-	o.SnapshotRows, o.Finished = rec.SnapshotRows, rec.Finished
 	owner := make([]int, vnodes)
 	for i, vn := range vnodeRanges(vnodes, actors) {
 		for it := vn.Iterator(); it.HasNext(); {
 			owner[it.Next()] = i
 		}
 	}
+	return observation(rec, run, actors, func(v VnodeState) (int, bool) {
+		if int(v.Vnode) >= len(owner) {
+			return 0, false
+		}
+		return owner[v.Vnode], true
+	})
+}
+
+// observation is the ETA observation of a record for run run of a job with
+// actors actors: the account of the job and, by ownerOf (the actor of a
+// vnode's state, false for none), of each actor.
+func observation(rec Record, run uint64, actors int, ownerOf func(VnodeState) (int, bool)) ETAObservation {
+	o := ETAObservation{Time: rec.Time, Run: run, Actors: actors, RateLimit: rec.RateLimit,
+		Parts: make([]ETAFigure, actors)}
+	o.SnapshotRows, o.Finished = rec.SnapshotRows, rec.Finished
 	for i := range o.Parts {
 		o.Parts[i].Finished = true
 	}
@@ -1225,10 +1237,11 @@ func RecordObservation(rec Record, run uint64, actors, vnodes int) ETAObservatio
 		o.ConsumedLow += e.Lower
 		o.ConsumedHigh += e.Upper
 		o.Total += e.Total
-		if int(v.Vnode) >= len(owner) {
+		a, ok := ownerOf(v)
+		if !ok || a >= actors {
 			continue
 		}
-		p := &o.Parts[owner[v.Vnode]]
+		p := &o.Parts[a]
 		p.Consumed += e.Consumed
 		p.ConsumedLow += e.Lower
 		p.ConsumedHigh += e.Upper

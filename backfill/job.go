@@ -1207,6 +1207,7 @@ func (j *Job) observeETA(rec Record) ETAForecast {
 			o := ETAObservation{Time: rec.Time, Run: j.run, Actors: len(j.actors), RateLimit: rec.RateLimit}
 			o.Consumed, o.ConsumedLow, o.ConsumedHigh, o.Total = f.Consumed, f.Consumed, f.Consumed, f.Total
 			o.SnapshotRows, o.Finished = rec.SnapshotRows+rec.LogConsumed, rec.Finished
+			o.RateChanges = j.cfg.RateChanges[j.changes:]
 			fc, _ := j.eta.Observe(o)
 			return fc
 		}
@@ -1215,34 +1216,13 @@ func (j *Job) observeETA(rec Record) ETAForecast {
 	if rec.Estimates == nil {
 		return ETAForecast{Time: rec.Time}
 	}
-	o := ETAObservation{Time: rec.Time, Run: j.run, Actors: len(j.actors), RateLimit: rec.RateLimit,
-		Parts: make([]ETAFigure, len(j.actors))}
-	o.SnapshotRows, o.Finished = rec.SnapshotRows, rec.Finished
+	o := observation(rec, j.run, len(j.actors), func(v VnodeState) (int, bool) {
+		if v.Upstream >= len(j.ups) || int(v.Vnode) >= len(j.ups[v.Upstream].owner) {
+			return 0, false
+		}
+		return j.ups[v.Upstream].owner[v.Vnode], true
+	})
 	o.RateChanges = j.cfg.RateChanges[j.changes:] // the scheduled limits still to come
-	for i := range o.Parts {
-		o.Parts[i].Finished = true
-	}
-	for i, v := range rec.Vnodes {
-		e := rec.Estimates[i]
-		o.Consumed += e.Consumed
-		o.ConsumedLow += e.Lower
-		o.ConsumedHigh += e.Upper
-		o.Total += e.Total
-		if v.Upstream >= len(j.ups) {
-			continue
-		}
-		owner := j.ups[v.Upstream].owner
-		if int(v.Vnode) >= len(owner) || owner[v.Vnode] >= len(o.Parts) {
-			continue
-		}
-		p := &o.Parts[owner[v.Vnode]]
-		p.Consumed += e.Consumed
-		p.ConsumedLow += e.Lower
-		p.ConsumedHigh += e.Upper
-		p.Total += e.Total
-		p.SnapshotRows += v.RowCount
-		p.Finished = p.Finished && v.Finished
-	}
 	fc, _ := j.eta.Observe(o)
 	return fc
 }
