@@ -23,6 +23,8 @@ BenchmarkScale/rows=4M/workload=uniform-2  1  2e9 ns/op  80000 rows/s  0.2 x-of-
 BenchmarkScale/rows=1M/workload=uniform-2  1  2e9 ns/op  90000 rows/s  0.21 x-of-raw-pebble
 BenchmarkETA/workload=steady-unlimited-2  1  6615339902 ns/op  53.00 checkpoints  41.51 eta-coverage-%  22.62 eta-median-err-%  34.04 eta-p90-err-%  0 eta-under-1m  88.68 plain-coverage-%  22.65 plain-median-err-%  34.03 plain-p90-err-%  0 plain-under-1m  11806 rows/s
 BenchmarkETA/workload=steady-2  1  24297139041 ns/op  53.00 checkpoints  79.25 eta-coverage-%  9.744 eta-median-err-%  15.37 eta-p90-err-%  0 eta-under-1m  90 plain-coverage-%  4 plain-median-err-%  9 plain-p90-err-%  0 plain-under-1m  798.4 rows/s  99.8 limit-share-%
+BenchmarkMultiUpstream/rows=1000000+20000+5000-2  1  7.5e10 ns/op  225 checkpoints  0.0017 err-mean-pp  0.0073 err-max-pp  25.7 rowcount-err-mean-pp  50.2 rowcount-err-max-pp
+BenchmarkSnapshotBackfill/rows=200000+20000+5000-2  1  3e10 ns/op  45 checkpoints-snapshot  40 checkpoints-log-store  2 checkpoints-joined  0 err-mean-pp  0 err-max-pp  25 rowcount-err-mean-pp  62 rowcount-err-max-pp  19 log-pct-at-snapshot-end
 BenchmarkETA/workload=crash-rescale-2  1  24297139041 ns/op  40.00 checkpoints  85 eta-coverage-%  12.5 eta-median-err-%  30 eta-p90-err-%  1 eta-under-1m  800 rows/s  100 limit-share-%
 `
 	path := filepath.Join(t.TempDir(), "bench.txt")
@@ -37,7 +39,12 @@ BenchmarkETA/workload=crash-rescale-2  1  24297139041 ns/op  40.00 checkpoints  
 	renderScale(&scale, m)
 	var eta strings.Builder
 	renderETA(&eta, m)
-	table := render(m) + scale.String() + eta.String()
+	var jobs strings.Builder
+	renderJobs(&jobs, m)
+	table := render(m) + scale.String() + eta.String() + jobs.String()
+	if strings.Contains(render(m), "BenchmarkMultiUpstream") {
+		t.Errorf("the job kinds' table is its own block, not the results block's")
+	}
 	if strings.Contains(render(m), "BenchmarkETA") {
 		t.Errorf("the ETA table is its own block, not the results block's")
 	}
@@ -68,6 +75,9 @@ BenchmarkETA/workload=crash-rescale-2  1  24297139041 ns/op  40.00 checkpoints  
 		"| steady | 798 (100%) | 53 | backfill.PlainETA | 4.0% | 9.0% | 90% | 0 | yes |",
 		"| crash-rescale | 800 (100%) | 40 | backfill.ETA (the job's) | 12.5% | 30.0% | 85% | 1 | no: median, p90, < 1 min |",
 		"| steady-unlimited | 11806 | 53 | backfill.PlainETA | 22.6% | 34.0% | 89% | 0 | — (no limit) |",
+		"| several upstreams (BenchmarkMultiUpstream) | 1M + 20k + 5k | 225 | — | 0.0017 | 0.0073 | 25.7 | 50.2 | yes |",
+		// A log store under 20% of the snapshot misses the goal.
+		"| snapshot backfill (BenchmarkSnapshotBackfill) | 200k + 20k + 5k | 87 | 19% | 0.0000 | 0.0000 | 25.0 | 62.0 | no |",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
