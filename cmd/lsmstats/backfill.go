@@ -794,11 +794,14 @@ func printSummary(w io.Writer, rep *report) {
 		if rc.MeanPP < st.MeanPP {
 			closer, other, a, b = "row-count", "stats", rc, st
 		}
-		ratio := "∞"
-		if a.MeanPP > 0 {
-			ratio = fmt.Sprintf("%.0f×", b.MeanPP/a.MeanPP)
+		ratio := "none: it was exact at every checkpoint"
+		switch {
+		case a.MeanPP > 0:
+			ratio = fmt.Sprintf("%.0f× smaller", b.MeanPP/a.MeanPP)
+		case a.MaxPP > 0:
+			ratio = "none on average"
 		}
-		fmt.Fprintf(w, "\nThe %s approach was closer to the truth: mean error %.3f pp vs %.3f pp (%s smaller), max %.3f pp vs %.3f pp, than the %s approach.\n",
+		fmt.Fprintf(w, "\nThe %s approach was closer to the truth: mean error %.3f pp vs %.3f pp (%s), max %.3f pp vs %.3f pp, than the %s approach.\n",
 			closer, a.MeanPP, b.MeanPP, ratio, a.MaxPP, b.MaxPP, other)
 	}
 	match := "yes"

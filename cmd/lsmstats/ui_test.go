@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/bench"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,4 +42,26 @@ func TestBarsNeverPassTheirTotal(t *testing.T) {
 	require.Equal(t, int64(barScale), barValue(120))
 	require.Equal(t, int64(0), barValue(-3))
 	require.Equal(t, int64(barScale/2), barValue(50))
+}
+
+// TestSummaryComparison: the summary's verdict names the closer approach
+// and by how much, and says so plainly when it was exact rather than
+// "∞ smaller".
+func TestSummaryComparison(t *testing.T) {
+	for _, c := range []struct {
+		stats, rowcount bench.ErrorStats
+		want            string
+	}{
+		{bench.ErrorStats{MeanPP: 0.05, MaxPP: 0.2}, bench.ErrorStats{MeanPP: 10, MaxPP: 40},
+			"The stats approach was closer to the truth: mean error 0.050 pp vs 10.000 pp (200× smaller), max 0.200 pp vs 40.000 pp, than the row-count approach."},
+		{bench.ErrorStats{}, bench.ErrorStats{MeanPP: 24.4, MaxPP: 61.4},
+			"The stats approach was closer to the truth: mean error 0.000 pp vs 24.400 pp (none: it was exact at every checkpoint), max 0.000 pp vs 61.400 pp, than the row-count approach."},
+		{bench.ErrorStats{MeanPP: 3, MaxPP: 5}, bench.ErrorStats{MeanPP: 1, MaxPP: 2},
+			"The row-count approach was closer to the truth: mean error 1.000 pp vs 3.000 pp (3× smaller), max 2.000 pp vs 5.000 pp, than the stats approach."},
+	} {
+		st, rc := c.stats, c.rowcount
+		var out bytes.Buffer
+		printSummary(&out, &report{Error: map[string]*bench.ErrorStats{"stats": &st, "rowcount": &rc}, Cost: map[string]costJSON{}})
+		require.Contains(t, out.String(), c.want)
+	}
 }
