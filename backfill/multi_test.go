@@ -296,23 +296,10 @@ const multiChildDirEnv = "LSMSTATS_BACKFILL_MULTI_CHILD_DIR"
 // multiCrashChild runs the job of TestMultiUpstreamCrash until it finishes
 // or is killed, with the actor count the parent asks for.
 func multiCrashChild(dir string, actors int, seed uint64) error {
-	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}, MemoryWatermark: 256 << 10})
-	if err != nil {
-		return err
-	}
-	j, _, err := multiJob(s, multiParams(seed, 0.2), actors, 60, func(r backfill.Record) { fmt.Println(recordLine("R", r)) })
-	if err != nil {
-		_ = s.Close()
-		return err
-	}
-	if r := j.Initial(); r != nil {
-		fmt.Println(recordLine("I", *r))
-	}
-	if _, err := j.Run(context.Background()); err != nil {
-		return err
-	}
-	fmt.Println("D")
-	return errorsCombine(j.Close(), s.Close())
+	return runJobChild(dir, recordLine, func(s *lsm.Store, onCheckpoint func(backfill.Record)) (*backfill.Job, error) {
+		j, _, err := multiJob(s, multiParams(seed, 0.2), actors, 60, onCheckpoint)
+		return j, err
+	})
 }
 
 // TestMultiUpstreamCrash kills a child process running a job over three

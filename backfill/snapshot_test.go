@@ -276,23 +276,10 @@ func phaseLine(kind string, r backfill.Record) string {
 
 // snapshotCrashChild runs the job until it finishes or is killed.
 func snapshotCrashChild(dir string, actors int, seed uint64) error {
-	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}, MemoryWatermark: 256 << 10})
-	if err != nil {
-		return err
-	}
-	j, _, err := snapshotCrashJob(s, seed, actors, func(r backfill.Record) { fmt.Println(phaseLine("R", r)) })
-	if err != nil {
-		_ = s.Close()
-		return err
-	}
-	if r := j.Initial(); r != nil {
-		fmt.Println(phaseLine("I", *r))
-	}
-	if _, err := j.Run(context.Background()); err != nil {
-		return err
-	}
-	fmt.Println("D")
-	return errorsCombine(j.Close(), s.Close())
+	return runJobChild(dir, phaseLine, func(s *lsm.Store, onCheckpoint func(backfill.Record)) (*backfill.Job, error) {
+		j, _, err := snapshotCrashJob(s, seed, actors, onCheckpoint)
+		return j, err
+	})
 }
 
 // TestSnapshotCrash kills a child process running a snapshot backfill over

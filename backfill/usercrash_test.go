@@ -79,17 +79,28 @@ func parseRecordLine(t *testing.T, l string) backfill.Record {
 // userCrashChild runs the job of TestUserTableCrash until it finishes or is
 // killed.
 func userCrashChild(dir string) error {
+	return runJobChild(dir, recordLine, func(s *lsm.Store, onCheckpoint func(backfill.Record)) (*backfill.Job, error) {
+		return userCrashJob(s, newUserCrashSource(), onCheckpoint)
+	})
+}
+
+// runJobChild is the body of a crash test's child process: it opens the
+// store in dir and the job (open, given the checkpoint printer), prints the
+// figure recovered at open ("I"), every checkpoint's ("R") as line formats
+// them, and "D" once the job finished, then closes both.
+func runJobChild(dir string, line func(kind string, r backfill.Record) string,
+	open func(s *lsm.Store, onCheckpoint func(backfill.Record)) (*backfill.Job, error)) error {
 	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}, MemoryWatermark: 256 << 10})
 	if err != nil {
 		return err
 	}
-	j, err := userCrashJob(s, newUserCrashSource(), func(r backfill.Record) { fmt.Println(recordLine("R", r)) })
+	j, err := open(s, func(r backfill.Record) { fmt.Println(line("R", r)) })
 	if err != nil {
 		_ = s.Close()
 		return err
 	}
 	if r := j.Initial(); r != nil {
-		fmt.Println(recordLine("I", *r))
+		fmt.Println(line("I", *r))
 	}
 	if _, err := j.Run(context.Background()); err != nil {
 		return err
