@@ -335,17 +335,7 @@ func TestMultiUpstreamCrash(t *testing.T) {
 			c.KillAfter(t, time.Duration(r.IntN(20000))*time.Microsecond, func(l string) { handle(l) })
 		}
 		end := c.Wait()
-		finished := false
-		for _, l := range lines {
-			switch l[0] {
-			case 'E':
-				t.Fatalf("child failed: %s", l)
-			case 'R', 'I':
-				require.NoError(t, display.Add(parseRecordLine(t, l)), "run %d: %s", run, l)
-			case 'D':
-				finished = true
-			}
-		}
+		finished := addChildLines(t, &display, run, lines, func(l string) backfill.Record { return parseRecordLine(t, l) })
 		if finished {
 			require.NoError(t, end.Err)
 			break

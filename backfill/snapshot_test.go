@@ -329,19 +329,10 @@ func TestSnapshotCrash(t *testing.T) {
 			}
 		}
 		end := c.Wait()
-		finished := false
-		for _, l := range lines {
-			switch l[0] {
-			case 'E':
-				t.Fatalf("child failed: %s", l)
-			case 'R', 'I':
-				f := strings.Fields(l)
-				rec := parseRecordLine(t, strings.Join(append(f[:4:4], f[5:]...), " "))
-				require.NoError(t, display.Add(rec), "run %d: %s", run, l)
-			case 'D':
-				finished = true
-			}
-		}
+		finished := addChildLines(t, &display, run, lines, func(l string) backfill.Record {
+			f := strings.Fields(l) // phaseLine: the phase is the fifth field
+			return parseRecordLine(t, strings.Join(append(f[:4:4], f[5:]...), " "))
+		})
 		if finished {
 			require.NoError(t, end.Err)
 			break

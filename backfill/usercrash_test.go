@@ -84,6 +84,24 @@ func userCrashChild(dir string) error {
 	})
 }
 
+// addChildLines adds the records a crash test's child printed ("R", "I";
+// parse reads one) to display, fails the test on the child's "E" line, and
+// reports whether the child printed "D": its job finished.
+func addChildLines(t *testing.T, display *backfilltest.Display, run int, lines []string, parse func(string) backfill.Record) (finished bool) {
+	t.Helper()
+	for _, l := range lines {
+		switch l[0] {
+		case 'E':
+			t.Fatalf("child failed: %s", l)
+		case 'R', 'I':
+			require.NoError(t, display.Add(parse(l)), "run %d: %s", run, l)
+		case 'D':
+			finished = true
+		}
+	}
+	return finished
+}
+
 // runJobChild is the body of a crash test's child process: it opens the
 // store in dir and the job (open, given the checkpoint printer), prints the
 // figure recovered at open ("I"), every checkpoint's ("R") as line formats
