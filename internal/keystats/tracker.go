@@ -140,6 +140,10 @@ type Tracker struct {
 	mustList       atomic.Bool
 	// listings counts the refreshes that listed the DB's SSTs.
 	listings atomic.Uint64
+	// flushedSeq is the largest sequence number that a finished flush
+	// wrote into an SST: batches at or below it leave the Version at the
+	// next listing (unflushed.go).
+	flushedSeq atomic.Uint64
 	// failed holds the error of the last refresh if it failed (nil after a
 	// refresh that succeeded).
 	failed atomic.Pointer[error]
@@ -209,7 +213,10 @@ func (t *Tracker) signalRefresh() {
 // numbers for its delta, see delta.go).
 func (t *Tracker) EventListener() pebble.EventListener {
 	return pebble.EventListener{
-		FlushEnd: func(pebble.FlushInfo) { t.notify() },
+		FlushEnd: func(info pebble.FlushInfo) {
+			t.recordFlush(info)
+			t.notify()
+		},
 		CompactionEnd: func(info pebble.CompactionInfo) {
 			t.recordCompaction(info)
 			t.mustList.Store(true)
@@ -352,7 +359,7 @@ func (t *Tracker) refreshLocked() error {
 	events := t.events.Load()
 	t.listings.Add(1)
 	base := t.current.Load()
-	l := loader{cfg: &t.cfg, cache: map[uint64]*liveFile{}}
+	l := loader{cfg: &t.cfg, cache: map[uint64]*liveFile{}, flushedSeq: t.flushedSeq.Load()}
 	v, err := l.derive(context.Background(), db, base)
 	if err != nil {
 		t.failed.Store(&err)
@@ -449,10 +456,12 @@ func listSSTs(db *pebble.DB) ([]sstRef, error) {
 }
 
 // loader reads files for one refresh (or recomputation); cache keeps the
-// files it read across listing attempts.
+// files it read across listing attempts. The unflushed batches of the base
+// Version at or below flushedSeq leave it (unflushed.go).
 type loader struct {
-	cfg   *TrackerConfig
-	cache map[uint64]*liveFile
+	cfg        *TrackerConfig
+	cache      map[uint64]*liveFile
+	flushedSeq uint64
 }
 
 // derive lists db's SSTs and returns the Version that follows base.
@@ -512,10 +521,18 @@ func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, final b
 			j++
 		}
 	}
-	if len(added) == 0 && len(removed) == 0 && !anyMoved {
+	mem := base.mem
+	flushed := 0
+	for flushed < len(mem) && mem[flushed].batchSeq <= l.flushedSeq {
+		flushed++
+	}
+	if len(added) == 0 && len(removed) == 0 && !anyMoved && flushed == 0 {
 		return base, nil // nothing changed: keep the Version
 	}
 	b := newBuilder(base)
+	for _, f := range mem[:flushed] {
+		b.apply(f, false)
+	}
 	for _, f := range removed {
 		b.apply(f, false)
 	}
@@ -528,7 +545,7 @@ func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, final b
 			rebuilt = append(rebuilt, FileError{FileNum: f.info.FileNum, Err: f.rebuildErr})
 		}
 	}
-	return b.finish(files, rebuilt), nil
+	return b.finish(files, rebuilt, mem[flushed:len(mem):len(mem)]), nil
 }
 
 func (l *loader) path(fileNum uint64) string {

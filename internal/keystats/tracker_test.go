@@ -257,7 +257,7 @@ func physVersionOf(base *Version, add, remove []*liveFile, files []*liveFile) *V
 	for _, f := range add {
 		b.apply(f, true)
 	}
-	return b.finish(files, nil)
+	return b.finish(files, nil, nil)
 }
 
 // TestVersionIncrementalUnit: random add/remove sequences over summaries

@@ -51,6 +51,10 @@ const (
 	// Pebble's NumEntries; the file's keys were classified instead. The
 	// Version lists these files in Rebuilt.
 	FromRebuild
+	// FromMemtable: not a file but a part of a batch committed through the
+	// memtable and not flushed yet; its keys were classified as the batch
+	// was built (unflushed.go).
+	FromMemtable
 )
 
 func (s SummarySource) String() string {
@@ -61,6 +65,8 @@ func (s SummarySource) String() string {
 		return "virtual-scan"
 	case FromRebuild:
 		return "rebuilt"
+	case FromMemtable:
+		return "memtable"
 	default:
 		return fmt.Sprintf("SummarySource(%d)", uint8(s))
 	}
@@ -153,6 +159,7 @@ type RangeCounts struct {
 type Version struct {
 	gen     uint64
 	files   []*liveFile // sorted by FileNum
+	mem     []*liveFile // unflushed batches' parts, in sequence order
 	tables  []*tableState
 	rebuilt []FileError // sorted by FileNum
 }
@@ -164,6 +171,8 @@ type liveFile struct {
 	values []uint64
 	// rebuildErr is why the summary was rebuilt from keys (FromRebuild).
 	rebuildErr error
+	// batchSeq is an unflushed part's batch's first sequence number.
+	batchSeq uint64
 }
 
 type tableState struct {
@@ -701,7 +710,7 @@ func (b *builder) apply(f *liveFile, add bool) {
 
 // finish drops empty tables and trailing empty chunks and returns the
 // Version.
-func (b *builder) finish(files []*liveFile, rebuilt []FileError) *Version {
+func (b *builder) finish(files []*liveFile, rebuilt []FileError, mem []*liveFile) *Version {
 	tables := b.tables[:0]
 	for _, t := range b.tables {
 		if t.gen == b.gen {
@@ -720,7 +729,7 @@ func (b *builder) finish(files []*liveFile, rebuilt []FileError) *Version {
 		tables = append(tables, t)
 	}
 	clear(b.tables[len(tables):])
-	return &Version{gen: b.gen, files: files, tables: tables, rebuilt: rebuilt}
+	return &Version{gen: b.gen, files: files, mem: mem, tables: tables, rebuilt: rebuilt}
 }
 
 func (c *vnodeChunk) empty() bool {
