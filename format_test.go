@@ -75,9 +75,11 @@ func TestFormatFixture(t *testing.T) {
 // buildFixtureStore writes a small store into dir, the same bytes every
 // time: two tables (a composite (bytes, u64) pk distributed by its first
 // column, and a u64 pk), three checkpoints of inserts, updates and
-// deletes, no compaction. It returns the store's directory.
+// deletes, no compaction, each checkpoint ingested as its own SSTs (the
+// payloads of one flushed SST would encode the same way). It returns the
+// store's directory.
 func buildFixtureStore(t *testing.T, dir string) string {
-	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}, Pebble: func(o *pebble.Options) {
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}, CommitBatchBytes: -1, Pebble: func(o *pebble.Options) {
 		o.DisableAutomaticCompactions = true
 	}})
 	require.NoError(t, err)

@@ -277,6 +277,7 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 				require.Empty(t, rep.Differences, when)
 				notes := strings.Join(rep.Notes, "\n")
 				require.Contains(t, notes, "statistics rebuilt from its keys", when)
+				st = s.Stats() // Verify flushed the checkpoints committed as batches
 				if all {
 					require.Len(t, st.Physical.Rebuilt(), st.Physical.NumFiles(), "%s: every SST", when)
 				} else {

@@ -18,16 +18,19 @@ import (
 // Commit makes every sealed epoch <= epoch of every writer durable and
 // visible, atomically, and records epoch as the committed epoch.
 //
-// It merges the in-memory pieces and the staged spills of those epochs into
-// non-overlapping SSTs, followed by the metadata (committed epoch, high-water
-// mark, changed live-statistics buckets), and ingests them all in one Pebble
-// Ingest call: one MANIFEST edit, so a crash leaves either all of the
-// checkpoint or none of it. When Commit returns, the physical statistics
-// include the new SSTs, unless reading their properties failed: the
-// checkpoint is durable all the same, so Commit returns nil, and
-// Stats().PhysicalErr reports the failure until the statistics tracker's
-// background retry succeeds. On error nothing is visible and the buffers are
-// kept, so Commit can be retried.
+// It merges the in-memory pieces and the staged spills of those epochs in
+// key order, followed by the metadata (committed epoch, high-water mark,
+// changed live-statistics buckets). A checkpoint without spills and smaller
+// than Options.CommitBatchBytes is committed as one synced Pebble batch
+// (WAL and memtable); any other is written into non-overlapping SSTs and
+// ingested in one Pebble Ingest call (one MANIFEST edit). Either way a
+// crash leaves all of the checkpoint or none of it. When Commit returns,
+// the physical statistics include the checkpoint (a batch's summary until
+// its flush, see keystats' unflushed.go), unless reading an ingested SST's
+// properties failed: the checkpoint is durable all the same, so Commit
+// returns nil, and Stats().PhysicalErr reports the failure until the
+// statistics tracker's background retry succeeds. On error nothing is
+// visible and the buffers are kept, so Commit can be retried.
 func (s *Store) Commit(epoch uint64) error {
 	if err := s.checkWritable(); err != nil {
 		return err
@@ -51,9 +54,19 @@ func (s *Store) Commit(epoch uint64) error {
 	hwm := max(s.mu.hwm, epoch)
 	s.mu.Unlock()
 	batch := live.Begin()
-	out := s.newOutput()
-	if err := s.writeData(out, bufs, batch); err != nil {
-		out.abort()
+	var sk sink
+	if s.commitsAsBatch(bufs) {
+		// Pebble's write stall, bounded: a commit whose memtable write
+		// could wait without end fails instead, with its buffers kept.
+		if err := s.waitForMemtable(); err != nil {
+			return errors.Wrapf(err, "lsmstats: commit of epoch %d", epoch)
+		}
+		sk = &batchSink{b: s.db.NewBatch()}
+	} else {
+		sk = s.newOutput()
+	}
+	if err := s.writeData(sk, bufs, batch); err != nil {
+		sk.abort()
 		return err
 	}
 	batch.Normalize()
@@ -63,19 +76,31 @@ func (s *Store) Commit(epoch uint64) error {
 	)
 	slices.SortFunc(meta, func(a, b keystats.MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
 	for _, e := range meta {
-		if err := out.addMeta(e); err != nil {
-			out.abort()
+		if err := sk.addMeta(e); err != nil {
+			sk.abort()
 			return err
 		}
 	}
-	s.waitForL0()
-	if err := s.ingest(out, "checkpoint of epoch %d", epoch); err != nil {
-		return err
+	var unflushed *batchSink
+	switch sk := sk.(type) {
+	case *batchSink:
+		if err := sk.commit(epoch); err != nil {
+			return err
+		}
+		unflushed = sk
+	case *output:
+		s.waitForL0()
+		if err := s.ingest(sk, "checkpoint of epoch %d", epoch); err != nil {
+			return err
+		}
 	}
 
 	// The checkpoint is durable: publish it with its statistics. statsMu
 	// makes Stats see the physical and live sides of one checkpoint.
 	s.statsMu.Lock()
+	if unflushed != nil {
+		s.tracker.AddUnflushed(unflushed.seq, &unflushed.sum)
+	}
 	if err := s.tracker.RefreshSignalled(); err != nil {
 		s.logf("lsmstats: refresh statistics after commit %d: %v", epoch, err)
 	}
@@ -137,7 +162,7 @@ func (s *Store) drop(bufs []*epochBuf) {
 
 // writeData merges every piece of bufs into out in key order and adds each
 // entry's live delta to the batch.
-func (s *Store) writeData(out *output, bufs []*epochBuf, batch *keystats.LiveBatch) error {
+func (s *Store) writeData(out sink, bufs []*epochBuf, batch *keystats.LiveBatch) error {
 	var h sourceHeap
 	defer func() {
 		for _, src := range h {
@@ -200,6 +225,77 @@ func (s *Store) writeData(out *output, bufs []*epochBuf, batch *keystats.LiveBat
 			heap.Pop(&h)
 		}
 	}
+	return nil
+}
+
+// sink receives a checkpoint's keys in key order, then its metadata in key
+// order: the SSTs of an ingestion (output) or one Pebble batch (batchSink).
+type sink interface {
+	set(key, value []byte) error
+	addMeta(e keystats.MetaEntry) error
+	abort()
+}
+
+// commitsAsBatch reports whether a checkpoint of bufs goes through one
+// Pebble batch: no spilled pieces (they are SSTs already), and less buffered
+// data than Options.CommitBatchBytes.
+func (s *Store) commitsAsBatch(bufs []*epochBuf) bool {
+	limit := s.opts.CommitBatchBytes
+	if limit < 0 {
+		return false
+	}
+	if limit == 0 {
+		limit = int64(s.popts.MemTableSize / 2)
+	}
+	var n int64
+	for _, b := range bufs {
+		if len(b.spills) > 0 {
+			return false
+		}
+		n += b.bytes
+	}
+	return n < limit
+}
+
+// batchSink writes a checkpoint into one Pebble batch and summarises its
+// keys for the physical statistics as the collector would an SST's.
+type batchSink struct {
+	b   *pebble.Batch
+	sum keystats.BatchSummary
+	seq uint64 // the batch's first sequence number, once committed
+}
+
+func (s *batchSink) set(key, value []byte) error {
+	if err := s.b.Set(key, value, nil); err != nil {
+		return errors.Wrap(err, "lsmstats: add to the checkpoint's batch")
+	}
+	s.sum.Add(key, pebble.InternalKeyKindSet, len(value))
+	return nil
+}
+
+func (s *batchSink) addMeta(e keystats.MetaEntry) error {
+	if !e.Delete {
+		return s.set(e.Key, e.Value)
+	}
+	if err := s.b.Delete(e.Key, nil); err != nil {
+		return errors.Wrap(err, "lsmstats: add to the checkpoint's batch")
+	}
+	s.sum.Add(e.Key, pebble.InternalKeyKindDelete, 0)
+	return nil
+}
+
+func (s *batchSink) abort() { _ = s.b.Close() }
+
+// commit commits the batch with a WAL sync and releases it.
+func (s *batchSink) commit(epoch uint64) error {
+	defer s.abort()
+	if err := s.sum.Err(); err != nil {
+		return errors.NewAssertionErrorWithWrappedErrf(err, "checkpoint of epoch %d: a key the collector cannot classify", epoch)
+	}
+	if err := s.b.Commit(pebble.Sync); err != nil {
+		return errors.Wrapf(err, "lsmstats: commit the checkpoint of epoch %d", epoch)
+	}
+	s.seq = uint64(s.b.SeqNum())
 	return nil
 }
 

@@ -17,7 +17,7 @@ import (
 
 // TestDataDriven runs lsm/testdata/*. Commands:
 //
-//	open [watermark=N] [compactions=on]
+//	open [watermark=N] [compactions=on] [commit=ingest]
 //	                             open (or reopen) the store; automatic
 //	                             compactions stay off unless asked for
 //	create-table id=N vnodes=N   a table with a u64 pk
@@ -76,6 +76,9 @@ func ddStep(t *testing.T, td *datadriven.TestData, dir string, sp **Store, write
 			var w int
 			td.ScanArgs(t, "watermark", &w)
 			opts.MemoryWatermark = int64(w)
+		}
+		if td.HasArg("commit") && argString(t, td, "commit") == "ingest" {
+			opts.CommitBatchBytes = -1 // every checkpoint ingested, none through the memtable
 		}
 		opts.Pebble = func(o *pebble.Options) {
 			// Output must not depend on when Pebble compacts: automatic

@@ -40,7 +40,18 @@
 // only by epochs too big for memory; BenchmarkCommit measures the store
 // against raw Pebble.
 //
-// Every commit ends in SSTs, so statistics are current when Commit returns.
+// A checkpoint without spills and smaller than Options.CommitBatchBytes
+// skips the staging and the SSTs: it is one synced Pebble batch, atomic in
+// the WAL, and reaches L0 with the other checkpoints of its memtable in one
+// flushed SST instead of an SST of its own that overlaps every earlier one.
+// Its keys are summarised by the collector as the batch is built, and the
+// statistics tracker counts that summary until the flush's SST replaces it,
+// so statistics are current when Commit returns either way. Open flushes
+// what the WAL replayed, Close flushes so that read-only opens see SSTs
+// only, and every ingestion and manual compaction flushes first (Pebble
+// would wait for an overlapping memtable's flush without end while flushes
+// fail); these flushes give up after 5 s or at a failed flush.
+//
 // Ingestion bypasses Pebble's write stalls (they guard memtable writes only);
 // one ingestion per checkpoint adds L0 files quickly, so Commit waits while L0
 // has Options.L0StopSublevels sublevels or more, and counts those stalls. It

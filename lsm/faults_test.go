@@ -215,7 +215,7 @@ func TestFaultsOpen(t *testing.T) {
 // fix, a failed refresh was only logged, and the physical statistics stayed
 // behind until some later event.
 func TestFaultsStatsRefresh(t *testing.T) {
-	fs := newFaultStore(t, 1, Options{MemoryWatermark: -1})
+	fs := newFaultStore(t, 1, Options{MemoryWatermark: -1, CommitBatchBytes: -1}) // ingested checkpoints
 	m := stats.NewMetrics(fs.s.Stats, nil)
 	for e := uint64(1); e <= 3; e++ {
 		fs.epoch++
@@ -304,8 +304,14 @@ func TestFaultsRandom(t *testing.T) {
 	// gives up (a second without a compaction running, see waitForL0):
 	// thousands of steps would take hours. TestCommitStallOnlyWhileCompactionsDrain
 	// covers the wait under failing compactions.
+	//
+	// Every checkpoint is ingested (CommitBatchBytes -1): without the
+	// commit back-pressure, L0 passes Pebble's L0StopWritesThreshold while
+	// the problem spans keep it from compacting, and from then on every
+	// flush of checkpoints in the memtable (Verify's, a GC batch's) fails
+	// at once (Store.memtableStall). TestFaultsFlush covers that path.
 	fs := newFaultStore(t, seed, Options{
-		MemoryWatermark: 12 << 10, TargetFileSize: 8 << 10, L0StopSublevels: -1,
+		MemoryWatermark: 12 << 10, TargetFileSize: 8 << 10, L0StopSublevels: -1, CommitBatchBytes: -1,
 		EventListener: &pebble.EventListener{BackgroundError: func(error) { bgErrors.Add(1) }},
 	})
 	ctx := context.Background()
@@ -461,7 +467,7 @@ func TestFaultsRandom(t *testing.T) {
 func TestFaultsCompaction(t *testing.T) {
 	var compactionErrs, flushErrs atomic.Int64
 	fs := newFaultStore(t, 1, Options{
-		MemoryWatermark: -1, L0StopSublevels: -1,
+		MemoryWatermark: -1, L0StopSublevels: -1, CommitBatchBytes: -1, // ingested checkpoints
 		EventListener: &pebble.EventListener{
 			CompactionEnd: func(info pebble.CompactionInfo) {
 				if info.Err != nil {

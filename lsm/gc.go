@@ -467,6 +467,9 @@ func (s *Store) CompactRange(ctx context.Context, table uint32, vnodeLo, vnodeHi
 	}
 	defer done()
 	s.phase("gc-compacting")
+	if err := s.flushUnflushed(); err != nil {
+		return errors.Wrapf(err, "lsmstats: compact vnodes [%d, %d) of table %d", vnodeLo, vnodeHi, table)
+	}
 	if err := s.db.Compact(ctx, lower, upper, true); err != nil {
 		return closedErr(ctx, errors.Wrapf(err, "lsmstats: compact vnodes [%d, %d) of table %d", vnodeLo, vnodeHi, table))
 	}

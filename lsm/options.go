@@ -30,6 +30,15 @@ type Options struct {
 	// Zero means 16 MiB.
 	TargetFileSize int64
 
+	// CommitBatchBytes: a checkpoint without spilled pieces whose buffers
+	// hold fewer bytes than this is committed as one synced Pebble batch,
+	// through the WAL and the memtable, so that many small checkpoints reach
+	// L0 as one flushed SST; a larger one is written into SSTs and ingested.
+	// Both are atomic. Zero means half of Pebble's MemTableSize (Pebble
+	// flushes a larger batch on its own at once); negative ingests every
+	// checkpoint.
+	CommitBatchBytes int64
+
 	// CacheSize is the size of Pebble's block cache, shared by reads, the
 	// checks of checked writers and compactions. Zero means an eighth of
 	// the machine's memory, at least 32 MiB (256 MiB where the memory
@@ -198,6 +207,11 @@ func (o *Options) pebbleOptions() *pebble.Options {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		popts.Levels[i].Compression = fastestCompression
 	}
+	// Checkpoints committed as batches fill the memtable: up to four
+	// memtables may wait for their flush before Pebble stalls writes (its
+	// default is two), so that a checkpoint seldom finds the memtables
+	// full and falls back to an ingestion (Store.memtableStall).
+	popts.MemTableStopWritesThreshold = 4
 	popts.EnsureDefaults()
 	// An ingestion that overlaps the memtable (which holds only what was
 	// written through DB()) would be queued as a flushable, outside the LSM

@@ -29,7 +29,7 @@ import (
 func smallStore(t *testing.T, noCompactions bool) string {
 	t.Helper()
 	dir := t.TempDir()
-	o := &Options{Logger: QuietLogger{W: io.Discard}, TargetFileSize: 8 << 10}
+	o := &Options{Logger: QuietLogger{W: io.Discard}, TargetFileSize: 8 << 10, CommitBatchBytes: -1}
 	if noCompactions {
 		o.Pebble = func(po *pebble.Options) { po.DisableAutomaticCompactions = true }
 	}

@@ -71,7 +71,7 @@ func singleDelChild(dir, fault string) {
 
 func TestSingleDelElisionPanic(t *testing.T) {
 	dir := t.TempDir()
-	o := &Options{Logger: QuietLogger{W: io.Discard}, TargetFileSize: 16 << 10,
+	o := &Options{Logger: QuietLogger{W: io.Discard}, TargetFileSize: 16 << 10, CommitBatchBytes: -1,
 		Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true }}
 	s, err := Open(dir, o)
 	require.NoError(t, err)

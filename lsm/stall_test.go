@@ -25,7 +25,7 @@ func TestCommitStallOnlyWhileCompactionsDrain(t *testing.T) {
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	t.Run("compactions-off", func(t *testing.T) {
 		s, err := Open(t.TempDir(), &Options{
-			Logger: QuietLogger{}, L0StopSublevels: 2,
+			Logger: QuietLogger{}, L0StopSublevels: 2, CommitBatchBytes: -1,
 			Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true },
 		})
 		require.NoError(t, err)
@@ -46,7 +46,7 @@ func TestCommitStallOnlyWhileCompactionsDrain(t *testing.T) {
 		log := &recordingLogger{}
 		// Pebble compacts L0 from 2 sublevels here (the store's default is
 		// 16), so that compactions are tried, and fail, before L0 is deep.
-		s, err := Open(dir, &Options{FS: faults.fs(), Logger: log, L0StopSublevels: 2,
+		s, err := Open(dir, &Options{FS: faults.fs(), Logger: log, L0StopSublevels: 2, CommitBatchBytes: -1,
 			Pebble: func(o *pebble.Options) { o.L0CompactionThreshold = 2 }})
 		require.NoError(t, err)
 		defer s.Close()
@@ -90,7 +90,7 @@ func TestCommitStallBounded(t *testing.T) {
 	fs := &slowCompactionFS{FS: vfs.Default}
 	log := &recordingLogger{}
 	const limit = 300 * time.Millisecond
-	s, err := Open(t.TempDir(), &Options{FS: fs, Logger: log, L0StopSublevels: 2,
+	s, err := Open(t.TempDir(), &Options{FS: fs, Logger: log, L0StopSublevels: 2, CommitBatchBytes: -1,
 		L0StallLimit: limit, L0IdleLimit: time.Minute})
 	require.NoError(t, err)
 	defer s.Close()

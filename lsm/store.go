@@ -55,6 +55,10 @@ type Store struct {
 	db      *pebble.DB
 	popts   *pebble.Options
 	tracker *keystats.Tracker
+	// flushFailures counts the flushes that failed, and flushErr holds the
+	// last one's error (waitForMemtable, flushMemtable).
+	flushFailures atomic.Int64
+	flushErr      atomic.Pointer[error]
 	// wopts are the options of every SST the store writes for ingestion
 	// (with the stats collector); spillOpts those of staged spills.
 	wopts, spillOpts sstable.WriterOptions
@@ -183,6 +187,14 @@ func Open(dir string, opts *Options) (*Store, error) {
 	})
 	el := s.tracker.EventListener()
 	el.WriteStallBegin = func(pebble.WriteStallBeginInfo) { s.metrics.pebbleStalls.Add(1) }
+	flushEnd := el.FlushEnd
+	el.FlushEnd = func(info pebble.FlushInfo) {
+		flushEnd(info)
+		if info.Err != nil && len(info.Output) == 0 && info.InputBytes > 0 {
+			s.flushErr.Store(&info.Err)
+			s.flushFailures.Add(1)
+		}
+	}
 	popts.AddEventListener(el)
 	if o.EventListener != nil {
 		popts.AddEventListener(*o.EventListener)
@@ -218,6 +230,19 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.spillOpts = s.wopts
 	s.spillOpts.BlockPropertyCollectors = nil
 	s.tracker.SetDB(db)
+	if !o.ReadOnly {
+		// Checkpoints committed as batches (Options.CommitBatchBytes) that
+		// no flush wrote before a crash are in the WAL: Pebble replays them
+		// into memtables and flushes those in the background. Their
+		// summaries were in memory only, so wait for the flush: the first
+		// refresh then lists them. (A read-only store cannot flush: its
+		// physical statistics leave such checkpoints out.)
+		// If the flush fails, Pebble retries it; the statistics count the
+		// replayed checkpoints once it succeeds.
+		if err := s.flushMemtable(); err != nil {
+			popts.Logger.Errorf("lsmstats: %s: flush the checkpoints replayed from the WAL: %v", dir, err)
+		}
+	}
 
 	if err := s.load(); err != nil {
 		_ = s.tracker.Close()
@@ -564,13 +589,110 @@ func (s *Store) Close() error {
 	defer s.ingestMu.Unlock()
 	s.iters.close()
 	s.iters.closeOpen() // Iters the caller left open stop with ErrClosed
-	err := s.tracker.Close()
+	var err error
+	if !s.opts.ReadOnly && s.failed.Load() == nil {
+		// Checkpoints committed as batches go into SSTs now, so that a
+		// read-only open (which cannot flush) finds every one in its
+		// physical statistics.
+		if err := s.flushMemtable(); err != nil {
+			s.popts.Logger.Errorf("lsmstats: %s: flush at close: %v", s.dir, err)
+		}
+	}
+	err = errors.CombineErrors(err, s.tracker.Close())
 	err = errors.CombineErrors(err, s.db.Close())
 	if !s.opts.ReadOnly {
 		err = errors.CombineErrors(err, s.fs.RemoveAll(s.staging))
 	}
 	s.closeMark()
 	return err
+}
+
+// flushLimit bounds flushMemtable's wait for its flush.
+const flushLimit = 5 * time.Second
+
+// flushMemtable flushes Pebble's memtables and waits for the flush, unless
+// a flush fails (Pebble retries failed flushes by itself, for as long as
+// the fault lasts) or flushLimit passes first. It waits first while Pebble
+// would stall the flush (waitForMemtable).
+func (s *Store) flushMemtable() error {
+	if err := s.waitForMemtable(); err != nil {
+		return errors.Wrap(err, "lsmstats: flush")
+	}
+	failures := s.flushFailures.Load()
+	done, err := s.db.AsyncFlush()
+	if err != nil {
+		return errors.Wrap(err, "lsmstats: flush")
+	}
+	start := time.Now()
+	for d := time.Millisecond; ; d = min(2*d, 20*time.Millisecond) {
+		select {
+		case <-done:
+			return nil
+		case <-time.After(d):
+		}
+		if s.flushFailures.Load() > failures {
+			return errors.Wrap(*s.flushErr.Load(), "lsmstats: flush")
+		}
+		if time.Since(start) > flushLimit {
+			return errors.Newf("lsmstats: flush: not done after %s", flushLimit)
+		}
+	}
+}
+
+// memtableStall says why a write into Pebble's memtable (or the rotation
+// that starts a flush) would stall now, or "" if it would not: Pebble
+// stalls them while its memtables fill MemTableStopWritesThreshold
+// memtables' worth, or L0 has L0StopWritesThreshold sublevels, until
+// flushes and compactions catch up.
+func (s *Store) memtableStall(m *pebble.Metrics) string {
+	size := s.popts.MemTableSize
+	if m.MemTable.Size+size >= uint64(s.popts.MemTableStopWritesThreshold)*size {
+		return fmt.Sprintf("Pebble's memtables wait for their flush (%d memtables, %d bytes)", m.MemTable.Count, m.MemTable.Size)
+	}
+	if l0 := int(m.Levels[0].Sublevels); l0 >= s.popts.L0StopWritesThreshold-1 {
+		return fmt.Sprintf("L0 has %d sublevels (Pebble stops writes at %d)", l0, s.popts.L0StopWritesThreshold)
+	}
+	return ""
+}
+
+// waitForMemtable waits while a memtable write would stall
+// (memtableStall), for as long as Pebble's flushes and compactions make
+// progress: Pebble's own stall has no end while they fail, since it retries
+// them. It returns an error naming the stall when a flush or a compaction
+// fails during the wait, and after Options.L0StallLimit.
+func (s *Store) waitForMemtable() error {
+	m := s.db.Metrics()
+	why := s.memtableStall(m)
+	if why == "" {
+		return nil
+	}
+	start, failures, compFailed := time.Now(), s.flushFailures.Load(), m.Compact.FailedCount
+	for d := time.Millisecond; ; d = min(2*d, 50*time.Millisecond) {
+		time.Sleep(d)
+		m = s.db.Metrics()
+		if why = s.memtableStall(m); why == "" {
+			return nil
+		}
+		switch {
+		case s.flushFailures.Load() > failures:
+			return errors.Wrapf(*s.flushErr.Load(), "%s, and flushes fail", why)
+		case m.Compact.FailedCount > compFailed:
+			return errors.Newf("%s, and compactions fail", why)
+		case time.Since(start) > s.opts.L0StallLimit:
+			return errors.Newf("%s, still after %s (Options.L0StallLimit)", why, s.opts.L0StallLimit)
+		}
+	}
+}
+
+// flushUnflushed flushes the memtable if it holds checkpoints committed as
+// batches. An ingestion or a compaction whose range overlaps the memtable
+// makes Pebble flush it first and wait for the flush, without end while the
+// flush fails (Pebble retries it); this flush returns the failure instead.
+func (s *Store) flushUnflushed() error {
+	if s.tracker.Current().NumUnflushed() == 0 {
+		return nil
+	}
+	return s.flushMemtable()
 }
 
 func (s *Store) closeMark() {
@@ -722,6 +844,10 @@ func (s *Store) ingest(out *output, what string, args ...any) error {
 	paths, err := out.finish()
 	if err != nil {
 		return err
+	}
+	if err := s.flushUnflushed(); err != nil {
+		s.removeFiles(paths)
+		return errors.Wrapf(err, "lsmstats: ingest "+what, args...)
 	}
 	err = s.db.Ingest(context.Background(), paths)
 	s.removeFiles(paths)

@@ -113,6 +113,14 @@ func (s *Store) Verify() (VerifyReport, error) {
 	// Hold commits off so the physical and live sides describe one epoch.
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
+	// The recomputation reads SSTs: flush the checkpoints committed as
+	// batches, whose summaries the refresh below then replaces by their
+	// SSTs'.
+	if !s.opts.ReadOnly {
+		if err := s.flushMemtable(); err != nil {
+			return VerifyReport{}, errors.Wrap(err, "lsmstats: verify")
+		}
+	}
 	snap, err := s.Snapshot()
 	if err != nil {
 		return VerifyReport{}, err

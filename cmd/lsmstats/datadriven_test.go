@@ -140,7 +140,7 @@ func stats0BucketKey(table uint32, vnode uint16) []byte {
 }
 
 func ddBuild(t *testing.T, dir string, vnodes, rows int) string {
-	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{W: io.Discard}, TargetFileSize: 8 << 10,
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{W: io.Discard}, TargetFileSize: 8 << 10, CommitBatchBytes: -1,
 		Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true }})
 	require.NoError(t, err)
 	def := lsm.TableDef{ID: 1, Name: "t", VnodeCount: vnodes, PK: keys.Schema{keys.Uint64}}

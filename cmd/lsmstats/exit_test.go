@@ -72,13 +72,13 @@ func TestExitCodes(t *testing.T) {
 	check("difference", code, exitDifferences, errOut, "difference")
 
 	corrupt := filepath.Join(root, "corrupt")
-	ddBuild(t, corrupt, 4, 500)
-	ddCorruptBlock(t, filepath.Join(corrupt, "db", "000009.sst"), "data", 0)
+	files := ddBuild(t, corrupt, 4, 500)
+	ddCorruptBlock(t, filepath.Join(corrupt, "db", sstOf(t, files, "L0 t1/")), "data", 0)
 	_, errOut, code = runCmd(t, "verify", "--dir", corrupt)
 	check("corrupt verify", code, exitCorrupt, errOut, "lsmstats verify: the store is corrupt")
 	_, errOut, code = runCmd(t, "verify", "--dir", corrupt, "--recompute-live")
 	check("corrupt verify, writable", code, exitCorrupt, errOut, "lsmstats verify: the store is corrupt")
-	ddCorruptBlock(t, filepath.Join(corrupt, "db", "000006.sst"), "properties", 0)
+	ddCorruptBlock(t, filepath.Join(corrupt, "db", sstOf(t, files, "L6 t1/")), "properties", 0)
 	_, errOut, code = runCmd(t, "stats", "--dir", corrupt, "--json")
 	check("corrupt stats", code, exitCorrupt, errOut, "lsmstats stats: the store is corrupt", "physical statistics unavailable")
 
@@ -187,4 +187,16 @@ func interruptCLI(t *testing.T, args []string, after string, env []string) (int,
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "stderr:\n%s", stderr.String())
 	return ee.ExitCode(), stderr.String()
+}
+
+// sstOf returns the file name of the first SST of a ddBuild listing whose
+// line holds what (its level and first key, such as "L0 t1/").
+func sstOf(t *testing.T, listing, what string) string {
+	for _, line := range strings.Split(listing, "\n") {
+		if num, rest, ok := strings.Cut(line, " "); ok && strings.HasPrefix(rest, what) {
+			return num + ".sst"
+		}
+	}
+	t.Fatalf("no SST at %q in:\n%s", what, listing)
+	return ""
 }

@@ -316,8 +316,13 @@ func (m *storeModel) check(t *testing.T, e *storeEnv, step string) {
 // leave the physical statistics current when Commit returns. Pebble used to
 // queue such an ingestion as a flushable, outside the LSM version until a
 // flush, so the refresh at the end of Commit missed the checkpoint's SSTs.
+// The checkpoints here are ingested (CommitBatchBytes -1): one committed as
+// a batch joins the SINGLEDEL in the memtable, and a write through DB()
+// counts from its flush on.
 func TestCommitStatsCurrentWithMemtable(t *testing.T) {
-	e := openStore(t, uncompacted())
+	o := uncompacted()
+	o.CommitBatchBytes = -1
+	e := openStore(t, o)
 	def := e.createTable(1, 1)
 	w := e.writer(1)
 	for i := range uint64(10) {
