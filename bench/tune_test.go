@@ -28,7 +28,13 @@ func tune(o *lsm.Options) {
 	if v, ok := kv["cache"]; ok {
 		o.CacheSize = v << 20
 	}
+	if v, ok := kv["batch"]; ok {
+		o.CommitBatchBytes = v
+	}
 	o.Pebble = func(p *pebble.Options) {
+		if v, ok := kv["memtable"]; ok {
+			p.MemTableSize = uint64(v) << 20
+		}
 		if v, ok := kv["l0"]; ok {
 			p.L0CompactionThreshold = int(v)
 		}
