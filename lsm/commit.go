@@ -88,6 +88,16 @@ func (s *Store) Commit(epoch uint64) error {
 			return err
 		}
 		unflushed = sk
+		if sk.seq == 0 {
+			// Pebble took the batch as a large batch: a memtable of its
+			// own, queued for a flush at once, and the batch's sequence
+			// number is gone with its contents. Its statistics come from
+			// that flush's SST.
+			unflushed = nil
+			if err := s.flushMemtable(); err != nil {
+				s.logf("lsmstats: flush the large batch of epoch %d: %v", epoch, err)
+			}
+		}
 	case *output:
 		s.waitForL0()
 		if err := s.ingest(sk, "checkpoint of epoch %d", epoch); err != nil {
@@ -245,7 +255,7 @@ func (s *Store) commitsAsBatch(bufs []*epochBuf) bool {
 		return false
 	}
 	if limit == 0 {
-		limit = int64(s.popts.MemTableSize / 2)
+		limit = int64(s.popts.MemTableSize / 4)
 	}
 	var n int64
 	for _, b := range bufs {
@@ -295,6 +305,8 @@ func (s *batchSink) commit(epoch uint64) error {
 	if err := s.b.Commit(pebble.Sync); err != nil {
 		return errors.Wrapf(err, "lsmstats: commit the checkpoint of epoch %d", epoch)
 	}
+	// Zero for a batch that Pebble committed as a large batch: it keeps
+	// neither the batch's contents nor its sequence number.
 	s.seq = uint64(s.b.SeqNum())
 	return nil
 }

@@ -34,9 +34,12 @@ type Options struct {
 	// hold fewer bytes than this is committed as one synced Pebble batch,
 	// through the WAL and the memtable, so that many small checkpoints reach
 	// L0 as one flushed SST; a larger one is written into SSTs and ingested.
-	// Both are atomic. Zero means half of Pebble's MemTableSize (Pebble
-	// flushes a larger batch on its own at once); negative ingests every
-	// checkpoint.
+	// Both are atomic. Zero means a quarter of Pebble's MemTableSize: Pebble
+	// makes a batch whose memtable footprint (its bytes plus a skiplist
+	// node per key) reaches about half of it a memtable of its own and
+	// flushes it at once, which costs the WAL write and the flush of an
+	// ingestion both; Commit then waits for that flush. Negative ingests
+	// every checkpoint.
 	CommitBatchBytes int64
 
 	// CacheSize is the size of Pebble's block cache, shared by reads, the

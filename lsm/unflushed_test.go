@@ -135,3 +135,29 @@ func TestFaultsFlush(t *testing.T) {
 	fs.check("reopened")
 	require.Empty(t, fs.s.Stats().Physical.Unflushed())
 }
+
+// TestLargeBatchCheckpoint: a checkpoint whose batch Pebble takes as a
+// large batch (a memtable of its own, flushed at once; Pebble drops the
+// batch's contents and sequence number at its commit) counts in the
+// physical statistics when Commit returns, through that flush's SST, and
+// the small checkpoints around it through their summaries.
+func TestLargeBatchCheckpoint(t *testing.T) {
+	s, err := Open(t.TempDir(), &Options{
+		Logger: QuietLogger{W: io.Discard}, MemoryWatermark: -1, CommitBatchBytes: 1 << 40,
+		Pebble: func(o *pebble.Options) { o.MemTableSize = 1 << 20 },
+	})
+	require.NoError(t, err)
+	defer s.Close()
+	def := TableDef{ID: 1, VnodeCount: 8, PK: keys.Schema{keys.Uint64}}
+	c := newChurn(t, s, def, 5)
+	for i, rows := range []int{100, 20000, 100, 20000, 100} {
+		c.step(rows, 20, 5)
+		st := s.Stats()
+		require.NoError(t, st.PhysicalErr)
+		require.EqualValues(t, len(rawVersions(t, s, 1)), st.Physical.Table(1).TotalKeyCount, "commit %d of %d rows: physical entries", i, rows)
+		require.EqualValues(t, len(c.live), st.Live.Table(1).Rows, "commit %d", i)
+	}
+	rep, err := s.Verify()
+	require.NoError(t, err)
+	require.Empty(t, rep.Differences)
+}
