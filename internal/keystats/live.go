@@ -330,6 +330,28 @@ func (v *liveVnode) setBuckets(bs []bucket) {
 	v.buckets, v.keys, v.cum, v.shortBounds = bs, keys, nil, short
 }
 
+// replaceBucket replaces bucket i of a batch's copy of a vnode by repl,
+// whose first bucket has bucket i's lower bound. Replacing the last bucket
+// (a vnode growing at its end) appends to the buckets in place and copies
+// only the keys, which the published vnode shares.
+func (v *liveVnode) replaceBucket(i int, repl []bucket) {
+	switch {
+	case len(repl) == 1:
+		v.buckets[i] = repl[0] // the bounds are the same
+	case i == len(v.buckets)-1:
+		keys := slices.Clip(v.keys[:i+1])
+		short := v.shortBounds
+		for _, b := range repl[1:] {
+			keys = append(keys, key8(b.lower))
+			short = short && len(b.lower) <= 8
+		}
+		v.buckets = append(v.buckets[:i], repl...)
+		v.keys, v.cum, v.shortBounds = keys, nil, short
+	default:
+		v.setBuckets(slices.Concat(v.buckets[:i], repl, v.buckets[i+1:]))
+	}
+}
+
 // appendBucket appends a bucket above every other, for loading.
 func (v *liveVnode) appendBucket(b bucket) {
 	v.buckets, v.keys, v.cum = append(v.buckets, b), append(v.keys, key8(b.lower)), nil
@@ -1210,6 +1232,10 @@ type LiveBatch struct {
 	vnodes  map[vkey]*liveVnode   // copied vnodes
 	touched map[bucketID]struct{}
 	seq     sequential
+	// appends are the rows each vnode's last bucket gained above its
+	// largest pk, for Normalize to split it without a scan (appendRun).
+	appends      map[vkey]*appendRun
+	appendBudget int
 }
 
 // sequential remembers where the last delta of a batch landed. A commit
@@ -1242,6 +1268,7 @@ func (s *LiveState) Begin() *LiveBatch {
 		vnodes:  map[vkey]*liveVnode{},
 		touched: map[bucketID]struct{}{},
 		seq:     sequential{bucket: -1},
+		appends: map[vkey]*appendRun{},
 	}
 }
 
@@ -1342,6 +1369,9 @@ func (b *LiveBatch) Apply(d LiveDelta) error {
 	}
 	i := b.seq.find(k, v, d.PK, pkKey)
 	bk := &v.buckets[i]
+	if i == len(v.buckets)-1 {
+		b.trackAppend(k, bk, d, !sameSlice(was.maxPK, v.maxPK))
+	}
 	if bk.calibrated && d.Rows != 0 {
 		switch u := v.fraction(i, d.PK, pkKey); {
 		case d.Rows > 0:
@@ -1461,8 +1491,10 @@ func (b *LiveBatch) MetaEntries() []MetaEntry {
 }
 
 // Normalize merges the small and the empty buckets of the touched vnodes
-// into their left neighbours. The buckets that grew too big are split
-// after the commit (Rescans). A merged bucket keeps a calibration when its
+// into their left neighbours. A last bucket that grew too big by rows
+// appended above its vnode's largest pk is split at once (splitAppends);
+// the other buckets that grew too big are split after the commit
+// (Rescans). A merged bucket keeps a calibration when its
 // parts had one: each part's sums carried into the merged bucket's frame
 // (mergeCalibration), so that a vnode whose buckets merge as it grows (the
 // split limit follows its size) is not rescanned for them.
@@ -1502,6 +1534,7 @@ func (b *LiveBatch) Normalize() {
 			}
 		}
 	}
+	b.splitAppends()
 }
 
 // calibratedPart is a bucket that a merge joins to its left neighbour:
@@ -1862,11 +1895,7 @@ func (b *LiveBatch) applyRescan(sb ScannedBucket) error {
 		b.touched[bucketID{table: r.Table, vnode: r.Vnode, lower: string(repl[j].lower), first: i == 0 && j == 0}] = struct{}{}
 	}
 	last := i == len(v.buckets)-1
-	if len(repl) == 1 {
-		v.buckets[i] = repl[0] // the bounds are the same
-	} else {
-		v.setBuckets(slices.Concat(v.buckets[:i], repl, v.buckets[i+1:]))
-	}
+	v.replaceBucket(i, repl)
 	// The scan saw the smallest and largest live pk of a first and a last
 	// bucket: the anchors become exact.
 	if sb.First != nil && (i == 0 || last) {
