@@ -594,7 +594,7 @@ func (s *Store) Close() error {
 		// Checkpoints committed as batches go into SSTs now, so that a
 		// read-only open (which cannot flush) finds every one in its
 		// physical statistics.
-		if err := s.flushMemtable(); err != nil {
+		if err := s.flushUnflushed(); err != nil {
 			s.popts.Logger.Errorf("lsmstats: %s: flush at close: %v", s.dir, err)
 		}
 	}

@@ -117,7 +117,7 @@ func (s *Store) Verify() (VerifyReport, error) {
 	// batches, whose summaries the refresh below then replaces by their
 	// SSTs'.
 	if !s.opts.ReadOnly {
-		if err := s.flushMemtable(); err != nil {
+		if err := s.flushUnflushed(); err != nil {
 			return VerifyReport{}, errors.Wrap(err, "lsmstats: verify")
 		}
 	}
