@@ -488,7 +488,13 @@ func (s *Store) load() error {
 	}
 	if !formatSeen {
 		if s.committed.Load() != 0 || len(s.mu.catalog) > 0 {
-			return errors.Wrapf(ErrCorruptMetadata, "store %s has metadata but no format_version", s.dir)
+			// The row is the store's first metadata, ingested at its
+			// creation: later rows without it mean that Pebble lost the
+			// edit that added its SST (rows a checkpoint batch left in
+			// the WAL are replayed all the same).
+			return errors.Wrapf(ErrCorruptMetadata, "store %s has metadata (committed epoch %d) but no format_version: "+
+				"Pebble's MANIFEST lost edits (it reads a damaged or cut MANIFEST up to its last valid record)",
+				s.dir, s.committed.Load())
 		}
 		if err := s.checkMarkWithoutMetadata(); err != nil {
 			return err
