@@ -1,6 +1,7 @@
 package keystats
 
 import (
+	"bytes"
 	"slices"
 	"unsafe"
 )
@@ -71,6 +72,40 @@ func pack(t *liveTable, ps []placed) {
 		t.vnodes[p.vn] = v
 	}
 	a.held = a.size
+	packPrefixes(structs)
+}
+
+// packPrefixes copies the query prefixes of vnodes (see keyView.prefix),
+// sealed in vnode order, into one allocation, where a vnode whose prefix
+// equals the previous one's shares it: the pks of a table often start
+// with the same tenant or path in every vnode, and the estimates then
+// compare every cursor with one prefix, kept warm.
+func packPrefixes(vnodes []liveVnode) {
+	var size int
+	var last []byte
+	for i := range vnodes {
+		if p := vnodes[i].q.prefix; len(p) > 0 && !bytes.Equal(p, last) {
+			size += len(p)
+			last = p
+		}
+	}
+	if size == 0 {
+		return
+	}
+	slab := make([]byte, 0, size)
+	last = nil
+	for i := range vnodes {
+		q := &vnodes[i].q
+		if len(q.prefix) == 0 {
+			continue
+		}
+		if !bytes.Equal(q.prefix, last) {
+			n := len(slab)
+			slab = append(slab, q.prefix...)
+			last = slab[n:len(slab):len(slab)]
+		}
+		q.prefix = last
+	}
 }
 
 // publishTable packs ps, the vnodes a batch changed in table t (was is

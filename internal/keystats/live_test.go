@@ -848,3 +848,68 @@ func TestMergesWithoutRescans(t *testing.T) {
 		require.Zero(t, staleRescans, "prefix %q: merged buckets rescanned for their calibration", prefix)
 	}
 }
+
+// TestPackedPrefixes: a publish lays the query prefixes of its vnodes out
+// together, one shared by neighbours whose prefixes are equal, and the
+// estimates of the packed vnodes are those of the same vnodes sealed on
+// their own, for pks inside, below and above each vnode's prefix.
+func TestPackedPrefixes(t *testing.T) {
+	r := physRand(t)
+	tenants := []string{"tenant-0001/orders/", "tenant-0001/orders/", "tenant-0002/orders/", "", "tenant-0002/orders/", "tenant-0003/"}
+	const vnodes = 24
+	alone := make([]*liveVnode, vnodes)
+	var ps []placed
+	pkOf := func(tenant string, x uint64) []byte { return keys.AppendUint64([]byte(tenant), x) }
+	for vn := range vnodes {
+		tenant := tenants[vn*len(tenants)/vnodes]
+		bs := []bucket{{LiveCounts: LiveCounts{Rows: 1 + r.Int64N(50)}}}
+		x := uint64(1000)
+		for range r.IntN(20) {
+			x += 1 + uint64(r.IntN(1000))
+			bs = append(bs, bucket{lower: pkOf(tenant, x), LiveCounts: LiveCounts{Rows: 1 + r.Int64N(50)}})
+		}
+		v := newLiveVnode()
+		v.setBuckets(bs)
+		v.setHints(pkOf(tenant, 1000), pkOf(tenant, x+1+uint64(r.IntN(1000))))
+		v.total.Rows = 0
+		for _, b := range bs {
+			v.total.Rows += b.Rows
+		}
+		a := *v
+		a.buckets, a.keys = slices.Clone(v.buckets), slices.Clone(v.keys)
+		a.seal()
+		alone[vn] = &a
+		ps = append(ps, placed{uint16(vn), v})
+	}
+	r.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
+	tab := &liveTable{vnodes: make([]*liveVnode, vnodes)}
+	pack(tab, ps)
+
+	var shared int
+	for vn := 1; vn < vnodes; vn++ {
+		p, q := tab.vnodes[vn-1].q.prefix, tab.vnodes[vn].q.prefix
+		require.Equal(t, alone[vn].q.prefix, q, "vnode %d", vn)
+		if len(q) > 0 && bytes.Equal(p, q) {
+			require.Same(t, &p[0], &q[0], "vnodes %d and %d: equal prefixes not shared", vn-1, vn)
+			shared++
+		}
+	}
+	require.Positive(t, shared, "no prefix shared")
+
+	var qs []RangeQuery
+	for vn := range vnodes {
+		for _, tenant := range tenants {
+			for range 8 {
+				qs = append(qs, RangeQuery{Vnode: uint16(vn), Hi: pkOf(tenant, 900+uint64(r.IntN(30000))), HiInclusive: r.IntN(2) == 0})
+			}
+		}
+	}
+	got := (&Live{tables: map[uint32]*liveTable{1: tab}}).AppendEstimates(nil, 1, qs)
+	want := make([]RowEstimate, 0, len(qs))
+	for _, q := range qs {
+		solo := &liveTable{vnodes: make([]*liveVnode, vnodes)}
+		solo.vnodes[q.Vnode] = alone[q.Vnode]
+		want = (&Live{tables: map[uint32]*liveTable{1: solo}}).AppendEstimates(want, 1, []RangeQuery{q})
+	}
+	require.Equal(t, want, got)
+}

@@ -194,8 +194,9 @@ func BenchmarkStoreStats(b *testing.B) {
 // vnodes of 250 rows (1,024,000 keys), all in progress: goal ≤ 1 ms. With
 // pk=u64 the pks are 8-byte integers, whose 8-byte keys decide every
 // comparison; with pk=string they share their first 16 bytes (pkPrefixed),
-// so the keys of a vnode's bounds are all equal and every comparison and
-// interpolation reads the bounds' bytes.
+// so the 8-byte keys of a vnode's whole bounds are all equal: the queries
+// compare each cursor with the vnode's shared prefix (keyView.prefix) and
+// search by the keys of the bytes past it.
 func BenchmarkConsumedCold4096(b *testing.B) {
 	for _, c := range []struct {
 		name  string
