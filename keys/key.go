@@ -213,6 +213,16 @@ func MetaKey(name []byte) []byte {
 	return append(k, prefixEnd)
 }
 
+// AppendMetaKey appends to dst the metadata key of the name made of parts
+// (MetaKey of their concatenation).
+func AppendMetaKey(dst []byte, parts ...[]byte) []byte {
+	dst = AppendTableBound(dst, MetaTable)
+	for _, p := range parts {
+		dst = append(dst, p...)
+	}
+	return append(dst, prefixEnd)
+}
+
 // MetaName returns the name of a metadata key, or false if key is not one.
 func MetaName(key []byte) ([]byte, bool) {
 	if len(key) < tableLen+1 || binary.BigEndian.Uint32(key) != MetaTable || key[len(key)-1] != prefixEnd {

@@ -70,11 +70,9 @@ func (s *Store) Commit(epoch uint64) error {
 		return err
 	}
 	batch.Normalize()
-	meta := append(batch.MetaEntries(),
-		keystats.MetaEntry{Key: keys.MetaKey([]byte(keys.CommittedEpochName)), Value: be64(epoch)},
-		keystats.MetaEntry{Key: keys.MetaKey([]byte(hwmName)), Value: be64(hwm)},
-	)
-	slices.SortFunc(meta, func(a, b keystats.MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
+	meta := batch.MetaEntries() // sorted
+	meta = insertMeta(meta, keystats.MetaEntry{Key: keys.MetaKey([]byte(keys.CommittedEpochName)), Value: be64(epoch)})
+	meta = insertMeta(meta, keystats.MetaEntry{Key: keys.MetaKey([]byte(hwmName)), Value: be64(hwm)})
 	for _, e := range meta {
 		if err := sk.addMeta(e); err != nil {
 			sk.abort()
@@ -127,6 +125,12 @@ func (s *Store) Commit(epoch uint64) error {
 	s.metrics.commits.Add(1)
 	s.rescanBuckets(batch.Rescans())
 	return nil
+}
+
+// insertMeta inserts e into meta, sorted by key, where it sorts.
+func insertMeta(meta []keystats.MetaEntry, e keystats.MetaEntry) []keystats.MetaEntry {
+	i, _ := slices.BinarySearchFunc(meta, e.Key, func(m keystats.MetaEntry, k []byte) int { return bytes.Compare(m.Key, k) })
+	return slices.Insert(meta, i, e)
 }
 
 // gather checks that every writer sealed epoch and returns the buffers to

@@ -45,6 +45,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -1480,20 +1481,64 @@ type MetaEntry struct {
 // MetaEntries returns the metadata keys that persist every bucket changed by
 // this batch or since the last publish (splits, merges), sorted by key. After
 // the merges of Normalize, buckets that no longer exist are deleted.
+//
+// A checkpoint of a load or a backfill touches most buckets of its tables
+// (thousands per commit), so the entries are made in key order, not sorted
+// after: the bucket ids sort by (table, vnode, first, lower), which is the
+// order of their keys, and each vnode's ids are then found by one walk
+// over its buckets. Keys and values share one buffer.
 func (b *LiveBatch) MetaEntries() []MetaEntry {
-	ids := make(map[bucketID]struct{}, len(b.touched)+len(b.s.dirty))
+	ids := make([]bucketID, 0, len(b.touched)+len(b.s.dirty))
 	for id := range b.s.dirty {
-		ids[id] = struct{}{}
+		ids = append(ids, id)
 	}
 	for id := range b.touched {
-		ids[id] = struct{}{}
+		ids = append(ids, id)
 	}
+	slices.SortFunc(ids, compareBucketIDs)
+	ids = slices.Compact(ids)
 	out := make([]MetaEntry, 0, len(ids))
-	for id := range ids {
-		out = append(out, b.next.metaEntry(id))
+	buf := make([]byte, 0, 64*len(ids))
+	for len(ids) > 0 {
+		n := 1
+		if !ids[0].estimates() {
+			for n < len(ids) && !ids[n].estimates() && ids[n].table == ids[0].table && ids[n].vnode == ids[0].vnode {
+				n++
+			}
+		}
+		out, buf = b.next.appendMetaEntries(out, buf, ids[:n])
+		ids = ids[n:]
 	}
-	slices.SortFunc(out, func(a, b MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
 	return out
+}
+
+// estimates says that the id is a table's estimates marker, not a bucket.
+func (id bucketID) estimates() bool { return id.first && id.lower == estimatesMarker }
+
+// compareBucketIDs orders bucket ids as their metadata keys sort: the
+// buckets by table, vnode, the first bucket, then lower bounds (keys end in
+// a 0x00 byte, which keeps the bounds' order); the estimates markers, whose
+// prefix sorts after the buckets', last, by table.
+func compareBucketIDs(a, b bucketID) int {
+	if ae, be := a.estimates(), b.estimates(); ae != be {
+		if ae {
+			return 1
+		}
+		return -1
+	}
+	if c := cmp.Compare(a.table, b.table); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.vnode, b.vnode); c != 0 {
+		return c
+	}
+	if a.first != b.first {
+		if a.first {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.lower, b.lower)
 }
 
 // Normalize merges the small and the empty buckets of the touched vnodes
@@ -1507,16 +1552,27 @@ func (b *LiveBatch) MetaEntries() []MetaEntry {
 func (b *LiveBatch) Normalize() {
 	for k, v := range b.vnodes {
 		limit := splitLimit(v.total.Rows, b.tables[k.table].total.Rows)
-		out := v.buckets[:1] // the batch's own copy
+		// Most commits merge nothing: find the first merge before copying.
+		first := 1
+		for first < len(v.buckets) && !mergesLeft(&v.buckets[first-1], &v.buckets[first], limit) {
+			first++
+		}
+		if first == len(v.buckets) {
+			continue
+		}
+		out := v.buckets[:first] // the batch's own copy
 		// starts[j] is the bucket, as they were, whose lower bound out[j]
 		// has; parts[j] the parts that merges joined into out[j], in their
 		// frames as they were.
-		starts := []int{0}
+		starts := make([]int, first, len(v.buckets))
+		for j := range starts {
+			starts[j] = j
+		}
 		var parts map[int][]calibratedPart
-		for i, bk := range v.buckets[1:] {
-			i++ // bk is bucket i
+		for i, bk := range v.buckets[first:] {
+			i += first // bk is bucket i
 			prev := &out[len(out)-1]
-			if bk.Rows <= 0 || 2*(prev.Rows+bk.Rows) < limit {
+			if mergesLeft(prev, &bk, limit) {
 				j := len(out) - 1
 				if parts == nil {
 					parts = map[int][]calibratedPart{}
@@ -1541,6 +1597,12 @@ func (b *LiveBatch) Normalize() {
 		}
 	}
 	b.splitAppends()
+}
+
+// mergesLeft says that bucket bk merges into its left neighbour prev: it is
+// empty, or together they hold less than half the split limit.
+func mergesLeft(prev, bk *bucket, limit int64) bool {
+	return bk.Rows <= 0 || 2*(prev.Rows+bk.Rows) < limit
 }
 
 // calibratedPart is a bucket that a merge joins to its left neighbour:

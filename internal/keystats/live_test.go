@@ -121,7 +121,10 @@ func TestLiveRandom(t *testing.T) {
 			require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: o.vnode, PK: o.pk, LiveCounts: o.d, Live: live}))
 		}
 		b.Normalize()
-		for _, e := range b.MetaEntries() {
+		entries := b.MetaEntries()
+		for i, e := range entries {
+			// An SST takes them as they come: strictly in key order.
+			require.True(t, i == 0 || bytes.Compare(entries[i-1].Key, e.Key) < 0, "entry %d %x after %x", i, e.Key, entries[max(i-1, 0)].Key)
 			if e.Delete {
 				delete(persisted, string(e.Key))
 			} else {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"slices"
+	"sort"
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/keys"
@@ -62,21 +63,34 @@ type bucketRow struct {
 
 // BucketKey returns the metadata key of a bucket.
 func BucketKey(table uint32, vnode uint16, lower []byte, first bool) []byte {
-	name := binary.BigEndian.AppendUint32([]byte(livePrefix), table)
-	name = binary.BigEndian.AppendUint16(name, vnode)
-	if first {
-		name = append(name, 0)
-	} else {
-		name = append(name, 1)
-		name = append(name, lower...)
-	}
-	return keys.MetaKey(name)
+	return appendBucketKey(nil, table, vnode, lower, first)
 }
 
-func (r *bucketRow) key() []byte { return BucketKey(r.table, r.vnode, r.lower, r.first) }
+// appendBucketKey appends the metadata key of a bucket to dst: the
+// metadata key (keys.AppendMetaKey) of livePrefix, the table, the vnode,
+// then 0 for the first bucket or 1 and the lower bound.
+func appendBucketKey(dst []byte, table uint32, vnode uint16, lower []byte, first bool) []byte {
+	var name [len(livePrefix) + 7]byte
+	copy(name[:], livePrefix)
+	binary.BigEndian.PutUint32(name[len(livePrefix):], table)
+	binary.BigEndian.PutUint16(name[len(livePrefix)+4:], vnode)
+	if first {
+		return keys.AppendMetaKey(dst, name[:])
+	}
+	name[len(name)-1] = 1
+	return keys.AppendMetaKey(dst, name[:], lower)
+}
 
-func (r *bucketRow) value() []byte {
-	val := binary.AppendVarint(nil, r.Rows)
+func (r *bucketRow) key() []byte { return r.appendKey(nil) }
+
+func (r *bucketRow) appendKey(dst []byte) []byte {
+	return appendBucketKey(dst, r.table, r.vnode, r.lower, r.first)
+}
+
+func (r *bucketRow) value() []byte { return r.appendValue(nil) }
+
+func (r *bucketRow) appendValue(val []byte) []byte {
+	val = binary.AppendVarint(val, r.Rows)
 	val = binary.AppendVarint(val, r.Bytes)
 	if r.first {
 		val = binary.AppendUvarint(val, uint64(len(r.minPK)))
@@ -210,30 +224,46 @@ func estimatesKey(table uint32) []byte {
 	return keys.MetaKey(binary.BigEndian.AppendUint32([]byte(estimatesPrefix), table))
 }
 
-// metaEntry returns the metadata row to write for a bucket (or the
-// estimates marker) that a batch touched: its value, or a delete when the
-// bucket no longer exists.
-func (l *Live) metaEntry(id bucketID) MetaEntry {
-	t := l.table(id.table)
-	if id.lower == estimatesMarker {
-		e := MetaEntry{Key: estimatesKey(id.table)}
+// appendMetaEntries appends to out the metadata rows to write for ids,
+// sorted as compareBucketIDs sorts them: one table's estimates marker, or
+// buckets of one vnode, each its row or a delete when the bucket no longer
+// exists. Keys and values are appended to buf.
+func (l *Live) appendMetaEntries(out []MetaEntry, buf []byte, ids []bucketID) ([]MetaEntry, []byte) {
+	t := l.table(ids[0].table)
+	if ids[0].estimates() {
+		e := MetaEntry{Key: estimatesKey(ids[0].table)}
 		if t != nil && t.estimates {
 			e.Value = []byte{1}
 		} else {
 			e.Delete = true
 		}
-		return e
+		return append(out, e), buf
 	}
-	v := t.vnode(id.vnode)
-	i := 0
-	if !id.first {
-		i = v.find([]byte(id.lower))
-		if i <= 0 || string(v.buckets[i].lower) != id.lower {
-			return MetaEntry{Key: BucketKey(id.table, id.vnode, []byte(id.lower), false), Delete: true}
+	v := t.vnode(ids[0].vnode)
+	j := 1 // the buckets before j are below every id left: a search of the rest
+	for _, id := range ids {
+		var e MetaEntry
+		i := 0
+		if !id.first {
+			j += sort.Search(len(v.buckets)-j, func(k int) bool { return string(v.buckets[j+k].lower) >= id.lower })
+			if j == len(v.buckets) || string(v.buckets[j].lower) != id.lower {
+				n := len(buf)
+				buf = appendBucketKey(buf, id.table, id.vnode, []byte(id.lower), false)
+				out = append(out, MetaEntry{Key: buf[n:len(buf):len(buf)], Delete: true})
+				continue
+			}
+			i = j
 		}
+		r := v.rowOf(id.table, id.vnode, i)
+		n := len(buf)
+		buf = r.appendKey(buf)
+		e.Key = buf[n:len(buf):len(buf)]
+		n = len(buf)
+		buf = r.appendValue(buf)
+		e.Value = buf[n:len(buf):len(buf)]
+		out = append(out, e)
 	}
-	r := v.rowOf(id.table, id.vnode, i)
-	return MetaEntry{Key: r.key(), Value: r.value()}
+	return out, buf
 }
 
 // LiveSpans are the metadata spans holding live statistics, for loading.
