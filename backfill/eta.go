@@ -32,12 +32,12 @@
 //     doubled is followed within two to four checkpoints). A known rate-limit
 //     change, a restart and a rescale (the rate scaled by the ratio of
 //     actors, unless the job's rate limit held it) restart it at once from a
-//     prior that the new checkpoints soon outweigh. Checkpoints without rows count in the average as pauses until
-//     they last three typical gaps between progress; then the job is stalled:
-//     the rate shown is 0, the stall is left out of the average, and the ETA
-//     adds the time stalled so far (a stall that has lasted d is as likely to
-//     last d more), so that it grows through a stall instead of standing
-//     still.
+//     prior that the new checkpoints soon outweigh. Checkpoints without
+//     rows count in the average as pauses until they last three typical
+//     gaps between progress; then the job is stalled: the rate shown is 0,
+//     the stall is left out of the average, and the ETA adds the time
+//     stalled so far (a stall that has lasted d is as likely to last d
+//     more), so that it grows through a stall instead of standing still.
 //   - With the actors' figures, each actor has its own rate and churn and the
 //     ETA is the slowest actor's: a job whose vnodes were dealt unevenly
 //     finishes when its last actor does, at that actor's rate.
@@ -46,26 +46,22 @@
 // duration and shape as above, and the rate's spread: a fixed ±3% widened by
 // 1.5 standard errors of the smoothed rate and of the rate over the time
 // ahead, from the measured noise of one interval's rate; the share of time
-// stalled so far widens its upper end. Nothing is shown before five intervals with progress; after a restart
-// the carried rate gives an ETA at once, with a wider interval until the new
-// run has five of its own. The ETA is never negative and never below one
-// checkpoint interval before the job finished, and it is 0 once it has.
+// stalled so far widens its upper end. Nothing is shown before five
+// intervals with progress; after a restart the carried rate gives an ETA at
+// once, with a wider interval until the new run has five of its own. The
+// ETA is never negative and never below one checkpoint interval before the
+// job finished, and it is 0 once it has.
 //
-// In simulation (TestETAAccuracy: jobs of 300 to 1,200 checkpoints with
-// noisy rates, the figure's bounds, churn and events), after 10% progress
-// the median error is 1–4%, the p90 4–14% and the interval holds the actual
-// time at 99% of checkpoints on steady rates, steady churn and skewed
-// actors; on the checkpoints after the last rate change, stall, restart,
-// rescale or burst of the other workloads, the median is 1–3%, the p90
-// 5–9% and the coverage 96–99%. Before such an event no forecast can know
-// it: a rate limit halved and doubled later without notice leaves a median
-// error of 31% (a scheduled one, in RateChanges, is foreseen). PlainETA, a
-// plain smoothed rate beside it in the same test, does as well on steady
-// rates, restarts and skewed actors, but follows neither a rate that shifts
-// without notice (it smooths it away) nor a burst of inserts (it takes the
-// burst to go on): 33% and 24% median error after those events, p90 73%
-// and 629%. On the real backfill (BenchmarkETA, README.md) the two differ
-// on the insert burst only.
+// TestETAAccuracy simulates jobs of 300 to 1,200 checkpoints with noisy
+// rates, the figure's bounds, churn and events (rate changes, stalls,
+// restarts, rescales, bursts of inserts), and asserts the median and p90
+// error after 10% progress and the interval's coverage, for this ETA and
+// for PlainETA, a plain smoothed rate beside it. No forecast can know an
+// unannounced event before it happens; what the estimator adds over the
+// plain rate is that it follows a rate that shifts without notice and does
+// not take a burst of inserts to go on. The measured figures are printed
+// by the test and by BenchmarkETA, whose table make results puts in
+// README.md.
 
 package backfill
 
