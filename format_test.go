@@ -21,8 +21,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var updateFixture = flag.Bool("update-fixture", false,
-	"rewrite testdata/format (the store fixture, its dump and the encoding vectors) with this version")
+var (
+	updateFixture = flag.Bool("update-fixture", false,
+		"rewrite testdata/format (the store fixture, its dump and the encoding vectors) with this version")
+	sameFormat = flag.Bool("same-format", false,
+		"with -update-fixture: the encodings did not change, only what the fixture writes, so the vectors may change within one format_version")
+)
 
 const (
 	fixtureDir     = "testdata/format/store"
@@ -54,7 +58,7 @@ func TestFormatFixture(t *testing.T) {
 	require.Equal(t, vectors, got,
 		"the bytes a store of this version writes changed: if an encoding changed, bump lsm.FormatVersion, document the change in "+
 			"docs/format.md and regenerate with -update-fixture; if only what is written changed (the same encodings), check that the "+
-			"checked-in fixture still reads and verifies as recorded (the rest of this test), then regenerate")
+			"checked-in fixture still reads and verifies as recorded (the rest of this test), then regenerate with -update-fixture -same-format")
 
 	// The fixture as this version reads it, read-only (on a copy: Pebble
 	// takes a lock file).
@@ -190,9 +194,21 @@ func dumpStore(t *testing.T, s *lsm.Store) string {
 
 // writeFixture rewrites testdata/format from a fresh build.
 func writeFixture(t *testing.T) {
+	built := buildFixtureStore(t, t.TempDir())
+	vec := fmt.Sprintf("format_version %d\n", lsm.FormatVersion) + encodingVectors(t, built)
+	// Within one format_version the bytes must not change: a change of an
+	// encoding moves lsm.FormatVersion. Only a change of what the fixture
+	// writes (its rows, the statistics' layout decisions) may keep it, and
+	// says so with -same-format.
+	if old, err := os.ReadFile(fixtureVectors); err == nil && !*sameFormat {
+		oldVersion, _, _ := strings.Cut(string(old), "\n")
+		if oldVersion == fmt.Sprintf("format_version %d", lsm.FormatVersion) && string(old) != vec {
+			t.Fatalf("the bytes of format_version %d changed: if an encoding changed, bump lsm.FormatVersion and document the change "+
+				"in docs/format.md; if only what the fixture writes changed, rerun with -update-fixture -same-format", lsm.FormatVersion)
+		}
+	}
 	require.NoError(t, os.RemoveAll(fixtureDir))
 	require.NoError(t, os.MkdirAll(filepath.Dir(fixtureDir), 0o755))
-	built := buildFixtureStore(t, t.TempDir())
 	// Everything but Pebble's lock file (the staging directory is empty
 	// after Close).
 	require.NoError(t, filepath.WalkDir(built, func(path string, d fs.DirEntry, err error) error {
@@ -210,7 +226,6 @@ func writeFixture(t *testing.T) {
 		}
 		return os.WriteFile(dst, data, 0o644)
 	}))
-	vec := fmt.Sprintf("format_version %d\n", lsm.FormatVersion) + encodingVectors(t, built)
 	require.NoError(t, os.WriteFile(fixtureVectors, []byte(vec), 0o644))
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(dir, os.DirFS(fixtureDir)))
