@@ -3,9 +3,6 @@ package compaction
 import (
 	"context"
 	"flag"
-	"fmt"
-	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,18 +29,16 @@ func openStore(t testing.TB) *lsm.Store {
 	return s
 }
 
-// workload writes epochs of inserts, updates and deletes into one table and
-// keeps the committed rows.
+// workload writes epochs of inserts, updates and deletes into one table
+// (testutil.Churn) and keeps its rows.
 type workload struct {
-	t      testing.TB
-	s      *lsm.Store
-	def    lsm.TableDef
-	w      *lsm.Writer
-	r      *rand.Rand
-	epoch  uint64
-	live   map[uint64]string
-	pks    []uint64
-	nextPK uint64
+	t   testing.TB
+	s   *lsm.Store
+	def lsm.TableDef
+	w   *lsm.Writer
+	gen *testutil.Churn
+	// live is the rows written (committed once run commits the epoch).
+	live map[uint64]string
 }
 
 func newWorkload(t testing.TB, s *lsm.Store, table uint32, vnodes int, seed uint64) *workload {
@@ -53,37 +48,16 @@ func newWorkload(t testing.TB, s *lsm.Store, table uint32, vnodes int, seed uint
 	require.NoError(t, err)
 	w, err := s.NewWriter(table, nil, nil)
 	require.NoError(t, err)
-	return &workload{t: t, s: s, def: def, w: w, r: rand.New(rand.NewPCG(seed, uint64(table))), live: map[uint64]string{}}
+	gen := testutil.NewChurn(seed^uint64(table)<<32, def.VnodeOf)
+	gen.RowLen = 40
+	return &workload{t: t, s: s, def: def, w: w, gen: gen, live: gen.Live()}
 }
 
 // step writes n ops at the next epoch (updPct% updates, delPct% deletes of
 // live rows, inserts otherwise) and seals it; commit separately.
 func (wl *workload) step(epoch uint64, n, updPct, delPct int) {
-	for i := 0; i < n; i++ {
-		p := wl.r.IntN(100)
-		row := fmt.Sprintf("r%d.%d%s", epoch, i, strings.Repeat("y", wl.r.IntN(40)))
-		if p < updPct+delPct && len(wl.pks) > 0 {
-			j := wl.r.IntN(len(wl.pks))
-			pk := wl.pks[j]
-			key := keys.AppendUint64(nil, pk)
-			if p < updPct {
-				require.NoError(wl.t, wl.w.Update(epoch, wl.def.VnodeOf(key), key, []byte(wl.live[pk]), []byte(row)))
-				wl.live[pk] = row
-			} else {
-				require.NoError(wl.t, wl.w.Delete(epoch, wl.def.VnodeOf(key), key, []byte(wl.live[pk])))
-				delete(wl.live, pk)
-				wl.pks[j] = wl.pks[len(wl.pks)-1]
-				wl.pks = wl.pks[:len(wl.pks)-1]
-			}
-			continue
-		}
-		pk := wl.nextPK
-		wl.nextPK++
-		key := keys.AppendUint64(nil, pk)
-		require.NoError(wl.t, wl.w.Insert(epoch, wl.def.VnodeOf(key), key, []byte(row)))
-		wl.live[pk] = row
-		wl.pks = append(wl.pks, pk)
-	}
+	_, err := wl.gen.Write(wl.w, epoch, n, updPct, delPct)
+	require.NoError(wl.t, err)
 	require.NoError(wl.t, wl.w.Seal(epoch))
 }
 

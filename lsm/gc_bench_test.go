@@ -89,7 +89,7 @@ func BenchmarkGC(b *testing.B) {
 				require.NoError(b, err)
 				def := TableDef{ID: 1, VnodeCount: 64, PK: keys.Schema{keys.Uint64}}
 				c := newChurn(b, s, def, uint64(i+1))
-				c.rowLen = 80
+				c.gen.RowLen = 80
 				for range bc.rows / 5000 {
 					c.step(5000, 0, 0)
 				}

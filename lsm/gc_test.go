@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
@@ -20,23 +20,20 @@ import (
 
 var gcModelSteps = flag.Int("gc-model-steps", 400, "steps of TestGCModel")
 
-// churn drives one table with a deterministic mix of inserts, updates and
-// deletes, one epoch per commit, and keeps every committed version in a
-// model. It is shared by the GC tests and benchmarks.
+// churn drives one table with testutil.Churn, one epoch per commit, and
+// keeps every committed version in a model. It is shared by the GC tests
+// and benchmarks.
 type churn struct {
 	t     testing.TB
 	s     *Store
 	def   TableDef
 	w     *Writer
-	r     *rand.Rand
+	gen   *testutil.Churn
 	epoch uint64
-	// live is the committed state; livePKs indexes it for random picks.
-	live    map[uint64]string
-	livePKs []uint64
-	liveAt  map[uint64]int
-	hist    map[uint64][]modelVersion
-	nextPK  uint64
-	rowLen  int
+	// live is the committed state (gen's rows: every epoch is committed
+	// as it is written).
+	live map[uint64]string
+	hist map[uint64][]modelVersion
 }
 
 func newChurn(t testing.TB, s *Store, def TableDef, seed uint64) *churn {
@@ -45,78 +42,24 @@ func newChurn(t testing.TB, s *Store, def TableDef, seed uint64) *churn {
 	require.NoError(t, err)
 	w, err := s.NewWriter(def.ID, nil, nil)
 	require.NoError(t, err)
-	return &churn{
-		t: t, s: s, def: d, w: w, r: rand.New(rand.NewPCG(seed, 11)), epoch: s.EpochFloor(),
-		live: map[uint64]string{}, liveAt: map[uint64]int{}, hist: map[uint64][]modelVersion{}, rowLen: 24,
-	}
-}
-
-func (c *churn) setLive(pk uint64, row string, live bool) {
-	if live {
-		if _, ok := c.live[pk]; !ok {
-			c.liveAt[pk] = len(c.livePKs)
-			c.livePKs = append(c.livePKs, pk)
-		}
-		c.live[pk] = row
-		return
-	}
-	if i, ok := c.liveAt[pk]; ok {
-		last := c.livePKs[len(c.livePKs)-1]
-		c.livePKs[i] = last
-		c.liveAt[last] = i
-		c.livePKs = c.livePKs[:len(c.livePKs)-1]
-		delete(c.liveAt, pk)
-		delete(c.live, pk)
-	}
+	gen := testutil.NewChurn(seed, d.VnodeOf)
+	return &churn{t: t, s: s, def: d, w: w, gen: gen, epoch: s.EpochFloor(), live: gen.Live(), hist: map[uint64][]modelVersion{}}
 }
 
 // step writes n ops in one epoch and commits it: updPct% updates and
 // delPct% deletes of live rows, inserts of new pks otherwise.
 func (c *churn) step(n, updPct, delPct int) {
 	c.epoch++
-	type state struct {
-		row  string
-		live bool
-	}
-	touched := map[uint64]state{}
-	for i := 0; i < n; i++ {
-		p := c.r.IntN(100)
-		pk := uint64(0)
-		kind := opInsert
-		switch {
-		case p < updPct+delPct && len(c.livePKs) > 0:
-			pk = c.livePKs[c.r.IntN(len(c.livePKs))]
-			kind = opUpdate
-			if p >= updPct {
-				kind = opDelete
-			}
-		default:
-			pk = c.nextPK
-			c.nextPK++
-		}
-		key := keys.AppendUint64(nil, pk)
-		vn := c.def.VnodeOf(key)
-		old := c.live[pk]
-		row := fmt.Sprintf("r%d.%d.%s", c.epoch, i, strings.Repeat("x", c.r.IntN(c.rowLen)))
-		var err error
-		switch kind {
-		case opInsert:
-			err = c.w.Insert(c.epoch, vn, key, []byte(row))
-		case opUpdate:
-			err = c.w.Update(c.epoch, vn, key, []byte(old), []byte(row))
-		case opDelete:
-			err = c.w.Delete(c.epoch, vn, key, []byte(old))
-		}
-		require.NoError(c.t, err)
-		// The writer sees its own ops: keep the model's view current.
-		c.setLive(pk, row, kind != opDelete)
-		touched[pk] = state{row, kind != opDelete}
-	}
+	ops, err := c.gen.Write(c.w, c.epoch, n, updPct, delPct)
+	require.NoError(c.t, err)
 	require.NoError(c.t, c.w.Seal(c.epoch))
 	require.NoError(c.t, c.s.Commit(c.epoch))
-	for pk, st := range touched {
-		h := c.hist[pk]
-		c.hist[pk] = append(h, modelVersion{epoch: c.epoch, live: st.live, row: st.row})
+	last := map[uint64]testutil.ChurnOp{} // the epoch's last op of each pk
+	for _, op := range ops {
+		last[op.PK] = op
+	}
+	for pk, op := range last {
+		c.hist[pk] = append(c.hist[pk], modelVersion{epoch: c.epoch, live: op.Kind != testutil.OpDelete, row: op.Row})
 	}
 }
 
@@ -306,7 +249,7 @@ func TestGCModel(t *testing.T) {
 	s := open()
 	defer func() { _ = s.Close() }()
 	c := newChurn(t, s, def, seed)
-	c.rowLen = 8
+	c.gen.RowLen = 8
 	pins := map[*Snapshot]map[uint64]string{}
 	ctx := context.Background()
 	var passes, deleted, resumed, refused int64

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -193,6 +194,8 @@ type storeModel struct {
 	// flushes them when its ingestion overlaps, a reopen may replay them:
 	// only the flush step clears the flag for sure.)
 	unflushed bool
+	// gens writes each table's ops; its rows are the writer's view.
+	gens map[uint32]*testutil.Churn
 }
 
 type storePending struct {
@@ -200,21 +203,8 @@ type storePending struct {
 	rows  map[uint32]map[uint64]*string // nil: deleted
 }
 
-// view returns the row of pk as the table's writer sees it.
-func (m *storeModel) view(table uint32, pk uint64) (string, bool) {
-	for i := len(m.pending) - 1; i >= 0; i-- {
-		if row, ok := m.pending[i].rows[table][pk]; ok {
-			if row == nil {
-				return "", false
-			}
-			return *row, true
-		}
-	}
-	row, ok := m.committed[table][pk]
-	return row, ok
-}
-
-// write applies n random consistent ops to a table at epoch.
+// write applies n random consistent ops to a table at epoch: the table's
+// testutil.Churn toggles pks of [0, pks), seeded from r.
 func (m *storeModel) write(t *testing.T, r *rand.Rand, e *storeEnv, table uint32, epoch uint64, n, pks int) {
 	if len(m.pending) == 0 || m.pending[len(m.pending)-1].epoch != epoch {
 		m.pending = append(m.pending, storePending{epoch: epoch, rows: map[uint32]map[uint64]*string{}})
@@ -223,26 +213,25 @@ func (m *storeModel) write(t *testing.T, r *rand.Rand, e *storeEnv, table uint32
 	if p.rows[table] == nil {
 		p.rows[table] = map[uint64]*string{}
 	}
-	w := e.writers[table]
-	def, err := e.s.Table(table)
+	gen := m.gens[table]
+	if gen == nil {
+		def, err := e.s.Table(table)
+		require.NoError(t, err)
+		gen = testutil.NewChurn(r.Uint64(), def.VnodeOf)
+		gen.RowLen = 40
+		gen.Reset(m.committed[table])
+		if m.gens == nil {
+			m.gens = map[uint32]*testutil.Churn{}
+		}
+		m.gens[table] = gen
+	}
+	ops, err := gen.Toggle(e.writers[table], epoch, n, pks)
 	require.NoError(t, err)
-	for range n {
-		v := uint64(r.IntN(pks))
-		pk := pk64(v)
-		vnode := def.VnodeOf(pk)
-		old, live := m.view(table, v)
-		switch {
-		case !live:
-			row := string(randRow(r, 1+r.IntN(40)))
-			require.NoError(t, w.Insert(epoch, vnode, pk, []byte(row)))
-			p.rows[table][v] = &row
-		case r.IntN(2) == 0:
-			row := string(randRow(r, 1+r.IntN(40)))
-			require.NoError(t, w.Update(epoch, vnode, pk, []byte(old), []byte(row)))
-			p.rows[table][v] = &row
-		default:
-			require.NoError(t, w.Delete(epoch, vnode, pk, []byte(old)))
-			p.rows[table][v] = nil
+	for _, op := range ops {
+		if op.Kind == testutil.OpDelete {
+			p.rows[table][op.PK] = nil
+		} else {
+			p.rows[table][op.PK] = &op.Row
 		}
 	}
 }
@@ -262,7 +251,13 @@ func (m *storeModel) commit(epoch uint64) {
 	}
 }
 
-func (m *storeModel) drop() { m.pending = nil }
+// drop forgets the epochs that were not committed (a reopen dropped them).
+func (m *storeModel) drop() {
+	m.pending = nil
+	for table, gen := range m.gens {
+		gen.Reset(m.committed[table])
+	}
+}
 
 func (m *storeModel) check(t *testing.T, e *storeEnv, step string) {
 	e.verify(step)
