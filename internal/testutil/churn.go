@@ -1,11 +1,10 @@
 package testutil
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"strings"
-
-	"github.com/lsmstats/lsmstats/keys"
 )
 
 // ChurnWriter is what Churn writes through: the methods of lsm.Writer it
@@ -34,7 +33,8 @@ type ChurnOp struct {
 }
 
 // Churn is the tests' one generator of churn: random inserts, updates and
-// deletes of rows with a u64 pk (keys.AppendUint64), written through a
+// deletes of rows with a u64 pk (keys.Uint64: 8 bytes, big-endian; this
+// package cannot import keys, whose tests import it), written through a
 // writer, with the rows as that writer sees them (its own uncommitted ops
 // included). Its choices come from its own seeded source, so a seed gives
 // the same ops whatever else the test draws.
@@ -120,7 +120,7 @@ func (c *Churn) Toggle(w ChurnWriter, epoch uint64, n, universe int) ([]ChurnOp,
 
 // apply writes op, the i-th of epoch, and follows it in the live rows.
 func (c *Churn) apply(w ChurnWriter, epoch uint64, i int, op *ChurnOp) error {
-	key := keys.AppendUint64(nil, op.PK)
+	key := binary.BigEndian.AppendUint64(nil, op.PK)
 	vn := c.vnodeOf(key)
 	old := c.live[op.PK]
 	if op.Kind != OpDelete {
