@@ -307,11 +307,11 @@ func readerPayload(b *testing.B, db *pebble.DB, dir string, ropts sstable.Reader
 		}
 	}
 	for _, r := range readers {
-		payload += float64(len(r.UserProperties[stats.CollectorName]))
+		payload += float64(len(r.UserProperties[keystats.CollectorName]))
 	}
 	withProps := heapLive()
 	for _, r := range readers {
-		delete(r.UserProperties, stats.CollectorName)
+		delete(r.UserProperties, keystats.CollectorName)
 	}
 	held = withProps - heapLive()
 	for _, r := range readers {
@@ -365,11 +365,11 @@ func refreshProbe(b *testing.B, db *pebble.DB, cfg keystats.TrackerConfig) (perF
 
 func filesChanged(a, b *stats.Version) int {
 	seen := map[uint64]bool{}
-	for _, f := range a.Files() {
+	for _, f := range keystats.Files(a) {
 		seen[f.FileNum] = true
 	}
 	n := 0
-	for _, f := range b.Files() {
+	for _, f := range keystats.Files(b) {
 		if !seen[f.FileNum] {
 			n++
 		}

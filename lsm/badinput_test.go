@@ -128,7 +128,7 @@ func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *data
 		return fmt.Sprintf("%d rows; differences:\n%s\n", rep.Rows, strings.Join(rep.Differences, "\n")), true
 	case "physical":
 		var foreign, meta uint64
-		for _, f := range s.Stats().Physical.Files() {
+		for _, f := range keystats.Files(s.Stats().Physical) {
 			foreign += f.Summary.Foreign
 			meta += f.Summary.MetaKeys
 		}
@@ -279,9 +279,9 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 				require.Contains(t, notes, "statistics rebuilt from its keys", when)
 				st = s.Stats() // Verify flushed the checkpoints committed as batches
 				if all {
-					require.Len(t, st.Physical.Rebuilt(), st.Physical.NumFiles(), "%s: every SST", when)
+					require.Len(t, keystats.Rebuilt(st.Physical), st.Physical.NumFiles(), "%s: every SST", when)
 				} else {
-					require.Less(t, len(st.Physical.Rebuilt()), st.Physical.NumFiles(), "%s: SSTs with good payloads", when)
+					require.Less(t, len(keystats.Rebuilt(st.Physical)), st.Physical.NumFiles(), "%s: SSTs with good payloads", when)
 				}
 				// The estimates of a vnode's pk ranges still bracket the truth.
 				var rows float64

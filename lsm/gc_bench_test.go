@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -38,7 +39,7 @@ func estimatorError(t testing.TB, s *Store, def TableDef, live map[uint64]string
 		for q := 1; q <= 9; q++ {
 			i := len(pks) * q / 10
 			cursor := keys.AppendUint64(nil, pks[i])
-			rc := st.Physical.Range(def.ID, uint16(v), nil, cursor)
+			rc := keystats.CountRange(st.Physical, def.ID, uint16(v), nil, cursor)
 			est := 0.0
 			if net > 0 {
 				est = (rc.Puts.Est - rc.Deletes.Est) / net * rows

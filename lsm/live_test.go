@@ -3,6 +3,7 @@ package lsm
 import (
 	"testing"
 
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -27,7 +28,7 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 	require.NoError(t, w.Seal(1))
 	require.NoError(t, s.Commit(1))
 	before := s.Stats().Live
-	require.Greater(t, len(before.Detail(1, 0).Buckets), 8, "the commit must have split buckets")
+	require.Greater(t, len(keystats.Detail(before, 1, 0).Buckets), 8, "the commit must have split buckets")
 	cursor := keys.AppendUint64(nil, 1234)
 	est := before.EstimateRows(1, 0, nil, cursor)
 	crashForTest(s)
@@ -37,7 +38,7 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 	defer s.Close()
 	after := s.Stats().Live
 	for v := uint16(0); v < 2; v++ {
-		require.Equal(t, before.Detail(1, v), after.Detail(1, v), "vnode %d", v)
+		require.Equal(t, keystats.Detail(before, 1, v), keystats.Detail(after, 1, v), "vnode %d", v)
 	}
 	require.Equal(t, est, after.EstimateRows(1, 0, nil, cursor))
 }
@@ -66,7 +67,7 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 			yield(i * 1000)
 		}
 	})
-	buckets := len(s.Stats().Live.Detail(1, 0).Buckets)
+	buckets := len(keystats.Detail(s.Stats().Live, 1, 0).Buckets)
 	require.Greater(t, buckets, 50)
 	scans := s.Metrics().BucketScans
 	// Fill a run of adjacent buckets, and two lone ones further on.
@@ -78,7 +79,7 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 		}
 	})
 	require.Greater(t, s.Metrics().BucketScans-scans, int64(3), "the commit must have rescanned several buckets")
-	require.Greater(t, len(s.Stats().Live.Detail(1, 0).Buckets), buckets)
+	require.Greater(t, len(keystats.Detail(s.Stats().Live, 1, 0).Buckets), buckets)
 	rep, err := s.Verify()
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%v", rep.Differences)

@@ -695,7 +695,7 @@ func (s *Store) waitForMemtable() error {
 // makes Pebble flush it first and wait for the flush, without end while the
 // flush fails (Pebble retries it); this flush returns the failure instead.
 func (s *Store) flushUnflushed() error {
-	if s.tracker.Current().NumUnflushed() == 0 {
+	if keystats.NumUnflushed(s.tracker.Current()) == 0 {
 		return nil
 	}
 	return s.flushMemtable()

@@ -195,7 +195,7 @@ func TestLiveRandom(t *testing.T) {
 			require.Equal(t, loading, re.Current().AppendEstimates(nil, table, probes), "estimates before and after FinishLoad")
 			for v := uint16(0); v < vnodes; v++ {
 				require.Equal(t, l.Vnode(table, v), re.Current().Vnode(table, v))
-				require.Equal(t, l.Detail(table, v), re.Current().Detail(table, v))
+				require.Equal(t, Detail(l, table, v), Detail(re.Current(), table, v))
 				if lv := re.Current().table(table).vnodes[v]; lv != nil {
 					requireIndexed(t, lv)
 					require.Equal(t, len(lv.buckets), cap(lv.buckets), "no slack after FinishLoad")
@@ -204,8 +204,8 @@ func TestLiveRandom(t *testing.T) {
 		}
 	}
 	l := s.Current()
-	t.Logf("buckets: %d for %d rows", l.BucketCount(), l.Table(table).Rows)
-	require.Greater(t, len(l.Detail(table, 0).Buckets), 1, "buckets must split")
+	t.Logf("buckets: %d for %d rows", l.bucketCount(), l.Table(table).Rows)
+	require.Greater(t, len(Detail(l, table, 0).Buckets), 1, "buckets must split")
 }
 
 // livePK returns the pk of TestLiveRandom's row n, in one of three shapes
@@ -408,7 +408,7 @@ func TestLiveRecount(t *testing.T) {
 	for v := uint16(0); v < vnodes; v++ {
 		require.Equal(t, m.count(v, nil, nil), l.Vnode(table, v), "vnode %d", v)
 		total = total.Add(m.count(v, nil, nil))
-		bs := l.Detail(table, v).Buckets
+		bs := Detail(l, table, v).Buckets
 		for i, bk := range bs {
 			var hi []byte
 			if i+1 < len(bs) {
@@ -444,7 +444,7 @@ func TestLiveRecount(t *testing.T) {
 	}
 	require.False(t, re.Current().ContainsEstimates(table))
 	for v := uint16(0); v < vnodes; v++ {
-		require.Equal(t, l.Detail(table, v), re.Current().Detail(table, v))
+		require.Equal(t, Detail(l, table, v), Detail(re.Current(), table, v))
 	}
 
 	// The counts are exact now: a second recount changes nothing.

@@ -65,7 +65,7 @@ func TestMetrics(t *testing.T) {
 	m := keystats.NewMetrics(func() keystats.Snapshot {
 		calls.Add(1)
 		s := e.s.Stats()
-		published = s.Live.PublishedAt()
+		published = keystats.PublishedAt(s.Live)
 		return s
 	}, &keystats.MetricsOptions{
 		ConstLabels: prometheus.Labels{"store": "test"},
@@ -201,7 +201,7 @@ lsmstats_table_physical_entries{store="test",table="1"} 15
 lsmstats_table_physical_entries{store="test",table="2"} 3
 lsmstats_table_physical_entries{store="test",table="99"} 2
 `, after.Physical.NumFiles())), "lsmstats_stats_committed_epoch", "lsmstats_stats_live_ssts", "lsmstats_table_live_rows", "lsmstats_table_physical_entries"))
-	require.True(t, after.Live.PublishedAt().After(st.Live.PublishedAt()), "a commit publishes a new live snapshot")
+	require.True(t, keystats.PublishedAt(after.Live).After(keystats.PublishedAt(st.Live)), "a commit publishes a new live snapshot")
 }
 
 // TestMetricsEmptyAndNil checks a store without tables and a source that
@@ -227,7 +227,7 @@ func liveBuckets(st keystats.Snapshot, def lsm.TableDef) int {
 	n := 0
 	for v := range def.VnodeCount {
 		if st.Live.Vnode(def.ID, uint16(v)).Rows != 0 || st.Physical.Vnode(def.ID, uint16(v)).Entries != 0 {
-			n += len(st.Live.Detail(def.ID, uint16(v)).Buckets)
+			n += len(keystats.Detail(st.Live, def.ID, uint16(v)).Buckets)
 		}
 	}
 	return n

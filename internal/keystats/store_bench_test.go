@@ -105,7 +105,7 @@ func newBenchStore(b *testing.B, vnodes, rowsPerVnode, checkpoints int, shape pk
 func BenchmarkStoreStats(b *testing.B) {
 	bs := newBenchStore(b, keys.DefaultVnodeCount, 4000, 8, pkU64)
 	s := bs.e.s
-	b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, s.Stats().Physical.NumFiles(), s.Stats().Live.BucketCount())
+	b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, s.Stats().Physical.NumFiles(), keystats.BucketCount(s.Stats().Live))
 	r := rand.New(rand.NewPCG(3, 4))
 
 	b.Run("read=vnode", func(b *testing.B) {
@@ -204,7 +204,7 @@ func BenchmarkConsumedCold4096(b *testing.B) {
 	}{{"u64", pkU64}, {"string", pkPrefixed}} {
 		b.Run("pk="+c.name, func(b *testing.B) {
 			bs := newBenchStore(b, 4096, 250, 8, c.shape)
-			b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, bs.e.s.Stats().Physical.NumFiles(), bs.e.s.Stats().Live.BucketCount())
+			b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, bs.e.s.Stats().Physical.NumFiles(), keystats.BucketCount(bs.e.s.Stats().Live))
 			cursors, _ := bs.cursors(rand.New(rand.NewPCG(3, 4)))
 			bs.consumedCold(b, cursors)
 		})

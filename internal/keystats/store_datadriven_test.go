@@ -241,7 +241,7 @@ func ddStats(st keystats.Snapshot, tables []lsm.TableDef) string {
 				continue
 			}
 			p := vs.Physical
-			files := st.Physical.Range(def.ID, uint16(v), nil, nil).Files
+			files := keystats.CountRange(st.Physical, def.ID, uint16(v), nil, nil).Files
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", def.ID, v, p.Entries, p.Puts, p.Deletes, p.Prefixes,
 				p.PebbleTombstones, vs.Live.Rows, vs.Live.Bytes, files)
 		}
@@ -257,6 +257,6 @@ func ddStats(st keystats.Snapshot, tables []lsm.TableDef) string {
 		fmt.Fprintf(&b, "table %d: total_key_count=%d total_key_size=%d vnodes-with-data=%d contains-estimates=%t\n",
 			def.ID, tot.TotalKeyCount, tot.TotalKeySize, tot.Vnodes, st.Live.ContainsEstimates(def.ID))
 	}
-	fmt.Fprintf(&b, "live ssts: %d, rebuilt payloads: %d\n", st.Physical.NumFiles(), len(st.Physical.Rebuilt()))
+	fmt.Fprintf(&b, "live ssts: %d, rebuilt payloads: %d\n", st.Physical.NumFiles(), len(keystats.Rebuilt(st.Physical)))
 	return b.String()
 }

@@ -154,7 +154,7 @@ func (e *storeEnv) statsFiles() (v *keystats.Version, got, want []uint64) {
 		}
 	}
 	slices.Sort(want)
-	for _, f := range v.Files() {
+	for _, f := range keystats.Files(v) {
 		got = append(got, f.FileNum)
 	}
 	return v, got, want
