@@ -21,6 +21,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
@@ -100,7 +101,7 @@ func scaleConfig(b *testing.B, rows int, name string) Config {
 	const actors, barrierRows = 2, 2048
 	p.DuringSteps = max(1, rows/(actors*barrierRows)) // the CLI's default
 	cfg := Config{Dir: b.TempDir(), Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows,
-		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: lsm.QuietLogger{}}}
+		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: quietlog.Logger{}}}
 	tune(cfg.Store)
 	return cfg
 }
@@ -229,7 +230,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 		p.ssts += int(l.TablesCount)
 	}
 	ropts := lsm.PebbleOptions(cfg.Store).MakeReaderOptions()
-	tcfg := keystats.TrackerConfig{DB: db, Dir: s.Store.PebbleDir(), ReaderOptions: ropts, Logger: lsm.QuietLogger{}}
+	tcfg := keystats.TrackerConfig{DB: db, Dir: s.Store.PebbleDir(), ReaderOptions: ropts, Logger: quietlog.Logger{}}
 
 	// Heap held by the statistics: a physical Version built from the live
 	// SSTs and the live buckets loaded from their metadata, as the store

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 func testSeed(t testing.TB) uint64 { return testutil.Seed(t, "seed", *seedFlag) }
 
 func openStore(t testing.TB) *lsm.Store {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	return s
 }

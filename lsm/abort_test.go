@@ -4,6 +4,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -12,7 +13,7 @@ import (
 // next Commit; those of an aborted writer are gone, and a new writer can
 // take the same epoch over the same rows.
 func TestWriterAbort(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{W: io.Discard}})
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{W: io.Discard}})
 	require.NoError(t, err)
 	defer s.Close()
 	def := TableDef{ID: 1, VnodeCount: 1, PK: keys.Schema{keys.Uint64}}

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -49,7 +50,7 @@ func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *data
 	case "close":
 		return errOr(s.Close(), "ok"), true
 	case "raw-pebble-set":
-		opts := &pebble.Options{Comparer: keys.Comparer, Logger: QuietLogger{}}
+		opts := &pebble.Options{Comparer: keys.Comparer, Logger: quietlog.Logger{}}
 		db, err := pebble.Open(filepath.Join(d.dir, pebbleDir), opts)
 		require.NoError(t, err)
 		for _, line := range strings.Split(strings.TrimSpace(td.Input), "\n") {
@@ -225,7 +226,7 @@ func (c *corruptCollector) FinishTable(buf []byte) ([]byte, error) {
 
 // recordingLogger keeps the store's lines (Infof) and Pebble's errors.
 type recordingLogger struct {
-	QuietLogger
+	quietlog.Logger
 	mu    sync.Mutex
 	lines []string
 }
@@ -315,7 +316,7 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 // has outstanding references"), and one used after Close panicked in
 // Pebble's iterator (an integer divide by zero).
 func TestIterAfterClose(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	c := newChurn(t, s, TableDef{ID: 1, VnodeCount: 2, PK: keys.Schema{keys.Uint64}}, 1)
 	c.step(50, 0, 0)

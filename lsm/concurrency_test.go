@@ -14,6 +14,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,7 +39,7 @@ func TestConcurrent(t *testing.T) {
 		vnodes  = 16
 		pks     = 480
 	)
-	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 12 << 10, TargetFileSize: 16 << 10, Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 12 << 10, TargetFileSize: 16 << 10, Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: vnodes, PK: keys.Schema{keys.Uint64}}

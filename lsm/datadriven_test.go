@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -71,7 +72,7 @@ func ddStep(t *testing.T, td *datadriven.TestData, dir string, sp **Store, write
 				t.Fatalf("close before open: %v", err)
 			}
 		}
-		opts := &Options{MemoryWatermark: -1, Logger: QuietLogger{}, FS: faultCmds.f.fs()}
+		opts := &Options{MemoryWatermark: -1, Logger: quietlog.Logger{}, FS: faultCmds.f.fs()}
 		if td.HasArg("watermark") {
 			var w int
 			td.ScanArgs(t, "watermark", &w)

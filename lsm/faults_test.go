@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -74,7 +75,7 @@ func newFaultStore(t *testing.T, seed uint64, opts Options) *faultStore {
 	fs := &faultStore{t: t, dir: dir, f: newFaultInjector(dir, seed), opts: opts, committed: map[uint64]string{}}
 	fs.opts.FS = fs.f.fs()
 	if fs.opts.Logger == nil {
-		fs.opts.Logger = QuietLogger{}
+		fs.opts.Logger = quietlog.Logger{}
 	}
 	logFaults(t, fs.f)
 	fs.open()
@@ -154,7 +155,7 @@ func TestFaultsOpen(t *testing.T) {
 			for skip := 0; ; skip++ {
 				dir := t.TempDir()
 				f := newFaultInjector(dir, 1)
-				opts := &Options{FS: f.fs(), Logger: QuietLogger{}, MemoryWatermark: -1}
+				opts := &Options{FS: f.fs(), Logger: quietlog.Logger{}, MemoryWatermark: -1}
 				want := map[uint64]string{}
 				if !fresh {
 					s, err := Open(dir, opts)
@@ -186,7 +187,7 @@ func TestFaultsOpen(t *testing.T) {
 					require.NoError(t, s.Close())
 				}
 				require.NoError(t, goleak.Find(before), "open with %s fault #%d (%v)", kind, skip, err)
-				s, err = Open(dir, &Options{Logger: QuietLogger{}, MemoryWatermark: -1})
+				s, err = Open(dir, &Options{Logger: quietlog.Logger{}, MemoryWatermark: -1})
 				require.NoError(t, err)
 				if !fresh {
 					def, err := s.Table(faultTable.ID)

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
@@ -245,7 +246,7 @@ func requireEntriesEqualLive(t testing.TB, s *Store, def TableDef) {
 // physical entries == live rows in every vnode, exactly.
 func TestGCEntriesEqualLiveRows(t *testing.T) {
 	seed := testSeed(t)
-	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 64 << 10, Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 64 << 10, Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: 16, PK: keys.Schema{keys.Uint64}}
@@ -299,7 +300,7 @@ func TestGCModel(t *testing.T) {
 	dir := t.TempDir()
 	def := TableDef{ID: 1, VnodeCount: 8, PK: keys.Schema{keys.Uint64}}
 	open := func() *Store {
-		s, err := Open(dir, &Options{MemoryWatermark: int64(2048 + r.IntN(8192)), Logger: QuietLogger{}})
+		s, err := Open(dir, &Options{MemoryWatermark: int64(2048 + r.IntN(8192)), Logger: quietlog.Logger{}})
 		require.NoError(t, err)
 		return s
 	}
@@ -432,7 +433,7 @@ func TestGCModel(t *testing.T) {
 // TestGCPacingAndCancel: the limiter paces examined versions, and a
 // cancelled pass returns where to resume without losing anything.
 func TestGCPacingAndCancel(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
@@ -465,7 +466,7 @@ func TestGCPacingAndCancel(t *testing.T) {
 // TestGCBadInput: every malformed request is refused with a clear error and
 // changes nothing.
 func TestGCBadInput(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	c := newChurn(t, s, def, 1)
@@ -495,7 +496,7 @@ func TestGCBadInput(t *testing.T) {
 // work: compacting a GC'd range removes exactly the deleted versions and
 // their SINGLEDELs.
 func TestGCCompactionDeltas(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}, Pebble: func(o *pebble.Options) {
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}, Pebble: func(o *pebble.Options) {
 		o.DisableAutomaticCompactions = true
 	}})
 	require.NoError(t, err)
@@ -556,7 +557,7 @@ func TestGCCompactionDeltas(t *testing.T) {
 // below it is refused even before the pass's first ingestion raised the
 // watermark, and pins at or above it are granted.
 func TestGCRefusesPinsDuringPass(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
@@ -598,7 +599,7 @@ func TestGCRefusesPinsDuringPass(t *testing.T) {
 // reports ErrClosed and where to resume, and nothing is lost.
 func TestGCCloseCancels(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, &Options{Logger: QuietLogger{}})
+	s, err := Open(dir, &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	c := newChurn(t, s, def, 4)
@@ -623,7 +624,7 @@ func TestGCCloseCancels(t *testing.T) {
 	r := <-done
 	require.True(t, errors.Is(r.err, ErrClosed), "%v", r.err)
 	require.NotNil(t, r.res.Resume)
-	s, err = Open(dir, &Options{Logger: QuietLogger{}})
+	s, err = Open(dir, &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	require.Equal(t, c.live, readAt(t, s, def, s.CommittedEpoch()))

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -15,7 +16,7 @@ import (
 // figure must not go backwards).
 func TestSplitsReproducedAfterRestart(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, &Options{Logger: QuietLogger{}})
+	s, err := Open(dir, &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	require.NoError(t, s.CreateTable(TableDef{ID: 1, VnodeCount: 2, PK: keys.Schema{keys.Uint64}}))
 	def, _ := s.table(1)
@@ -33,7 +34,7 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 	est := before.EstimateRows(1, 0, nil, cursor)
 	crashForTest(s)
 
-	s, err = Open(dir, &Options{Logger: QuietLogger{}})
+	s, err = Open(dir, &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer s.Close()
 	after := s.Stats().Live
@@ -49,7 +50,7 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 // and seeks over the gaps; the split buckets must count exactly what the
 // table holds (Verify recounts them bucket by bucket).
 func TestRescansOfAdjacentBuckets(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer s.Close()
 	require.NoError(t, s.CreateTable(TableDef{ID: 1, VnodeCount: 1, PK: keys.Schema{keys.Uint64}}))

@@ -1,9 +1,6 @@
 package lsm
 
 import (
-	"fmt"
-	"io"
-	"os"
 	"runtime"
 	"time"
 
@@ -252,31 +249,4 @@ func fastestCompression() *sstable.CompressionProfile { return sstable.FastestCo
 
 func compactionConcurrency() (int, int) {
 	return 1, max(2, runtime.GOMAXPROCS(0))
-}
-
-// QuietLogger is a Pebble logger that drops Pebble's informational lines and
-// writes errors to W (standard error when nil). Like Pebble's default
-// logger, Fatalf — which Pebble calls on WAL and MANIFEST write errors —
-// ends the process: a store cannot go on after those.
-type QuietLogger struct{ W io.Writer }
-
-// Infof drops the line.
-func (QuietLogger) Infof(string, ...any) {}
-
-// Errorf writes the line.
-func (l QuietLogger) Errorf(format string, args ...any) {
-	fmt.Fprintf(l.out(), format+"\n", args...)
-}
-
-// Fatalf writes the line and exits with status 4.
-func (l QuietLogger) Fatalf(format string, args ...any) {
-	fmt.Fprintf(l.out(), "fatal: "+format+"\n", args...)
-	os.Exit(4)
-}
-
-func (l QuietLogger) out() io.Writer {
-	if l.W == nil {
-		return os.Stderr
-	}
-	return l.W
 }

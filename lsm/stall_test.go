@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -25,7 +26,7 @@ func TestCommitStallOnlyWhileCompactionsDrain(t *testing.T) {
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	t.Run("compactions-off", func(t *testing.T) {
 		s, err := Open(t.TempDir(), &Options{
-			Logger: QuietLogger{}, L0StopSublevels: 2, CommitBatchBytes: -1,
+			Logger: quietlog.Logger{}, L0StopSublevels: 2, CommitBatchBytes: -1,
 			Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true },
 		})
 		require.NoError(t, err)

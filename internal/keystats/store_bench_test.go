@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -282,7 +283,7 @@ func statsMemory(b *testing.B, e *storeEnv) (physical, live float64) {
 	}
 	o := &pebble.Options{Comparer: keys.Comparer}
 	o.EnsureDefaults()
-	cfg := keystats.TrackerConfig{DB: e.s.DB(), Dir: e.dir + "/db", ReaderOptions: o.MakeReaderOptions(), Logger: lsm.QuietLogger{}}
+	cfg := keystats.TrackerConfig{DB: e.s.DB(), Dir: e.dir + "/db", ReaderOptions: o.MakeReaderOptions(), Logger: quietlog.Logger{}}
 	before := heap()
 	v, err := keystats.Recompute(cfg)
 	require.NoError(b, err)

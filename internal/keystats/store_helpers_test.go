@@ -17,6 +17,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -51,7 +52,7 @@ func uncompacted() lsm.Options {
 	return lsm.Options{
 		MemoryWatermark: -1,
 		L0StopSublevels: -1,
-		Logger:          lsm.QuietLogger{},
+		Logger:          quietlog.Logger{},
 		Pebble: func(o *pebble.Options) {
 			o.DisableAutomaticCompactions = true
 			o.L0CompactionThreshold = math.MaxInt32
