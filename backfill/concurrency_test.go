@@ -11,6 +11,7 @@ import (
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/compaction"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
@@ -140,7 +141,7 @@ func TestConcurrentProgress(t *testing.T) {
 		require.NoError(t, err)
 	}
 	t.Logf("steps %d (finished %t), progress computations %d, scrapes %d, policy %+v, store %+v",
-		steps, finished, figures, scrapes, pol.Metrics(), s.Metrics())
+		steps, finished, figures, scrapes, pol.Metrics(), lsminternal.StoreMetrics(s))
 	require.Positive(t, figures)
 	require.Positive(t, scrapes)
 	if finished {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -67,7 +68,7 @@ func TestRawPipelines(t *testing.T) {
 // TestRawCompare: the raw pipeline's final check finds an MV that differs
 // from its upstream.
 func TestRawCompare(t *testing.T) {
-	db, err := pebble.Open(t.TempDir(), lsm.PebbleOptions(&lsm.Options{Logger: quietlog.Logger{}}))
+	db, err := pebble.Open(t.TempDir(), lsminternal.PebbleOptions(&lsm.Options{Logger: quietlog.Logger{}}))
 	require.NoError(t, err)
 	defer db.Close()
 	r := &rawRun{db: db}

@@ -21,6 +21,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -133,11 +134,11 @@ func scaleRun(b *testing.B, rows int, name string) {
 		}
 	}
 	heapBeforeOpen := heapLive()
-	var splits lsm.Metrics
+	var splits lsminternal.Metrics
 	cfg.OnEnd = func(s *Session) {
-		splits = s.Store.Metrics()
+		splits = lsminternal.StoreMetrics(s.Store)
 		if *scaleLSM {
-			b.Logf("store LSM at the end:\n%s", s.Store.DB().Metrics())
+			b.Logf("store LSM at the end:\n%s", lsminternal.DB(s.Store).Metrics())
 		}
 		peakStore = peakRSS()
 		harness = base - heapBeforeOpen
@@ -222,15 +223,15 @@ type scaleProbe struct {
 // closes).
 func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	var p scaleProbe
-	db := s.Store.DB()
+	db := lsminternal.DB(s.Store)
 	m := db.Metrics()
 	p.l0 = int(m.Levels[0].Sublevels)
 	p.cache = float64(m.BlockCache.Size)
 	for _, l := range m.Levels {
 		p.ssts += int(l.TablesCount)
 	}
-	ropts := lsm.PebbleOptions(cfg.Store).MakeReaderOptions()
-	tcfg := keystats.TrackerConfig{DB: db, Dir: s.Store.PebbleDir(), ReaderOptions: ropts, Logger: quietlog.Logger{}}
+	ropts := lsminternal.PebbleOptions(cfg.Store).MakeReaderOptions()
+	tcfg := keystats.TrackerConfig{DB: db, Dir: lsminternal.PebbleDir(s.Store), ReaderOptions: ropts, Logger: quietlog.Logger{}}
 
 	// Heap held by the statistics: a physical Version built from the live
 	// SSTs and the live buckets loaded from their metadata, as the store
@@ -273,7 +274,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	runtime.KeepAlive(kept)
 	runtime.KeepAlive(entries)
 
-	p.payload, p.readerPayload = readerPayload(b, db, s.Store.PebbleDir(), ropts)
+	p.payload, p.readerPayload = readerPayload(b, db, lsminternal.PebbleDir(s.Store), ropts)
 	p.refreshPerFile, p.listing = refreshProbe(b, db, tcfg)
 	return p
 }

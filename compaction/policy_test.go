@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
@@ -284,9 +285,9 @@ func TestPolicyStartStop(t *testing.T) {
 	run(t, s, 4, 300, 30, 30, wl)
 	slow, err := New(Config{Store: s, Thresholds: Thresholds{MinGarbage: 16}, Interval: time.Millisecond, Rate: 50, Burst: 10})
 	require.NoError(t, err)
-	passes := s.GCMetrics().Passes
+	passes := lsminternal.StoreGCMetrics(s).Passes
 	require.NoError(t, slow.Start())
-	for s.GCMetrics().Passes == passes {
+	for lsminternal.StoreGCMetrics(s).Passes == passes {
 		require.True(t, time.Now().Before(deadline), "the slow round never started")
 		time.Sleep(time.Millisecond)
 	}

@@ -27,7 +27,7 @@ func TestWriterAbort(t *testing.T) {
 		return w
 	}
 	require.NoError(t, write(1, "aborted").Abort())
-	require.Zero(t, s.Metrics().BufferedBytes, "the aborted epoch's buffer is released")
+	require.Zero(t, s.counters().BufferedBytes, "the aborted epoch's buffer is released")
 	w := write(1, "kept") // the same epoch and row again: no collision
 	require.NoError(t, w.Close())
 	require.NoError(t, s.Commit(1))

@@ -60,7 +60,7 @@ func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *data
 		require.NoError(t, db.Close())
 		return "ok", true
 	case "raw-set":
-		b := s.DB().NewBatch()
+		b := s.db.NewBatch()
 		for _, line := range strings.Split(strings.TrimSpace(td.Input), "\n") {
 			k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
 			require.NoError(t, b.Set(ddKey(t, k), ddValue(t, v), nil))
@@ -69,7 +69,7 @@ func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *data
 			return "error: " + err.Error(), true
 		}
 		if td.HasArg("flush") {
-			if err := s.DB().Flush(); err != nil {
+			if err := s.db.Flush(); err != nil {
 				return "error: " + err.Error(), true
 			}
 			// The stats refresh after a flush runs in the background.

@@ -291,8 +291,8 @@ func TestConcurrent(t *testing.T) {
 			if _, err := reg.Gather(); err != nil {
 				return err
 			}
-			_ = s.Metrics()
-			_ = s.GCMetrics()
+			_ = s.counters()
+			_ = s.gcCounters()
 			counts.scrapes.Add(1)
 		}
 		return nil
@@ -346,12 +346,12 @@ func TestConcurrent(t *testing.T) {
 		require.NoError(t, err)
 	}
 	t.Logf("commits %d, spills %d, full reads %d, estimates %d, partitions %d, scrapes %d, GC passes %d, compactions %d, verifies %d",
-		counts.commits.Load(), s.Metrics().Spills, counts.reads.Load(), counts.estimates.Load(), counts.partitions.Load(),
+		counts.commits.Load(), s.counters().Spills, counts.reads.Load(), counts.estimates.Load(), counts.partitions.Load(),
 		counts.scrapes.Load(), counts.gcs.Load(), counts.compactions.Load(), counts.verifies.Load())
 	require.Positive(t, counts.commits.Load())
 	require.Positive(t, counts.reads.Load())
 	require.Positive(t, counts.gcs.Load())
-	require.Positive(t, s.Metrics().Spills)
+	require.Positive(t, s.counters().Spills)
 	for _, w := range ws {
 		require.NoError(t, w.Close())
 	}

@@ -317,7 +317,7 @@ func checkCrashState(t *testing.T, s *Store, seed, k uint64) {
 	require.Equal(t, g.state, got, "rows at step %d", k)
 	// Nothing of a later epoch reached Pebble.
 	lo, hi := keys.TableSpan(crashTable)
-	it, err := s.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	require.NoError(t, err)
 	for ok := it.First(); ok; ok = it.Next() {
 		dk, err := keys.Decode(it.Key())

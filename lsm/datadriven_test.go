@@ -295,7 +295,7 @@ func readAll(t *testing.T, s *Store, td *datadriven.TestData) string {
 // dumpRaw prints every key of a table as Pebble holds it.
 func dumpRaw(t *testing.T, s *Store, table uint32) string {
 	lo, hi := keys.TableSpan(table)
-	it, err := s.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	require.NoError(t, err)
 	defer it.Close()
 	var lines []string

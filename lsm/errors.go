@@ -18,12 +18,12 @@ var (
 	// ErrInvalidVnode is an op on a vnode outside the table's vnode count,
 	// outside the writer's vnode set, or not matching the pk's hash.
 	ErrInvalidVnode = errors.New("lsmstats: invalid vnode")
-	// ErrEpochOrder is an epoch that does not increase: a seal not above the
-	// writer's last sealed epoch, a commit not above the committed epoch, or
-	// an epoch at or below the store's durable high-water mark.
+	// ErrEpochOrder is an epoch that does not increase: an op on an epoch
+	// its writer already sealed ("epoch is sealed"), a seal not above the
+	// writer's last sealed epoch, an op or seal while another epoch is open,
+	// a commit not above the committed epoch, or an epoch at or below the
+	// store's durable high-water mark.
 	ErrEpochOrder = errors.New("lsmstats: epoch out of order")
-	// ErrEpochSealed is an op on an epoch its writer already sealed.
-	ErrEpochSealed = errors.New("lsmstats: epoch is sealed")
 	// ErrNotSealed is a commit of an epoch some writer has not sealed.
 	ErrNotSealed = errors.New("lsmstats: epoch not sealed by every writer")
 	// ErrInconsistentOp is a checked op that contradicts the current state:
@@ -33,9 +33,6 @@ var (
 	// ErrEpochUnavailable is a read at an epoch above the committed epoch or
 	// below the garbage-collection watermark.
 	ErrEpochUnavailable = errors.New("lsmstats: epoch not readable")
-	// ErrCorruptMetadata marks metadata rows that do not decode, and
-	// missing ones. It is also lsmstats.ErrCorruption.
-	ErrCorruptMetadata = lsmstats.NewCorruptionSentinel("lsmstats: corrupt metadata")
 	// ErrReadOnly is returned by every write to a store opened with
 	// Options.ReadOnly.
 	ErrReadOnly = errors.New("lsmstats: store is open read-only")
@@ -45,3 +42,19 @@ var (
 	// ErrFormatTooNew refuses a store written by a newer format version.
 	ErrFormatTooNew = errors.New("lsmstats: store format is newer than this library")
 )
+
+var (
+	// errEpochSealed is an op on an epoch its writer already sealed: an
+	// ErrEpochOrder, with its own message.
+	errEpochSealed error = epochSealed{}
+	// errCorruptMetadata marks metadata rows that do not decode, and
+	// missing ones. It is lsmstats.ErrCorruption: callers test for that.
+	errCorruptMetadata = lsmstats.NewCorruptionSentinel("lsmstats: corrupt metadata")
+)
+
+// epochSealed is errEpochSealed: errors.Is (the standard library's and
+// cockroachdb's) finds ErrEpochOrder in it.
+type epochSealed struct{}
+
+func (epochSealed) Error() string        { return "lsmstats: epoch is sealed" }
+func (epochSealed) Is(target error) bool { return target == ErrEpochOrder }

@@ -169,7 +169,7 @@ func faultChild(dir string, seed uint64, rule string) {
 			fail(err)
 		}
 		say("C %d", step)
-		if err := s.DB().LogData([]byte("lsmstats fault test"), pebble.Sync); err != nil {
+		if err := s.db.LogData([]byte("lsmstats fault test"), pebble.Sync); err != nil {
 			fail(err)
 		}
 		if step%3 == 0 {

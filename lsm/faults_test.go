@@ -505,22 +505,22 @@ func TestFaultsCompaction(t *testing.T) {
 	}
 	err := fs.s.CompactRange(context.Background(), fs.def.ID, 0, 0)
 	require.True(t, isInjected(err), "%v", err)
-	l0 := fs.s.Metrics().L0Files
+	l0 := fs.s.counters().L0Files
 	fs.f.disarm()
 	require.NoError(t, fs.s.CompactRange(context.Background(), fs.def.ID, 0, 0))
-	require.Less(t, fs.s.Metrics().L0Files, l0)
+	require.Less(t, fs.s.counters().L0Files, l0)
 	fs.check("after the faults")
 	// The metadata SSTs of every checkpoint are still in L0, whose depth
 	// would stall memtable writes (Pebble's own write stall).
-	require.NoError(t, fs.s.DB().Compact(context.Background(), []byte{0}, []byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, true))
+	require.NoError(t, fs.s.db.Compact(context.Background(), []byte{0}, []byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, true))
 
 	// A flush: the store never writes to the memtable, but a tool sharing
 	// the DB may (here: a version of a table outside the catalog). Pebble
 	// retries the failed flush until it succeeds.
 	fs.f.arm("create|write|sync", `^db/\d+\.sst$`, 0, 0, 0)
 	key := keys.AppendVersioned(nil, 77, 0, keys.AppendUint64(nil, 1), keys.MakeVersion(1, 0), keys.KindPut)
-	require.NoError(t, fs.s.DB().Set(key, []byte("tool"), pebble.Sync))
-	flushed, err := fs.s.DB().AsyncFlush()
+	require.NoError(t, fs.s.db.Set(key, []byte("tool"), pebble.Sync))
+	flushed, err := fs.s.db.AsyncFlush()
 	require.NoError(t, err)
 	deadline := time.Now().Add(10 * time.Second)
 	for flushErrs.Load() == 0 {

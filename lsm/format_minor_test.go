@@ -30,13 +30,13 @@ func TestMetadataOfNewerMinor(t *testing.T) {
 	require.NoError(t, w.Seal(1))
 	require.NoError(t, s.Commit(1))
 	require.NoError(t, w.Close())
-	pebbleDir := s.PebbleDir()
+	pebbleDir := s.pebbleDirPath()
 	require.NoError(t, s.Close())
 
 	// Rows written as a later version would: a new name, and maybe its
 	// minor version.
 	setMeta := func(name string, value []byte) {
-		db, err := pebble.Open(pebbleDir, PebbleOptions(opts))
+		db, err := pebble.Open(pebbleDir, pebbleOptionsFor(opts))
 		require.NoError(t, err)
 		require.NoError(t, db.Set(keys.MetaKey([]byte(name)), value, pebble.Sync))
 		require.NoError(t, db.Close())
@@ -45,7 +45,7 @@ func TestMetadataOfNewerMinor(t *testing.T) {
 
 	// Its own minor format: the row is corruption, named.
 	_, err = Open(dir, opts)
-	require.ErrorIs(t, err, ErrCorruptMetadata)
+	require.ErrorIs(t, err, errCorruptMetadata)
 	require.True(t, lsmstats.IsCorruption(err))
 	require.ErrorContains(t, err, `"zz_future_feature"`)
 	// Read-only, it is left out and reported by Verify.
@@ -58,7 +58,7 @@ func TestMetadataOfNewerMinor(t *testing.T) {
 	require.NoError(t, ro.Close())
 
 	// A newer minor format: refused for writing, read-only it reads.
-	setMeta(keys.FormatMinorName, binary.BigEndian.AppendUint64(nil, FormatMinor+1))
+	setMeta(keys.FormatMinorName, binary.BigEndian.AppendUint64(nil, formatMinor+1))
 	_, err = Open(dir, opts)
 	require.True(t, errors.Is(err, ErrFormatTooNew), "%v", err)
 	require.ErrorContains(t, err, "read-only")

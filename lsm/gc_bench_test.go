@@ -57,7 +57,7 @@ func estimatorError(t testing.TB, s *Store, def TableDef, live map[uint64]string
 // liveTableBytes is the size of the live SSTs (obsolete files that Pebble
 // has yet to delete are not counted).
 func liveTableBytes(s *Store) int64 {
-	return s.DB().Metrics().Total().TablesSize
+	return s.db.Metrics().Total().TablesSize
 }
 
 // BenchmarkGC measures one GC pass at the committed epoch over a table

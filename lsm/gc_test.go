@@ -178,7 +178,7 @@ func (rv rawVersion) String() string {
 // rawVersions lists every version key of a table in key order.
 func rawVersions(t testing.TB, s *Store, table uint32) []rawVersion {
 	lo, hi := keys.TableSpan(table)
-	it, err := s.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	require.NoError(t, err)
 	defer it.Close()
 	var out []rawVersion
@@ -485,7 +485,7 @@ func TestGCBadInput(t *testing.T) {
 		require.Error(t, err, "%+v", req)
 	}
 	require.Error(t, s.CompactRange(ctx, 1, 2, 1))
-	require.Zero(t, s.GCMetrics().Passes)
+	require.Zero(t, s.gcCounters().Passes)
 	require.NoError(t, s.Close())
 	_, err = s.GC(ctx, GCRequest{Table: 1})
 	require.True(t, errors.Is(err, ErrClosed), "%v", err)
@@ -614,7 +614,7 @@ func TestGCCloseCancels(t *testing.T) {
 		res, err := s.GC(context.Background(), GCRequest{Table: 1, Limiter: rate.NewLimiter(20, 5)})
 		done <- result{res, err}
 	}()
-	for s.GCMetrics().Passes == 0 {
+	for s.gcCounters().Passes == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(20 * time.Millisecond)

@@ -70,7 +70,7 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 	})
 	buckets := len(keystats.Detail(s.Stats().Live, 1, 0).Buckets)
 	require.Greater(t, buckets, 50)
-	scans := s.Metrics().BucketScans
+	scans := s.counters().BucketScans
 	// Fill a run of adjacent buckets, and two lone ones further on.
 	commit(2, func(yield func(uint64)) {
 		for _, i := range []uint64{200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 700, 1100} {
@@ -79,7 +79,7 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 			}
 		}
 	})
-	require.Greater(t, s.Metrics().BucketScans-scans, int64(3), "the commit must have rescanned several buckets")
+	require.Greater(t, s.counters().BucketScans-scans, int64(3), "the commit must have rescanned several buckets")
 	require.Greater(t, len(keystats.Detail(s.Stats().Live, 1, 0).Buckets), buckets)
 	rep, err := s.Verify()
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -89,8 +90,8 @@ type Options struct {
 	// Logger receives Pebble's and the store's log lines; nil means Pebble's
 	// default logger. Pebble calls Fatalf on WAL and MANIFEST write errors.
 	// It no longer does on corrupt data: the store takes Pebble's
-	// DataCorruption event, logs it with Errorf and counts it
-	// (Metrics.Corruptions), and the read that met the corruption returns
+	// DataCorruption event, logs it with Errorf and counts it, and the
+	// read that met the corruption returns
 	// an error marked lsmstats.ErrCorruption that names the file.
 	Logger pebble.Logger
 
@@ -163,18 +164,23 @@ type WriterOptions struct {
 	Unchecked bool
 }
 
-// PebbleOptions returns the Pebble options of a store opened with opts (nil:
-// the defaults), Options.Pebble applied, without the store's event
-// listeners: what a comparison with raw Pebble doing the same work opens
-// its database with. Each call returns new options (and, with CacheSize,
-// a block cache of its own when opened).
-func PebbleOptions(opts *Options) *pebble.Options {
+// pebbleOptionsFor returns the Pebble options of a store opened with opts
+// (lsminternal.PebbleOptions).
+func pebbleOptionsFor(opts *Options) *pebble.Options {
 	o := opts.withDefaults()
 	popts := o.pebbleOptions()
 	if o.Pebble != nil {
 		o.Pebble(popts)
 	}
 	return popts
+}
+
+func init() {
+	lsminternal.Hooks.DB = func(s any) *pebble.DB { return s.(*Store).db }
+	lsminternal.Hooks.PebbleDir = func(s any) string { return s.(*Store).pebbleDirPath() }
+	lsminternal.Hooks.PebbleOptions = func(o any) *pebble.Options { return pebbleOptionsFor(o.(*Options)) }
+	lsminternal.Hooks.Metrics = func(s any) lsminternal.Metrics { return s.(*Store).counters() }
+	lsminternal.Hooks.GCMetrics = func(s any) lsminternal.GCMetrics { return s.(*Store).gcCounters() }
 }
 
 // pebbleOptions returns the store's Pebble options before its listeners

@@ -182,7 +182,7 @@ func TestOpenNoStore(t *testing.T) {
 	dir := smallStore(t, false)
 	s, err := Open(dir, nil)
 	require.NoError(t, err)
-	require.NoError(t, s.DB().Set(keys.MetaKey([]byte(keys.FormatVersionName)), be64(FormatVersion+1), pebble.Sync))
+	require.NoError(t, s.db.Set(keys.MetaKey([]byte(keys.FormatVersionName)), be64(FormatVersion+1), pebble.Sync))
 	require.NoError(t, s.Close())
 	_, err = roOpen(dir)
 	require.True(t, errors.Is(err, ErrFormatTooNew), "%v", err)
@@ -199,7 +199,7 @@ func TestOpenNoStore(t *testing.T) {
 }
 
 // TestReadOnlyCorruptMetadata: metadata rows that do not decode fail a
-// writable Open with ErrCorruptMetadata, which is lsmstats.ErrCorruption.
+// writable Open with errCorruptMetadata, which is lsmstats.ErrCorruption.
 // A read-only Open leaves out the rows it can do without, and Verify
 // reports each one by its key; the rows it cannot do without fail both.
 func TestReadOnlyCorruptMetadata(t *testing.T) {
@@ -221,11 +221,11 @@ func TestReadOnlyCorruptMetadata(t *testing.T) {
 			dir := smallStore(t, false)
 			s, err := Open(dir, nil)
 			require.NoError(t, err)
-			require.NoError(t, s.DB().Set(c.key, c.value, pebble.Sync))
+			require.NoError(t, s.db.Set(c.key, c.value, pebble.Sync))
 			require.NoError(t, s.Close())
 
 			_, err = Open(dir, &Options{Logger: quietlog.Logger{W: io.Discard}})
-			require.True(t, errors.Is(err, ErrCorruptMetadata), "%v", err)
+			require.True(t, errors.Is(err, errCorruptMetadata), "%v", err)
 			require.True(t, errors.Is(err, lsmstats.ErrCorruption), "%v", err)
 
 			log := &recordingLogger{}
@@ -445,7 +445,7 @@ func TestCorruptSST(t *testing.T) {
 					require.NoError(t, s.Stats().PhysicalErr)
 					require.NoError(t, s.RefreshStats())
 				}
-				require.Positive(t, s.Metrics().Corruptions)
+				require.Positive(t, s.counters().Corruptions)
 				require.Contains(t, log.text(), "corrupt data in")
 				require.NoError(t, s.Close())
 			}

@@ -104,7 +104,7 @@ func TestSingleDelElisionPanic(t *testing.T) {
 	// is the one the compaction reads while it elides the SINGLEDEL of the
 	// first block's last key.
 	var target string
-	levels, err := s.DB().SSTables()
+	levels, err := s.db.SSTables()
 	require.NoError(t, err)
 	for _, tbl := range levels[6] {
 		k, err := keys.Decode(tbl.Smallest.UserKey)

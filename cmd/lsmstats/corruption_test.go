@@ -26,6 +26,7 @@ import (
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -139,10 +140,10 @@ func buildFixture(t *testing.T) *fixture {
 	// Compact it all, once (a manual compaction is deterministic): reads
 	// and the resume then meet a few SSTs per level, not an L0 of every
 	// checkpoint's.
-	require.NoError(t, s.Store.DB().Compact(ctx, []byte{0}, []byte{0xff, 0xff, 0xff, 0xff, 0xff}, false))
+	require.NoError(t, lsminternal.DB(s.Store).Compact(ctx, []byte{0}, []byte{0xff, 0xff, 0xff, 0xff, 0xff}, false))
 	// A synced WAL record, as a tool sharing the DB would write: the store
 	// itself writes none (every checkpoint is an ingestion).
-	require.NoError(t, s.Store.DB().LogData([]byte("lsmstats corruption test"), pebble.Sync))
+	require.NoError(t, lsminternal.DB(s.Store).LogData([]byte("lsmstats corruption test"), pebble.Sync))
 	require.NoError(t, s.Close())
 	require.True(t, copied, "no spill was staged")
 	require.Positive(t, copyDir(t, spills, filepath.Join(dir, "staging")))

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -77,7 +78,7 @@ func TestDataDriven(t *testing.T) {
 				s, err := lsm.Open(store, &lsm.Options{MustExist: true, Logger: quietlog.Logger{W: io.Discard},
 					Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true }})
 				require.NoError(t, err)
-				require.NoError(t, s.DB().Set(key, bytes.Repeat([]byte{0xff}, 11), pebble.Sync))
+				require.NoError(t, lsminternal.DB(s).Set(key, bytes.Repeat([]byte{0xff}, 11), pebble.Sync))
 				require.NoError(t, s.Close())
 				return fmt.Sprintf("overwrote row %x\n", key)
 			case "run":
@@ -158,7 +159,7 @@ func ddBuild(t *testing.T, dir string, vnodes, rows int) string {
 	}
 	require.NoError(t, w.Close())
 	var b strings.Builder
-	levels, err := s.DB().SSTables()
+	levels, err := lsminternal.DB(s).SSTables()
 	require.NoError(t, err)
 	for level, tables := range levels {
 		for _, tbl := range tables {

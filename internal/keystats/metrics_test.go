@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/prometheus/client_golang/prometheus"
@@ -246,7 +247,7 @@ func vnodesWithRows(def lsm.TableDef, lo, hi uint64) int {
 func ingestWithoutCollector(t *testing.T, e *storeEnv, ks [][]byte) {
 	o := &pebble.Options{Comparer: keys.Comparer}
 	o.EnsureDefaults()
-	wo := o.MakeWriterOptions(0, e.s.DB().TableFormat())
+	wo := o.MakeWriterOptions(0, lsminternal.DB(e.s).TableFormat())
 	wo.BlockPropertyCollectors = nil
 	file := t.TempDir() + "/foreign.sst"
 	f, err := vfs.Default.Create(file, vfs.WriteCategoryUnspecified)
@@ -256,5 +257,5 @@ func ingestWithoutCollector(t *testing.T, e *storeEnv, ks [][]byte) {
 		require.NoError(t, w.Set(k, []byte("v")))
 	}
 	require.NoError(t, w.Close())
-	require.NoError(t, e.s.DB().Ingest(context.Background(), []string{file}))
+	require.NoError(t, lsminternal.DB(e.s).Ingest(context.Background(), []string{file}))
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -283,7 +284,7 @@ func statsMemory(b *testing.B, e *storeEnv) (physical, live float64) {
 	}
 	o := &pebble.Options{Comparer: keys.Comparer}
 	o.EnsureDefaults()
-	cfg := keystats.TrackerConfig{DB: e.s.DB(), Dir: e.dir + "/db", ReaderOptions: o.MakeReaderOptions(), Logger: quietlog.Logger{}}
+	cfg := keystats.TrackerConfig{DB: lsminternal.DB(e.s), Dir: e.dir + "/db", ReaderOptions: o.MakeReaderOptions(), Logger: quietlog.Logger{}}
 	before := heap()
 	v, err := keystats.Recompute(cfg)
 	require.NoError(b, err)
@@ -292,7 +293,7 @@ func statsMemory(b *testing.B, e *storeEnv) (physical, live float64) {
 
 	var entries [][2][]byte
 	for _, span := range keystats.LiveSpans() {
-		it, err := e.s.DB().NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
+		it, err := lsminternal.DB(e.s).NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
 		require.NoError(b, err)
 		for ok := it.First(); ok; ok = it.Next() {
 			entries = append(entries, [2][]byte{append([]byte(nil), it.Key()...), append([]byte(nil), it.Value()...)})

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -108,7 +109,7 @@ func TestStoreDataDriven(t *testing.T) {
 				if _, got, want := e.statsFiles(); !slices.Equal(got, want) && !autoCompactions {
 					t.Fatalf("after commit %d the statistics describe files %v, Pebble has %v", epoch, got, want)
 				}
-				m := e.s.Metrics()
+				m := lsminternal.StoreMetrics(e.s)
 				return fmt.Sprintf("committed epoch %d (spills so far: %d)", e.s.CommittedEpoch(), m.Spills)
 			case "gc":
 				var table, pk, epoch uint64
@@ -123,7 +124,7 @@ func TestStoreDataDriven(t *testing.T) {
 				}
 				p := pk64(pk)
 				key := keys.AppendVersioned(nil, uint32(table), def.VnodeOf(p), p, keys.MakeVersion(epoch, 0), kind)
-				require.NoError(t, e.s.DB().SingleDelete(key, pebble.Sync))
+				require.NoError(t, lsminternal.DB(e.s).SingleDelete(key, pebble.Sync))
 				return "ok"
 			case "flush":
 				e.flush()

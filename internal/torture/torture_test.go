@@ -22,6 +22,7 @@ import (
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/compaction"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
@@ -288,7 +289,7 @@ func checkAfterKill(t *testing.T, dir string, seed uint64) {
 	c := st.CommittedEpoch()
 	lo, _ := keys.TableSpan(bench.UpstreamTable)
 	_, hi := keys.TableSpan(bench.MetaTable)
-	it, err := st.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := lsminternal.DB(st).NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	require.NoError(t, err)
 	for ok := it.First(); ok; ok = it.Next() {
 		k, err := keys.Decode(it.Key())
