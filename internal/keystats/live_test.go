@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -335,7 +336,9 @@ func TestLiveLoadRejectsCorrupt(t *testing.T) {
 		{BucketKey(2, 0, nil, true), []byte{2, 2, 0, 0}},  // unknown table
 		{keys.MetaKey([]byte("live_est/\x00\x00")), {1}},  // short table id
 	} {
-		require.ErrorIs(t, s.Load(kv[0], kv[1]), ErrCorruptLive, "%x", kv[0])
+		err := s.Load(kv[0], kv[1])
+		require.ErrorIs(t, err, ErrCorruptLive, "%x", kv[0])
+		require.ErrorIs(t, err, lsmstats.ErrCorruption, "%x", kv[0])
 	}
 }
 

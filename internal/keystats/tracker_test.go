@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -438,6 +439,7 @@ func TestTrackerCorruptPayload(t *testing.T) {
 	for _, fe := range rebuilt[:len(rebuilt)-1] {
 		if !strings.Contains(fe.Err.Error(), "NumEntries") { // "lie" decodes but does not add up
 			require.True(t, errors.Is(fe.Err, ErrCorruptPayload), "%v", fe.Err)
+			require.True(t, errors.Is(fe.Err, lsmstats.ErrCorruption), "%v", fe.Err)
 		}
 	}
 	require.True(t, physMatchesScan(t, e, v, "after ingest"))
