@@ -1174,9 +1174,12 @@ func (l *Live) Partition(table uint32, vnodes *roaring.Bitmap, n int) []ScanRang
 					out = append(out, cur)
 					cur = ScanRange{StartVnode: v}
 				} else {
-					cur.EndVnode, cur.EndPK = v, b.lower
+					// A copy: the bound is the published bucket's, which
+					// a caller writing into its range must not change.
+					pk := bytes.Clone(b.lower)
+					cur.EndVnode, cur.EndPK = v, pk
 					out = append(out, cur)
-					cur = ScanRange{StartVnode: v, StartPK: b.lower}
+					cur = ScanRange{StartVnode: v, StartPK: pk}
 				}
 			}
 			rows := max(0, b.Rows)
