@@ -178,7 +178,10 @@ func pebbleOptionsFor(opts *Options) *pebble.Options {
 func init() {
 	lsminternal.Hooks.DB = func(s any) *pebble.DB { return s.(*Store).db }
 	lsminternal.Hooks.PebbleDir = func(s any) string { return s.(*Store).pebbleDirPath() }
-	lsminternal.Hooks.PebbleOptions = func(o any) *pebble.Options { return pebbleOptionsFor(o.(*Options)) }
+	lsminternal.Hooks.PebbleOptions = func(o any) *pebble.Options {
+		opts, _ := o.(*Options) // nil: the defaults
+		return pebbleOptionsFor(opts)
+	}
 	lsminternal.Hooks.Metrics = func(s any) lsminternal.Metrics { return s.(*Store).counters() }
 	lsminternal.Hooks.GCMetrics = func(s any) lsminternal.GCMetrics { return s.(*Store).gcCounters() }
 }

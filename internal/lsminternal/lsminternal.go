@@ -34,7 +34,7 @@ func DB(store any) *pebble.DB { return Hooks.DB(store) }
 func PebbleDir(store any) string { return Hooks.PebbleDir(store) }
 
 // PebbleOptions returns the Pebble options of a store opened with opts, an
-// *lsm.Options (a nil one: the defaults), Options.Pebble applied, without
+// *lsm.Options (nil: the defaults), Options.Pebble applied, without
 // the store's event listeners: what a comparison with raw Pebble doing the
 // same work opens its database with. Each call returns new options (and,
 // with CacheSize, a block cache of its own when opened).
