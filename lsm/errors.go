@@ -6,14 +6,18 @@ import (
 )
 
 // Errors returned by the store. Test for them with errors.Is; the messages
-// carry the details (table, vnode, epoch, key).
+// carry the details (table, vnode, epoch, key). Corrupt bytes are not among
+// them: every such error is lsmstats.ErrCorruption (lsmstats.IsCorruption),
+// and names what is corrupt.
 var (
 	// ErrClosed is returned by every operation after Close.
 	ErrClosed = errors.New("lsmstats: store is closed")
 	// ErrFailed is returned by writes after a fault left the store unable to
 	// tell what reached the disk; reads keep working. Reopen the store.
 	ErrFailed = errors.New("lsmstats: store refuses writes after a failure; reopen it")
-	// ErrUnknownTable names a table id missing from the catalog.
+	// ErrUnknownTable is a table id missing from the catalog, given to
+	// Table, NewWriter, a read (Get, NewIter, a Snapshot's), GC,
+	// CompactRange or RecomputeLiveStats.
 	ErrUnknownTable = errors.New("lsmstats: unknown table")
 	// ErrInvalidVnode is an op on a vnode outside the table's vnode count,
 	// outside the writer's vnode set, or not matching the pk's hash.
