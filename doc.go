@@ -9,11 +9,12 @@
 // pebble.ErrCorruption. Test for it with IsCorruption, which recognises
 // both markers, or with errors.Is(err, ErrCorruption) for the module's own.
 //
-// The packages' corruption sentinels (lsm.ErrCorruptMetadata,
-// stats.ErrCorruptPayload, backfill.ErrCorruptMeta, ...) are made with
-// NewCorruptionSentinel: an error wrapping one of them is both
-// errors.Is(err, thatSentinel) and errors.Is(err, ErrCorruption), with no
-// marking at each site that wraps it. Errors that are not built on a
+// The packages' corruption sentinels (the store's for metadata rows, the
+// statistics' for payloads and live-statistics rows, backfill.ErrCorruptMeta,
+// ...) are made with NewCorruptionSentinel: an error wrapping one of them is
+// both errors.Is(err, thatSentinel) and errors.Is(err, ErrCorruption), with
+// no marking at each site that wraps it. Only ErrCorruption is the
+// contract: packages lsm and stats export no sentinel of their own for it. Errors that are not built on a
 // sentinel are marked with MarkCorruption, and the store marks Pebble's
 // corruption errors that cross its API the same way.
 //

@@ -14,10 +14,11 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
-	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
 )
 
@@ -64,7 +65,7 @@ func TestFormatFixture(t *testing.T) {
 	// takes a lock file).
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(dir, os.DirFS(fixtureDir)))
-	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}, ReadOnly: true})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}, ReadOnly: true})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	want, err := os.ReadFile(fixtureDump)
@@ -83,7 +84,7 @@ func TestFormatFixture(t *testing.T) {
 // payloads of one flushed SST would encode the same way). It returns the
 // store's directory.
 func buildFixtureStore(t *testing.T, dir string) string {
-	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}, CommitBatchBytes: -1, Pebble: func(o *pebble.Options) {
+	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}, CommitBatchBytes: -1, Pebble: func(o *pebble.Options) {
 		o.DisableAutomaticCompactions = true
 	}})
 	require.NoError(t, err)
@@ -137,7 +138,7 @@ func buildFixtureStore(t *testing.T, dir string) string {
 // payloads, in hex, in key order.
 func encodingVectors(t *testing.T, dir string) string {
 	db, err := pebble.Open(filepath.Join(dir, "db"), &pebble.Options{Comparer: keys.Comparer, ReadOnly: true,
-		Logger: lsm.QuietLogger{}})
+		Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
 	var b strings.Builder
@@ -154,7 +155,7 @@ func encodingVectors(t *testing.T, dir string) string {
 	var payloads []string
 	for _, level := range tables {
 		for _, f := range level {
-			p := f.Properties.UserProperties[stats.CollectorName]
+			p := f.Properties.UserProperties[keystats.CollectorName]
 			payloads = append(payloads, fmt.Sprintf("payload %x..%x %s\n", f.Smallest.UserKey, f.Largest.UserKey, hex.EncodeToString([]byte(p))))
 		}
 	}
@@ -182,7 +183,7 @@ func dumpStore(t *testing.T, s *lsm.Store) string {
 			require.NoError(t, err)
 			vs := st.Vnode(d.ID, v)
 			fmt.Fprintf(&b, "  v%d: %d rows (fnv %016x); physical %+v; live %+v\n", v, n, h.Sum64(), vs.Physical, vs.Live)
-			det := st.Live.Detail(d.ID, v)
+			det := keystats.Detail(st.Live, d.ID, v)
 			fmt.Fprintf(&b, "    anchors %x (live %t) %x (live %t)\n", det.MinPK, det.MinLive, det.MaxPK, det.MaxLive)
 			for _, bk := range det.Buckets {
 				fmt.Fprintf(&b, "    bucket %x: %d rows %d bytes lower live %t\n", bk.Lower, bk.Rows, bk.Bytes, bk.LowerLive)
@@ -229,7 +230,7 @@ func writeFixture(t *testing.T) {
 	require.NoError(t, os.WriteFile(fixtureVectors, []byte(vec), 0o644))
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(dir, os.DirFS(fixtureDir)))
-	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}, ReadOnly: true})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}, ReadOnly: true})
 	require.NoError(t, err)
 	dump := dumpStore(t, s)
 	require.NoError(t, s.Close())

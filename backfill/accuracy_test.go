@@ -8,6 +8,7 @@ import (
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -38,7 +39,7 @@ func TestCanonicalAccuracy(t *testing.T) {
 					recs++
 				}
 				open := func() (*lsm.Store, *backfill.Job) {
-					s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}})
+					s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
 					require.NoError(t, err)
 					g, err := workload.New(p)
 					require.NoError(t, err)

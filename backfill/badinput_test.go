@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -26,7 +27,7 @@ func TestOpenJobBadState(t *testing.T) {
 	require.NoError(t, err)
 	p.BatchRows = 500
 	p.DuringSteps = 4
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	const upstream, mv, state, meta = 1, 2, 3, 4

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -27,7 +28,7 @@ func TestRunCancelled(t *testing.T) {
 	require.NoError(t, err)
 	p.BatchRows = 2000
 	p.DuringSteps = 20
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer s.Close()
 	cancels := 0
@@ -97,7 +98,7 @@ func TestCancelPhase(t *testing.T) {
 				require.NoError(t, err)
 				p.BatchRows = 1000
 				p.DuringSteps = 10
-				s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+				s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
 				require.NoError(t, err)
 				defer func() { require.NoError(t, s.Close()) }()
 				open := func(onPhase func(string)) *backfill.Job {

@@ -11,6 +11,8 @@ import (
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/compaction"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,7 +36,7 @@ func TestConcurrentProgress(t *testing.T) {
 	p.DuringSteps = 20
 	g, err := workload.New(p)
 	require.NoError(t, err)
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}, MemoryWatermark: 64 << 10})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}, MemoryWatermark: 64 << 10})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	const upstream, state = 1, 3
@@ -139,7 +141,7 @@ func TestConcurrentProgress(t *testing.T) {
 		require.NoError(t, err)
 	}
 	t.Logf("steps %d (finished %t), progress computations %d, scrapes %d, policy %+v, store %+v",
-		steps, finished, figures, scrapes, pol.Metrics(), s.Metrics())
+		steps, finished, figures, scrapes, pol.Metrics(), lsminternal.StoreMetrics(s))
 	require.Positive(t, figures)
 	require.Positive(t, scrapes)
 	if finished {

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -49,7 +50,7 @@ func TestDataDriven(t *testing.T) {
 		defer closeAll()
 		open := func(actors int) {
 			var err error
-			s, err = lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}})
+			s, err = lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
 			require.NoError(t, err)
 			g, err := workload.New(p)
 			require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -30,7 +31,7 @@ func TestJobETA(t *testing.T) {
 	open := func(actors int) (*lsm.Store, *backfill.Job) {
 		g, err := workload.New(p)
 		require.NoError(t, err)
-		s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}})
+		s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		j, err := backfill.OpenJob(backfill.JobConfig{
@@ -109,7 +110,7 @@ func TestJobSetRateLimit(t *testing.T) {
 	require.NoError(t, err)
 	g, err := workload.New(p)
 	require.NoError(t, err)
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	cfg := backfill.JobConfig{Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
@@ -155,7 +156,7 @@ func TestJobETASchedule(t *testing.T) {
 	require.NoError(t, err)
 	g, err := workload.New(p)
 	require.NoError(t, err)
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	const limit = 3000

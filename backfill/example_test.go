@@ -52,7 +52,7 @@ func (o *orders) Next(context.Context) ([]backfill.RowOp, error) {
 func Example() {
 	dir, _ := os.MkdirTemp("", "backfill-example")
 	defer os.RemoveAll(dir)
-	s, _ := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger{}})
+	s, _ := lsm.Open(dir, nil)
 	defer s.Close()
 	def := lsm.TableDef{ID: 1, Name: "orders", VnodeCount: 8, PK: keys.Schema{keys.Bytes, keys.Uint64}, DistKeyColumns: 1}
 	_ = s.CreateTable(def)

@@ -8,6 +8,7 @@ import (
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -37,7 +38,7 @@ func TestJobSmall(t *testing.T) {
 			p.DuringSteps = 10
 			g, err := workload.New(p)
 			require.NoError(t, err)
-			s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+			s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
 			require.NoError(t, err)
 			defer s.Close()
 			j, err := backfill.OpenJob(backfill.JobConfig{

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 )
 
@@ -86,7 +87,7 @@ func (c Cell) Config(dir string, seed uint64) (Config, error) {
 	p.DuringSteps = max(1, c.Rows/(actors*barrierRows))
 	return Config{
 		Dir: dir, Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows,
-		Store:     &lsm.Options{Logger: lsm.QuietLogger{}},
+		Store:     &lsm.Options{Logger: quietlog.Logger{}},
 		RestartAt: matrixCheckpoints / 2,
 	}, nil
 }

@@ -10,13 +10,13 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/keys"
-	"github.com/lsmstats/lsmstats/lsm"
 )
 
 // The raw-Pebble pipeline is the yardstick of the store's throughput: the
 // same work on the same rows, written by hand on a Pebble database opened
-// with the store's own Pebble options (lsm.PebbleOptions: comparer,
+// with the store's own Pebble options (lsminternal.PebbleOptions: comparer,
 // statistics collector, L0 and compaction settings), in the same key format,
 // with the same sync policy — one synced commit per checkpoint. What it
 // leaves out is what the store adds: buffering writers, epochs, atomic
@@ -91,7 +91,7 @@ func runRaw(ctx context.Context, cfg Config, interleaved bool) (RawResult, error
 	if err != nil {
 		return res, err
 	}
-	db, err := pebble.Open(cfg.Dir, lsm.PebbleOptions(cfg.Store))
+	db, err := pebble.Open(cfg.Dir, lsminternal.PebbleOptions(cfg.Store))
 	if err != nil {
 		return res, errors.Wrap(err, "bench: open raw pebble")
 	}

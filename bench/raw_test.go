@@ -7,6 +7,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -18,7 +20,7 @@ func smallConfig(t *testing.T, name string) Config {
 	p.BatchRows = 700
 	p.DuringSteps = 4
 	return Config{Dir: t.TempDir(), Workload: p, Actors: 2, ChunkSize: 64, BarrierRows: 128,
-		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: lsm.QuietLogger{}}}
+		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: quietlog.Logger{}}}
 }
 
 // TestRawPipelines runs both raw-Pebble pipelines and the store on the same
@@ -66,7 +68,7 @@ func TestRawPipelines(t *testing.T) {
 // TestRawCompare: the raw pipeline's final check finds an MV that differs
 // from its upstream.
 func TestRawCompare(t *testing.T) {
-	db, err := pebble.Open(t.TempDir(), lsm.PebbleOptions(&lsm.Options{Logger: lsm.QuietLogger{}}))
+	db, err := pebble.Open(t.TempDir(), lsminternal.PebbleOptions(&lsm.Options{Logger: quietlog.Logger{}}))
 	require.NoError(t, err)
 	defer db.Close()
 	r := &rawRun{db: db}

@@ -18,6 +18,7 @@ import (
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/lsm"
 )
 
@@ -420,13 +421,13 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	defer func() { _ = s.Close() }()
 	if cfg.OnStart != nil {
-		cfg.OnStart(s.Store.DB())
+		cfg.OnStart(lsminternal.DB(s.Store))
 	}
 	// CPU profiles tell the phases apart by this label; goroutines started
 	// during a phase (actors, Pebble's compactions) inherit it.
 	defer pprof.SetGoroutineLabels(ctx)
 	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "load")))
-	start, cpu, lsm0 := time.Now(), processCPU(), lsmWrites(s.Store.DB())
+	start, cpu, lsm0 := time.Now(), processCPU(), lsmWrites(lsminternal.DB(s.Store))
 	// The load is every step before the backfill's first (which starts
 	// the actors): the same steps as the raw pipeline's load.
 	for !s.Job.Started() && s.Source.Step()+1 < s.Source.BackfillStep() {
@@ -434,7 +435,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			return sum, err
 		}
 	}
-	jobStart, jobCPU, jobLSM := time.Now(), processCPU(), lsmWrites(s.Store.DB())
+	jobStart, jobCPU, jobLSM := time.Now(), processCPU(), lsmWrites(lsminternal.DB(s.Store))
 	sum.LoadLSM = jobLSM.Sub(lsm0)
 	sum.LoadOps = s.h.ops
 	sum.Load = jobStart.Sub(start) - s.h.d
@@ -458,7 +459,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			return sum, err
 		}
 		// The reopened Pebble counts its bytes from zero.
-		jobLSM = lsmWrites(s.Store.DB())
+		jobLSM = lsmWrites(lsminternal.DB(s.Store))
 		if rec := s.Job.Initial(); rec != nil {
 			cfg.OnCheckpoint(*rec)
 		}
@@ -472,7 +473,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	sum.Backfill = time.Since(jobStart) - s.h.d
 	sum.BackfillCPU = processCPU() - jobCPU - s.h.cpu
-	sum.BackfillLSM = lsmWrites(s.Store.DB()).Sub(jobLSM)
+	sum.BackfillLSM = lsmWrites(lsminternal.DB(s.Store)).Sub(jobLSM)
 	sum.Harness += s.h.d
 	sum.Epoch = res.Epoch
 	finish(&sum, s)

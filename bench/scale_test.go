@@ -21,6 +21,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
@@ -100,7 +102,7 @@ func scaleConfig(b *testing.B, rows int, name string) Config {
 	const actors, barrierRows = 2, 2048
 	p.DuringSteps = max(1, rows/(actors*barrierRows)) // the CLI's default
 	cfg := Config{Dir: b.TempDir(), Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows,
-		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: lsm.QuietLogger{}}}
+		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: quietlog.Logger{}}}
 	tune(cfg.Store)
 	return cfg
 }
@@ -132,11 +134,11 @@ func scaleRun(b *testing.B, rows int, name string) {
 		}
 	}
 	heapBeforeOpen := heapLive()
-	var splits lsm.Metrics
+	var splits lsminternal.Metrics
 	cfg.OnEnd = func(s *Session) {
-		splits = s.Store.Metrics()
+		splits = lsminternal.StoreMetrics(s.Store)
 		if *scaleLSM {
-			b.Logf("store LSM at the end:\n%s", s.Store.DB().Metrics())
+			b.Logf("store LSM at the end:\n%s", lsminternal.DB(s.Store).Metrics())
 		}
 		peakStore = peakRSS()
 		harness = base - heapBeforeOpen
@@ -221,15 +223,15 @@ type scaleProbe struct {
 // closes).
 func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	var p scaleProbe
-	db := s.Store.DB()
+	db := lsminternal.DB(s.Store)
 	m := db.Metrics()
 	p.l0 = int(m.Levels[0].Sublevels)
 	p.cache = float64(m.BlockCache.Size)
 	for _, l := range m.Levels {
 		p.ssts += int(l.TablesCount)
 	}
-	ropts := lsm.PebbleOptions(cfg.Store).MakeReaderOptions()
-	tcfg := keystats.TrackerConfig{DB: db, Dir: s.Store.PebbleDir(), ReaderOptions: ropts, Logger: lsm.QuietLogger{}}
+	ropts := lsminternal.PebbleOptions(cfg.Store).MakeReaderOptions()
+	tcfg := keystats.TrackerConfig{DB: db, Dir: lsminternal.PebbleDir(s.Store), ReaderOptions: ropts, Logger: quietlog.Logger{}}
 
 	// Heap held by the statistics: a physical Version built from the live
 	// SSTs and the live buckets loaded from their metadata, as the store
@@ -272,7 +274,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	runtime.KeepAlive(kept)
 	runtime.KeepAlive(entries)
 
-	p.payload, p.readerPayload = readerPayload(b, db, s.Store.PebbleDir(), ropts)
+	p.payload, p.readerPayload = readerPayload(b, db, lsminternal.PebbleDir(s.Store), ropts)
 	p.refreshPerFile, p.listing = refreshProbe(b, db, tcfg)
 	return p
 }
@@ -307,11 +309,11 @@ func readerPayload(b *testing.B, db *pebble.DB, dir string, ropts sstable.Reader
 		}
 	}
 	for _, r := range readers {
-		payload += float64(len(r.UserProperties[stats.CollectorName]))
+		payload += float64(len(r.UserProperties[keystats.CollectorName]))
 	}
 	withProps := heapLive()
 	for _, r := range readers {
-		delete(r.UserProperties, stats.CollectorName)
+		delete(r.UserProperties, keystats.CollectorName)
 	}
 	held = withProps - heapLive()
 	for _, r := range readers {
@@ -365,11 +367,11 @@ func refreshProbe(b *testing.B, db *pebble.DB, cfg keystats.TrackerConfig) (perF
 
 func filesChanged(a, b *stats.Version) int {
 	seen := map[uint64]bool{}
-	for _, f := range a.Files() {
+	for _, f := range keystats.Files(a) {
 		seen[f.FileNum] = true
 	}
 	n := 0
-	for _, f := range b.Files() {
+	for _, f := range keystats.Files(b) {
 		if !seen[f.FileNum] {
 			n++
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -93,7 +94,7 @@ func BenchmarkPolicyRoundWork(b *testing.B) {
 				require.NoError(b, err)
 				ranges += len(rd.Candidates)
 				compacted += compactedBytes(s) - before
-				live += s.DB().Metrics().Total().TablesSize
+				live += lsminternal.DB(s).Metrics().Total().TablesSize
 				requireClean(b, s, wl)
 				require.NoError(b, s.Close())
 			}
@@ -108,7 +109,7 @@ func BenchmarkPolicyRoundWork(b *testing.B) {
 
 func compactedBytes(s *lsm.Store) int64 {
 	var n int64
-	m := s.DB().Metrics()
+	m := lsminternal.DB(s).Metrics()
 	for i := range m.Levels {
 		n += int64(m.Levels[i].TableBytesCompacted)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -26,7 +27,7 @@ import (
 func openFaultStore(t *testing.T, sw *faultfs.Switch, opts lsm.Options) (*lsm.Store, string) {
 	dir := t.TempDir()
 	opts.FS = errorfs.Wrap(vfs.Default, sw)
-	opts.Logger = lsm.QuietLogger{}
+	opts.Logger = quietlog.Logger{}
 	// After a failed compaction Pebble keeps its input spans out of
 	// compactions for 30 s: no commit back-pressure on L0.
 	opts.L0StopSublevels = -1

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
-	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -24,7 +26,7 @@ func TestMain(m *testing.M) {
 func testSeed(t testing.TB) uint64 { return testutil.Seed(t, "seed", *seedFlag) }
 
 func openStore(t testing.TB) *lsm.Store {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	return s
 }
@@ -257,9 +259,9 @@ func TestPolicyStartStop(t *testing.T) {
 	run(t, s, 4, 300, 30, 30, wl)
 	slow, err := New(Config{Store: s, Thresholds: Thresholds{MinGarbage: 16}, Interval: time.Millisecond, Rate: 50, Burst: 10})
 	require.NoError(t, err)
-	passes := s.GCMetrics().Passes
+	passes := lsminternal.StoreGCMetrics(s).Passes
 	require.NoError(t, slow.Start())
-	for s.GCMetrics().Passes == passes {
+	for lsminternal.StoreGCMetrics(s).Passes == passes {
 		require.True(t, time.Now().Before(deadline), "the slow round never started")
 		time.Sleep(time.Millisecond)
 	}
@@ -304,13 +306,13 @@ func TestPolicyClosedStore(t *testing.T) {
 // TestMergeSharingSSTs: ranges of a table that overlap one SST are
 // compacted together; ranges in other SSTs or tables stay apart.
 func TestMergeSharingSSTs(t *testing.T) {
-	file := func(table uint32, lo, hi uint16) stats.FileInfo {
-		return stats.FileInfo{
+	file := func(table uint32, lo, hi uint16) keystats.FileInfo {
+		return keystats.FileInfo{
 			Smallest: keys.AppendVersioned(nil, table, lo, keys.AppendUint64(nil, 1), keys.MakeVersion(1, 0), keys.KindPut),
 			Largest:  keys.AppendVersioned(nil, table, hi, keys.AppendUint64(nil, 9), keys.MakeVersion(1, 0), keys.KindPut),
 		}
 	}
-	files := []stats.FileInfo{file(1, 0, 9), file(1, 20, 29), file(2, 0, 63)}
+	files := []keystats.FileInfo{file(1, 0, 9), file(1, 20, 29), file(2, 0, 63)}
 	ranges := []Candidate{
 		{Table: 1, VnodeLo: 24, VnodeHi: 26, Garbage: 1},
 		{Table: 1, VnodeLo: 0, VnodeHi: 2, Garbage: 2},

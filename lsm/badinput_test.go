@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -49,7 +50,7 @@ func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *data
 	case "close":
 		return errOr(s.Close(), "ok"), true
 	case "raw-pebble-set":
-		opts := &pebble.Options{Comparer: keys.Comparer, Logger: QuietLogger{}}
+		opts := &pebble.Options{Comparer: keys.Comparer, Logger: quietlog.Logger{}}
 		db, err := pebble.Open(filepath.Join(d.dir, pebbleDir), opts)
 		require.NoError(t, err)
 		for _, line := range strings.Split(strings.TrimSpace(td.Input), "\n") {
@@ -59,7 +60,7 @@ func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *data
 		require.NoError(t, db.Close())
 		return "ok", true
 	case "raw-set":
-		b := s.DB().NewBatch()
+		b := s.db.NewBatch()
 		for _, line := range strings.Split(strings.TrimSpace(td.Input), "\n") {
 			k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
 			require.NoError(t, b.Set(ddKey(t, k), ddValue(t, v), nil))
@@ -68,7 +69,7 @@ func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *data
 			return "error: " + err.Error(), true
 		}
 		if td.HasArg("flush") {
-			if err := s.DB().Flush(); err != nil {
+			if err := s.db.Flush(); err != nil {
 				return "error: " + err.Error(), true
 			}
 			// The stats refresh after a flush runs in the background.
@@ -128,7 +129,7 @@ func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *data
 		return fmt.Sprintf("%d rows; differences:\n%s\n", rep.Rows, strings.Join(rep.Differences, "\n")), true
 	case "physical":
 		var foreign, meta uint64
-		for _, f := range s.Stats().Physical.Files() {
+		for _, f := range keystats.Files(s.Stats().Physical) {
 			foreign += f.Summary.Foreign
 			meta += f.Summary.MetaKeys
 		}
@@ -225,7 +226,7 @@ func (c *corruptCollector) FinishTable(buf []byte) ([]byte, error) {
 
 // recordingLogger keeps the store's lines (Infof) and Pebble's errors.
 type recordingLogger struct {
-	QuietLogger
+	quietlog.Logger
 	mu    sync.Mutex
 	lines []string
 }
@@ -279,9 +280,9 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 				require.Contains(t, notes, "statistics rebuilt from its keys", when)
 				st = s.Stats() // Verify flushed the checkpoints committed as batches
 				if all {
-					require.Len(t, st.Physical.Rebuilt(), st.Physical.NumFiles(), "%s: every SST", when)
+					require.Len(t, keystats.Rebuilt(st.Physical), st.Physical.NumFiles(), "%s: every SST", when)
 				} else {
-					require.Less(t, len(st.Physical.Rebuilt()), st.Physical.NumFiles(), "%s: SSTs with good payloads", when)
+					require.Less(t, len(keystats.Rebuilt(st.Physical)), st.Physical.NumFiles(), "%s: SSTs with good payloads", when)
 				}
 				// The estimates of a vnode's pk ranges still bracket the truth.
 				var rows float64
@@ -315,7 +316,7 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 // has outstanding references"), and one used after Close panicked in
 // Pebble's iterator (an integer divide by zero).
 func TestIterAfterClose(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	c := newChurn(t, s, TableDef{ID: 1, VnodeCount: 2, PK: keys.Schema{keys.Uint64}}, 1)
 	c.step(50, 0, 0)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -20,7 +21,7 @@ import (
 const benchVnodes = 16
 
 func benchStore(b *testing.B) *Store {
-	s, err := Open(b.TempDir(), &Options{Logger: QuietLogger{}})
+	s, err := Open(b.TempDir(), &Options{Logger: quietlog.Logger{}})
 	require.NoError(b, err)
 	require.NoError(b, s.CreateTable(TableDef{ID: 1, VnodeCount: benchVnodes, PK: keys.Schema{keys.Uint64}}))
 	b.Cleanup(func() { _ = s.Close() })
@@ -91,7 +92,7 @@ func BenchmarkCommit(b *testing.B) {
 				b.ReportMetric(total/ours.Seconds(), "rows/s")
 				b.ReportMetric(total/theirs.Seconds(), "pebble-rows/s")
 				b.ReportMetric(theirs.Seconds()/ours.Seconds(), "x-of-pebble")
-				m := s.Metrics()
+				m := s.counters()
 				b.ReportMetric(float64(m.CommitStalls+m.PebbleWriteStalls), "write-stalls")
 				b.ReportMetric(float64(m.CommitStallTime.Milliseconds()), "stall-ms")
 				b.ReportMetric(float64(m.L0Sublevels), "l0-sublevels")
@@ -118,7 +119,7 @@ func loadBench(b *testing.B, s *Store, n int) {
 	}
 	require.NoError(b, w.Close())
 	lo, hi := keys.TableSpan(1)
-	require.NoError(b, s.DB().Compact(context.Background(), lo, hi, true))
+	require.NoError(b, s.db.Compact(context.Background(), lo, hi, true))
 }
 
 // BenchmarkGet compares a point read at the committed epoch (find the newest
@@ -152,7 +153,7 @@ func BenchmarkGet(b *testing.B) {
 	}
 	pebbleGet := func(j int) {
 		start := time.Now()
-		_, closer, err := s.DB().Get(exact[j])
+		_, closer, err := s.db.Get(exact[j])
 		theirs += time.Since(start)
 		if err != nil {
 			b.Fatal(err)
@@ -192,7 +193,7 @@ func BenchmarkScan(b *testing.B) {
 	pebbleScan := func(v uint16) {
 		start := time.Now()
 		lo, hi := keys.VnodeSpan(1, v)
-		rit, err := s.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		rit, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		require.NoError(b, err)
 		for ok := rit.First(); ok; ok = rit.Next() {
 			_ = rit.Value()

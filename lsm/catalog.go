@@ -115,7 +115,7 @@ func encodeCatalogEntry(d *TableDef) []byte {
 
 func decodeCatalogEntry(id uint32, b []byte) (*TableDef, error) {
 	bad := func(what string) error {
-		return errors.Wrapf(ErrCorruptMetadata, "catalog entry of table %d: %s (%x)", id, what, b)
+		return errors.Wrapf(errCorruptMetadata, "catalog entry of table %d: %s (%x)", id, what, b)
 	}
 	if len(b) < 9 || b[0] != catalogEntryVersion {
 		return nil, bad("unknown version or truncated")
@@ -143,7 +143,7 @@ func decodeCatalogEntry(id uint32, b []byte) (*TableDef, error) {
 		return nil, bad("unknown flags")
 	}
 	if err := d.normalize(); err != nil {
-		return nil, errors.Mark(lsmstats.MarkCorruption(errors.Wrapf(err, "catalog entry of table %d", id)), ErrCorruptMetadata)
+		return nil, errors.Mark(lsmstats.MarkCorruption(errors.Wrapf(err, "catalog entry of table %d", id)), errCorruptMetadata)
 	}
 	return d, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -79,7 +80,7 @@ func (g *crashGen) step(k uint64) []crashOp {
 }
 
 func crashOpen(dir string) (*Store, error) {
-	s, err := Open(dir, &Options{MemoryWatermark: 48 << 10, Logger: QuietLogger{}})
+	s, err := Open(dir, &Options{MemoryWatermark: 48 << 10, Logger: quietlog.Logger{}})
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +317,7 @@ func checkCrashState(t *testing.T, s *Store, seed, k uint64) {
 	require.Equal(t, g.state, got, "rows at step %d", k)
 	// Nothing of a later epoch reached Pebble.
 	lo, hi := keys.TableSpan(crashTable)
-	it, err := s.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	require.NoError(t, err)
 	for ok := it.First(); ok; ok = it.Next() {
 		dk, err := keys.Decode(it.Key())

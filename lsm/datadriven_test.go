@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -71,7 +72,7 @@ func ddStep(t *testing.T, td *datadriven.TestData, dir string, sp **Store, write
 				t.Fatalf("close before open: %v", err)
 			}
 		}
-		opts := &Options{MemoryWatermark: -1, Logger: QuietLogger{}, FS: faultCmds.f.fs()}
+		opts := &Options{MemoryWatermark: -1, Logger: quietlog.Logger{}, FS: faultCmds.f.fs()}
 		if td.HasArg("watermark") {
 			var w int
 			td.ScanArgs(t, "watermark", &w)
@@ -294,7 +295,7 @@ func readAll(t *testing.T, s *Store, td *datadriven.TestData) string {
 // dumpRaw prints every key of a table as Pebble holds it.
 func dumpRaw(t *testing.T, s *Store, table uint32) string {
 	lo, hi := keys.TableSpan(table)
-	it, err := s.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	require.NoError(t, err)
 	defer it.Close()
 	var lines []string

@@ -134,15 +134,14 @@
 //   - a block of an SST that fails its checksum fails the read that meets
 //     it (the error names the file and the block); reads elsewhere go on.
 //     Pebble's default for it is Logger.Fatalf: the store takes Pebble's
-//     DataCorruption event instead, logs it and counts it
-//     (Metrics.Corruptions);
+//     DataCorruption event instead, logs it and counts it;
 //   - an SST whose footer, metaindex or properties block is corrupt cannot
 //     be opened at all, by Pebble either: the physical statistics are not
 //     refreshed past it and say so (Stats().PhysicalErr names the file)
 //     rather than count it as empty; a payload that does not decode is
 //     rebuilt from the file's keys (package stats);
-//   - metadata rows that do not decode fail Open with ErrCorruptMetadata
-//     (naming the key); a read-only store opens past those it can do
+//   - metadata rows that do not decode fail Open with an error marked
+//     lsmstats.ErrCorruption (naming the key); a read-only store opens past those it can do
 //     without, Verify reports them, and LiveIncomplete names the vnodes
 //     whose live counts are short of a left-out row;
 //   - a corrupt MANIFEST or OPTIONS file fails Open naming the file. Pebble

@@ -13,6 +13,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -72,7 +73,7 @@ var fatalRules = []struct {
 }
 
 // faultLogger is the child's logger: Fatalf reports and exits.
-type faultLogger struct{ QuietLogger }
+type faultLogger struct{ quietlog.Logger }
 
 func (faultLogger) Fatalf(format string, args ...any) {
 	fmt.Printf("F %s\n", strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", " "))
@@ -168,7 +169,7 @@ func faultChild(dir string, seed uint64, rule string) {
 			fail(err)
 		}
 		say("C %d", step)
-		if err := s.DB().LogData([]byte("lsmstats fault test"), pebble.Sync); err != nil {
+		if err := s.db.LogData([]byte("lsmstats fault test"), pebble.Sync); err != nil {
 			fail(err)
 		}
 		if step%3 == 0 {

@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -16,7 +17,7 @@ import (
 // ignored in a store of a newer minor format, which opens read-only only.
 func TestMetadataOfNewerMinor(t *testing.T) {
 	dir := t.TempDir()
-	opts := &Options{Logger: QuietLogger{}}
+	opts := &Options{Logger: quietlog.Logger{}}
 	s, err := Open(dir, opts)
 	require.NoError(t, err)
 	def := TableDef{ID: 1, Name: "t", VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
@@ -29,13 +30,13 @@ func TestMetadataOfNewerMinor(t *testing.T) {
 	require.NoError(t, w.Seal(1))
 	require.NoError(t, s.Commit(1))
 	require.NoError(t, w.Close())
-	pebbleDir := s.PebbleDir()
+	pebbleDir := s.pebbleDirPath()
 	require.NoError(t, s.Close())
 
 	// Rows written as a later version would: a new name, and maybe its
 	// minor version.
 	setMeta := func(name string, value []byte) {
-		db, err := pebble.Open(pebbleDir, PebbleOptions(opts))
+		db, err := pebble.Open(pebbleDir, pebbleOptionsFor(opts))
 		require.NoError(t, err)
 		require.NoError(t, db.Set(keys.MetaKey([]byte(name)), value, pebble.Sync))
 		require.NoError(t, db.Close())
@@ -44,11 +45,11 @@ func TestMetadataOfNewerMinor(t *testing.T) {
 
 	// Its own minor format: the row is corruption, named.
 	_, err = Open(dir, opts)
-	require.ErrorIs(t, err, ErrCorruptMetadata)
+	require.ErrorIs(t, err, errCorruptMetadata)
 	require.True(t, lsmstats.IsCorruption(err))
 	require.ErrorContains(t, err, `"zz_future_feature"`)
 	// Read-only, it is left out and reported by Verify.
-	ro, err := Open(dir, &Options{Logger: QuietLogger{}, ReadOnly: true})
+	ro, err := Open(dir, &Options{Logger: quietlog.Logger{}, ReadOnly: true})
 	require.NoError(t, err)
 	rep, err := ro.Verify()
 	require.NoError(t, err)
@@ -57,11 +58,11 @@ func TestMetadataOfNewerMinor(t *testing.T) {
 	require.NoError(t, ro.Close())
 
 	// A newer minor format: refused for writing, read-only it reads.
-	setMeta(keys.FormatMinorName, binary.BigEndian.AppendUint64(nil, FormatMinor+1))
+	setMeta(keys.FormatMinorName, binary.BigEndian.AppendUint64(nil, formatMinor+1))
 	_, err = Open(dir, opts)
 	require.True(t, errors.Is(err, ErrFormatTooNew), "%v", err)
 	require.ErrorContains(t, err, "read-only")
-	ro, err = Open(dir, &Options{Logger: QuietLogger{}, ReadOnly: true})
+	ro, err = Open(dir, &Options{Logger: quietlog.Logger{}, ReadOnly: true})
 	require.NoError(t, err)
 	row, ok, err := ro.Get(1, v, pk)
 	require.NoError(t, err)

@@ -66,13 +66,14 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"golang.org/x/time/rate"
 )
 
-// DefaultGCBatchSize is the number of version deletions per ingestion when
+// defaultGCBatchSize is the number of version deletions per ingestion when
 // GCRequest.BatchSize is zero.
-const DefaultGCBatchSize = 16384
+const defaultGCBatchSize = 16384
 
 // limiterChunk is the number of examined versions accounted to the limiter
 // at once.
@@ -97,8 +98,7 @@ type GCRequest struct {
 	// means no pacing.
 	Limiter *rate.Limiter
 	// BatchSize is the number of version deletions per ingestion (a batch
-	// never splits a prefix, so it may hold more); 0 means
-	// DefaultGCBatchSize.
+	// never splits a prefix, so it may hold more); 0 means 16384.
 	BatchSize int
 	// MaxVersions stops the pass at the first prefix boundary after it
 	// examined this many versions; 0 means no limit. GCResult.Resume then
@@ -120,11 +120,6 @@ type GCResult struct {
 	// Resume is where a later pass continues (GCRequest.Start); nil when the
 	// range is done.
 	Resume []byte
-}
-
-// GCMetrics are the store's cumulative GC counters.
-type GCMetrics struct {
-	Passes, Examined, Deleted, DeletedBytes, Ingestions, Compactions int64
 }
 
 // gcState is the store's GC plumbing.
@@ -189,10 +184,11 @@ func (s *Store) GCEpoch() uint64 {
 	return s.mu.gcEpoch
 }
 
-// GCMetrics returns the cumulative GC counters.
-func (s *Store) GCMetrics() GCMetrics {
+// gcCounters returns the cumulative GC counters
+// (lsminternal.StoreGCMetrics).
+func (s *Store) gcCounters() lsminternal.GCMetrics {
 	g := &s.gc
-	return GCMetrics{
+	return lsminternal.GCMetrics{
 		Passes: g.passes.Load(), Examined: g.examined.Load(), Deleted: g.deleted.Load(),
 		DeletedBytes: g.deletedBytes.Load(), Ingestions: g.ingestions.Load(), Compactions: g.compactions.Load(),
 	}
@@ -244,7 +240,7 @@ func (s *Store) GC(ctx context.Context, req GCRequest) (GCResult, error) {
 	}
 	batchSize := req.BatchSize
 	if batchSize == 0 {
-		batchSize = DefaultGCBatchSize
+		batchSize = defaultGCBatchSize
 	}
 	ctx, done, err := s.beginMaintenance(ctx)
 	if err != nil {

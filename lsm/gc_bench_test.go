@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -38,7 +40,7 @@ func estimatorError(t testing.TB, s *Store, def TableDef, live map[uint64]string
 		for q := 1; q <= 9; q++ {
 			i := len(pks) * q / 10
 			cursor := keys.AppendUint64(nil, pks[i])
-			rc := st.Physical.Range(def.ID, uint16(v), nil, cursor)
+			rc := keystats.CountRange(st.Physical, def.ID, uint16(v), nil, cursor)
 			est := 0.0
 			if net > 0 {
 				est = (rc.Puts.Est - rc.Deletes.Est) / net * rows
@@ -55,7 +57,7 @@ func estimatorError(t testing.TB, s *Store, def TableDef, live map[uint64]string
 // liveTableBytes is the size of the live SSTs (obsolete files that Pebble
 // has yet to delete are not counted).
 func liveTableBytes(s *Store) int64 {
-	return s.DB().Metrics().Total().TablesSize
+	return s.db.Metrics().Total().TablesSize
 }
 
 // BenchmarkGC measures one GC pass at the committed epoch over a table
@@ -85,7 +87,7 @@ func BenchmarkGC(b *testing.B) {
 			var before, after, errBefore, errAfter, maxBefore, maxAfter float64
 			b.StopTimer()
 			for i := 0; i < b.N; i++ {
-				s, err := Open(b.TempDir(), &Options{Logger: QuietLogger{}})
+				s, err := Open(b.TempDir(), &Options{Logger: quietlog.Logger{}})
 				require.NoError(b, err)
 				def := TableDef{ID: 1, VnodeCount: 64, PK: keys.Schema{keys.Uint64}}
 				c := newChurn(b, s, def, uint64(i+1))

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -120,7 +121,7 @@ func (rv rawVersion) String() string {
 // rawVersions lists every version key of a table in key order.
 func rawVersions(t testing.TB, s *Store, table uint32) []rawVersion {
 	lo, hi := keys.TableSpan(table)
-	it, err := s.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	require.NoError(t, err)
 	defer it.Close()
 	var out []rawVersion
@@ -188,7 +189,7 @@ func requireEntriesEqualLive(t testing.TB, s *Store, def TableDef) {
 // physical entries == live rows in every vnode, exactly.
 func TestGCEntriesEqualLiveRows(t *testing.T) {
 	seed := testSeed(t)
-	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 64 << 10, Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 64 << 10, Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: 16, PK: keys.Schema{keys.Uint64}}
@@ -242,7 +243,7 @@ func TestGCModel(t *testing.T) {
 	dir := t.TempDir()
 	def := TableDef{ID: 1, VnodeCount: 8, PK: keys.Schema{keys.Uint64}}
 	open := func() *Store {
-		s, err := Open(dir, &Options{MemoryWatermark: int64(2048 + r.IntN(8192)), Logger: QuietLogger{}})
+		s, err := Open(dir, &Options{MemoryWatermark: int64(2048 + r.IntN(8192)), Logger: quietlog.Logger{}})
 		require.NoError(t, err)
 		return s
 	}
@@ -375,7 +376,7 @@ func TestGCModel(t *testing.T) {
 // TestGCPacingAndCancel: the limiter paces examined versions, and a
 // cancelled pass returns where to resume without losing anything.
 func TestGCPacingAndCancel(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
@@ -408,7 +409,7 @@ func TestGCPacingAndCancel(t *testing.T) {
 // TestGCBadInput: every malformed request is refused with a clear error and
 // changes nothing.
 func TestGCBadInput(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	c := newChurn(t, s, def, 1)
@@ -427,7 +428,7 @@ func TestGCBadInput(t *testing.T) {
 		require.Error(t, err, "%+v", req)
 	}
 	require.Error(t, s.CompactRange(ctx, 1, 2, 1))
-	require.Zero(t, s.GCMetrics().Passes)
+	require.Zero(t, s.gcCounters().Passes)
 	require.NoError(t, s.Close())
 	_, err = s.GC(ctx, GCRequest{Table: 1})
 	require.True(t, errors.Is(err, ErrClosed), "%v", err)
@@ -438,7 +439,7 @@ func TestGCBadInput(t *testing.T) {
 // work: compacting a GC'd range removes exactly the deleted versions and
 // their SINGLEDELs.
 func TestGCCompactionDeltas(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}, Pebble: func(o *pebble.Options) {
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}, Pebble: func(o *pebble.Options) {
 		o.DisableAutomaticCompactions = true
 	}})
 	require.NoError(t, err)
@@ -499,7 +500,7 @@ func TestGCCompactionDeltas(t *testing.T) {
 // below it is refused even before the pass's first ingestion raised the
 // watermark, and pins at or above it are granted.
 func TestGCRefusesPinsDuringPass(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
@@ -541,7 +542,7 @@ func TestGCRefusesPinsDuringPass(t *testing.T) {
 // reports ErrClosed and where to resume, and nothing is lost.
 func TestGCCloseCancels(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, &Options{Logger: QuietLogger{}})
+	s, err := Open(dir, &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	c := newChurn(t, s, def, 4)
@@ -556,7 +557,7 @@ func TestGCCloseCancels(t *testing.T) {
 		res, err := s.GC(context.Background(), GCRequest{Table: 1, Limiter: rate.NewLimiter(20, 5)})
 		done <- result{res, err}
 	}()
-	for s.GCMetrics().Passes == 0 {
+	for s.gcCounters().Passes == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -566,7 +567,7 @@ func TestGCCloseCancels(t *testing.T) {
 	r := <-done
 	require.True(t, errors.Is(r.err, ErrClosed), "%v", r.err)
 	require.NotNil(t, r.res.Resume)
-	s, err = Open(dir, &Options{Logger: QuietLogger{}})
+	s, err = Open(dir, &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	require.Equal(t, c.live, readAt(t, s, def, s.CommittedEpoch()))

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -53,7 +54,8 @@ func TestCatalogEntryRoundTrip(t *testing.T) {
 		b := encodeCatalogEntry(&d)
 		for i := range b {
 			_, err := decodeCatalogEntry(d.ID, b[:i])
-			require.ErrorIs(t, err, ErrCorruptMetadata, "truncated at %d", i)
+			require.ErrorIs(t, err, errCorruptMetadata, "truncated at %d", i)
+			require.ErrorIs(t, err, lsmstats.ErrCorruption, "truncated at %d", i)
 		}
 	}
 	bad := TableDef{ID: 2, PK: keys.Schema{keys.Bytes}, VnodeKeyed: true}

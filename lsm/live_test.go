@@ -3,6 +3,8 @@ package lsm
 import (
 	"testing"
 
+	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -14,7 +16,7 @@ import (
 // figure must not go backwards).
 func TestSplitsReproducedAfterRestart(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, &Options{Logger: QuietLogger{}})
+	s, err := Open(dir, &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	require.NoError(t, s.CreateTable(TableDef{ID: 1, VnodeCount: 2, PK: keys.Schema{keys.Uint64}}))
 	def, _ := s.table(1)
@@ -27,17 +29,17 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 	require.NoError(t, w.Seal(1))
 	require.NoError(t, s.Commit(1))
 	before := s.Stats().Live
-	require.Greater(t, len(before.Detail(1, 0).Buckets), 8, "the commit must have split buckets")
+	require.Greater(t, len(keystats.Detail(before, 1, 0).Buckets), 8, "the commit must have split buckets")
 	cursor := keys.AppendUint64(nil, 1234)
 	est := before.EstimateRows(1, 0, nil, cursor)
 	crashForTest(s)
 
-	s, err = Open(dir, &Options{Logger: QuietLogger{}})
+	s, err = Open(dir, &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer s.Close()
 	after := s.Stats().Live
 	for v := uint16(0); v < 2; v++ {
-		require.Equal(t, before.Detail(1, v), after.Detail(1, v), "vnode %d", v)
+		require.Equal(t, keystats.Detail(before, 1, v), keystats.Detail(after, 1, v), "vnode %d", v)
 	}
 	require.Equal(t, est, after.EstimateRows(1, 0, nil, cursor))
 }
@@ -48,7 +50,7 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 // and seeks over the gaps; the split buckets must count exactly what the
 // table holds (Verify recounts them bucket by bucket).
 func TestRescansOfAdjacentBuckets(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer s.Close()
 	require.NoError(t, s.CreateTable(TableDef{ID: 1, VnodeCount: 1, PK: keys.Schema{keys.Uint64}}))
@@ -66,9 +68,9 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 			yield(i * 1000)
 		}
 	})
-	buckets := len(s.Stats().Live.Detail(1, 0).Buckets)
+	buckets := len(keystats.Detail(s.Stats().Live, 1, 0).Buckets)
 	require.Greater(t, buckets, 50)
-	scans := s.Metrics().BucketScans
+	scans := s.counters().BucketScans
 	// Fill a run of adjacent buckets, and two lone ones further on.
 	commit(2, func(yield func(uint64)) {
 		for _, i := range []uint64{200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 700, 1100} {
@@ -77,8 +79,8 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 			}
 		}
 	})
-	require.Greater(t, s.Metrics().BucketScans-scans, int64(3), "the commit must have rescanned several buckets")
-	require.Greater(t, len(s.Stats().Live.Detail(1, 0).Buckets), buckets)
+	require.Greater(t, s.counters().BucketScans-scans, int64(3), "the commit must have rescanned several buckets")
+	require.Greater(t, len(keystats.Detail(s.Stats().Live, 1, 0).Buckets), buckets)
 	rep, err := s.Verify()
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%v", rep.Differences)

@@ -1,9 +1,6 @@
 package lsm
 
 import (
-	"fmt"
-	"io"
-	"os"
 	"runtime"
 	"time"
 
@@ -12,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -92,8 +90,8 @@ type Options struct {
 	// Logger receives Pebble's and the store's log lines; nil means Pebble's
 	// default logger. Pebble calls Fatalf on WAL and MANIFEST write errors.
 	// It no longer does on corrupt data: the store takes Pebble's
-	// DataCorruption event, logs it with Errorf and counts it
-	// (Metrics.Corruptions), and the read that met the corruption returns
+	// DataCorruption event, logs it with Errorf and counts it, and the
+	// read that met the corruption returns
 	// an error marked lsmstats.ErrCorruption that names the file.
 	Logger pebble.Logger
 
@@ -166,18 +164,26 @@ type WriterOptions struct {
 	Unchecked bool
 }
 
-// PebbleOptions returns the Pebble options of a store opened with opts (nil:
-// the defaults), Options.Pebble applied, without the store's event
-// listeners: what a comparison with raw Pebble doing the same work opens
-// its database with. Each call returns new options (and, with CacheSize,
-// a block cache of its own when opened).
-func PebbleOptions(opts *Options) *pebble.Options {
+// pebbleOptionsFor returns the Pebble options of a store opened with opts
+// (lsminternal.PebbleOptions).
+func pebbleOptionsFor(opts *Options) *pebble.Options {
 	o := opts.withDefaults()
 	popts := o.pebbleOptions()
 	if o.Pebble != nil {
 		o.Pebble(popts)
 	}
 	return popts
+}
+
+func init() {
+	lsminternal.Hooks.DB = func(s any) *pebble.DB { return s.(*Store).db }
+	lsminternal.Hooks.PebbleDir = func(s any) string { return s.(*Store).pebbleDirPath() }
+	lsminternal.Hooks.PebbleOptions = func(o any) *pebble.Options {
+		opts, _ := o.(*Options) // nil: the defaults
+		return pebbleOptionsFor(opts)
+	}
+	lsminternal.Hooks.Metrics = func(s any) lsminternal.Metrics { return s.(*Store).counters() }
+	lsminternal.Hooks.GCMetrics = func(s any) lsminternal.GCMetrics { return s.(*Store).gcCounters() }
 }
 
 // pebbleOptions returns the store's Pebble options before its listeners
@@ -252,31 +258,4 @@ func fastestCompression() *sstable.CompressionProfile { return sstable.FastestCo
 
 func compactionConcurrency() (int, int) {
 	return 1, max(2, runtime.GOMAXPROCS(0))
-}
-
-// QuietLogger is a Pebble logger that drops Pebble's informational lines and
-// writes errors to W (standard error when nil). Like Pebble's default
-// logger, Fatalf — which Pebble calls on WAL and MANIFEST write errors —
-// ends the process: a store cannot go on after those.
-type QuietLogger struct{ W io.Writer }
-
-// Infof drops the line.
-func (QuietLogger) Infof(string, ...any) {}
-
-// Errorf writes the line.
-func (l QuietLogger) Errorf(format string, args ...any) {
-	fmt.Fprintf(l.out(), format+"\n", args...)
-}
-
-// Fatalf writes the line and exits with status 4.
-func (l QuietLogger) Fatalf(format string, args ...any) {
-	fmt.Fprintf(l.out(), "fatal: "+format+"\n", args...)
-	os.Exit(4)
-}
-
-func (l QuietLogger) out() io.Writer {
-	if l.W == nil {
-		return os.Stderr
-	}
-	return l.W
 }

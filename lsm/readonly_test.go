@@ -14,6 +14,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
+	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -29,7 +31,7 @@ import (
 func smallStore(t *testing.T, noCompactions bool) string {
 	t.Helper()
 	dir := t.TempDir()
-	o := &Options{Logger: QuietLogger{W: io.Discard}, TargetFileSize: 8 << 10, CommitBatchBytes: -1}
+	o := &Options{Logger: quietlog.Logger{W: io.Discard}, TargetFileSize: 8 << 10, CommitBatchBytes: -1}
 	if noCompactions {
 		o.Pebble = func(po *pebble.Options) { po.DisableAutomaticCompactions = true }
 	}
@@ -86,7 +88,7 @@ func dirState(t *testing.T, root string) map[string]string {
 }
 
 func roOpen(dir string) (*Store, error) {
-	return Open(dir, &Options{ReadOnly: true, Logger: QuietLogger{W: io.Discard}})
+	return Open(dir, &Options{ReadOnly: true, Logger: quietlog.Logger{W: io.Discard}})
 }
 
 // TestReadOnly: a read-only store reads, reports statistics and verifies,
@@ -167,7 +169,7 @@ func TestOpenNoStore(t *testing.T) {
 		{filepath.Join(store, pebbleDir), "it is a store's Pebble directory: the store is " + store},
 	} {
 		for _, o := range []*Options{{ReadOnly: true}, {MustExist: true}} {
-			o.Logger = QuietLogger{W: io.Discard}
+			o.Logger = quietlog.Logger{W: io.Discard}
 			_, err := Open(c.dir, o)
 			require.True(t, errors.Is(err, ErrNoStore), "%s: %v", c.dir, err)
 			require.Contains(t, err.Error(), c.dir)
@@ -180,13 +182,13 @@ func TestOpenNoStore(t *testing.T) {
 	dir := smallStore(t, false)
 	s, err := Open(dir, nil)
 	require.NoError(t, err)
-	require.NoError(t, s.DB().Set(keys.MetaKey([]byte(keys.FormatVersionName)), be64(FormatVersion+1), pebble.Sync))
+	require.NoError(t, s.db.Set(keys.MetaKey([]byte(keys.FormatVersionName)), be64(FormatVersion+1), pebble.Sync))
 	require.NoError(t, s.Close())
 	_, err = roOpen(dir)
 	require.True(t, errors.Is(err, ErrFormatTooNew), "%v", err)
 
 	other := t.TempDir()
-	db, err := pebble.Open(filepath.Join(other, pebbleDir), &pebble.Options{Logger: QuietLogger{W: io.Discard}})
+	db, err := pebble.Open(filepath.Join(other, pebbleDir), &pebble.Options{Logger: quietlog.Logger{W: io.Discard}})
 	require.NoError(t, err)
 	require.NoError(t, db.Set([]byte("k"), []byte("v"), pebble.Sync))
 	require.NoError(t, db.Close())
@@ -197,7 +199,7 @@ func TestOpenNoStore(t *testing.T) {
 }
 
 // TestReadOnlyCorruptMetadata: metadata rows that do not decode fail a
-// writable Open with ErrCorruptMetadata, which is lsmstats.ErrCorruption.
+// writable Open with errCorruptMetadata, which is lsmstats.ErrCorruption.
 // A read-only Open leaves out the rows it can do without, and Verify
 // reports each one by its key; the rows it cannot do without fail both.
 func TestReadOnlyCorruptMetadata(t *testing.T) {
@@ -219,11 +221,11 @@ func TestReadOnlyCorruptMetadata(t *testing.T) {
 			dir := smallStore(t, false)
 			s, err := Open(dir, nil)
 			require.NoError(t, err)
-			require.NoError(t, s.DB().Set(c.key, c.value, pebble.Sync))
+			require.NoError(t, s.db.Set(c.key, c.value, pebble.Sync))
 			require.NoError(t, s.Close())
 
-			_, err = Open(dir, &Options{Logger: QuietLogger{W: io.Discard}})
-			require.True(t, errors.Is(err, ErrCorruptMetadata), "%v", err)
+			_, err = Open(dir, &Options{Logger: quietlog.Logger{W: io.Discard}})
+			require.True(t, errors.Is(err, errCorruptMetadata), "%v", err)
 			require.True(t, errors.Is(err, lsmstats.ErrCorruption), "%v", err)
 
 			log := &recordingLogger{}
@@ -287,7 +289,7 @@ func TestCheckpointMark(t *testing.T) {
 			m := filepath.Join(dir, pebbleDir, filepath.Base(manifests[0]))
 			require.NoError(t, os.Truncate(m, n))
 			for _, readOnly := range []bool{true, false} {
-				s, err := Open(dir, &Options{ReadOnly: readOnly, Logger: QuietLogger{W: io.Discard}})
+				s, err := Open(dir, &Options{ReadOnly: readOnly, Logger: quietlog.Logger{W: io.Discard}})
 				if err != nil {
 					require.True(t, lsmstats.IsCorruption(err), "cut at %d: %v", n, err)
 					require.True(t, errors.Is(err, lsmstats.ErrCorruption), "cut at %d: %v", n, err)
@@ -325,7 +327,7 @@ func TestCheckpointMark(t *testing.T) {
 				}
 				before := dirState(t, dir)
 				for _, readOnly := range []bool{true, false} {
-					_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: QuietLogger{W: io.Discard}})
+					_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: quietlog.Logger{W: io.Discard}})
 					require.True(t, errors.Is(err, lsmstats.ErrCorruption), "read-only %v: %v", readOnly, err)
 					require.ErrorContains(t, err, "holds none of the store's metadata")
 					require.ErrorContains(t, err, want)
@@ -356,7 +358,7 @@ func TestCheckpointMark(t *testing.T) {
 		require.Contains(t, rep.Corrupt[0], "checkpoint mark CHECKPOINT does not decode")
 		require.NoError(t, s.Close())
 
-		s, err = Open(dir, &Options{Logger: QuietLogger{W: io.Discard}})
+		s, err = Open(dir, &Options{Logger: quietlog.Logger{W: io.Discard}})
 		require.NoError(t, err)
 		require.NoError(t, s.Close())
 		b, err = os.ReadFile(p)
@@ -369,7 +371,7 @@ func TestCheckpointMark(t *testing.T) {
 		dir := smallStore(t, false)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, markName), encodeMark(4), 0o644))
 		for _, readOnly := range []bool{true, false} {
-			_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: QuietLogger{W: io.Discard}})
+			_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: quietlog.Logger{W: io.Discard}})
 			require.True(t, errors.Is(err, lsmstats.ErrCorruption), "%v", err)
 			require.ErrorContains(t, err, "opens at committed epoch 3, but its checkpoint mark (CHECKPOINT) says epoch 4 was committed")
 		}
@@ -443,7 +445,7 @@ func TestCorruptSST(t *testing.T) {
 					require.NoError(t, s.Stats().PhysicalErr)
 					require.NoError(t, s.RefreshStats())
 				}
-				require.Positive(t, s.Metrics().Corruptions)
+				require.Positive(t, s.counters().Corruptions)
 				require.Contains(t, log.text(), "corrupt data in")
 				require.NoError(t, s.Close())
 			}
@@ -466,7 +468,7 @@ func dataOnlySST(t *testing.T, dir string, lo, hi uint64) uint64 {
 		pk, _, err := keys.DecodeUint64(k.PK)
 		return pk, err == nil && pk >= lo && pk < hi
 	}
-	for _, fi := range s.Stats().Physical.Files() {
+	for _, fi := range keystats.Files(s.Stats().Physical) {
 		_, ok1 := pkOf(fi.Smallest)
 		_, ok2 := pkOf(fi.Largest)
 		if ok1 && ok2 {
@@ -533,7 +535,7 @@ func TestOpenDamagedFiles(t *testing.T) {
 			c.damage(t, dir)
 			before := dirState(t, dir)
 			for _, readOnly := range []bool{true, false} {
-				_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: QuietLogger{W: io.Discard}})
+				_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: quietlog.Logger{W: io.Discard}})
 				require.Error(t, err, "read-only %v", readOnly)
 				require.True(t, errors.Is(err, lsmstats.ErrCorruption), "read-only %v: %v", readOnly, err)
 				require.ErrorContains(t, err, c.want)

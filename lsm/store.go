@@ -20,6 +20,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -27,7 +28,7 @@ import (
 // store whose format_version is newer.
 const FormatVersion = 1
 
-// FormatMinor is the minor format version this library writes within
+// formatMinor is the minor format version this library writes within
 // FormatVersion (docs/format.md, "Versioning rules"). A minor version only
 // adds metadata rows and trailing value fields that older readers may
 // ignore: a store of a newer minor version opens read-only (its rows of
@@ -35,7 +36,7 @@ const FormatVersion = 1
 // writing, since the writer would not maintain what it does not know. In a
 // store of this minor version or an older one, a metadata row of a name
 // this library does not know (keys.KnownMetaName) is corruption.
-const FormatMinor = 0
+const formatMinor = 0
 
 const (
 	pebbleDir  = "db"
@@ -417,7 +418,7 @@ func (s *Store) load() error {
 		case len(n) > len(keys.CatalogPrefix) && n[:len(keys.CatalogPrefix)] == keys.CatalogPrefix:
 			id, ok := keys.ParseCatalogKey(it.Key())
 			if !ok {
-				if err := leaveOut(errors.Wrapf(ErrCorruptMetadata, "catalog key %x", it.Key())); err != nil {
+				if err := leaveOut(errors.Wrapf(errCorruptMetadata, "catalog key %x", it.Key())); err != nil {
 					return err
 				}
 				continue
@@ -456,7 +457,7 @@ func (s *Store) load() error {
 			if ok {
 				err = errors.Wrapf(err, "live statistics of table %d vnode %d", t, v)
 			}
-			if err := leaveOut(errors.Mark(lsmstats.MarkCorruption(err), ErrCorruptMetadata)); err != nil {
+			if err := leaveOut(errors.Mark(lsmstats.MarkCorruption(err), errCorruptMetadata)); err != nil {
 				return err
 			}
 			vnode := int(v)
@@ -492,7 +493,7 @@ func (s *Store) load() error {
 			// creation: later rows without it mean that Pebble lost the
 			// edit that added its SST (rows a checkpoint batch left in
 			// the WAL are replayed all the same).
-			return errors.Wrapf(ErrCorruptMetadata, "store %s has metadata (committed epoch %d) but no format_version: "+
+			return errors.Wrapf(errCorruptMetadata, "store %s has metadata (committed epoch %d) but no format_version: "+
 				"Pebble's MANIFEST lost edits (it reads a damaged or cut MANIFEST up to its last valid record)",
 				s.dir, s.committed.Load())
 		}
@@ -518,13 +519,13 @@ func (s *Store) load() error {
 
 const gcEpochName = keys.GCEpochName
 
-// checkMinor applies the minor-version rule (FormatMinor) to a store of
+// checkMinor applies the minor-version rule (formatMinor) to a store of
 // minor version minor whose metadata holds rows of the unknown names.
 func (s *Store) checkMinor(minor uint64, unknown [][]byte, leaveOut func(error) error) error {
-	if minor > FormatMinor {
+	if minor > formatMinor {
 		if !s.opts.ReadOnly {
 			return errors.Wrapf(ErrFormatTooNew, "store %s has format %d.%d, this library writes %d.%d: it opens read-only only",
-				s.dir, FormatVersion, minor, FormatVersion, FormatMinor)
+				s.dir, FormatVersion, minor, FormatVersion, formatMinor)
 		}
 		if len(unknown) > 0 {
 			s.logf("lsmstats: %s (format %d.%d): ignoring %d metadata rows of a newer minor format, the first %q",
@@ -533,7 +534,7 @@ func (s *Store) checkMinor(minor uint64, unknown [][]byte, leaveOut func(error) 
 		return nil
 	}
 	for _, n := range unknown {
-		if err := leaveOut(errors.Wrapf(ErrCorruptMetadata,
+		if err := leaveOut(errors.Wrapf(errCorruptMetadata,
 			"metadata row %q: no such name in format %d.%d", n, FormatVersion, minor)); err != nil {
 			return err
 		}
@@ -572,7 +573,7 @@ func liveTableOf(key []byte) (uint32, bool) {
 
 func u64(name, val []byte) (uint64, error) {
 	if len(val) != 8 {
-		return 0, errors.Wrapf(ErrCorruptMetadata, "metadata row %q: want 8 bytes, have %x", name, val)
+		return 0, errors.Wrapf(errCorruptMetadata, "metadata row %q: want 8 bytes, have %x", name, val)
 	}
 	return binary.BigEndian.Uint64(val), nil
 }
@@ -695,7 +696,7 @@ func (s *Store) waitForMemtable() error {
 // makes Pebble flush it first and wait for the flush, without end while the
 // flush fails (Pebble retries it); this flush returns the failure instead.
 func (s *Store) flushUnflushed() error {
-	if s.tracker.Current().NumUnflushed() == 0 {
+	if keystats.NumUnflushed(s.tracker.Current()) == 0 {
 		return nil
 	}
 	return s.flushMemtable()
@@ -746,16 +747,12 @@ func (s *Store) CommittedEpoch() uint64 { return s.committed.Load() }
 // found at Open. After a restart, resume with an epoch above it.
 func (s *Store) EpochFloor() uint64 { return max(s.floor, s.committed.Load()) }
 
-// DB returns the underlying Pebble database, for tools and tests. Writing to
-// it directly bypasses the store's invariants.
-func (s *Store) DB() *pebble.DB { return s.db }
-
 // Dir returns the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
-// PebbleDir returns the directory of the underlying Pebble database, for
-// tools that read its SSTs.
-func (s *Store) PebbleDir() string { return s.fs.PathJoin(s.dir, pebbleDir) }
+// pebbleDirPath returns the directory of the underlying Pebble database
+// (lsminternal.PebbleDir).
+func (s *Store) pebbleDirPath() string { return s.fs.PathJoin(s.dir, pebbleDir) }
 
 // CreateTable adds a table to the catalog, durably. Creating a table that
 // exists with the same definition is a no-op.
@@ -876,35 +873,9 @@ func (s *Store) stagingPath(kind string) string {
 	return s.fs.PathJoin(s.staging, fmt.Sprintf("%s-%06d.sst", kind, s.fileSeq.Add(1)))
 }
 
-// Metrics are the store's counters.
-type Metrics struct {
-	Commits, Spills, SpilledBytes int64
-	// CommitStalls counts the commits and GC batches that found L0 at
-	// Options.L0StopSublevels (none while automatic compactions are off:
-	// nothing would drain L0), and CommitStallTime their total wait.
-	// CommitStallsAbandoned counts those that went on with L0 still deep:
-	// compactions failing, none running (then later ones do not wait until
-	// one succeeds again), or Options.L0StallLimit.
-	CommitStalls, CommitStallsAbandoned int64
-	CommitStallTime                     time.Duration
-	// PebbleWriteStalls counts Pebble's own write stalls (memtable writes).
-	PebbleWriteStalls int64
-	// BufferedBytes is the memory held by writers' buffers now.
-	BufferedBytes int64
-	// BucketScans and BucketScanRows count the scans of live-statistics
-	// buckets (splits of buckets that grew too big, recalibrations) and the
-	// rows they read.
-	BucketScans, BucketScanRows int64
-	// Corruptions counts the corrupt blocks Pebble met (its DataCorruption
-	// events): each read that met one returned an error naming the file.
-	Corruptions int64
-	L0Sublevels int
-	L0Files     int64
-}
-
-// Metrics returns the store's counters.
-func (s *Store) Metrics() Metrics {
-	m := Metrics{
+// counters returns the store's counters (lsminternal.StoreMetrics).
+func (s *Store) counters() lsminternal.Metrics {
+	m := lsminternal.Metrics{
 		Commits:               s.metrics.commits.Load(),
 		Spills:                s.metrics.spills.Load(),
 		SpilledBytes:          s.metrics.spilledBytes.Load(),

@@ -171,15 +171,15 @@ func (s *Store) Verify() (VerifyReport, error) {
 	case physErr != nil:
 		return rep, physErr
 	default:
-		if err := cur.Diff(re); err != nil {
+		if err := keystats.DiffVersions(cur, re); err != nil {
 			differ("physical statistics differ from a recomputation: %v", err)
 		}
-		for _, fi := range re.Files() {
+		for _, fi := range keystats.Files(re) {
 			if err := keystats.CheckFile(fi); err != nil {
 				differ("%v", err)
 			}
 		}
-		for _, fe := range re.Rebuilt() {
+		for _, fe := range keystats.Rebuilt(re) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("sst %06d: statistics rebuilt from its keys: %v", fe.FileNum, fe.Err))
 		}
 
@@ -188,7 +188,7 @@ func (s *Store) Verify() (VerifyReport, error) {
 		// one fails, and the scans below name it; one in the metadata
 		// range, or outside every table of the catalog, no read meets.
 		var foreign uint64
-		for _, fi := range re.Files() {
+		for _, fi := range keystats.Files(re) {
 			if fi.Summary != nil {
 				foreign += fi.Summary.Foreign
 			}
@@ -445,15 +445,15 @@ func (s *Store) verifyMeta(differ func(string, ...any)) error {
 }
 
 func sameFiles(a, b *stats.Version) bool {
-	fa, fb := a.Files(), b.Files()
-	return slices.EqualFunc(fa, fb, func(x, y stats.FileInfo) bool { return x.FileNum == y.FileNum })
+	fa, fb := keystats.Files(a), keystats.Files(b)
+	return slices.EqualFunc(fa, fb, func(x, y keystats.FileInfo) bool { return x.FileNum == y.FileNum })
 }
 
 // verifyVnode scans one vnode and compares it with its live statistics,
 // bucket by bucket: counts, whether each bucket's lower bound is a live
 // row, and the anchors of the first and last bucket.
 func (s *Store) verifyVnode(epoch uint64, live *stats.Live, table uint32, vnode uint16, differ func(string, ...any)) (int64, error) {
-	want := live.Detail(table, vnode)
+	want := keystats.Detail(live, table, vnode)
 	bounds := make([][]byte, len(want.Buckets))
 	for i, b := range want.Buckets {
 		bounds[i] = b.Lower

@@ -326,7 +326,7 @@ func (w *Writer) beginLocked(epoch uint64) error {
 
 func (w *Writer) checkNewEpoch(epoch uint64) error {
 	if epoch <= w.lastSealed {
-		return errors.Wrapf(ErrEpochSealed, "%s: epoch %d, last sealed epoch %d", w.name, epoch, w.lastSealed)
+		return errors.Wrapf(errEpochSealed, "%s: epoch %d, last sealed epoch %d", w.name, epoch, w.lastSealed)
 	}
 	if floor := w.s.EpochFloor(); epoch <= floor {
 		return errors.Wrapf(ErrEpochOrder, "%s: epoch %d is not above the store's epoch floor %d (committed epoch or high-water mark)", w.name, epoch, floor)
@@ -362,13 +362,6 @@ func (w *Writer) Seal(epoch uint64) error {
 	}
 	w.lastSealed = epoch
 	return nil
-}
-
-// LastSealed returns the writer's last sealed epoch.
-func (w *Writer) LastSealed() uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.lastSealed
 }
 
 // Get reads a row as this writer sees it: its uncommitted ops first, then

@@ -8,8 +8,11 @@
 // payload codec, the tracker of live SSTs, the batches that change the live
 // statistics, compaction deltas) lives in internal/keystats, which package
 // lsm drives; the types here are aliases of its, so nothing outside the
-// store can change the statistics it reads. The files named below are in
-// internal/keystats.
+// store can change the statistics it reads. The files and the machinery
+// named below (Collector, CollectorName, FileSummary, Tracker, CheckFile,
+// CountRange, CompactionCollector) are in internal/keystats; the per-SST
+// summaries and the physical range counts serve verification, the CLI and
+// the tests, not a user.
 //
 // # Physical statistics (collector.go, payload.go, version.go, tracker.go)
 //
@@ -30,9 +33,9 @@
 // A Tracker sums the summaries over the live SSTs and keeps the sum current
 // as files come and go, reading only the new files' properties on each
 // refresh. Each refresh publishes an immutable Version: counts of one vnode,
-// of a table (with Hummock's names), of any vnode set (a roaring bitmap), and
-// of a pk range of a vnode with bounds that always contain the true physical
-// count. A Version recomputed from scratch over the same files must equal the
+// of a table (with Hummock's names), of any vnode set (a roaring bitmap),
+// and (internally, CountRange) of a pk range of a vnode with bounds that
+// always contain the true physical count. A Version recomputed from scratch over the same files must equal the
 // incremental one, and every SST must satisfy
 //
 //	Σ (Entries + PebbleTombstones) + MetaKeys + Foreign + NumRangeDeletions == NumEntries

@@ -26,6 +26,8 @@ import (
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -70,7 +72,7 @@ func corruptionConfig(t testing.TB, dir string) bench.Config {
 	p.DuringSteps = 8
 	return bench.Config{
 		Dir: dir, Workload: p, Actors: 2, ChunkSize: 64, BarrierRows: 192,
-		Store: &lsm.Options{Logger: lsm.QuietLogger{W: io.Discard}, MemoryWatermark: 48 << 10, TargetFileSize: 16 << 10},
+		Store: &lsm.Options{Logger: quietlog.Logger{W: io.Discard}, MemoryWatermark: 48 << 10, TargetFileSize: 16 << 10},
 	}
 }
 
@@ -138,16 +140,16 @@ func buildFixture(t *testing.T) *fixture {
 	// Compact it all, once (a manual compaction is deterministic): reads
 	// and the resume then meet a few SSTs per level, not an L0 of every
 	// checkpoint's.
-	require.NoError(t, s.Store.DB().Compact(ctx, []byte{0}, []byte{0xff, 0xff, 0xff, 0xff, 0xff}, false))
+	require.NoError(t, lsminternal.DB(s.Store).Compact(ctx, []byte{0}, []byte{0xff, 0xff, 0xff, 0xff, 0xff}, false))
 	// A synced WAL record, as a tool sharing the DB would write: the store
 	// itself writes none (every checkpoint is an ingestion).
-	require.NoError(t, s.Store.DB().LogData([]byte("lsmstats corruption test"), pebble.Sync))
+	require.NoError(t, lsminternal.DB(s.Store).LogData([]byte("lsmstats corruption test"), pebble.Sync))
 	require.NoError(t, s.Close())
 	require.True(t, copied, "no spill was staged")
 	require.Positive(t, copyDir(t, spills, filepath.Join(dir, "staging")))
 
 	f := &fixture{dir: dir, reads: map[uint64]map[string]uint64{}}
-	ro, err := lsm.Open(dir, &lsm.Options{ReadOnly: true, Logger: lsm.QuietLogger{W: io.Discard}})
+	ro, err := lsm.Open(dir, &lsm.Options{ReadOnly: true, Logger: quietlog.Logger{W: io.Discard}})
 	require.NoError(t, err)
 	committed := ro.CommittedEpoch()
 	require.Greater(t, committed, uint64(4))
@@ -381,7 +383,7 @@ func (f *fixture) check(t *testing.T, dir, desc, row string, res outcomes) {
 
 	// Open and reads at several epochs.
 	watchdog(t, desc+": open and reads", func() {
-		s, err := lsm.Open(dir, &lsm.Options{ReadOnly: true, Logger: lsm.QuietLogger{W: io.Discard}})
+		s, err := lsm.Open(dir, &lsm.Options{ReadOnly: true, Logger: quietlog.Logger{W: io.Discard}})
 		if err != nil {
 			corrupt("open", err)
 			res.add(row, "reads", "not-run")

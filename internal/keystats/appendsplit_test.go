@@ -90,9 +90,9 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 					require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: vn, PK: o.pk, LiveCounts: o.d, Live: o.live}))
 				}
 			}
-			before := s.Current().BucketCount()
+			before := s.Current().bucketCount()
 			b.Normalize()
-			splits += max(0, b.next.BucketCount()-before)
+			splits += max(0, b.next.bucketCount()-before)
 			persist(b.MetaEntries())
 			b.Publish()
 			rescans := b.Rescans()
@@ -113,7 +113,7 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 			checkBucketsAgainstScans(t, s.Current(), table, m, fmt.Sprintf("prefix %q commit %d", prefix, commit))
 		}
 		t.Logf("prefix %q: %d buckets, %d from splits without a scan; %d rescans after %d append-only commits",
-			prefix, s.Current().BucketCount(), splits, rescansAfterAppends, appendOnly)
+			prefix, s.Current().bucketCount(), splits, rescansAfterAppends, appendOnly)
 		require.Positive(t, splits, "prefix %q: no split to test", prefix)
 		require.Zero(t, rescansAfterAppends, "prefix %q: append-only commits asked for split rescans", prefix)
 
@@ -129,7 +129,7 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 		}
 		re.FinishLoad()
 		for vn := range uint16(vnodes) {
-			require.Equal(t, s.Current().Detail(table, vn), re.Current().Detail(table, vn), "prefix %q vnode %d after a reload", prefix, vn)
+			require.Equal(t, Detail(s.Current(), table, vn), Detail(re.Current(), table, vn), "prefix %q vnode %d after a reload", prefix, vn)
 		}
 	}
 }

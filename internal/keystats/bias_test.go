@@ -117,7 +117,7 @@ func TestCursorBias(t *testing.T) {
 				}
 			}
 			bias := signed / float64(n)
-			t.Logf("%d buckets, mean signed error %+.3f rows per cursor over %d cursors", l.BucketCount(), bias, n)
+			t.Logf("%d buckets, mean signed error %+.3f rows per cursor over %d cursors", l.bucketCount(), bias, n)
 			require.InDelta(t, 0, bias, 0.1, "bias per vnode in progress, in rows")
 		})
 	}

@@ -53,7 +53,7 @@ foreign \x00\x01
 		Entries: 5, Puts: 3, Deletes: 2, Prefixes: 3, HeadPuts: 2,
 		KeyBytes: 5 * uint64(len(physKey(1, 0, 1, 1, 1))), PebbleTombstones: 2,
 	}, v.Counts)
-	require.Equal(t, uint64(1), v.Counts.HeadDeletes())
+	require.Equal(t, uint64(1), v.Counts.headDeletes())
 	require.Equal(t, physPK(1), v.Samples()[0].PK)
 	require.Equal(t, physPK(3), v.LastPK)
 	// Stride 1: every prefix head is a sample, with the counts before it.

@@ -269,8 +269,8 @@ func (d *deltaState) resolve(n int, base, v *Version) (retry bool) {
 					io = &tableIO{}
 					d.tables[td.Table] = io
 				}
-				io.in.Add(td.In)
-				io.out.Add(td.Out)
+				io.in.add(td.In)
+				io.out.add(td.Out)
 			}
 		} else {
 			d.incomplete++
@@ -421,9 +421,9 @@ func (d *deltaState) compute(ev compactionEvent, v *Version) CompactionDelta {
 					vd.add(c, sign)
 					td.Delta.add(c, sign)
 					if sign < 0 {
-						td.In.Add(c)
+						td.In.add(c)
 					} else {
-						td.Out.Add(c)
+						td.Out.add(c)
 					}
 				}
 			}

@@ -204,7 +204,7 @@ func TestCompactionDeltasSum(t *testing.T) {
 		for _, ts := range fs.Tables {
 			for _, vs := range ts.Vnodes {
 				c := flushed[tv{ts.Table, vs.Vnode}]
-				c.Add(vs.Counts)
+				c.add(vs.Counts)
 				flushed[tv{ts.Table, vs.Vnode}] = c
 			}
 		}

@@ -261,7 +261,7 @@ func runAccuracy(t testing.TB, cfg accuracyConfig, seed uint64) *accuracyResult 
 						t.Errorf("%s vnode %d [%s, %s): bounds [%d, %d] miss the truth %.0f", w, v, fmtPK(lo), fmtPK(hi), est.Lower, est.Upper, truth)
 					}
 					live.add(est.Rows, truth, est.Lower, est.Upper, n)
-					rc := st.Physical.Range(at.id, vn, lo, hi)
+					rc := keystats.CountRange(st.Physical, at.id, vn, lo, hi)
 					scale := func(part, whole float64) float64 {
 						if whole <= 0 {
 							return 0

@@ -509,12 +509,12 @@ func (l *Live) Tables() []uint32 {
 	return out
 }
 
-// PublishedAt returns when the snapshot was published: by the commit whose
+// publishedAt returns when the snapshot was published: by the commit whose
 // deltas it holds, by a bucket split, or when the store opened and loaded
 // it. Commits publish a snapshot even when they change no count, so the
 // age of the current snapshot says how long ago the statistics were last
 // brought up to date. Zero for a nil Live.
-func (l *Live) PublishedAt() time.Time {
+func (l *Live) publishedAt() time.Time {
 	if l == nil {
 		return time.Time{}
 	}
@@ -573,8 +573,8 @@ type VnodeDetail struct {
 	MinLive, MaxLive bool
 }
 
-// Detail returns the buckets and anchors of a vnode.
-func (l *Live) Detail(table uint32, vnode uint16) VnodeDetail {
+// Detail returns the buckets and anchors of a vnode of l.
+func Detail(l *Live, table uint32, vnode uint16) VnodeDetail {
 	v := l.table(table).vnode(vnode)
 	d := VnodeDetail{Buckets: make([]Bucket, len(v.buckets)), MinPK: v.minPK, MaxPK: v.maxPK, MinLive: v.minLive, MaxLive: v.maxLive}
 	for i, b := range v.buckets {
@@ -583,8 +583,8 @@ func (l *Live) Detail(table uint32, vnode uint16) VnodeDetail {
 	return d
 }
 
-// BucketCount returns the number of buckets over all tables.
-func (l *Live) BucketCount() int {
+// bucketCount returns the number of buckets over all tables.
+func (l *Live) bucketCount() int {
 	n := 0
 	if l == nil {
 		return 0
@@ -1176,9 +1176,12 @@ func (l *Live) Partition(table uint32, vnodes *roaring.Bitmap, n int) []ScanRang
 					out = append(out, cur)
 					cur = ScanRange{StartVnode: v}
 				} else {
-					cur.EndVnode, cur.EndPK = v, b.lower
+					// A copy: the bound is the published bucket's, which
+					// a caller writing into its range must not change.
+					pk := bytes.Clone(b.lower)
+					cur.EndVnode, cur.EndPK = v, pk
 					out = append(out, cur)
-					cur = ScanRange{StartVnode: v, StartPK: b.lower}
+					cur = ScanRange{StartVnode: v, StartPK: pk}
 				}
 			}
 			rows := max(0, b.Rows)

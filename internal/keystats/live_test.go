@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -198,7 +199,7 @@ func TestLiveRandom(t *testing.T) {
 			require.Equal(t, loading, re.Current().AppendEstimates(nil, table, probes), "estimates before and after FinishLoad")
 			for v := uint16(0); v < vnodes; v++ {
 				require.Equal(t, l.Vnode(table, v), re.Current().Vnode(table, v))
-				require.Equal(t, l.Detail(table, v), re.Current().Detail(table, v))
+				require.Equal(t, Detail(l, table, v), Detail(re.Current(), table, v))
 				if lv := re.Current().table(table).vnodes[v]; lv != nil {
 					requireIndexed(t, lv)
 					require.Equal(t, len(lv.buckets), cap(lv.buckets), "no slack after FinishLoad")
@@ -207,8 +208,8 @@ func TestLiveRandom(t *testing.T) {
 		}
 	}
 	l := s.Current()
-	t.Logf("buckets: %d for %d rows", l.BucketCount(), l.Table(table).Rows)
-	require.Greater(t, len(l.Detail(table, 0).Buckets), 1, "buckets must split")
+	t.Logf("buckets: %d for %d rows", l.bucketCount(), l.Table(table).Rows)
+	require.Greater(t, len(Detail(l, table, 0).Buckets), 1, "buckets must split")
 }
 
 // livePK returns the pk of TestLiveRandom's row n, in one of three shapes
@@ -338,7 +339,9 @@ func TestLiveLoadRejectsCorrupt(t *testing.T) {
 		{BucketKey(2, 0, nil, true), []byte{2, 2, 0, 0}},  // unknown table
 		{keys.MetaKey([]byte("live_est/\x00\x00")), {1}},  // short table id
 	} {
-		require.ErrorIs(t, s.Load(kv[0], kv[1]), ErrCorruptLive, "%x", kv[0])
+		err := s.Load(kv[0], kv[1])
+		require.ErrorIs(t, err, ErrCorruptLive, "%x", kv[0])
+		require.ErrorIs(t, err, lsmstats.ErrCorruption, "%x", kv[0])
 	}
 }
 
@@ -411,7 +414,7 @@ func TestLiveRecount(t *testing.T) {
 	for v := uint16(0); v < vnodes; v++ {
 		require.Equal(t, m.count(v, nil, nil), l.Vnode(table, v), "vnode %d", v)
 		total = total.Add(m.count(v, nil, nil))
-		bs := l.Detail(table, v).Buckets
+		bs := Detail(l, table, v).Buckets
 		for i, bk := range bs {
 			var hi []byte
 			if i+1 < len(bs) {
@@ -447,7 +450,7 @@ func TestLiveRecount(t *testing.T) {
 	}
 	require.False(t, re.Current().ContainsEstimates(table))
 	for v := uint16(0); v < vnodes; v++ {
-		require.Equal(t, l.Detail(table, v), re.Current().Detail(table, v))
+		require.Equal(t, Detail(l, table, v), Detail(re.Current(), table, v))
 	}
 
 	// The counts are exact now: a second recount changes nothing.

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -273,8 +274,10 @@ func LiveSpans() [][2][]byte {
 	return [][2][]byte{{a, b}, {c, d}}
 }
 
-// ErrCorruptLive marks undecodable live-statistics metadata.
-var ErrCorruptLive = errors.New("lsmstats/stats: corrupt live statistics metadata")
+// ErrCorruptLive marks undecodable live-statistics metadata. It is
+// lsmstats.ErrCorruption, like every decoder's error: the store marked it
+// so on its way out, and now it is so from where it is made.
+var ErrCorruptLive = lsmstats.NewCorruptionSentinel("lsmstats/stats: corrupt live statistics metadata")
 
 // Load adds one persisted metadata row (from the spans of LiveSpans, in key
 // order) to the state. Tables must have been added first.

@@ -164,7 +164,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			gauge(tm.desc, tm.value(&s, t), label)
 		}
 	}
-	files := phys.Files()
+	files := Files(phys)
 	virtual := 0
 	for i := range files {
 		if files[i].Virtual {
@@ -172,7 +172,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	gauge(m.liveSSTs, float64(len(files)))
-	gauge(m.rebuilt, float64(len(phys.Rebuilt())))
+	gauge(m.rebuilt, float64(len(Rebuilt(phys))))
 	gauge(m.virtual, float64(virtual))
 	gauge(m.epoch, float64(s.CommittedEpoch))
 	stale := 0.0
@@ -180,7 +180,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		stale = 1
 	}
 	gauge(m.stale, stale)
-	if at := s.Live.PublishedAt(); !at.IsZero() {
+	if at := s.Live.publishedAt(); !at.IsZero() {
 		gauge(m.age, max(0, m.now().Sub(at).Seconds()))
 	}
 }

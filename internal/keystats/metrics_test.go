@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,7 +66,7 @@ func TestMetrics(t *testing.T) {
 	m := keystats.NewMetrics(func() keystats.Snapshot {
 		calls.Add(1)
 		s := e.s.Stats()
-		published = s.Live.PublishedAt()
+		published = keystats.PublishedAt(s.Live)
 		return s
 	}, &keystats.MetricsOptions{
 		ConstLabels: prometheus.Labels{"store": "test"},
@@ -201,7 +202,7 @@ lsmstats_table_physical_entries{store="test",table="1"} 15
 lsmstats_table_physical_entries{store="test",table="2"} 3
 lsmstats_table_physical_entries{store="test",table="99"} 2
 `, after.Physical.NumFiles())), "lsmstats_stats_committed_epoch", "lsmstats_stats_live_ssts", "lsmstats_table_live_rows", "lsmstats_table_physical_entries"))
-	require.True(t, after.Live.PublishedAt().After(st.Live.PublishedAt()), "a commit publishes a new live snapshot")
+	require.True(t, keystats.PublishedAt(after.Live).After(keystats.PublishedAt(st.Live)), "a commit publishes a new live snapshot")
 }
 
 // TestMetricsEmptyAndNil checks a store without tables and a source that
@@ -227,7 +228,7 @@ func liveBuckets(st keystats.Snapshot, def lsm.TableDef) int {
 	n := 0
 	for v := range def.VnodeCount {
 		if st.Live.Vnode(def.ID, uint16(v)).Rows != 0 || st.Physical.Vnode(def.ID, uint16(v)).Entries != 0 {
-			n += len(st.Live.Detail(def.ID, uint16(v)).Buckets)
+			n += len(keystats.Detail(st.Live, def.ID, uint16(v)).Buckets)
 		}
 	}
 	return n
@@ -246,7 +247,7 @@ func vnodesWithRows(def lsm.TableDef, lo, hi uint64) int {
 func ingestWithoutCollector(t *testing.T, e *storeEnv, ks [][]byte) {
 	o := &pebble.Options{Comparer: keys.Comparer}
 	o.EnsureDefaults()
-	wo := o.MakeWriterOptions(0, e.s.DB().TableFormat())
+	wo := o.MakeWriterOptions(0, lsminternal.DB(e.s).TableFormat())
 	wo.BlockPropertyCollectors = nil
 	file := t.TempDir() + "/foreign.sst"
 	f, err := vfs.Default.Create(file, vfs.WriteCategoryUnspecified)
@@ -256,5 +257,5 @@ func ingestWithoutCollector(t *testing.T, e *storeEnv, ks [][]byte) {
 		require.NoError(t, w.Set(k, []byte("v")))
 	}
 	require.NoError(t, w.Close())
-	require.NoError(t, e.s.DB().Ingest(context.Background(), []string{file}))
+	require.NoError(t, lsminternal.DB(e.s).Ingest(context.Background(), []string{file}))
 }

@@ -137,12 +137,12 @@ type Counts struct {
 	PebbleTombstones uint64
 }
 
-// HeadDeletes is the number of prefixes whose newest entry in its SST is an
+// headDeletes is the number of prefixes whose newest entry in its SST is an
 // MVCC delete.
-func (c Counts) HeadDeletes() uint64 { return c.Prefixes - c.HeadPuts }
+func (c Counts) headDeletes() uint64 { return c.Prefixes - c.HeadPuts }
 
-// Add adds o to c.
-func (c *Counts) Add(o Counts) {
+// add adds o to c.
+func (c *Counts) add(o Counts) {
 	c.Entries += o.Entries
 	c.Puts += o.Puts
 	c.Deletes += o.Deletes
@@ -153,8 +153,8 @@ func (c *Counts) Add(o Counts) {
 	c.PebbleTombstones += o.PebbleTombstones
 }
 
-// Sub subtracts o from c; o must have been added before.
-func (c *Counts) Sub(o Counts) {
+// sub subtracts o from c; o must have been added before.
+func (c *Counts) sub(o Counts) {
 	c.Entries -= o.Entries
 	c.Puts -= o.Puts
 	c.Deletes -= o.Deletes

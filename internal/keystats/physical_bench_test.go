@@ -197,7 +197,7 @@ func BenchmarkVersionRange(b *testing.B) {
 			lo, hi := keys.AppendUint64(nil, 100), keys.AppendUint64(nil, 900_000)
 			i := 0
 			for b.Loop() {
-				_ = v.Range(1, uint16(i&255), lo, hi)
+				_ = CountRange(v, 1, uint16(i&255), lo, hi)
 				i++
 			}
 			b.ReportMetric(float64(len(v.vnodeState(1, 7).files)), "files/vnode")
@@ -301,16 +301,16 @@ func BenchmarkRefresh(b *testing.B) {
 	v = e.tr.Current()
 	rv, err := e.tr.Recompute()
 	require.NoError(b, err)
-	require.NoError(b, v.Diff(rv))
+	require.NoError(b, DiffVersions(v, rv))
 }
 
 func physChanged(a, b *Version) int {
 	seen := map[uint64]bool{}
-	for _, f := range a.Files() {
+	for _, f := range Files(a) {
 		seen[f.FileNum] = true
 	}
 	n := 0
-	for _, f := range b.Files() {
+	for _, f := range Files(b) {
 		if !seen[f.FileNum] {
 			n++
 		}

@@ -151,8 +151,8 @@ func (e *physEnv) check() *Version {
 	v := e.refresh()
 	r, err := e.tr.Recompute()
 	require.NoError(e.t, err)
-	require.NoError(e.t, v.Diff(r))
-	for _, f := range v.Files() {
+	require.NoError(e.t, DiffVersions(v, r))
+	for _, f := range Files(v) {
 		require.NoError(e.t, CheckFile(f))
 	}
 	return v

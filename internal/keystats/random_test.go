@@ -107,7 +107,7 @@ func physScanFile(t testing.TB, e *physEnv, f FileInfo, lo, hi []byte, into map[
 // physScan sums physScanFile over the files of v; false if one vanished.
 func physScan(t testing.TB, e *physEnv, v *Version, lo, hi []byte) (map[physVnodeKey]*physTruth, bool) {
 	out := map[physVnodeKey]*physTruth{}
-	for _, f := range v.Files() {
+	for _, f := range Files(v) {
 		if !physScanFile(t, e, f, lo, hi, out) {
 			return nil, false
 		}
@@ -302,11 +302,11 @@ func physCheckStep(t *testing.T, e *physEnv, m *physModel, r *rand.Rand, step st
 		if !physSameFiles(v, rv) {
 			continue
 		}
-		require.NoError(t, v.Diff(rv), step)
-		for _, f := range v.Files() {
+		require.NoError(t, DiffVersions(v, rv), step)
+		for _, f := range Files(v) {
 			require.NoError(t, CheckFile(f), step)
 		}
-		require.Empty(t, v.Rebuilt(), step)
+		require.Empty(t, Rebuilt(v), step)
 		if !physMatchesScan(t, e, v, step) {
 			continue
 		}
@@ -334,7 +334,7 @@ func physCheckStep(t *testing.T, e *physEnv, m *physModel, r *rand.Rand, step st
 			if x := rt[physVnodeKey{table, vnode}]; x != nil && (lo == nil || hi == nil || bytes.Compare(lo, hi) < 0) {
 				tr = *x
 			}
-			rc := v.Range(table, vnode, lo, hi)
+			rc := CountRange(v, table, vnode, lo, hi)
 			msg := fmt.Sprintf("%s: t%d/v%d [%x, %x)", step, table, vnode, lo, hi)
 			requireContains(t, rc.Puts, tr.puts, msg+" puts")
 			requireContains(t, rc.Deletes, tr.deletes, msg+" deletes")
@@ -397,7 +397,7 @@ func physMatchesScan(t testing.TB, e *physEnv, v *Version, step string) bool {
 }
 
 func physSameFiles(a, b *Version) bool {
-	fa, fb := a.Files(), b.Files()
+	fa, fb := Files(a), Files(b)
 	if len(fa) != len(fb) {
 		return false
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -105,7 +107,7 @@ func newBenchStore(b *testing.B, vnodes, rowsPerVnode, checkpoints int, shape pk
 func BenchmarkStoreStats(b *testing.B) {
 	bs := newBenchStore(b, keys.DefaultVnodeCount, 4000, 8, pkU64)
 	s := bs.e.s
-	b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, s.Stats().Physical.NumFiles(), s.Stats().Live.BucketCount())
+	b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, s.Stats().Physical.NumFiles(), keystats.BucketCount(s.Stats().Live))
 	r := rand.New(rand.NewPCG(3, 4))
 
 	b.Run("read=vnode", func(b *testing.B) {
@@ -204,7 +206,7 @@ func BenchmarkConsumedCold4096(b *testing.B) {
 	}{{"u64", pkU64}, {"string", pkPrefixed}} {
 		b.Run("pk="+c.name, func(b *testing.B) {
 			bs := newBenchStore(b, 4096, 250, 8, c.shape)
-			b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, bs.e.s.Stats().Physical.NumFiles(), bs.e.s.Stats().Live.BucketCount())
+			b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, bs.e.s.Stats().Physical.NumFiles(), keystats.BucketCount(bs.e.s.Stats().Live))
 			cursors, _ := bs.cursors(rand.New(rand.NewPCG(3, 4)))
 			bs.consumedCold(b, cursors)
 		})
@@ -282,7 +284,7 @@ func statsMemory(b *testing.B, e *storeEnv) (physical, live float64) {
 	}
 	o := &pebble.Options{Comparer: keys.Comparer}
 	o.EnsureDefaults()
-	cfg := keystats.TrackerConfig{DB: e.s.DB(), Dir: e.dir + "/db", ReaderOptions: o.MakeReaderOptions(), Logger: lsm.QuietLogger{}}
+	cfg := keystats.TrackerConfig{DB: lsminternal.DB(e.s), Dir: e.dir + "/db", ReaderOptions: o.MakeReaderOptions(), Logger: quietlog.Logger{}}
 	before := heap()
 	v, err := keystats.Recompute(cfg)
 	require.NoError(b, err)
@@ -291,7 +293,7 @@ func statsMemory(b *testing.B, e *storeEnv) (physical, live float64) {
 
 	var entries [][2][]byte
 	for _, span := range keystats.LiveSpans() {
-		it, err := e.s.DB().NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
+		it, err := lsminternal.DB(e.s).NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
 		require.NoError(b, err)
 		for ok := it.First(); ok; ok = it.Next() {
 			entries = append(entries, [2][]byte{append([]byte(nil), it.Key()...), append([]byte(nil), it.Value()...)})

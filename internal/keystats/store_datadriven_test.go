@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -108,7 +109,7 @@ func TestStoreDataDriven(t *testing.T) {
 				if _, got, want := e.statsFiles(); !slices.Equal(got, want) && !autoCompactions {
 					t.Fatalf("after commit %d the statistics describe files %v, Pebble has %v", epoch, got, want)
 				}
-				m := e.s.Metrics()
+				m := lsminternal.StoreMetrics(e.s)
 				return fmt.Sprintf("committed epoch %d (spills so far: %d)", e.s.CommittedEpoch(), m.Spills)
 			case "gc":
 				var table, pk, epoch uint64
@@ -123,7 +124,7 @@ func TestStoreDataDriven(t *testing.T) {
 				}
 				p := pk64(pk)
 				key := keys.AppendVersioned(nil, uint32(table), def.VnodeOf(p), p, keys.MakeVersion(epoch, 0), kind)
-				require.NoError(t, e.s.DB().SingleDelete(key, pebble.Sync))
+				require.NoError(t, lsminternal.DB(e.s).SingleDelete(key, pebble.Sync))
 				return "ok"
 			case "flush":
 				e.flush()
@@ -241,7 +242,7 @@ func ddStats(st keystats.Snapshot, tables []lsm.TableDef) string {
 				continue
 			}
 			p := vs.Physical
-			files := st.Physical.Range(def.ID, uint16(v), nil, nil).Files
+			files := keystats.CountRange(st.Physical, def.ID, uint16(v), nil, nil).Files
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", def.ID, v, p.Entries, p.Puts, p.Deletes, p.Prefixes,
 				p.PebbleTombstones, vs.Live.Rows, vs.Live.Bytes, files)
 		}
@@ -257,6 +258,6 @@ func ddStats(st keystats.Snapshot, tables []lsm.TableDef) string {
 		fmt.Fprintf(&b, "table %d: total_key_count=%d total_key_size=%d vnodes-with-data=%d contains-estimates=%t\n",
 			def.ID, tot.TotalKeyCount, tot.TotalKeySize, tot.Vnodes, st.Live.ContainsEstimates(def.ID))
 	}
-	fmt.Fprintf(&b, "live ssts: %d, rebuilt payloads: %d\n", st.Physical.NumFiles(), len(st.Physical.Rebuilt()))
+	fmt.Fprintf(&b, "live ssts: %d, rebuilt payloads: %d\n", st.Physical.NumFiles(), len(keystats.Rebuilt(st.Physical)))
 	return b.String()
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -51,7 +53,7 @@ func uncompacted() lsm.Options {
 	return lsm.Options{
 		MemoryWatermark: -1,
 		L0StopSublevels: -1,
-		Logger:          lsm.QuietLogger{},
+		Logger:          quietlog.Logger{},
 		Pebble: func(o *pebble.Options) {
 			o.DisableAutomaticCompactions = true
 			o.L0CompactionThreshold = math.MaxInt32
@@ -114,14 +116,14 @@ func (e *storeEnv) commit(epoch uint64) {
 // compact runs a manual Pebble compaction of everything and waits until the
 // tracker has seen its result.
 func (e *storeEnv) compact() {
-	require.NoError(e.t, e.s.DB().Compact(context.Background(), []byte{0}, []byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, false))
+	require.NoError(e.t, lsminternal.DB(e.s).Compact(context.Background(), []byte{0}, []byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, false))
 	e.waitStats()
 }
 
 // flush flushes Pebble's memtable (the store ingests every checkpoint, so it
 // holds only what was written to Pebble directly) and waits for the tracker.
 func (e *storeEnv) flush() {
-	require.NoError(e.t, e.s.DB().Flush())
+	require.NoError(e.t, lsminternal.DB(e.s).Flush())
 	e.waitStats()
 }
 
@@ -146,7 +148,7 @@ func (e *storeEnv) waitStats() *keystats.Version {
 // describe and those of Pebble's live SSTs.
 func (e *storeEnv) statsFiles() (v *keystats.Version, got, want []uint64) {
 	v = e.s.Stats().Physical
-	levels, err := e.s.DB().SSTables()
+	levels, err := lsminternal.DB(e.s).SSTables()
 	require.NoError(e.t, err)
 	for _, l := range levels {
 		for _, f := range l {
@@ -154,7 +156,7 @@ func (e *storeEnv) statsFiles() (v *keystats.Version, got, want []uint64) {
 		}
 	}
 	slices.Sort(want)
-	for _, f := range v.Files() {
+	for _, f := range keystats.Files(v) {
 		got = append(got, f.FileNum)
 	}
 	return v, got, want
@@ -189,7 +191,7 @@ func (e *storeEnv) rawScan(table uint32) map[uint16]rawCounts {
 	// A Pebble iterator hides the tombstones and what they delete: the scan
 	// sees the SETs that are still readable. The physical counts hold the
 	// deleted ones too until a compaction drops them with their tombstones.
-	it, err := e.s.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := lsminternal.DB(e.s).NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	require.NoError(e.t, err)
 	defer func() { require.NoError(e.t, it.Close()) }()
 	out := map[uint16]rawCounts{}

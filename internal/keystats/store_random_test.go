@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -97,13 +98,13 @@ func TestStoreStatsRandomized(t *testing.T) {
 			m.unflushed = m.unflushed || n > 0
 			what = fmt.Sprintf("%d SINGLEDELs of shadowed versions of table %d", n, tb)
 		case k < 15:
-			require.NoError(t, e.s.DB().Flush())
+			require.NoError(t, lsminternal.DB(e.s).Flush())
 			m.unflushed = false
 			counts.flushes++
 			what = "flush"
 		case k < 18:
 			lo, hi := storeRandomSpan(r, tables[r.IntN(len(tables))].id)
-			require.NoError(t, e.s.DB().Compact(context.Background(), lo, hi, r.IntN(2) == 0))
+			require.NoError(t, lsminternal.DB(e.s).Compact(context.Background(), lo, hi, r.IntN(2) == 0))
 			counts.compactions++
 			what = fmt.Sprintf("compact [%x, %x)", lo, hi)
 		default: // reopen, maybe with sealed and open epochs that never commit
@@ -127,7 +128,7 @@ func TestStoreStatsRandomized(t *testing.T) {
 		}
 		m.check(t, e, fmt.Sprintf("step %d (%s)", step, what))
 	}
-	met := e.s.Metrics()
+	met := lsminternal.StoreMetrics(e.s)
 	t.Logf("%d steps: %d commits, %d spills, %d SINGLEDELs, %d flushes, %d manual compactions, %d reopens; %d live SSTs at the end",
 		steps, counts.commits, met.Spills, counts.tombstones, counts.flushes, counts.compactions, counts.reopens, e.s.Stats().Physical.NumFiles())
 	require.Positive(t, counts.commits)
@@ -143,7 +144,7 @@ type storeRandomCounts struct{ commits, tombstones, flushes, compactions, reopen
 // meets exactly one SET. Returns the number written.
 func (e *storeEnv) singleDeleteShadowed(r *rand.Rand, table uint32, n int) int {
 	lo, hi := keys.TableSpan(table)
-	it, err := e.s.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := lsminternal.DB(e.s).NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	require.NoError(e.t, err)
 	var shadowed [][]byte
 	var prev []byte
@@ -158,7 +159,7 @@ func (e *storeEnv) singleDeleteShadowed(r *rand.Rand, table uint32, n int) int {
 	require.NoError(e.t, it.Close())
 	r.Shuffle(len(shadowed), func(i, j int) { shadowed[i], shadowed[j] = shadowed[j], shadowed[i] })
 	shadowed = shadowed[:min(n, len(shadowed))]
-	b := e.s.DB().NewBatch()
+	b := lsminternal.DB(e.s).NewBatch()
 	for _, k := range shadowed {
 		require.NoError(e.t, b.SingleDelete(k, nil))
 	}
@@ -328,7 +329,7 @@ func TestCommitStatsCurrentWithMemtable(t *testing.T) {
 	e.commit(2)
 	// GC the shadowed version of pk 3 through the memtable.
 	old := keys.AppendVersioned(nil, def.ID, 0, pk64(3), keys.MakeVersion(1, 0), keys.KindPut)
-	require.NoError(t, e.s.DB().SingleDelete(old, pebble.Sync))
+	require.NoError(t, lsminternal.DB(e.s).SingleDelete(old, pebble.Sync))
 	for i := range uint64(10) {
 		require.NoError(t, w.Update(3, 0, pk64(i), []byte(map[bool]string{true: "b", false: "a"}[i == 3]), []byte("c")))
 	}

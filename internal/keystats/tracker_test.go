@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -47,7 +48,7 @@ func TestTrackerBackground(t *testing.T) {
 			for !stop.Load() {
 				v := e.tr.Current()
 				var sum uint64
-				for _, f := range v.Files() {
+				for _, f := range Files(v) {
 					for _, ts := range f.Summary.Tables {
 						for _, vs := range ts.Vnodes {
 							sum += vs.Counts.Entries
@@ -118,7 +119,7 @@ func TestTrackerVanishedFile(t *testing.T) {
 	require.NoError(t, e.db.Flush())
 	e.applyBatch(physParseOps(t, "put 1 2 1 1"))
 	require.NoError(t, e.db.Flush())
-	files := e.refresh().Files()
+	files := Files(e.refresh())
 	require.Len(t, files, 2)
 	second := fmt.Sprintf("%06d.sst", files[1].FileNum)
 
@@ -155,7 +156,7 @@ func TestTrackerReadErrorKeepsVersion(t *testing.T) {
 
 	e.applyBatch(physParseOps(t, "put 1 2 1 1"))
 	require.NoError(t, e.db.Flush())
-	files := e.refresh().Files()
+	files := Files(e.refresh())
 	flaky.fail[fmt.Sprintf("%06d.sst", files[1].FileNum)] = -1
 	err := tr.Refresh()
 	require.ErrorContains(t, err, "injected I/O error")
@@ -202,10 +203,10 @@ func TestTrackerRefreshSignalled(t *testing.T) {
 	for {
 		re, err := e.tr.Recompute()
 		require.NoError(t, err)
-		if e.tr.Current().Diff(re) == nil && e.tr.listings.Load() > before {
+		if DiffVersions(e.tr.Current(), re) == nil && e.tr.listings.Load() > before {
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "the goroutine never listed after the compaction: listings %d (before %d), diff %v", e.tr.listings.Load(), before, e.tr.Current().Diff(re))
+		require.True(t, time.Now().Before(deadline), "the goroutine never listed after the compaction: listings %d (before %d), diff %v", e.tr.listings.Load(), before, DiffVersions(e.tr.Current(), re))
 		time.Sleep(time.Millisecond)
 	}
 	require.NoError(t, e.tr.Close())
@@ -304,7 +305,7 @@ func TestVersionIncrementalUnit(t *testing.T) {
 		live = append(live, add...)
 		cur = physVersionOf(cur, add, remove, slices.Clone(live))
 		scratch := physVersionOf(&Version{}, live, nil, slices.Clone(live))
-		require.NoError(t, cur.Diff(scratch))
+		require.NoError(t, DiffVersions(cur, scratch))
 		history = append(history, cur)
 		histText = append(histText, physFormatVersion(cur))
 		// Sum over a bitmap equals the sum of Vnode.
@@ -314,7 +315,7 @@ func TestVersionIncrementalUnit(t *testing.T) {
 			for _, vn := range cur.Vnodes(id) {
 				if r.IntN(2) == 0 {
 					bm.Add(uint32(vn))
-					want.Add(cur.Vnode(id, vn))
+					want.add(cur.Vnode(id, vn))
 				}
 			}
 			bm.Add(12345) // a vnode without data
@@ -368,7 +369,7 @@ func TestRangeBoundsUnit(t *testing.T) {
 				tr.prefixes += ft.prefixes
 			}
 		}
-		rc := v.Range(1, vnode, lo, hi)
+		rc := CountRange(v, 1, vnode, lo, hi)
 		msg := fmt.Sprintf("v%d [%x, %x)", vnode, lo, hi)
 		requireContains(t, rc.Puts, tr.puts, msg)
 		requireContains(t, rc.Deletes, tr.deletes, msg)
@@ -425,11 +426,11 @@ func TestTrackerCorruptPayload(t *testing.T) {
 		e.ingest(ops, collectors)
 	}
 	v := e.refresh()
-	rebuilt := v.Rebuilt()
+	rebuilt := Rebuilt(v)
 	require.Len(t, rebuilt, len(modes))
 	logged := strings.Join(e.log.statsErrors(), "\n")
 	for _, fe := range rebuilt {
-		f, ok := v.File(fe.FileNum)
+		f, ok := File(v, fe.FileNum)
 		require.True(t, ok)
 		require.Equal(t, FromRebuild, f.Source)
 		require.NoError(t, CheckFile(f))
@@ -438,15 +439,16 @@ func TestTrackerCorruptPayload(t *testing.T) {
 	for _, fe := range rebuilt[:len(rebuilt)-1] {
 		if !strings.Contains(fe.Err.Error(), "NumEntries") { // "lie" decodes but does not add up
 			require.True(t, errors.Is(fe.Err, ErrCorruptPayload), "%v", fe.Err)
+			require.True(t, errors.Is(fe.Err, lsmstats.ErrCorruption), "%v", fe.Err)
 		}
 	}
 	require.True(t, physMatchesScan(t, e, v, "after ingest"))
-	require.NoError(t, v.Diff(must(e.tr.Recompute())))
+	require.NoError(t, DiffVersions(v, must(e.tr.Recompute())))
 
 	// Compaction rewrites the files with the collector.
 	e.compactAll()
 	v = e.refresh()
-	require.Empty(t, v.Rebuilt())
+	require.Empty(t, Rebuilt(v))
 	require.True(t, physMatchesScan(t, e, v, "after compaction"))
 }
 

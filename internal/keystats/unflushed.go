@@ -132,10 +132,10 @@ func atomicMax(a *atomic.Uint64, v uint64) {
 	}
 }
 
-// Unflushed returns the parts of the batches committed through the
+// Unflushed returns v's parts of the batches committed through the
 // memtable whose flush no refresh has listed yet, in sequence order (Level
 // MemtableLevel, Source FromMemtable).
-func (v *Version) Unflushed() []FileInfo {
+func Unflushed(v *Version) []FileInfo {
 	out := make([]FileInfo, len(v.mem))
 	for i, f := range v.mem {
 		out[i] = f.info
@@ -143,5 +143,5 @@ func (v *Version) Unflushed() []FileInfo {
 	return out
 }
 
-// NumUnflushed returns the number of unflushed parts (Unflushed).
-func (v *Version) NumUnflushed() int { return len(v.mem) }
+// NumUnflushed returns the number of v's unflushed parts (Unflushed).
+func NumUnflushed(v *Version) int { return len(v.mem) }

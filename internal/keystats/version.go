@@ -296,7 +296,7 @@ func (v *Version) Sum(table uint32, vnodes *roaring.Bitmap) Counts {
 				return false
 			}
 			if s := v.vnodeState(table, uint16(x)); s != nil {
-				sum.Add(s.counts)
+				sum.add(s.counts)
 			}
 			return true
 		})
@@ -304,7 +304,7 @@ func (v *Version) Sum(table uint32, vnodes *roaring.Bitmap) Counts {
 	}
 	t.each(func(vnode uint16, s *vnodeState) {
 		if vnodes.Contains(uint32(vnode)) {
-			sum.Add(s.counts)
+			sum.add(s.counts)
 		}
 	})
 	return sum
@@ -313,9 +313,9 @@ func (v *Version) Sum(table uint32, vnodes *roaring.Bitmap) Counts {
 // NumFiles returns the number of live files.
 func (v *Version) NumFiles() int { return len(v.files) }
 
-// Files returns the live files in increasing file number order. The
+// Files returns v's live files in increasing file number order. The
 // summaries are shared and read-only.
-func (v *Version) Files() []FileInfo {
+func Files(v *Version) []FileInfo {
 	out := make([]FileInfo, len(v.files))
 	for i, f := range v.files {
 		out[i] = f.info
@@ -323,8 +323,8 @@ func (v *Version) Files() []FileInfo {
 	return out
 }
 
-// File returns one live file.
-func (v *Version) File(fileNum uint64) (FileInfo, bool) {
+// File returns one live file of v.
+func File(v *Version, fileNum uint64) (FileInfo, bool) {
 	i, ok := slices.BinarySearchFunc(v.files, fileNum, func(f *liveFile, n uint64) int {
 		return cmp.Compare(f.info.FileNum, n)
 	})
@@ -334,15 +334,15 @@ func (v *Version) File(fileNum uint64) (FileInfo, bool) {
 	return v.files[i].info, true
 }
 
-// Rebuilt returns the live files whose payload could not be used and whose
+// Rebuilt returns v's live files whose payload could not be used and whose
 // summary was rebuilt from their keys, with the reason.
-func (v *Version) Rebuilt() []FileError { return slices.Clone(v.rebuilt) }
+func Rebuilt(v *Version) []FileError { return slices.Clone(v.rebuilt) }
 
-// Range returns the physical counts of MVCC entries of one (table, vnode)
+// CountRange returns v's physical counts of MVCC entries of one (table, vnode)
 // with lo <= pk < hi (nil: unbounded), summed over the live files. Each
 // count comes with bounds that always contain the true value (see the
 // collector's error bound) and a linear interpolation between samples.
-func (v *Version) Range(table uint32, vnode uint16, lo, hi []byte) RangeCounts {
+func CountRange(v *Version, table uint32, vnode uint16, lo, hi []byte) RangeCounts {
 	var rc RangeCounts
 	s := v.vnodeState(table, vnode)
 	if s == nil || (lo != nil && hi != nil && bytes.Compare(lo, hi) >= 0) {
@@ -501,17 +501,17 @@ func word(b []byte) uint64 {
 	return binary.BigEndian.Uint64(w[:])
 }
 
-// Diff returns nil if v and o hold the same files and the same sums, else an
+// DiffVersions returns nil if v and o hold the same files and the same sums, else an
 // error describing the first differences. Verify and the tests use it to
 // compare an incremental Version with a recomputation.
-func (v *Version) Diff(o *Version) error {
+func DiffVersions(v, o *Version) error {
 	var diffs []string
 	add := func(format string, args ...interface{}) {
 		if len(diffs) < 10 {
 			diffs = append(diffs, fmt.Sprintf(format, args...))
 		}
 	}
-	vf, of := v.Files(), o.Files()
+	vf, of := Files(v), Files(o)
 	if len(vf) != len(of) {
 		add("files: %d vs %d", len(vf), len(of))
 	}
@@ -683,14 +683,14 @@ func (b *builder) apply(f *liveFile, add bool) {
 				return cmp.Compare(fv.fileNum, n)
 			})
 			if add {
-				st.counts.Add(c)
-				t.totals.Counts.Add(c)
+				st.counts.add(c)
+				t.totals.Counts.add(c)
 				if !found {
 					st.files = slices.Insert(st.files, pos, fileVnode{fileNum: f.info.FileNum, vs: vs, values: c.ValueBytes})
 				}
 			} else {
-				st.counts.Sub(c)
-				t.totals.Counts.Sub(c)
+				st.counts.sub(c)
+				t.totals.Counts.sub(c)
 				if found {
 					st.files = slices.Delete(st.files, pos, pos+1)
 				}

@@ -134,7 +134,7 @@ func TestPhysicalDataDriven(t *testing.T) {
 				}
 				return physPK(physU(t, s))
 			}
-			rc := e.tr.Current().Range(uint32(table), uint16(vnode), bound(f[2]), bound(f[3]))
+			rc := CountRange(e.tr.Current(), uint32(table), uint16(vnode), bound(f[2]), bound(f[3]))
 			return physFormatRange(rc)
 		case "sum":
 			// sum t v1 v2 ... (no vnodes: all)
@@ -170,10 +170,10 @@ func physU(t testing.TB, s string) uint64 {
 func physRefreshDelta(before, after *Version) string {
 	var added, removed, moved []string
 	b := map[uint64]FileInfo{}
-	for _, f := range before.Files() {
+	for _, f := range Files(before) {
 		b[f.FileNum] = f
 	}
-	for _, f := range after.Files() {
+	for _, f := range Files(after) {
 		if o, ok := b[f.FileNum]; !ok {
 			added = append(added, fmt.Sprintf("%06d", f.FileNum))
 		} else {
@@ -207,7 +207,7 @@ func physFormatVersion(v *Version) string {
 		}
 	}
 	b.WriteString("files:\n")
-	for _, f := range v.Files() {
+	for _, f := range Files(v) {
 		virtual := ""
 		if f.Virtual {
 			virtual = fmt.Sprintf(" virtual(backing %06d)", f.BackingNum)
@@ -229,7 +229,7 @@ func physFormatVersion(v *Version) string {
 			}
 		}
 	}
-	for _, fe := range v.Rebuilt() {
+	for _, fe := range Rebuilt(v) {
 		fmt.Fprintf(&b, "rebuilt %06d: %v\n", fe.FileNum, fe.Err)
 	}
 	return b.String()

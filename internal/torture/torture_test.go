@@ -22,6 +22,8 @@ import (
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/compaction"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -61,7 +63,7 @@ func params(seed uint64) workload.Params {
 
 func config(dir string, seed uint64, store *lsm.Options) bench.Config {
 	if store == nil {
-		store = &lsm.Options{Logger: lsm.QuietLogger{}}
+		store = &lsm.Options{Logger: quietlog.Logger{}}
 	}
 	return bench.Config{Dir: dir, Workload: params(seed), Actors: 2, ChunkSize: 32, BarrierRows: 64,
 		CheckpointEvery: 2, Store: store}
@@ -91,7 +93,7 @@ func child(dir string, seed uint64) error {
 		CompactionBegin: func(pebble.CompactionInfo) { emit("+compaction") },
 		CompactionEnd:   func(pebble.CompactionInfo) { emit("-compaction") },
 	}
-	cfg := config(dir, seed, &lsm.Options{Logger: lsm.QuietLogger{}, MemoryWatermark: 12 << 10, EventListener: el,
+	cfg := config(dir, seed, &lsm.Options{Logger: quietlog.Logger{}, MemoryWatermark: 12 << 10, EventListener: el,
 		OnPhase: func(p string) { emit("S " + p) }})
 	cfg.OnPhase = func(p string) { emit("F " + p) }
 	cfg.OnCheckpoint = func(backfill.Record) { emit("C") }
@@ -287,7 +289,7 @@ func checkAfterKill(t *testing.T, dir string, seed uint64) {
 	c := st.CommittedEpoch()
 	lo, _ := keys.TableSpan(bench.UpstreamTable)
 	_, hi := keys.TableSpan(bench.MetaTable)
-	it, err := st.DB().NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := lsminternal.DB(st).NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	require.NoError(t, err)
 	for ok := it.First(); ok; ok = it.Next() {
 		k, err := keys.Decode(it.Key())
