@@ -70,7 +70,10 @@
 // last snapshot row read), whether it finished, and, only for the
 // row-count approach, the number of snapshot rows read. The stats approach
 // persists no count: its state rows are a few bytes shorter per vnode
-// (BenchmarkBackfill's state-bytes/barrier).
+// (BenchmarkBackfill's state-bytes/barrier). The job's metadata row (its
+// step, barrier, high-water marks, rate limit, ETA carry-over and a
+// snapshot backfill's phase) is encoded there too (encodeMeta, decodeMeta;
+// docs/format.md).
 //
 // # Progress (progress.go)
 //
