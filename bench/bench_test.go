@@ -9,6 +9,7 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -168,7 +169,7 @@ func BenchmarkRecovery(b *testing.B) {
 				start = time.Now()
 				g, err := workload.New(cfg.Workload)
 				require.NoError(b, err)
-				require.NoError(b, workload.Source{G: g}.Resume(backfill.Position{Step: s.Gen.Step(),
+				require.NoError(b, genjob.Source{G: g}.Resume(backfill.Position{Step: s.Gen.Step(),
 					Epoch: s.Store.CommittedEpoch(), Store: s.Store, Upstream: g.Params().TableDef(UpstreamTable)}))
 				model += time.Since(start)
 				require.NoError(b, s.Close())

@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
 )
@@ -46,7 +47,7 @@ type Config struct {
 	Dir      string
 	Workload workload.Params
 	// Upstreams, if set, run a job over several upstream tables, one
-	// workload each (workload.Multi; Workload is then ignored, and RunRaw
+	// workload each (genjob.Multi; Workload is then ignored, and RunRaw
 	// does not apply): upstream i's tables are UpstreamTableOf(i).
 	Upstreams []workload.Params
 	// Mode is the kind of backfill (backfill.JobConfig.Mode). A snapshot
@@ -230,7 +231,7 @@ func Open(cfg Config) (*Session, error) {
 		src, oracle = cfg.User.New(s)
 		jc.Upstream, jc.Name = cfg.User.Table, "bench"
 	} else if len(cfg.Upstreams) > 0 {
-		m := workload.NewMulti(gs...)
+		m := genjob.NewMulti(gs...)
 		src = m
 		for i, o := range m.Oracles() {
 			up, mv, state := UpstreamTableOf(i)
@@ -242,7 +243,7 @@ func Open(cfg Config) (*Session, error) {
 		}
 		jc.Meta = MetaTable
 	} else {
-		src, oracle = workload.Source{G: g}, oracleOf(workload.Oracle{G: g}, UpstreamTable)
+		src, oracle = genjob.Source{G: g}, oracleOf(genjob.Oracle{G: g}, UpstreamTable)
 		jc.Upstream, jc.MV, jc.State, jc.Meta = g.Params().TableDef(UpstreamTable), MVTable, StateTable, MetaTable
 	}
 	if snapshot && cfg.User == nil {
