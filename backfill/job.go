@@ -127,6 +127,13 @@ type JobConfig struct {
 	Estimators []Estimator
 	// OnCheckpoint is called after every checkpoint with its record.
 	OnCheckpoint func(Record)
+	// OnEstimate, if set, runs each estimator's figure at every
+	// checkpoint (and at the opening of a started job): it must call
+	// estimate once, on its own goroutine, before it returns. The job
+	// does not time its estimators; a benchmark does it here (bench's
+	// progress CPU per checkpoint), and may set the figures' Time and CPU
+	// in the records it hands on.
+	OnEstimate func(approach string, estimate func())
 	// OnPhase, if set, is called when the pipeline enters a phase of a step:
 	// "upstream" (writing the step's ops), "backfill" (actors handling the
 	// barrier: snapshot reads, forwarding, state), "commit", "progress".
@@ -314,6 +321,7 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		return nil, errors.Newf("lsmstats/backfill: unknown mode %d", cfg.Mode)
 	}
 	j := &Job{cfg: cfg, store: s, ups: ups, tracker: NewTrackerOf(ids, cfg.Estimators...), logTable: cfg.LogStore}
+	j.tracker.around = cfg.OnEstimate
 	// A writer left open would keep its vnodes (no later job could take
 	// them) and block every later commit of the store (ErrNotSealed).
 	defer func() {

@@ -164,7 +164,7 @@ func BenchmarkRecovery(b *testing.B) {
 				start := time.Now()
 				s, err := Open(cfg)
 				require.NoError(b, err)
-				require.NotNil(b, s.Job.Initial())
+				require.NotNil(b, s.Initial())
 				total += time.Since(start)
 				start = time.Now()
 				g, err := workload.New(cfg.Workload)
@@ -195,7 +195,7 @@ func BenchmarkProgressVsScan(b *testing.B) {
 	s, err := Open(cfg)
 	require.NoError(b, err)
 	defer s.Close()
-	rec := s.Job.Initial()
+	rec := s.Initial()
 	require.NotNil(b, rec)
 	in := backfill.Input{Epoch: rec.Epoch, Upstream: UpstreamTable, Vnodes: rec.Vnodes, Stats: s.Store.Stats()}
 	scan := backfilltest.ScanOracle{Store: s.Store, Table: UpstreamTable}

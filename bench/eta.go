@@ -166,7 +166,7 @@ func RunRescale(ctx context.Context, cfg Config, rescaleTo int) ([]backfill.Reco
 			return nil, -1, err
 		}
 		restart = len(records)
-		if rec := s.Job.Initial(); rec != nil {
+		if rec := s.Initial(); rec != nil {
 			cfg.OnCheckpoint(*rec)
 		}
 	}

@@ -71,7 +71,8 @@ type Config struct {
 	// raw Pebble does; the upstream's live statistics are then flagged as
 	// possibly containing estimates (Verify still recounts them).
 	Checked bool
-	// OnCheckpoint, if set, sees every checkpoint record.
+	// OnCheckpoint, if set, sees every checkpoint record, with the times
+	// of its figures (backfill.Figure.Time and CPU) that the run measured.
 	OnCheckpoint func(backfill.Record)
 	// OnPhase, if set, sees the pipeline's phases (backfill.JobConfig).
 	OnPhase func(string)
@@ -135,7 +136,14 @@ type Session struct {
 	// a Session with this field alone.
 	Raw *pebble.DB
 	h   *harness
+	// initial is the job's Initial record, with the times of its figures.
+	initial *backfill.Record
 }
+
+// Initial returns the job's figure at the opening of a started job
+// (backfill.Job.Initial), with the times of its figures; nil for a job
+// that had not started.
+func (s *Session) Initial() *backfill.Record { return s.initial }
 
 // Harness returns the time the run spent in the workload model since Open
 // returned: generating the steps and computing each checkpoint's truth. It
@@ -213,10 +221,19 @@ func Open(cfg Config) (*Session, error) {
 		return nil, err
 	}
 	h := &harness{}
+	// The job does not time its estimators: the run does, and sets the
+	// times in the records it hands on.
+	pt := newProgressTimer()
 	jc := backfill.JobConfig{
 		Store: s, Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
 		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit, RateChanges: cfg.RateChanges,
-		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked, Mode: cfg.Mode,
+		Estimators: est, OnEstimate: pt.estimate, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked, Mode: cfg.Mode,
+		OnCheckpoint: func(r backfill.Record) {
+			r = pt.stamp(r)
+			if cfg.OnCheckpoint != nil {
+				cfg.OnCheckpoint(r)
+			}
+		},
 	}
 	snapshot := cfg.Mode == backfill.ModeSnapshot
 	oracleOf := func(o backfill.Oracle, table uint32) backfill.Oracle {
@@ -261,7 +278,12 @@ func Open(cfg Config) (*Session, error) {
 	// Recovery resumed the source (the generator rebuilt its model from
 	// the upstream table): that is Open's work, not the run's.
 	*h = harness{}
-	return &Session{Store: s, Gen: g, Gens: gs, Source: src, Job: j, h: h}, nil
+	sess := &Session{Store: s, Gen: g, Gens: gs, Source: src, Job: j, h: h}
+	if rec := j.Initial(); rec != nil {
+		r := pt.stamp(*rec)
+		sess.initial = &r
+	}
+	return sess, nil
 }
 
 // Close closes the job and the store.
@@ -460,7 +482,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		}
 		// The reopened Pebble counts its bytes from zero.
 		jobLSM = lsmWrites(s.Store.DB())
-		if rec := s.Job.Initial(); rec != nil {
+		if rec := s.Initial(); rec != nil {
 			cfg.OnCheckpoint(*rec)
 		}
 	}

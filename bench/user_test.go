@@ -70,10 +70,14 @@ func TestRunUserJob(t *testing.T) {
 	// The 19 load steps: 40 inserts each, and from the second on 20
 	// updates and 3 deletes (i = 1, 15, 29) of the step before.
 	require.Equal(t, uint64(19*40+18*(20+3)), sum.LoadOps)
-	for _, r := range sum.Records {
+	for i, r := range sum.Records {
 		require.GreaterOrEqual(t, r.Truth, 0.0)
+		// The run times the stats figure of every record, the reopened
+		// job's first too (the job does not time its estimators itself).
+		require.Positive(t, r.Figure("stats").Time, "record %d", i)
 	}
 	require.Positive(t, sum.Errors["stats"].N)
+	require.Positive(t, sum.ProgressWallNanos["stats"])
 	_, err = RunRaw(context.Background(), cfg)
 	require.ErrorContains(t, err, "raw-Pebble")
 }

@@ -387,7 +387,7 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 		}
 		defer metrics.close()
 	}
-	if r := s.Job.Initial(); r != nil {
+	if r := s.Initial(); r != nil {
 		emit(event{T: "initial", Rec: toJSON(*r)})
 	}
 	last := s.Source.BackfillStep() - 1
