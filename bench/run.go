@@ -400,15 +400,58 @@ type Summary struct {
 	Epoch                            uint64
 }
 
+// Tally sums checkpoints' figures: each approach's errors against the
+// truth and its progress times. A run's Summary and the lsmstats CLI's
+// report (whose checkpoints come from several worker processes) both take
+// theirs from it. The zero Tally is ready.
+type Tally struct {
+	// Errors are the approaches' error statistics (AddError).
+	Errors map[string]*ErrorStats
+	// N is the number of checkpoints added.
+	N         int
+	cpu, wall map[string]float64
+}
+
+// Add adds a checkpoint's figures and its truth (negative: none).
+func (t *Tally) Add(figures []backfill.Figure, truth float64) {
+	if t.Errors == nil {
+		t.Errors = map[string]*ErrorStats{}
+	}
+	if t.cpu == nil {
+		t.cpu, t.wall = map[string]float64{}, map[string]float64{}
+	}
+	for _, f := range figures {
+		AddError(t.Errors, f, truth)
+		t.cpu[f.Approach] += float64(f.CPU.Nanoseconds())
+		t.wall[f.Approach] += float64(f.Time.Nanoseconds())
+	}
+	t.N++
+}
+
+// PerCheckpoint returns x over the checkpoints added (x itself for none).
+func (t *Tally) PerCheckpoint(x float64) float64 { return x / float64(max(t.N, 1)) }
+
+// ProgressNanos returns each approach's mean CPU and wall time per
+// checkpoint (Figure.CPU and Time, as the run measured them).
+func (t *Tally) ProgressNanos() (cpu, wall map[string]float64) {
+	cpu, wall = map[string]float64{}, map[string]float64{}
+	for k := range t.cpu {
+		cpu[k], wall[k] = t.PerCheckpoint(t.cpu[k]), t.PerCheckpoint(t.wall[k])
+	}
+	return cpu, wall
+}
+
 // Summarize computes error statistics of records.
 func Summarize(records []backfill.Record) map[string]*ErrorStats {
-	out := map[string]*ErrorStats{}
+	return tally(records).Errors
+}
+
+func tally(records []backfill.Record) *Tally {
+	t := &Tally{Errors: map[string]*ErrorStats{}}
 	for _, r := range records {
-		for _, f := range r.Figures {
-			AddError(out, f, r.Truth)
-		}
+		t.Add(r.Figures, r.Truth)
 	}
-	return out
+	return t
 }
 
 // Run opens a fresh run and drives it to the end.
@@ -533,15 +576,10 @@ func (s Summary) SnapshotRate() float64 { return rate(s.SnapshotRows, s.Backfill
 
 // finish fills the summary's derived fields from a finished session.
 func finish(sum *Summary, s *Session) {
-	sum.Errors = Summarize(sum.Records)
-	sum.ProgressNanos, sum.ProgressWallNanos = map[string]float64{}, map[string]float64{}
-	n := 0
+	t := tally(sum.Records)
+	sum.Errors = t.Errors
+	sum.ProgressNanos, sum.ProgressWallNanos = t.ProgressNanos()
 	for _, r := range sum.Records {
-		for _, f := range r.Figures {
-			sum.ProgressNanos[f.Approach] += float64(f.CPU.Nanoseconds())
-			sum.ProgressWallNanos[f.Approach] += float64(f.Time.Nanoseconds())
-		}
-		n++
 		if r.Finished {
 			var rows uint64
 			for _, v := range r.Vnodes {
@@ -550,13 +588,9 @@ func finish(sum *Summary, s *Session) {
 			sum.SnapshotRows = max(sum.SnapshotRows, rows)
 		}
 	}
-	for k := range sum.ProgressNanos {
-		sum.ProgressNanos[k] /= float64(max(n, 1))
-		sum.ProgressWallNanos[k] /= float64(max(n, 1))
-	}
-	if n > 0 {
+	if t.N > 0 {
 		written, _ := s.Job.StateBytes()
-		sum.StateBytesPerBarrier = float64(written) / float64(n)
+		sum.StateBytesPerBarrier = t.PerCheckpoint(float64(written))
 	}
 	if err := s.Job.Compare(); err != nil {
 		sum.MVError = err.Error()

@@ -658,8 +658,7 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	if rep.Timings.BackfillS > 0 {
 		rep.Timings.RowsPerS = float64(rows) / rep.Timings.BackfillS
 	}
-	rep.Error = summarize(records)
-	rep.Cost = cost(records, stateBytes, statsOnlyBytes)
+	rep.Error, rep.Cost = summarize(records, stateBytes, statsOnlyBytes)
 	rep.ETA = etaAccuracy(rep.Barriers)
 	printSummary(stdout, rep)
 	if f.jsonPath != "" {
@@ -742,30 +741,20 @@ func etaAccuracy(barriers []barrierJSON) bench.ETAStats {
 	return bench.SummarizeETA(pts, 0.1)
 }
 
-func summarize(records []*recordJSON) map[string]*bench.ErrorStats {
-	out := map[string]*bench.ErrorStats{}
+// summarize tallies the checkpoints of every run as bench does a run's
+// (bench.Tally): each approach's errors, and its cost per checkpoint, the
+// progress CPU time and the state bytes (summed over every run, each up to
+// its last reported checkpoint) over the same checkpoints.
+func summarize(records []*recordJSON, stateBytes, statsOnlyBytes int64) (map[string]*bench.ErrorStats, map[string]costJSON) {
+	t := bench.Tally{Errors: map[string]*bench.ErrorStats{}}
 	for _, r := range records {
-		for _, f := range r.Figures {
-			bench.AddError(out, f, r.Truth)
-		}
+		t.Add(r.Figures, r.Truth)
 	}
-	return out
-}
-
-// cost divides the progress CPU time and the state bytes (summed over every
-// run, each up to its last reported checkpoint) by the same checkpoints.
-func cost(records []*recordJSON, stateBytes, statsOnlyBytes int64) map[string]costJSON {
-	out := map[string]costJSON{}
-	ns := map[string]float64{}
-	for _, r := range records {
-		for _, f := range r.Figures {
-			ns[f.Approach] += float64(f.CPU.Nanoseconds())
-		}
+	cpu, _ := t.ProgressNanos()
+	return t.Errors, map[string]costJSON{
+		"rowcount": {ProgressNSPerBarrier: cpu["rowcount"], StateBytesPerBarrier: t.PerCheckpoint(float64(stateBytes))},
+		"stats":    {ProgressNSPerBarrier: cpu["stats"], StateBytesPerBarrier: t.PerCheckpoint(float64(statsOnlyBytes))},
 	}
-	n := float64(max(1, len(records)))
-	out["rowcount"] = costJSON{ProgressNSPerBarrier: ns["rowcount"] / n, StateBytesPerBarrier: float64(stateBytes) / n}
-	out["stats"] = costJSON{ProgressNSPerBarrier: ns["stats"] / n, StateBytesPerBarrier: float64(statsOnlyBytes) / n}
-	return out
 }
 
 func parameters(f *backfillFlags, p workload.Params) map[string]any {
