@@ -82,6 +82,13 @@ type Config struct {
 	// For measurements outside the timed work.
 	OnStart func(*pebble.DB)
 	OnEnd   func(*Session)
+	// OnOpen, if set, is called by Run with each session it opens (the
+	// job recovered from cfg.Dir, and again after RestartAt), before its
+	// first step; an error ends the run. OnLoadStep, if set, is called
+	// after each load step with the source's step and the last load step.
+	// The lsmstats CLI's worker reports through them.
+	OnOpen     func(*Session) error
+	OnLoadStep func(step, last uint64)
 	// User, if set, runs the job over a user's table, source and oracle
 	// instead of the workload's (Workload is then ignored, and RunRaw does
 	// not apply): the same driver, measurements and restart.
@@ -138,6 +145,20 @@ type Session struct {
 	h   *harness
 	// initial is the job's Initial record, with the times of its figures.
 	initial *backfill.Record
+	// closers run first in Close (OnClose).
+	closers []func()
+}
+
+// OnClose registers f to run when the session closes, before the job and
+// the store close (so that a server reading them stops first); the last
+// registered runs first.
+func (s *Session) OnClose(f func()) { s.closers = append(s.closers, f) }
+
+func (s *Session) runClosers() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
 }
 
 // Initial returns the job's figure at the opening of a started job
@@ -286,8 +307,10 @@ func Open(cfg Config) (*Session, error) {
 	return sess, nil
 }
 
-// Close closes the job and the store.
+// Close runs the functions OnClose registered, then closes the job and
+// the store.
 func (s *Session) Close() error {
+	s.runClosers()
 	return errors.CombineErrors(s.Job.Close(), s.Store.Close())
 }
 
@@ -454,7 +477,8 @@ func tally(records []backfill.Record) *Tally {
 	return t
 }
 
-// Run opens a fresh run and drives it to the end.
+// Run opens the run in cfg.Dir (a fresh one, or the job it recovers) and
+// drives it to the end.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	var sum Summary
 	user := cfg.OnCheckpoint
@@ -485,6 +509,11 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		return sum, err
 	}
 	defer func() { _ = s.Close() }()
+	if cfg.OnOpen != nil {
+		if err := cfg.OnOpen(s); err != nil {
+			return sum, err
+		}
+	}
 	if cfg.OnStart != nil {
 		cfg.OnStart(s.Store.DB())
 	}
@@ -498,6 +527,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	for !s.Job.Started() && s.Source.Step()+1 < s.Source.BackfillStep() {
 		if _, _, err := s.Job.Step(ctx); err != nil {
 			return sum, err
+		}
+		if cfg.OnLoadStep != nil {
+			cfg.OnLoadStep(s.Source.Step(), s.Source.BackfillStep()-1)
 		}
 	}
 	jobStart, jobCPU, jobLSM := time.Now(), processCPU(), lsmWrites(s.Store.DB())
@@ -517,11 +549,17 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		}
 		// The job is dropped unclosed: only what the last checkpoint
 		// committed survives the store's Close.
+		s.runClosers()
 		if err := s.Store.Close(); err != nil {
 			return sum, err
 		}
 		if s, err = Open(cfg); err != nil {
 			return sum, err
+		}
+		if cfg.OnOpen != nil {
+			if err := cfg.OnOpen(s); err != nil {
+				return sum, err
+			}
 		}
 		// The reopened Pebble counts its bytes from zero.
 		jobLSM = lsmWrites(s.Store.DB())

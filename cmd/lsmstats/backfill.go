@@ -253,7 +253,9 @@ type event struct {
 	// ckpt: the state bytes this worker process wrote so far (Job.StateBytes)
 	StateBytes     int64 `json:"state_bytes,omitempty"`
 	StatsOnlyBytes int64 `json:"stats_only_bytes,omitempty"`
-	// done
+	// done (LoadS and BackfillS are bench.Summary's Load and Backfill,
+	// for a reader of the worker's lines: the supervisor times the run
+	// itself)
 	MVMatches bool    `json:"mv_matches,omitempty"`
 	MVError   string  `json:"mv_error,omitempty"`
 	Epoch     uint64  `json:"epoch,omitempty"`
@@ -349,8 +351,8 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 
 // ---- worker ------------------------------------------------------------
 
-// runWorker opens (or recovers) the job in f.dir and runs it to the end,
-// reporting on stdout.
+// runWorker opens (or recovers) the job in f.dir and runs it to the end
+// through bench.Run, reporting on stdout.
 func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	emit := func(e event) {
@@ -359,11 +361,28 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 		}
 	}
 	var s *bench.Session
-	var metrics *jobMetrics
 	cfg := bench.Config{
 		Dir: f.dir, Workload: p, Upstreams: f.upstreamParams(p), Mode: f.jobMode(), Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
 		CheckpointEvery: f.checkpointEvery, RateLimit: f.rateLimit, RateChanges: f.rateChanges,
 		Store: &lsm.Options{Logger: cliLogger{w: stderr}},
+		OnOpen: func(opened *bench.Session) error {
+			s = opened
+			if f.metricsAddr != "" {
+				// The supervisor holds the listener (its address stays
+				// across restarts) and hands it to each worker as file
+				// descriptor 3.
+				metrics, err := serveMetrics(os.NewFile(3, "metrics listener"), s.Store, s.Job)
+				if err != nil {
+					return err
+				}
+				s.OnClose(metrics.close)
+			}
+			if r := s.Initial(); r != nil {
+				emit(event{T: "initial", Rec: toJSON(*r)})
+			}
+			return nil
+		},
+		OnLoadStep: func(step, last uint64) { emit(event{T: "load", Step: step, Of: last}) },
 		OnCheckpoint: func(r backfill.Record) {
 			// Each checkpoint carries the state bytes so far: a killed
 			// worker's bytes count up to its last reported checkpoint.
@@ -372,48 +391,12 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 			emit(e)
 		},
 	}
-	start := time.Now()
-	var err error
-	s, err = bench.Open(cfg)
+	sum, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	if f.metricsAddr != "" {
-		// The supervisor holds the listener (its address stays across
-		// restarts) and hands it to each worker as file descriptor 3.
-		if metrics, err = serveMetrics(os.NewFile(3, "metrics listener"), s.Store, s.Job); err != nil {
-			return err
-		}
-		defer metrics.close()
-	}
-	if r := s.Initial(); r != nil {
-		emit(event{T: "initial", Rec: toJSON(*r)})
-	}
-	last := s.Source.BackfillStep() - 1
-	for !s.Job.Started() {
-		// A load step does not watch ctx: stop between steps.
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if _, _, err := s.Job.Step(ctx); err != nil {
-			return err
-		}
-		emit(event{T: "load", Step: s.Source.Step(), Of: last})
-	}
-	load := time.Since(start)
-	jobStart := time.Now()
-	res, err := s.Job.Run(ctx)
-	if err != nil {
-		return err
-	}
-	done := event{T: "done", Epoch: res.Epoch, LoadS: load.Seconds(), BackfillS: time.Since(jobStart).Seconds()}
-	if err := s.Job.Compare(); err != nil {
-		done.MVError = err.Error()
-	} else {
-		done.MVMatches = true
-	}
-	emit(done)
+	emit(event{T: "done", Epoch: sum.Epoch, LoadS: sum.Load.Seconds(), BackfillS: sum.Backfill.Seconds(),
+		MVMatches: sum.MVMatches, MVError: sum.MVError})
 	return nil
 }
 
