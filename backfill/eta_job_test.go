@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -38,7 +39,7 @@ func TestJobETA(t *testing.T) {
 			Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
 			Actors: actors, ChunkSize: 32, BarrierRows: 100, RateLimit: limit,
 			RateChanges: []backfill.RateChange{{AtPercent: 30, Limit: limit / 2}},
-			Source:      genjob.Source{G: g}, Oracle: genjob.Oracle{G: g},
+			Source:      genjob.Source{G: g}, Score: backfilltest.Oracles(genjob.Oracle{G: g}),
 		})
 		require.NoError(t, err)
 		return s, j

@@ -54,15 +54,6 @@ type Position struct {
 	Upstreams []lsm.TableDef
 }
 
-// Oracle knows the truth (docs/design.md §7, "The truth"). The job asks it
-// at each checkpoint, about the epoch it just committed; package
-// backfilltest has one that scans the table at that epoch.
-type Oracle interface {
-	// Rows returns the live rows of a vnode at epoch with pk <= cursor (none
-	// for a nil cursor) and all its live rows then.
-	Rows(epoch uint64, vnode uint16, cursor []byte) (behind, total int64, err error)
-}
-
 // JobConfig configures a backfill job and the pipeline around it.
 type JobConfig struct {
 	Store *lsm.Store
@@ -73,8 +64,8 @@ type JobConfig struct {
 	Upstream        lsm.TableDef
 	MV, State, Meta uint32
 	// Upstreams, if set, are the job's upstream tables (a job over several,
-	// as a join MV backfills each of its inputs), each with its MV, state
-	// table and oracle; Upstream, MV, State and Oracle must then be unset.
+	// as a join MV backfills each of its inputs), each with its MV and
+	// state table; Upstream, MV and State must then be unset.
 	// The same actors read them all: each actor owns a contiguous range of
 	// the vnodes of each table, and the state persists per (table, vnode),
 	// in each table's state table. A source's ops name their table
@@ -116,10 +107,13 @@ type JobConfig struct {
 	// recovers.
 	RateChanges []RateChange
 	Source      Source
-	// Oracle, if set, gives each checkpoint's truth. A snapshot backfill
-	// asks it about the pinned snapshot epoch: it must answer for the epoch
-	// it is asked (backfilltest.ScanOracle does).
-	Oracle Oracle
+	// Score, if set, sees each checkpoint's record before the job keeps
+	// and hands it on (Run's and Step's records, Initial, OnCheckpoint,
+	// the metrics), and may complete it: a test or a benchmark sets its
+	// truth there (backfilltest.Truth), which the job does not know. It
+	// runs in the step, with the step's ctx, while a snapshot backfill's
+	// snapshot is still pinned; its error fails the step.
+	Score func(ctx context.Context, rec *Record) error
 	// TailSteps is the number of upstream steps after the job finished
 	// before Run returns; 0 means 2.
 	TailSteps int
@@ -146,21 +140,19 @@ type JobConfig struct {
 
 // UpstreamConfig is one upstream table of a job over several
 // (JobConfig.Upstreams): the table (created if missing; with an ID of 0 and
-// no pk schema, the table of the store's catalog named Table.Name), the ids
-// of its MV and backfill state table (0 when JobConfig.Name allocates
-// them), and its oracle, which every upstream has or none.
+// no pk schema, the table of the store's catalog named Table.Name) and the
+// ids of its MV and backfill state table (0 when JobConfig.Name allocates
+// them).
 type UpstreamConfig struct {
 	Table     lsm.TableDef
 	MV, State uint32
-	Oracle    Oracle
 }
 
 // jobUpstream is a job's side of one upstream table: its definition,
-// tables, oracle, writer and the actor owning each of its vnodes.
+// tables, writer and the actor owning each of its vnodes.
 type jobUpstream struct {
 	def       lsm.TableDef
 	mv, state uint32
-	oracle    Oracle
 	writer    *lsm.Writer
 	owner     []int
 }
@@ -192,8 +184,8 @@ type Record struct {
 	// Accountant among the estimators). It carries over restarts and
 	// rescales through the job's metadata row.
 	ETA ETAForecast
-	// Truth is the truth (docs/design.md §7) in percent; -1 without an
-	// oracle.
+	// Truth is the truth (docs/design.md §7) in percent, as
+	// JobConfig.Score set it; -1 without.
 	Truth    float64
 	Figures  []Figure
 	Finished bool
@@ -206,6 +198,11 @@ type Record struct {
 	// (its table's live statistics).
 	Phase                   string
 	LogConsumed, LogPending uint64
+	// SnapshotEpoch is a snapshot backfill's pinned epoch, and
+	// SnapshotTotals the live rows of each upstream table at it (by
+	// index), as the statistics counted them when it was pinned.
+	SnapshotEpoch  uint64
+	SnapshotTotals []int64
 	// Vnodes are the states the figures were computed from, and
 	// Estimates the accounts of the same vnodes by the first Accountant
 	// among the estimators (Stats by default): consumed rows, bounds, live
@@ -214,8 +211,7 @@ type Record struct {
 	Estimates []VnodeEstimate
 	// VnodeErrMean and VnodeErrMax are the errors of the per-vnode
 	// estimates behind the stats figure (vnodes in progress), in percent of
-	// each vnode's live rows; zero without an oracle or the Stats
-	// estimator.
+	// each vnode's live rows, as JobConfig.Score set them (zero without).
 	VnodeErrMean, VnodeErrMax float64
 }
 
@@ -393,14 +389,14 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 // openUpstreams resolves the job's upstream tables (cfg.Upstreams, or the
 // one of cfg.Upstream), creates them and their MVs and state tables and the
 // job's metadata table, and allocates the ids of a named job. It sets
-// cfg.Upstream, MV, State and Oracle to the first upstream's.
+// cfg.Upstream, MV and State to the first upstream's.
 func openUpstreams(cfg *JobConfig) ([]jobUpstream, error) {
 	s := cfg.Store
 	specs := cfg.Upstreams
 	if len(specs) == 0 {
-		specs = []UpstreamConfig{{Table: cfg.Upstream, MV: cfg.MV, State: cfg.State, Oracle: cfg.Oracle}}
-	} else if cfg.Upstream.ID != 0 || cfg.Upstream.Name != "" || len(cfg.Upstream.PK) != 0 || cfg.MV != 0 || cfg.State != 0 || cfg.Oracle != nil {
-		return nil, errors.New("lsmstats/backfill: a job with Upstreams has no Upstream, MV, State or Oracle of its own")
+		specs = []UpstreamConfig{{Table: cfg.Upstream, MV: cfg.MV, State: cfg.State}}
+	} else if cfg.Upstream.ID != 0 || cfg.Upstream.Name != "" || len(cfg.Upstream.PK) != 0 || cfg.MV != 0 || cfg.State != 0 {
+		return nil, errors.New("lsmstats/backfill: a job with Upstreams has no Upstream, MV or State of its own")
 	}
 	ups := make([]jobUpstream, len(specs))
 	seen := map[uint32]int{}
@@ -427,10 +423,7 @@ func openUpstreams(cfg *JobConfig) ([]jobUpstream, error) {
 			return nil, errors.Newf("lsmstats/backfill: upstreams %d and %d are both table %d", k, i, up.ID)
 		}
 		seen[up.ID] = i
-		if (spec.Oracle == nil) != (specs[0].Oracle == nil) {
-			return nil, errors.Newf("lsmstats/backfill: upstream %d has an oracle and upstream 0 not, or the reverse: every upstream has one or none", i)
-		}
-		ups[i] = jobUpstream{def: up, mv: spec.MV, state: spec.State, oracle: spec.Oracle}
+		ups[i] = jobUpstream{def: up, mv: spec.MV, state: spec.State}
 	}
 	meta := lsm.TableDef{ID: cfg.Meta, Name: "backfill_job", VnodeCount: 1, PK: keys.Schema{keys.Uint64}}
 	if cfg.Name != "" {
@@ -499,7 +492,7 @@ func openUpstreams(cfg *JobConfig) ([]jobUpstream, error) {
 			}
 		}
 	}
-	cfg.Upstream, cfg.MV, cfg.State, cfg.Oracle = ups[0].def, ups[0].mv, ups[0].state, ups[0].oracle
+	cfg.Upstream, cfg.MV, cfg.State = ups[0].def, ups[0].mv, ups[0].state
 	return ups, nil
 }
 
@@ -521,7 +514,7 @@ func (j *Job) Tables() (upstream, mv, state, meta uint32) {
 }
 
 // Upstreams returns the job's upstream tables, by index, with the ids of
-// their MVs and state tables (their Oracle is not set).
+// their MVs and state tables.
 func (j *Job) Upstreams() []UpstreamConfig {
 	out := make([]UpstreamConfig, len(j.ups))
 	for i, u := range j.ups {
@@ -807,7 +800,7 @@ func (j *Job) stopActors() {
 // runStep runs one epoch; it returns a record at checkpoints of the job.
 // A cancelled ctx stops it at the next point where it checks: between the
 // upstream's ops (every cancelCheckOps), in the actors' snapshot reads
-// (every chunk), between phases and between the oracle's vnodes. A commit
+// (every chunk), between phases and in JobConfig.Score. A commit
 // in progress is not interrupted (it is atomic): the cancellation is seen
 // when it returns. Whatever the phase, the error is ctx's own.
 func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
@@ -1090,6 +1083,7 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 		Vnodes: p.Vnodes, Estimates: p.Estimates, RateLimit: j.RateLimit(), Upstreams: p.Upstreams}
 	if ph != nil {
 		rec.Phase, rec.LogConsumed, rec.LogPending = ph.Phase.String(), ph.LogConsumed, uint64(ph.logPending(st))
+		rec.SnapshotEpoch, rec.SnapshotTotals = ph.SnapshotEpoch, slices.Clone(ph.SnapshotTotals)
 		if ph.Phase == PhaseSnapshot && p.VnodesFinished {
 			// The snapshot is read: the log store is next. The pin goes
 			// once the truth (read at the snapshot epoch) is computed.
@@ -1105,67 +1099,11 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 		j.cfg.Source.Finished(j.cfg.Source.Step())
 	}
 	rec.ETA = j.observeETA(rec)
-	if j.cfg.Oracle != nil {
-		// The truth over several upstream tables: Σ live rows behind the
-		// cursors over Σ live rows, over every vnode of every table
-		// (docs/design.md §7); each table's beside it.
-		var behind, total int64
-		ub, ut := make([]int64, len(j.ups)), make([]int64, len(j.ups))
-		var errSum float64
-		n := 0
-		// A snapshot backfill's truth (docs/design.md §7): the snapshot's
-		// rows at its epoch, while it is pinned, then all of them (as the
-		// statistics counted them then) behind, plus the log rows
-		// consumed over those plus the rows the log store holds, counted.
-		at, snapshotRead := epoch, false
-		if ph != nil {
-			at, snapshotRead = ph.SnapshotEpoch, ph.Phase != PhaseSnapshot
-			pending, err := j.logRows()
-			if err != nil {
-				return rec, err
-			}
-			behind, total = int64(ph.LogConsumed), int64(ph.LogConsumed)+pending
-			if snapshotRead {
-				for u, n := range ph.SnapshotTotals {
-					behind, total, ub[u], ut[u] = behind+n, total+n, n, n
-				}
-			}
-		}
-		for i, v := range p.Vnodes {
-			if err := ctx.Err(); err != nil {
-				return rec, err
-			}
-			if snapshotRead {
-				break
-			}
-			b, t, err := j.ups[v.Upstream].oracle.Rows(at, v.Vnode, v.Cursor)
-			if err != nil {
-				return rec, err
-			}
-			total += t
-			ut[v.Upstream] += t
-			switch {
-			case v.Finished:
-				behind += t
-				ub[v.Upstream] += t
-			case v.Cursor != nil:
-				behind += b
-				ub[v.Upstream] += b
-				// The stats estimator's own estimate of this vnode.
-				if t > 0 && len(p.Estimates) == len(p.Vnodes) {
-					e := 100 * math.Abs(p.Estimates[i].Consumed-float64(b)) / float64(t)
-					errSum += e
-					rec.VnodeErrMax = max(rec.VnodeErrMax, e)
-					n++
-				}
-			}
-		}
-		rec.Truth = percent(float64(behind), float64(total))
-		for u := range rec.Upstreams {
-			rec.Upstreams[u].Truth = percent(float64(ub[u]), float64(ut[u]))
-		}
-		if n > 0 {
-			rec.VnodeErrMean = errSum / float64(n)
+	if j.cfg.Score != nil {
+		// Before the deferred release of a snapshot read to its end: the
+		// score may read the pinned snapshot.
+		if err := j.cfg.Score(ctx, &rec); err != nil {
+			return rec, err
 		}
 	}
 	return rec, nil

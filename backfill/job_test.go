@@ -16,8 +16,8 @@ import (
 // bothOracles checks the generator's model against a scan at every call.
 type bothOracles struct {
 	t    *testing.T
-	fast backfill.Oracle
-	scan backfill.Oracle
+	fast backfilltest.Oracle
+	scan backfilltest.Oracle
 }
 
 func (o bothOracles) Rows(epoch uint64, v uint16, cursor []byte) (int64, int64, error) {
@@ -45,7 +45,7 @@ func TestJobSmall(t *testing.T) {
 				Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
 				Actors: 2, ChunkSize: 32, BarrierRows: 100, CheckpointEvery: 2,
 				Source: genjob.Source{G: g},
-				Oracle: bothOracles{t, genjob.Oracle{G: g}, backfilltest.ScanOracle{Store: s, Table: 1}},
+				Score:  backfilltest.Oracles(bothOracles{t, genjob.Oracle{G: g}, backfilltest.ScanOracle{Store: s, Table: 1}}),
 			})
 			require.NoError(t, err)
 			res, err := j.Run(context.Background())

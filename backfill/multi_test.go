@@ -59,6 +59,7 @@ func multiJob(s *lsm.Store, ps []workload.Params, actors, barrierRows int, onChe
 func multiJobMode(s *lsm.Store, ps []workload.Params, cfg backfill.JobConfig) (*backfill.Job, *genjob.Multi, error) {
 	gs := make([]*workload.Generator, len(ps))
 	var ups []backfill.UpstreamConfig
+	truth := backfilltest.Truth{Store: s}
 	for i, p := range ps {
 		g, err := workload.New(p)
 		if err != nil {
@@ -68,14 +69,16 @@ func multiJobMode(s *lsm.Store, ps []workload.Params, cfg backfill.JobConfig) (*
 		id := uint32(1 + i)
 		def := p.TableDef(id)
 		def.Name = fmt.Sprintf("upstream%d", i)
-		ups = append(ups, backfill.UpstreamConfig{Table: def, MV: 11 + uint32(i), State: 21 + uint32(i),
-			Oracle: backfilltest.ScanOracle{Store: s, Table: id}})
+		ups = append(ups, backfill.UpstreamConfig{Table: def, MV: 11 + uint32(i), State: 21 + uint32(i)})
+		truth.Oracles = append(truth.Oracles, backfilltest.ScanOracle{Store: s, Table: id})
 	}
 	src := genjob.NewMulti(gs...)
 	cfg.Store, cfg.Upstreams, cfg.Meta, cfg.ChunkSize, cfg.Source = s, ups, 30, 64, src
 	if cfg.Mode == backfill.ModeSnapshot {
 		cfg.LogStore = 40
 	}
+	truth.LogStore = cfg.LogStore
+	cfg.Score = truth.Score
 	j, err := backfill.OpenJob(cfg)
 	return j, src, err
 }
@@ -195,11 +198,12 @@ func TestSingleAsMulti(t *testing.T) {
 		defer s.Close()
 		g, err := workload.New(p)
 		require.NoError(t, err)
-		cfg := backfill.JobConfig{Store: s, Meta: 4, Actors: 2, BarrierRows: 300, Source: genjob.Source{G: g}}
+		cfg := backfill.JobConfig{Store: s, Meta: 4, Actors: 2, BarrierRows: 300, Source: genjob.Source{G: g},
+			Score: backfilltest.Oracles(genjob.Oracle{G: g})}
 		if multi {
-			cfg.Upstreams = []backfill.UpstreamConfig{{Table: p.TableDef(1), MV: 2, State: 3, Oracle: genjob.Oracle{G: g}}}
+			cfg.Upstreams = []backfill.UpstreamConfig{{Table: p.TableDef(1), MV: 2, State: 3}}
 		} else {
-			cfg.Upstream, cfg.MV, cfg.State, cfg.Oracle = p.TableDef(1), 2, 3, genjob.Oracle{G: g}
+			cfg.Upstream, cfg.MV, cfg.State = p.TableDef(1), 2, 3
 		}
 		j, err := backfill.OpenJob(cfg)
 		require.NoError(t, err)
@@ -237,10 +241,8 @@ func TestMultiUpstreamConfig(t *testing.T) {
 		cfg  backfill.JobConfig
 		want string
 	}{
-		"upstream and upstreams": {backfill.JobConfig{Upstream: ps[0].TableDef(1), Upstreams: []backfill.UpstreamConfig{up(1)}}, "no Upstream, MV, State or Oracle"},
-		"same table twice":       {backfill.JobConfig{Upstreams: []backfill.UpstreamConfig{up(0), up(0)}}, "both table 1"},
-		"one oracle of two": {backfill.JobConfig{Upstreams: []backfill.UpstreamConfig{
-			{Table: ps[0].TableDef(1), MV: 11, State: 21, Oracle: genjob.Oracle{G: g}}, up(1)}}, "every upstream has one or none"},
+		"upstream and upstreams":  {backfill.JobConfig{Upstream: ps[0].TableDef(1), Upstreams: []backfill.UpstreamConfig{up(1)}}, "no Upstream, MV or State"},
+		"same table twice":        {backfill.JobConfig{Upstreams: []backfill.UpstreamConfig{up(0), up(0)}}, "both table 1"},
 		"more actors than vnodes": {backfill.JobConfig{Actors: 9, Upstreams: []backfill.UpstreamConfig{up(0), up(2)}}, "9 actors for 8 vnodes of upstream 3"},
 	} {
 		c.cfg.Store, c.cfg.Meta, c.cfg.Source = s, 30, genjob.Source{G: g}

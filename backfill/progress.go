@@ -278,8 +278,8 @@ type UpstreamProgress struct {
 	// Finished is set when every vnode of the table finished.
 	Finished bool     `json:"finished"`
 	Figures  []Figure `json:"figures"`
-	// Truth is the table's truth in percent, -1 without an oracle (set by
-	// the job).
+	// Truth is the table's truth in percent, as JobConfig.Score set it
+	// (-1 without).
 	Truth float64 `json:"truth"`
 }
 

@@ -62,7 +62,8 @@ func TestDataDrivenSnapshot(t *testing.T) {
 			g, err := workload.New(p)
 			require.NoError(t, err)
 			cfg.Store, cfg.Actors = s, actors
-			cfg.Source, cfg.Oracle = genjob.Source{G: g}, backfilltest.ScanOracle{Store: s, Table: 1}
+			cfg.Source = genjob.Source{G: g}
+			cfg.Score = backfilltest.Truth{Oracles: []backfilltest.Oracle{backfilltest.ScanOracle{Store: s, Table: 1}}, Store: s, LogStore: cfg.LogStore}.Score
 			cfg.OnCheckpoint = func(r backfill.Record) {
 				recs = append(recs, r)
 				require.NoError(t, display.Add(r))
@@ -392,7 +393,7 @@ func TestSnapshotPinHoldsGC(t *testing.T) {
 	require.NoError(t, err)
 	var recs []backfill.Record
 	j, err := backfill.OpenJob(backfill.JobConfig{Mode: backfill.ModeSnapshot, Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
-		LogStore: 5, Actors: 2, BarrierRows: 100, Source: genjob.Source{G: g}, Oracle: backfilltest.ScanOracle{Store: s, Table: 1},
+		LogStore: 5, Actors: 2, BarrierRows: 100, Source: genjob.Source{G: g}, Score: backfilltest.Truth{Oracles: []backfilltest.Oracle{backfilltest.ScanOracle{Store: s, Table: 1}}, Store: s, LogStore: 5}.Score,
 		OnCheckpoint: func(r backfill.Record) { recs = append(recs, r) }})
 	require.NoError(t, err)
 	var snapEpoch uint64

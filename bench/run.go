@@ -107,7 +107,7 @@ type UserJob struct {
 	Table lsm.TableDef
 	// New returns the job's source and oracle (nil: no truth) on the store
 	// just opened, or reopened after a restart.
-	New func(*lsm.Store) (backfill.Source, backfill.Oracle)
+	New func(*lsm.Store) (backfill.Source, backfilltest.Oracle)
 }
 
 // Estimators returns the estimators of the named approaches.
@@ -204,9 +204,9 @@ func (s timedSource) Next(ctx context.Context) ([]backfill.RowOp, error) {
 	return ops, err
 }
 
-// timedOracle is the job's truth, timed.
+// timedOracle is an oracle of the run's truth, timed.
 type timedOracle struct {
-	backfill.Oracle
+	backfilltest.Oracle
 	h *harness
 }
 
@@ -257,16 +257,20 @@ func Open(cfg Config) (*Session, error) {
 		},
 	}
 	snapshot := cfg.Mode == backfill.ModeSnapshot
-	oracleOf := func(o backfill.Oracle, table uint32) backfill.Oracle {
+	oracleOf := func(o backfilltest.Oracle, table uint32) backfilltest.Oracle {
 		if snapshot {
 			return backfilltest.ScanOracle{Store: s, Table: table}
 		}
 		return o
 	}
 	var src backfill.Source
-	var oracle backfill.Oracle
+	var oracles []backfilltest.Oracle
 	if cfg.User != nil {
+		var oracle backfilltest.Oracle
 		src, oracle = cfg.User.New(s)
+		if oracle != nil {
+			oracles = append(oracles, oracle)
+		}
 		jc.Upstream, jc.Name = cfg.User.Table, "bench"
 	} else if len(cfg.Upstreams) > 0 {
 		m := genjob.NewMulti(gs...)
@@ -277,19 +281,35 @@ func Open(cfg Config) (*Session, error) {
 			if i > 0 {
 				def.Name = fmt.Sprintf("upstream%d", i)
 			}
-			jc.Upstreams = append(jc.Upstreams, backfill.UpstreamConfig{Table: def, MV: mv, State: state, Oracle: timedOracle{oracleOf(o, up), h}})
+			jc.Upstreams = append(jc.Upstreams, backfill.UpstreamConfig{Table: def, MV: mv, State: state})
+			oracles = append(oracles, oracleOf(o, up))
 		}
 		jc.Meta = MetaTable
 	} else {
-		src, oracle = genjob.Source{G: g}, oracleOf(genjob.Oracle{G: g}, UpstreamTable)
+		src, oracles = genjob.Source{G: g}, []backfilltest.Oracle{oracleOf(genjob.Oracle{G: g}, UpstreamTable)}
 		jc.Upstream, jc.MV, jc.State, jc.Meta = g.Params().TableDef(UpstreamTable), MVTable, StateTable, MetaTable
 	}
 	if snapshot && cfg.User == nil {
 		jc.LogStore = LogStoreTable
 	}
 	jc.Source = timedSource{src, h}
-	if oracle != nil {
-		jc.Oracle = timedOracle{oracle, h}
+	if len(oracles) > 0 {
+		// The job knows no truth: the run scores each checkpoint.
+		truth := backfilltest.Truth{Store: s, LogStore: jc.LogStore}
+		for _, o := range oracles {
+			truth.Oracles = append(truth.Oracles, timedOracle{o, h})
+		}
+		jc.Score = func(ctx context.Context, r *backfill.Record) error {
+			if snapshot && truth.LogStore == 0 {
+				// A user's job has its log store allocated by name.
+				def, _, err := backfill.TableByName(s, jc.Name+".log_store")
+				if err != nil {
+					return err
+				}
+				truth.LogStore = def.ID
+			}
+			return truth.Score(ctx, r)
+		}
 	}
 	j, err := backfill.OpenJob(jc)
 	if err != nil {

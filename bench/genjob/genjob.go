@@ -1,6 +1,7 @@
 // Package genjob runs workload generators as a backfill job's upstream:
-// a Generator as the job's Source and its model as the job's Oracle, and
-// several generators as the source of a job over several tables (Multi).
+// a Generator as the job's Source and its model as an oracle of its truth
+// (backfilltest.Oracle), and several generators as the source of a job
+// over several tables (Multi).
 // It is the one package that knows both sides, so that package workload
 // stays a pure generator and package backfill knows no generator.
 package genjob
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
 )
@@ -90,9 +92,9 @@ func (s Source) BackfillStep() uint64 { return s.G.BackfillStep() }
 // upstream table at the committed epoch when every step is committed.
 type Oracle struct{ G *workload.Generator }
 
-var _ backfill.Oracle = Oracle{}
+var _ backfilltest.Oracle = Oracle{}
 
-// Rows implements backfill.Oracle. The model answers for the step the
+// Rows implements backfilltest.Oracle. The model answers for the step the
 // generator is at, which at a checkpoint is the committed epoch's.
 func (o Oracle) Rows(_ uint64, vnode uint16, cursor []byte) (behind, total int64, err error) {
 	total, _ = o.G.Live(vnode)
@@ -182,8 +184,8 @@ func (m *Multi) Resume(at backfill.Position) error {
 }
 
 // Oracles returns the oracle of each generator's table.
-func (m *Multi) Oracles() []backfill.Oracle {
-	out := make([]backfill.Oracle, len(m.Gs))
+func (m *Multi) Oracles() []backfilltest.Oracle {
+	out := make([]backfilltest.Oracle, len(m.Gs))
 	for i, g := range m.Gs {
 		out[i] = Oracle{G: g}
 	}
