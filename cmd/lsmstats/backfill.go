@@ -782,37 +782,29 @@ func interrupt(ctx context.Context, worker *os.Process, exited <-chan struct{}, 
 }
 
 // etaAccuracy fills each barrier's actual remaining time (to the first
-// finished barrier) and compares it with the ETA after 10% progress.
+// finished barrier) and compares it with the ETA after 10% progress
+// (bench.ETAPointsOf). A barrier whose ETA the report cannot hold (none
+// shown, or unbounded: -1) is no point.
 func etaAccuracy(barriers []barrierJSON) bench.ETAStats {
-	var end int64
-	for _, b := range barriers {
-		if b.Finished {
-			end = b.TimeNS
-			break
+	cs := make([]bench.ETACheckpoint, len(barriers))
+	for i, b := range barriers {
+		cs[i] = bench.ETACheckpoint{Time: time.Unix(0, b.TimeNS), Finished: b.Finished, Truth: b.Truth, Stats: b.Stats}
+		if b.ETA.RemainingS >= 0 {
+			sec := func(s float64) time.Duration {
+				if s < 0 {
+					return backfill.ETAUnbounded
+				}
+				return time.Duration(s * 1e9)
+			}
+			cs[i].ETA = backfill.ETAForecast{Status: backfill.ETARunning, Remaining: sec(b.ETA.RemainingS), Low: sec(b.ETA.LowS), High: sec(b.ETA.HighS)}
 		}
 	}
-	if end == 0 {
+	pts, end, ok := bench.ETAPointsOf(cs)
+	if !ok {
 		return bench.ETAStats{}
 	}
-	var pts []bench.ETAPoint
 	for i := range barriers {
-		b := &barriers[i]
-		b.ActualRemainingS = max(0, float64(end-b.TimeNS)/1e9)
-		if b.Finished || b.TimeNS >= end || b.ETA.RemainingS < 0 {
-			continue
-		}
-		sec := func(s float64) time.Duration {
-			if s < 0 {
-				return backfill.ETAUnbounded
-			}
-			return time.Duration(s * 1e9)
-		}
-		progress := b.Truth
-		if progress < 0 {
-			progress = b.Stats
-		}
-		pts = append(pts, bench.ETAPoint{Progress: progress / 100, Actual: time.Duration(end - b.TimeNS),
-			ETA: backfill.ETAForecast{Status: backfill.ETARunning, Remaining: sec(b.ETA.RemainingS), Low: sec(b.ETA.LowS), High: sec(b.ETA.HighS)}})
+		barriers[i].ActualRemainingS = max(0, float64(end.Sub(cs[i].Time))/1e9)
 	}
 	return bench.SummarizeETA(pts, 0.1)
 }
