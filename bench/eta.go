@@ -156,52 +156,15 @@ func quantile(xs []float64, q float64) float64 {
 // (-1 without a restart), and an error if the MV did not match the
 // upstream.
 func RunRescale(ctx context.Context, cfg Config, rescaleTo int) ([]backfill.Record, int, error) {
-	var records []backfill.Record
-	user := cfg.OnCheckpoint
-	cfg.OnCheckpoint = func(r backfill.Record) {
-		records = append(records, r)
-		if user != nil {
-			user(r)
-		}
-	}
-	s, err := Open(cfg)
+	cfg.RescaleTo = rescaleTo
+	sum, err := Run(ctx, cfg)
 	if err != nil {
 		return nil, -1, err
 	}
-	defer func() { _ = s.Close() }()
-	for !s.Job.Started() {
-		if _, _, err := s.Job.Step(ctx); err != nil {
-			return nil, -1, err
-		}
+	if !sum.MVMatches {
+		return sum.Records, sum.Restart, errors.New(sum.MVError)
 	}
-	restart := -1
-	if cfg.RestartAt > 0 {
-		for len(records) < cfg.RestartAt && !s.Job.Finished() {
-			if _, _, err := s.Job.Step(ctx); err != nil {
-				return nil, -1, err
-			}
-		}
-		if err := s.Store.Close(); err != nil {
-			return nil, -1, err
-		}
-		if rescaleTo > 0 {
-			cfg.Actors = rescaleTo
-		}
-		if s, err = Open(cfg); err != nil {
-			return nil, -1, err
-		}
-		restart = len(records)
-		if rec := s.Initial(); rec != nil {
-			cfg.OnCheckpoint(*rec)
-		}
-	}
-	if _, err := s.Job.Run(ctx); err != nil {
-		return nil, -1, err
-	}
-	if err := s.Job.Compare(); err != nil {
-		return records, restart, err
-	}
-	return records, restart, nil
+	return sum.Records, sum.Restart, nil
 }
 
 // ETAEstimator is an ETA a job's records can be replayed through

@@ -97,7 +97,8 @@ type Config struct {
 	// the job, without closing it (its uncommitted work is lost, as in a
 	// crash), and reopens it from what the store persisted; the figure the
 	// reopened job shows before its first new checkpoint is a record too.
-	RestartAt int
+	// RescaleTo, if positive, is the reopened job's number of actors.
+	RestartAt, RescaleTo int
 }
 
 // UserJob is a job over a user's table: the table (created if missing),
@@ -441,6 +442,9 @@ type Summary struct {
 	MVMatches                        bool
 	MVError                          string
 	Epoch                            uint64
+	// Restart is the index in Records of the reopened job's first record
+	// (Config.RestartAt), -1 without a restart.
+	Restart int
 }
 
 // Tally sums checkpoints' figures: each approach's errors against the
@@ -500,7 +504,7 @@ func tally(records []backfill.Record) *Tally {
 // Run opens the run in cfg.Dir (a fresh one, or the job it recovers) and
 // drives it to the end.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
-	var sum Summary
+	sum := Summary{Restart: -1}
 	user := cfg.OnCheckpoint
 	cfg.OnCheckpoint = func(r backfill.Record) {
 		sum.Records = append(sum.Records, r)
@@ -573,9 +577,13 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		if err := s.Store.Close(); err != nil {
 			return sum, err
 		}
+		if cfg.RescaleTo > 0 {
+			cfg.Actors = cfg.RescaleTo
+		}
 		if s, err = Open(cfg); err != nil {
 			return sum, err
 		}
+		sum.Restart = len(sum.Records)
 		if cfg.OnOpen != nil {
 			if err := cfg.OnOpen(s); err != nil {
 				return sum, err

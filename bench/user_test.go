@@ -78,6 +78,8 @@ func TestRunUserJob(t *testing.T) {
 	}
 	require.Positive(t, sum.Errors["stats"].N)
 	require.Positive(t, sum.ProgressWallNanos["stats"])
+	require.Positive(t, sum.Restart, "the reopened job's first record")
+	require.Less(t, sum.Restart, len(sum.Records))
 	_, err = RunRaw(context.Background(), cfg)
 	require.ErrorContains(t, err, "raw-Pebble")
 }
