@@ -1086,7 +1086,8 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 		rec.SnapshotEpoch, rec.SnapshotTotals = ph.SnapshotEpoch, slices.Clone(ph.SnapshotTotals)
 		if ph.Phase == PhaseSnapshot && p.VnodesFinished {
 			// The snapshot is read: the log store is next. The pin goes
-			// once the truth (read at the snapshot epoch) is computed.
+			// once JobConfig.Score, which may read the snapshot epoch,
+			// has run.
 			j.phase = PhaseLogStore
 			defer j.releaseSnapshot()
 		}
