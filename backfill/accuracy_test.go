@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -46,7 +48,7 @@ func TestCanonicalAccuracy(t *testing.T) {
 					j, err := backfill.OpenJob(backfill.JobConfig{
 						Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
 						Actors: 2, ChunkSize: 256, BarrierRows: 2048,
-						Source: workload.Source{G: g}, Oracle: workload.Oracle{G: g},
+						Source: genjob.Source{G: g}, Score: backfilltest.Oracles(genjob.Oracle{G: g}),
 						OnCheckpoint: record,
 					})
 					require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
@@ -35,7 +36,7 @@ func TestOpenJobBadState(t *testing.T) {
 		g, err := workload.New(p)
 		require.NoError(t, err)
 		return backfill.JobConfig{Store: s, Upstream: p.TableDef(upstream), MV: mv, State: state, Meta: meta,
-			Actors: 2, ChunkSize: 16, BarrierRows: 40, Source: workload.Source{G: g}}
+			Actors: 2, ChunkSize: 16, BarrierRows: 40, Source: genjob.Source{G: g}}
 	}
 	j, err := backfill.OpenJob(cfg())
 	require.NoError(t, err)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -39,7 +41,7 @@ func TestRunCancelled(t *testing.T) {
 		j, err := backfill.OpenJob(backfill.JobConfig{
 			Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
 			Actors: 1 + r.IntN(4), ChunkSize: 32, BarrierRows: 64,
-			Source: workload.Source{G: g}, Oracle: workload.Oracle{G: g},
+			Source: genjob.Source{G: g}, Score: backfilltest.Oracles(genjob.Oracle{G: g}),
 		})
 		require.NoError(t, err)
 		// A deadline at a random moment of the next 30 ms, a window that
@@ -72,7 +74,7 @@ func TestRunCancelled(t *testing.T) {
 	g, err := workload.New(p)
 	require.NoError(t, err)
 	j, err := backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
-		Actors: 2, Source: workload.Source{G: g}})
+		Actors: 2, Source: genjob.Source{G: g}})
 	require.NoError(t, err)
 	require.NoError(t, j.Compare())
 	require.NoError(t, j.Close())
@@ -107,7 +109,7 @@ func TestCancelPhase(t *testing.T) {
 					j, err := backfill.OpenJob(backfill.JobConfig{
 						Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
 						Actors: 1 + r.IntN(3), ChunkSize: 32, BarrierRows: 64, CheckpointEvery: 1 + r.IntN(2),
-						Source: workload.Source{G: g}, Oracle: workload.Oracle{G: g}, OnPhase: onPhase,
+						Source: genjob.Source{G: g}, Score: backfilltest.Oracles(genjob.Oracle{G: g}), OnPhase: onPhase,
 					})
 					require.NoError(t, err)
 					return j

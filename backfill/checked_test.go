@@ -23,7 +23,7 @@ func TestCheckedOps(t *testing.T) {
 		def := userTable(1)
 		src := &userSource{def: def, rows: 60, load: 4, last: 40}
 		j, err := backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: def, MV: 2, State: 3, Meta: 4,
-			Actors: 2, BarrierRows: 50, Source: src, Oracle: backfilltest.ScanOracle{Store: s, Table: 1}, Unchecked: unchecked})
+			Actors: 2, BarrierRows: 50, Source: src, Score: backfilltest.Oracles(backfilltest.ScanOracle{Store: s, Table: 1}), Unchecked: unchecked})
 		require.NoError(t, err)
 		res, err := j.Run(context.Background())
 		require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/compaction"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
@@ -42,7 +43,7 @@ func TestConcurrentProgress(t *testing.T) {
 	const upstream, state = 1, 3
 	j, err := backfill.OpenJob(backfill.JobConfig{
 		Store: s, Upstream: p.TableDef(upstream), MV: 2, State: state, Meta: 4,
-		Actors: 3, ChunkSize: 32, BarrierRows: 60, Source: workload.Source{G: g},
+		Actors: 3, ChunkSize: 32, BarrierRows: 60, Source: genjob.Source{G: g},
 	})
 	require.NoError(t, err)
 	var logMu sync.Mutex

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
@@ -78,7 +80,7 @@ func openCrashJob(dir string, actors int, seed uint64) (*lsm.Store, *backfill.Jo
 	j, err := backfill.OpenJob(backfill.JobConfig{
 		Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
 		Actors: actors, ChunkSize: 16, BarrierRows: 40, CheckpointEvery: 2,
-		Source: workload.Source{G: g}, Oracle: workload.Oracle{G: g},
+		Source: genjob.Source{G: g}, Score: backfilltest.Oracles(genjob.Oracle{G: g}),
 		OnCheckpoint: func(r backfill.Record) {
 			fmt.Printf("R %d %s %s\n", r.Barrier, figure(r, "rowcount"), figure(r, "stats"))
 		},

@@ -9,6 +9,8 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
@@ -55,7 +57,7 @@ func TestDataDriven(t *testing.T) {
 			g, err := workload.New(p)
 			require.NoError(t, err)
 			cfg.Store, cfg.Actors = s, actors
-			cfg.Source, cfg.Oracle = workload.Source{G: g}, workload.Oracle{G: g}
+			cfg.Source, cfg.Score = genjob.Source{G: g}, backfilltest.Oracles(genjob.Oracle{G: g})
 			cfg.OnCheckpoint = func(r backfill.Record) { recs = append(recs, r) }
 			j, err = backfill.OpenJob(cfg)
 			require.NoError(t, err)

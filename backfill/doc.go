@@ -57,7 +57,8 @@
 // Run and Step return ctx's error, within a chunk of work, when ctx is
 // cancelled in any phase of a step: between upstream ops (every 1024), in
 // the actors' snapshot reads (every output chunk), between phases and
-// between the oracle's vnodes. A commit in progress is atomic and is not
+// in JobConfig.Score (backfilltest.Truth looks between its oracle's
+// vnodes). A commit in progress is atomic and is not
 // interrupted: the cancellation is returned when it ends. No goroutine of
 // the job outlives Run or Step. A job whose step failed or was cancelled
 // holds uncommitted work, and further Run and Step calls return
@@ -70,7 +71,10 @@
 // last snapshot row read), whether it finished, and, only for the
 // row-count approach, the number of snapshot rows read. The stats approach
 // persists no count: its state rows are a few bytes shorter per vnode
-// (BenchmarkBackfill's state-bytes/barrier).
+// (BenchmarkBackfill's state-bytes/barrier). The job's metadata row (its
+// step, barrier, high-water marks, rate limit, ETA carry-over and a
+// snapshot backfill's phase) is encoded there too (encodeMeta, decodeMeta;
+// docs/format.md).
 //
 // # Progress (progress.go)
 //
@@ -96,8 +100,10 @@
 //     overlap their cache misses.
 //
 // The truth (docs/design.md §7) is the live rows at or below each cursor over
-// all live rows, at the committed epoch; an Oracle computes it for tests
-// and benchmarks. How close each approach comes to it, and what each costs
+// all live rows, at the committed epoch. The job does not know it: tests
+// and benchmarks score its records against it (JobConfig.Score, with
+// backfilltest.Truth over an oracle per table), and bench times the
+// estimators (JobConfig.OnEstimate). How close each approach comes to it, and what each costs
 // per checkpoint, is measured by bench's BenchmarkBackfill and accuracy
 // matrix; make results writes the figures into README.md.
 //

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -38,7 +40,7 @@ func TestJobETA(t *testing.T) {
 			Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
 			Actors: actors, ChunkSize: 32, BarrierRows: 100, RateLimit: limit,
 			RateChanges: []backfill.RateChange{{AtPercent: 30, Limit: limit / 2}},
-			Source:      workload.Source{G: g}, Oracle: workload.Oracle{G: g},
+			Source:      genjob.Source{G: g}, Score: backfilltest.Oracles(genjob.Oracle{G: g}),
 		})
 		require.NoError(t, err)
 		return s, j
@@ -114,7 +116,7 @@ func TestJobSetRateLimit(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	cfg := backfill.JobConfig{Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
-		Actors: 2, ChunkSize: 32, BarrierRows: 100, RateLimit: 20000, Source: workload.Source{G: g}}
+		Actors: 2, ChunkSize: 32, BarrierRows: 100, RateLimit: 20000, Source: genjob.Source{G: g}}
 	for _, bad := range []backfill.JobConfig{
 		func() backfill.JobConfig { c := cfg; c.RateLimit = -1; return c }(),
 		func() backfill.JobConfig {
@@ -163,7 +165,7 @@ func TestJobETASchedule(t *testing.T) {
 	j, err := backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
 		Actors: 2, ChunkSize: 32, BarrierRows: 100, RateLimit: limit,
 		RateChanges: []backfill.RateChange{{AtPercent: 50, Limit: limit / 2}},
-		Source:      workload.Source{G: g}})
+		Source:      genjob.Source{G: g}})
 	require.NoError(t, err)
 	checked := 0
 	for !j.Finished() {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
-	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"golang.org/x/time/rate"
@@ -56,15 +54,6 @@ type Position struct {
 	Upstreams []lsm.TableDef
 }
 
-// Oracle knows the truth (docs/design.md §7, "The truth"). The job asks it
-// at each checkpoint, about the epoch it just committed; package
-// backfilltest has one that scans the table at that epoch.
-type Oracle interface {
-	// Rows returns the live rows of a vnode at epoch with pk <= cursor (none
-	// for a nil cursor) and all its live rows then.
-	Rows(epoch uint64, vnode uint16, cursor []byte) (behind, total int64, err error)
-}
-
 // JobConfig configures a backfill job and the pipeline around it.
 type JobConfig struct {
 	Store *lsm.Store
@@ -75,8 +64,8 @@ type JobConfig struct {
 	Upstream        lsm.TableDef
 	MV, State, Meta uint32
 	// Upstreams, if set, are the job's upstream tables (a job over several,
-	// as a join MV backfills each of its inputs), each with its MV, state
-	// table and oracle; Upstream, MV, State and Oracle must then be unset.
+	// as a join MV backfills each of its inputs), each with its MV and
+	// state table; Upstream, MV and State must then be unset.
 	// The same actors read them all: each actor owns a contiguous range of
 	// the vnodes of each table, and the state persists per (table, vnode),
 	// in each table's state table. A source's ops name their table
@@ -118,10 +107,13 @@ type JobConfig struct {
 	// recovers.
 	RateChanges []RateChange
 	Source      Source
-	// Oracle, if set, gives each checkpoint's truth. A snapshot backfill
-	// asks it about the pinned snapshot epoch: it must answer for the epoch
-	// it is asked (backfilltest.ScanOracle does).
-	Oracle Oracle
+	// Score, if set, sees each checkpoint's record before the job keeps
+	// and hands it on (Run's and Step's records, Initial, OnCheckpoint,
+	// the metrics), and may complete it: a test or a benchmark sets its
+	// truth there (backfilltest.Truth), which the job does not know. It
+	// runs in the step, with the step's ctx, while a snapshot backfill's
+	// snapshot is still pinned; its error fails the step.
+	Score func(ctx context.Context, rec *Record) error
 	// TailSteps is the number of upstream steps after the job finished
 	// before Run returns; 0 means 2.
 	TailSteps int
@@ -129,6 +121,13 @@ type JobConfig struct {
 	Estimators []Estimator
 	// OnCheckpoint is called after every checkpoint with its record.
 	OnCheckpoint func(Record)
+	// OnEstimate, if set, runs each estimator's figure at every
+	// checkpoint (and at the opening of a started job): it must call
+	// estimate once, on its own goroutine, before it returns. The job
+	// does not time its estimators; a benchmark does it here (bench's
+	// progress CPU per checkpoint), and may set the figures' Time and CPU
+	// in the records it hands on.
+	OnEstimate func(approach string, estimate func())
 	// OnPhase, if set, is called when the pipeline enters a phase of a step:
 	// "upstream" (writing the step's ops), "backfill" (actors handling the
 	// barrier: snapshot reads, forwarding, state), "commit", "progress".
@@ -141,21 +140,19 @@ type JobConfig struct {
 
 // UpstreamConfig is one upstream table of a job over several
 // (JobConfig.Upstreams): the table (created if missing; with an ID of 0 and
-// no pk schema, the table of the store's catalog named Table.Name), the ids
-// of its MV and backfill state table (0 when JobConfig.Name allocates
-// them), and its oracle, which every upstream has or none.
+// no pk schema, the table of the store's catalog named Table.Name) and the
+// ids of its MV and backfill state table (0 when JobConfig.Name allocates
+// them).
 type UpstreamConfig struct {
 	Table     lsm.TableDef
 	MV, State uint32
-	Oracle    Oracle
 }
 
 // jobUpstream is a job's side of one upstream table: its definition,
-// tables, oracle, writer and the actor owning each of its vnodes.
+// tables, writer and the actor owning each of its vnodes.
 type jobUpstream struct {
 	def       lsm.TableDef
 	mv, state uint32
-	oracle    Oracle
 	writer    *lsm.Writer
 	owner     []int
 }
@@ -187,8 +184,8 @@ type Record struct {
 	// Accountant among the estimators). It carries over restarts and
 	// rescales through the job's metadata row.
 	ETA ETAForecast
-	// Truth is the truth (docs/design.md §7) in percent; -1 without an
-	// oracle.
+	// Truth is the truth (docs/design.md §7) in percent, as
+	// JobConfig.Score set it; -1 without.
 	Truth    float64
 	Figures  []Figure
 	Finished bool
@@ -201,6 +198,11 @@ type Record struct {
 	// (its table's live statistics).
 	Phase                   string
 	LogConsumed, LogPending uint64
+	// SnapshotEpoch is a snapshot backfill's pinned epoch, and
+	// SnapshotTotals the live rows of each upstream table at it (by
+	// index), as the statistics counted them when it was pinned.
+	SnapshotEpoch  uint64
+	SnapshotTotals []int64
 	// Vnodes are the states the figures were computed from, and
 	// Estimates the accounts of the same vnodes by the first Accountant
 	// among the estimators (Stats by default): consumed rows, bounds, live
@@ -209,8 +211,7 @@ type Record struct {
 	Estimates []VnodeEstimate
 	// VnodeErrMean and VnodeErrMax are the errors of the per-vnode
 	// estimates behind the stats figure (vnodes in progress), in percent of
-	// each vnode's live rows; zero without an oracle or the Stats
-	// estimator.
+	// each vnode's live rows, as JobConfig.Score set them (zero without).
 	VnodeErrMean, VnodeErrMax float64
 }
 
@@ -271,28 +272,6 @@ type Job struct {
 	wg     sync.WaitGroup
 }
 
-// jobMeta is the job's persisted metadata row.
-type jobMeta struct {
-	step, barrier     uint64
-	started, finished bool
-	hwm               []Figure
-	// Since version 2: the rate limit in force and the ETA's carry-over.
-	version byte
-	limit   float64
-	resume  ETAResume
-	// Since version 3: the job's mode and, for a snapshot backfill, its
-	// phase, snapshot epoch, the snapshot's live rows per upstream, the
-	// log rows consumed and the log cursor.
-	mode        JobMode
-	phase       Phase
-	snapEpoch   uint64
-	snapTotals  []int64
-	logConsumed uint64
-	logCursor   []byte
-	// Since version 3 too: the ids of the job's upstream tables.
-	upstreams []uint32
-}
-
 // OpenJob creates the tables if needed and recovers the job from the
 // committed state: the source resumes after the committed step, and if the
 // backfill had started, actors are created over the current vnode split and
@@ -338,6 +317,7 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		return nil, errors.Newf("lsmstats/backfill: unknown mode %d", cfg.Mode)
 	}
 	j := &Job{cfg: cfg, store: s, ups: ups, tracker: NewTrackerOf(ids, cfg.Estimators...), logTable: cfg.LogStore}
+	j.tracker.around = cfg.OnEstimate
 	// A writer left open would keep its vnodes (no later job could take
 	// them) and block every later commit of the store (ErrNotSealed).
 	defer func() {
@@ -409,14 +389,14 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 // openUpstreams resolves the job's upstream tables (cfg.Upstreams, or the
 // one of cfg.Upstream), creates them and their MVs and state tables and the
 // job's metadata table, and allocates the ids of a named job. It sets
-// cfg.Upstream, MV, State and Oracle to the first upstream's.
+// cfg.Upstream, MV and State to the first upstream's.
 func openUpstreams(cfg *JobConfig) ([]jobUpstream, error) {
 	s := cfg.Store
 	specs := cfg.Upstreams
 	if len(specs) == 0 {
-		specs = []UpstreamConfig{{Table: cfg.Upstream, MV: cfg.MV, State: cfg.State, Oracle: cfg.Oracle}}
-	} else if cfg.Upstream.ID != 0 || cfg.Upstream.Name != "" || len(cfg.Upstream.PK) != 0 || cfg.MV != 0 || cfg.State != 0 || cfg.Oracle != nil {
-		return nil, errors.New("lsmstats/backfill: a job with Upstreams has no Upstream, MV, State or Oracle of its own")
+		specs = []UpstreamConfig{{Table: cfg.Upstream, MV: cfg.MV, State: cfg.State}}
+	} else if cfg.Upstream.ID != 0 || cfg.Upstream.Name != "" || len(cfg.Upstream.PK) != 0 || cfg.MV != 0 || cfg.State != 0 {
+		return nil, errors.New("lsmstats/backfill: a job with Upstreams has no Upstream, MV or State of its own")
 	}
 	ups := make([]jobUpstream, len(specs))
 	seen := map[uint32]int{}
@@ -443,10 +423,7 @@ func openUpstreams(cfg *JobConfig) ([]jobUpstream, error) {
 			return nil, errors.Newf("lsmstats/backfill: upstreams %d and %d are both table %d", k, i, up.ID)
 		}
 		seen[up.ID] = i
-		if (spec.Oracle == nil) != (specs[0].Oracle == nil) {
-			return nil, errors.Newf("lsmstats/backfill: upstream %d has an oracle and upstream 0 not, or the reverse: every upstream has one or none", i)
-		}
-		ups[i] = jobUpstream{def: up, mv: spec.MV, state: spec.State, oracle: spec.Oracle}
+		ups[i] = jobUpstream{def: up, mv: spec.MV, state: spec.State}
 	}
 	meta := lsm.TableDef{ID: cfg.Meta, Name: "backfill_job", VnodeCount: 1, PK: keys.Schema{keys.Uint64}}
 	if cfg.Name != "" {
@@ -515,7 +492,7 @@ func openUpstreams(cfg *JobConfig) ([]jobUpstream, error) {
 			}
 		}
 	}
-	cfg.Upstream, cfg.MV, cfg.State, cfg.Oracle = ups[0].def, ups[0].mv, ups[0].state, ups[0].oracle
+	cfg.Upstream, cfg.MV, cfg.State = ups[0].def, ups[0].mv, ups[0].state
 	return ups, nil
 }
 
@@ -537,7 +514,7 @@ func (j *Job) Tables() (upstream, mv, state, meta uint32) {
 }
 
 // Upstreams returns the job's upstream tables, by index, with the ids of
-// their MVs and state tables (their Oracle is not set).
+// their MVs and state tables.
 func (j *Job) Upstreams() []UpstreamConfig {
 	out := make([]UpstreamConfig, len(j.ups))
 	for i, u := range j.ups {
@@ -823,7 +800,7 @@ func (j *Job) stopActors() {
 // runStep runs one epoch; it returns a record at checkpoints of the job.
 // A cancelled ctx stops it at the next point where it checks: between the
 // upstream's ops (every cancelCheckOps), in the actors' snapshot reads
-// (every chunk), between phases and between the oracle's vnodes. A commit
+// (every chunk), between phases and in JobConfig.Score. A commit
 // in progress is not interrupted (it is atomic): the cancellation is seen
 // when it returns. Whatever the phase, the error is ctx's own.
 func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
@@ -1106,9 +1083,11 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 		Vnodes: p.Vnodes, Estimates: p.Estimates, RateLimit: j.RateLimit(), Upstreams: p.Upstreams}
 	if ph != nil {
 		rec.Phase, rec.LogConsumed, rec.LogPending = ph.Phase.String(), ph.LogConsumed, uint64(ph.logPending(st))
+		rec.SnapshotEpoch, rec.SnapshotTotals = ph.SnapshotEpoch, slices.Clone(ph.SnapshotTotals)
 		if ph.Phase == PhaseSnapshot && p.VnodesFinished {
 			// The snapshot is read: the log store is next. The pin goes
-			// once the truth (read at the snapshot epoch) is computed.
+			// once JobConfig.Score, which may read the snapshot epoch,
+			// has run.
 			j.phase = PhaseLogStore
 			defer j.releaseSnapshot()
 		}
@@ -1121,67 +1100,11 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 		j.cfg.Source.Finished(j.cfg.Source.Step())
 	}
 	rec.ETA = j.observeETA(rec)
-	if j.cfg.Oracle != nil {
-		// The truth over several upstream tables: Σ live rows behind the
-		// cursors over Σ live rows, over every vnode of every table
-		// (docs/design.md §7); each table's beside it.
-		var behind, total int64
-		ub, ut := make([]int64, len(j.ups)), make([]int64, len(j.ups))
-		var errSum float64
-		n := 0
-		// A snapshot backfill's truth (docs/design.md §7): the snapshot's
-		// rows at its epoch, while it is pinned, then all of them (as the
-		// statistics counted them then) behind, plus the log rows
-		// consumed over those plus the rows the log store holds, counted.
-		at, snapshotRead := epoch, false
-		if ph != nil {
-			at, snapshotRead = ph.SnapshotEpoch, ph.Phase != PhaseSnapshot
-			pending, err := j.logRows()
-			if err != nil {
-				return rec, err
-			}
-			behind, total = int64(ph.LogConsumed), int64(ph.LogConsumed)+pending
-			if snapshotRead {
-				for u, n := range ph.SnapshotTotals {
-					behind, total, ub[u], ut[u] = behind+n, total+n, n, n
-				}
-			}
-		}
-		for i, v := range p.Vnodes {
-			if err := ctx.Err(); err != nil {
-				return rec, err
-			}
-			if snapshotRead {
-				break
-			}
-			b, t, err := j.ups[v.Upstream].oracle.Rows(at, v.Vnode, v.Cursor)
-			if err != nil {
-				return rec, err
-			}
-			total += t
-			ut[v.Upstream] += t
-			switch {
-			case v.Finished:
-				behind += t
-				ub[v.Upstream] += t
-			case v.Cursor != nil:
-				behind += b
-				ub[v.Upstream] += b
-				// The stats estimator's own estimate of this vnode.
-				if t > 0 && len(p.Estimates) == len(p.Vnodes) {
-					e := 100 * math.Abs(p.Estimates[i].Consumed-float64(b)) / float64(t)
-					errSum += e
-					rec.VnodeErrMax = max(rec.VnodeErrMax, e)
-					n++
-				}
-			}
-		}
-		rec.Truth = percent(float64(behind), float64(total))
-		for u := range rec.Upstreams {
-			rec.Upstreams[u].Truth = percent(float64(ub[u]), float64(ut[u]))
-		}
-		if n > 0 {
-			rec.VnodeErrMean = errSum / float64(n)
+	if j.cfg.Score != nil {
+		// Before the deferred release of a snapshot read to its end: the
+		// score may read the pinned snapshot.
+		if err := j.cfg.Score(ctx, &rec); err != nil {
+			return rec, err
 		}
 	}
 	return rec, nil
@@ -1293,206 +1216,6 @@ func truncate(b []byte) []byte {
 		return b[:16]
 	}
 	return b
-}
-
-// ---- metadata ----------------------------------------------------------
-
-// metaVersion is the version encodeMeta writes; decodeMeta reads 1 (without
-// the rate limit and the ETA), 2 (without the mode and a snapshot
-// backfill's phase: an arrangement backfill) and 3.
-const metaVersion = 3
-
-func encodeMeta(m jobMeta) []byte {
-	b := []byte{metaVersion}
-	b = binary.AppendUvarint(b, m.step)
-	b = binary.AppendUvarint(b, m.barrier)
-	var flags byte
-	if m.started {
-		flags |= 1
-	}
-	if m.finished {
-		flags |= 2
-	}
-	b = append(b, flags)
-	b = binary.AppendUvarint(b, uint64(len(m.hwm)))
-	for _, f := range m.hwm {
-		b = binary.AppendUvarint(b, uint64(len(f.Approach)))
-		b = append(b, f.Approach...)
-		for _, x := range []float64{f.Pct, f.Consumed, f.Total} {
-			b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
-		}
-	}
-	r := m.resume
-	var origin int64
-	if !r.Origin.IsZero() {
-		origin = r.Origin.UnixNano()
-	}
-	b = binary.AppendVarint(b, origin)
-	b = binary.AppendUvarint(b, r.Run)
-	b = binary.AppendUvarint(b, uint64(max(0, r.Actors)))
-	b = binary.AppendUvarint(b, uint64(max(0, r.Intervals)))
-	for _, x := range []float64{m.limit, r.RateLimit, r.Rate, r.Interval} {
-		b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
-	}
-	// Version 3: mode u8 | phase u8 | snapshot epoch uvarint | upstreams
-	// uvarint, each one's snapshot live rows uvarint | log rows consumed
-	// uvarint | log cursor length uvarint | log cursor.
-	b = append(b, byte(m.mode), byte(m.phase))
-	b = binary.AppendUvarint(b, m.snapEpoch)
-	b = binary.AppendUvarint(b, uint64(len(m.snapTotals)))
-	for _, n := range m.snapTotals {
-		b = binary.AppendUvarint(b, uint64(max(0, n)))
-	}
-	b = binary.AppendUvarint(b, m.logConsumed)
-	b = binary.AppendUvarint(b, uint64(len(m.logCursor)))
-	b = append(b, m.logCursor...)
-	// ... | upstreams uvarint, each one's table id uvarint.
-	b = binary.AppendUvarint(b, uint64(len(m.upstreams)))
-	for _, id := range m.upstreams {
-		b = binary.AppendUvarint(b, uint64(id))
-	}
-	return b
-}
-
-// ErrCorruptMeta marks a job metadata row that does not decode. It is also
-// lsmstats.ErrCorruption.
-var ErrCorruptMeta = lsmstats.NewCorruptionSentinel("lsmstats/backfill: corrupt job metadata row")
-
-func decodeMeta(b []byte) (jobMeta, error) {
-	var m jobMeta
-	orig := b
-	bad := func(what string) (jobMeta, error) {
-		return jobMeta{}, errors.Wrapf(ErrCorruptMeta, "%s (%x)", what, orig)
-	}
-	if len(b) < 1 || b[0] < 1 || b[0] > metaVersion {
-		return bad("unknown version")
-	}
-	m.version = b[0]
-	b = b[1:]
-	uv := func() (uint64, bool) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, false
-		}
-		b = b[n:]
-		return v, true
-	}
-	var ok bool
-	if m.step, ok = uv(); !ok {
-		return bad("step")
-	}
-	if m.barrier, ok = uv(); !ok {
-		return bad("barrier")
-	}
-	if len(b) < 1 || b[0]&^3 != 0 {
-		return bad("flags")
-	}
-	m.started, m.finished = b[0]&1 != 0, b[0]&2 != 0
-	b = b[1:]
-	n, ok := uv()
-	if !ok || n > uint64(len(b)) {
-		return bad("figures")
-	}
-	for range n {
-		l, ok := uv()
-		if !ok || l > uint64(len(b)) || uint64(len(b))-l < 24 {
-			return bad("figure")
-		}
-		f := Figure{Approach: string(b[:l])}
-		b = b[l:]
-		f.Pct = math.Float64frombits(binary.BigEndian.Uint64(b))
-		f.Consumed = math.Float64frombits(binary.BigEndian.Uint64(b[8:]))
-		f.Total = math.Float64frombits(binary.BigEndian.Uint64(b[16:]))
-		b = b[24:]
-		for _, x := range []float64{f.Pct, f.Consumed, f.Total} {
-			if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
-				return bad("figure value out of range")
-			}
-		}
-		if f.Pct > 100 {
-			return bad("figure above 100%")
-		}
-		m.hwm = append(m.hwm, f)
-	}
-	if m.version >= 2 {
-		origin, n := binary.Varint(b)
-		if n <= 0 || origin < 0 {
-			return bad("ETA origin")
-		}
-		b = b[n:]
-		if origin > 0 {
-			m.resume.Origin = time.Unix(0, origin)
-		}
-		var actors, intervals uint64
-		if m.resume.Run, ok = uv(); !ok {
-			return bad("ETA run")
-		}
-		if actors, ok = uv(); !ok || actors > math.MaxInt32 {
-			return bad("ETA actors")
-		}
-		if intervals, ok = uv(); !ok || intervals > math.MaxInt32 {
-			return bad("ETA intervals")
-		}
-		m.resume.Actors, m.resume.Intervals = int(actors), int(intervals)
-		if len(b) < 32 {
-			return bad("rate limit and ETA rates")
-		}
-		xs := []*float64{&m.limit, &m.resume.RateLimit, &m.resume.Rate, &m.resume.Interval}
-		for i, x := range xs {
-			*x = math.Float64frombits(binary.BigEndian.Uint64(b[8*i:]))
-			if math.IsNaN(*x) || math.IsInf(*x, 0) || *x < 0 {
-				return bad("rate value out of range")
-			}
-		}
-		b = b[32:]
-	}
-	if m.version >= 3 {
-		if len(b) < 2 || b[0] > byte(ModeSnapshot) || b[1] > byte(PhaseJoined) {
-			return bad("mode and phase")
-		}
-		m.mode, m.phase = JobMode(b[0]), Phase(b[1])
-		b = b[2:]
-		if m.snapEpoch, ok = uv(); !ok {
-			return bad("snapshot epoch")
-		}
-		n, ok := uv()
-		if !ok || n > uint64(len(b)) {
-			return bad("snapshot live rows")
-		}
-		for range n {
-			v, ok := uv()
-			if !ok || v > math.MaxInt64 {
-				return bad("snapshot live rows")
-			}
-			m.snapTotals = append(m.snapTotals, int64(v))
-		}
-		if m.logConsumed, ok = uv(); !ok {
-			return bad("log rows consumed")
-		}
-		l, ok := uv()
-		if !ok || l > uint64(len(b)) {
-			return bad("log cursor")
-		}
-		if l > 0 {
-			m.logCursor = append([]byte(nil), b[:l]...)
-		}
-		b = b[l:]
-		n, ok = uv()
-		if !ok || n > uint64(len(b)) {
-			return bad("upstream tables")
-		}
-		for range n {
-			id, ok := uv()
-			if !ok || id > math.MaxUint32 {
-				return bad("upstream table")
-			}
-			m.upstreams = append(m.upstreams, uint32(id))
-		}
-	}
-	if len(b) != 0 {
-		return bad("trailing bytes")
-	}
-	return m, nil
 }
 
 // Figure returns the figure of an approach.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -16,8 +17,8 @@ import (
 // bothOracles checks the generator's model against a scan at every call.
 type bothOracles struct {
 	t    *testing.T
-	fast backfill.Oracle
-	scan backfill.Oracle
+	fast backfilltest.Oracle
+	scan backfilltest.Oracle
 }
 
 func (o bothOracles) Rows(epoch uint64, v uint16, cursor []byte) (int64, int64, error) {
@@ -44,8 +45,8 @@ func TestJobSmall(t *testing.T) {
 			j, err := backfill.OpenJob(backfill.JobConfig{
 				Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
 				Actors: 2, ChunkSize: 32, BarrierRows: 100, CheckpointEvery: 2,
-				Source: workload.Source{G: g},
-				Oracle: bothOracles{t, workload.Oracle{G: g}, backfilltest.ScanOracle{Store: s, Table: 1}},
+				Source: genjob.Source{G: g},
+				Score:  backfilltest.Oracles(bothOracles{t, genjob.Oracle{G: g}, backfilltest.ScanOracle{Store: s, Table: 1}}),
 			})
 			require.NoError(t, err)
 			res, err := j.Run(context.Background())

@@ -65,7 +65,7 @@ type CollectorOptions struct {
 //	displayed_progress_ratio{approach}  the figure shown (high-water mark)
 //	consumed_rows{approach}, total_rows{approach}
 //	                                the estimator's consumed and total rows
-//	truth_ratio                     the truth, when an oracle knows it
+//	truth_ratio                     the truth, when JobConfig.Score sets it
 //	eta_seconds, eta_lower_seconds, eta_upper_seconds
 //	                                the ETA and its interval (absent while it
 //	                                warms up; 0 once finished; +Inf if unbounded)

@@ -37,7 +37,7 @@ func TestProgressAndCollector(t *testing.T) {
 	}
 	checkpoints := 0
 	j, err = backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: def, MV: 2, State: 3, Meta: 4, Actors: 2, BarrierRows: 30,
-		Source: src, Oracle: backfilltest.ScanOracle{Store: s, Table: 1},
+		Source: src, Score: backfilltest.Oracles(backfilltest.ScanOracle{Store: s, Table: 1}),
 		OnCheckpoint: func(r backfill.Record) {
 			checkpoints++
 			p, ok := j.Progress()

@@ -39,7 +39,7 @@ func TestModelOracle(t *testing.T) {
 		src := backfilltest.Observe(&userSource{def: def, rows: 30, load: 2, last: 60}, m)
 		j, err := backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: def, MV: 2, State: 3, Meta: 4,
 			Actors: 2, BarrierRows: 25, CheckpointEvery: 2, Source: src,
-			Oracle:       bothOracles{t, m, backfilltest.ScanOracle{Store: s, Table: 1}},
+			Score:        backfilltest.Oracles(bothOracles{t, m, backfilltest.ScanOracle{Store: s, Table: 1}}),
 			OnCheckpoint: func(backfill.Record) { checkpoints++ }})
 		require.NoError(t, err)
 		return j

@@ -13,6 +13,7 @@ import (
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
@@ -49,16 +50,17 @@ func multiParams(seed uint64, rows float64) []workload.Params {
 
 // multiJob opens a job over the workloads' tables (upstreams 1, 2, 3; MVs
 // 11, 12, 13; states 21, 22, 23; meta 30), with a scan oracle per table.
-func multiJob(s *lsm.Store, ps []workload.Params, actors, barrierRows int, onCheckpoint func(backfill.Record)) (*backfill.Job, *workload.Multi, error) {
+func multiJob(s *lsm.Store, ps []workload.Params, actors, barrierRows int, onCheckpoint func(backfill.Record)) (*backfill.Job, *genjob.Multi, error) {
 	return multiJobMode(s, ps, backfill.JobConfig{Actors: actors, BarrierRows: barrierRows, OnCheckpoint: onCheckpoint})
 }
 
 // multiJobMode opens a job over the workloads' tables as multiJob does,
 // with cfg's mode, actors, barrier rows, tail steps and callback (a
 // snapshot backfill's log store is table 40).
-func multiJobMode(s *lsm.Store, ps []workload.Params, cfg backfill.JobConfig) (*backfill.Job, *workload.Multi, error) {
+func multiJobMode(s *lsm.Store, ps []workload.Params, cfg backfill.JobConfig) (*backfill.Job, *genjob.Multi, error) {
 	gs := make([]*workload.Generator, len(ps))
 	var ups []backfill.UpstreamConfig
+	truth := backfilltest.Truth{Store: s}
 	for i, p := range ps {
 		g, err := workload.New(p)
 		if err != nil {
@@ -68,14 +70,16 @@ func multiJobMode(s *lsm.Store, ps []workload.Params, cfg backfill.JobConfig) (*
 		id := uint32(1 + i)
 		def := p.TableDef(id)
 		def.Name = fmt.Sprintf("upstream%d", i)
-		ups = append(ups, backfill.UpstreamConfig{Table: def, MV: 11 + uint32(i), State: 21 + uint32(i),
-			Oracle: backfilltest.ScanOracle{Store: s, Table: id}})
+		ups = append(ups, backfill.UpstreamConfig{Table: def, MV: 11 + uint32(i), State: 21 + uint32(i)})
+		truth.Oracles = append(truth.Oracles, backfilltest.ScanOracle{Store: s, Table: id})
 	}
-	src := workload.NewMulti(gs...)
+	src := genjob.NewMulti(gs...)
 	cfg.Store, cfg.Upstreams, cfg.Meta, cfg.ChunkSize, cfg.Source = s, ups, 30, 64, src
 	if cfg.Mode == backfill.ModeSnapshot {
 		cfg.LogStore = 40
 	}
+	truth.LogStore = cfg.LogStore
+	cfg.Score = truth.Score
 	j, err := backfill.OpenJob(cfg)
 	return j, src, err
 }
@@ -195,11 +199,12 @@ func TestSingleAsMulti(t *testing.T) {
 		defer s.Close()
 		g, err := workload.New(p)
 		require.NoError(t, err)
-		cfg := backfill.JobConfig{Store: s, Meta: 4, Actors: 2, BarrierRows: 300, Source: workload.Source{G: g}}
+		cfg := backfill.JobConfig{Store: s, Meta: 4, Actors: 2, BarrierRows: 300, Source: genjob.Source{G: g},
+			Score: backfilltest.Oracles(genjob.Oracle{G: g})}
 		if multi {
-			cfg.Upstreams = []backfill.UpstreamConfig{{Table: p.TableDef(1), MV: 2, State: 3, Oracle: workload.Oracle{G: g}}}
+			cfg.Upstreams = []backfill.UpstreamConfig{{Table: p.TableDef(1), MV: 2, State: 3}}
 		} else {
-			cfg.Upstream, cfg.MV, cfg.State, cfg.Oracle = p.TableDef(1), 2, 3, workload.Oracle{G: g}
+			cfg.Upstream, cfg.MV, cfg.State = p.TableDef(1), 2, 3
 		}
 		j, err := backfill.OpenJob(cfg)
 		require.NoError(t, err)
@@ -237,13 +242,11 @@ func TestMultiUpstreamConfig(t *testing.T) {
 		cfg  backfill.JobConfig
 		want string
 	}{
-		"upstream and upstreams": {backfill.JobConfig{Upstream: ps[0].TableDef(1), Upstreams: []backfill.UpstreamConfig{up(1)}}, "no Upstream, MV, State or Oracle"},
-		"same table twice":       {backfill.JobConfig{Upstreams: []backfill.UpstreamConfig{up(0), up(0)}}, "both table 1"},
-		"one oracle of two": {backfill.JobConfig{Upstreams: []backfill.UpstreamConfig{
-			{Table: ps[0].TableDef(1), MV: 11, State: 21, Oracle: workload.Oracle{G: g}}, up(1)}}, "every upstream has one or none"},
+		"upstream and upstreams":  {backfill.JobConfig{Upstream: ps[0].TableDef(1), Upstreams: []backfill.UpstreamConfig{up(1)}}, "no Upstream, MV or State"},
+		"same table twice":        {backfill.JobConfig{Upstreams: []backfill.UpstreamConfig{up(0), up(0)}}, "both table 1"},
 		"more actors than vnodes": {backfill.JobConfig{Actors: 9, Upstreams: []backfill.UpstreamConfig{up(0), up(2)}}, "9 actors for 8 vnodes of upstream 3"},
 	} {
-		c.cfg.Store, c.cfg.Meta, c.cfg.Source = s, 30, workload.Source{G: g}
+		c.cfg.Store, c.cfg.Meta, c.cfg.Source = s, 30, genjob.Source{G: g}
 		_, err := backfill.OpenJob(c.cfg)
 		require.ErrorContains(t, err, c.want, name)
 	}
@@ -364,7 +367,7 @@ func TestMultiUpstreamCrash(t *testing.T) {
 		straight[i], err = workload.New(p)
 		require.NoError(t, err)
 	}
-	ref := workload.NewMulti(straight...)
+	ref := genjob.NewMulti(straight...)
 	for ref.Step() < src.Step() {
 		_, err := ref.Next(context.Background())
 		require.NoError(t, err)

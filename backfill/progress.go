@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -228,10 +227,11 @@ type Figure struct {
 	// in percent. They are the current figure's, not the high-water mark's:
 	// a figure held up by the display rules can lie above them.
 	Bounds *Bounds `json:"bounds,omitempty"`
-	// Time is the wall time the estimator took, and CPU the CPU time of
-	// the thread it ran on (Linux; the wall time elsewhere). On a busy
-	// machine the wall time also counts the time the estimator waited for
-	// a core; CPU is its cost.
+	// Time and CPU are the wall and CPU time the estimator took, as the
+	// caller measured them around it (JobConfig.OnEstimate; bench times
+	// the thread the estimator runs on): the tracker itself leaves them
+	// zero. On a busy machine the wall time also counts the time the
+	// estimator waited for a core; CPU is its cost.
 	Time time.Duration `json:"time_ns"`
 	CPU  time.Duration `json:"cpu_ns"`
 }
@@ -278,8 +278,8 @@ type UpstreamProgress struct {
 	// Finished is set when every vnode of the table finished.
 	Finished bool     `json:"finished"`
 	Figures  []Figure `json:"figures"`
-	// Truth is the table's truth in percent, -1 without an oracle (set by
-	// the job).
+	// Truth is the table's truth in percent, as JobConfig.Score set it
+	// (-1 without).
 	Truth float64 `json:"truth"`
 }
 
@@ -291,6 +291,8 @@ var ErrEpochOrder = errors.New("lsmstats/backfill: progress epochs must increase
 type Tracker struct {
 	upstreams  []uint32
 	estimators []Estimator
+	// around, if set, runs each estimator's figure (JobConfig.OnEstimate).
+	around func(approach string, estimate func())
 
 	mu      sync.Mutex
 	reports map[int]*report
@@ -429,25 +431,22 @@ func (t *Tracker) PhaseProgress(epoch uint64, st stats.Snapshot, ph *PhaseInput)
 	if ph == nil {
 		p.VnodesFinished = p.Finished
 	}
-	// Locked to its thread, the goroutine's CPU time is the thread's.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	// The thread's CPU clock is read by a system call (about 0.4 µs here),
-	// and the span it measures also holds the wall clock's two reads:
-	// measure that span empty once, and take it off each figure's times.
-	floor := timed(func() {})
 	for _, e := range t.estimators {
 		var a Account
 		var bounded bool
-		f := timed(func() {
+		estimate := func() {
 			if ac, ok := e.(Accountant); ok {
 				a, bounded = ac.Account(in), true
 			} else {
 				a.Consumed, a.Total = e.Estimate(in)
 			}
-		})
-		f.Time, f.CPU = max(0, f.Time-floor.Time), max(0, f.CPU-floor.CPU)
-		f.Approach, f.Consumed, f.Total, f.Raw = e.Name(), a.Consumed, a.Total, percent(a.Consumed, a.Total)
+		}
+		if t.around != nil {
+			t.around(e.Name(), estimate)
+		} else {
+			estimate()
+		}
+		f := Figure{Approach: e.Name(), Consumed: a.Consumed, Total: a.Total, Raw: percent(a.Consumed, a.Total)}
 		if bounded {
 			f.Bounds = &Bounds{Lower: percent(a.Lower, a.Total), Upper: percent(a.Upper, a.Total)}
 			if p.Estimates == nil && len(a.Vnodes) == len(p.Vnodes) {
@@ -506,21 +505,6 @@ func (t *Tracker) upstreamFigures(p *Progress, in Input, e Estimator, a Account,
 		}
 		p.Upstreams[u].Figures = append(p.Upstreams[u].Figures, f)
 	}
-}
-
-// timed runs fn and returns a figure holding its wall time and the CPU time
-// of the calling thread (the wall time where that clock is unavailable);
-// the caller has locked its goroutine to the thread.
-func timed(fn func()) Figure {
-	cpu0, haveCPU := threadCPU()
-	start := time.Now()
-	fn()
-	f := Figure{Time: time.Since(start)}
-	f.CPU = f.Time
-	if cpu1, ok := threadCPU(); ok && haveCPU {
-		f.CPU = cpu1 - cpu0
-	}
-	return f
 }
 
 // maxUnfinished is the largest figure shown before the job finished.

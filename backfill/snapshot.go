@@ -273,17 +273,3 @@ func (j *Job) releaseSnapshot() {
 		j.pin = nil
 	}
 }
-
-// logRows counts the log-store rows at the committed epoch (the truth's
-// rows still to consume).
-func (j *Job) logRows() (int64, error) {
-	it, err := j.store.NewIter(j.logTable, 0, nil, nil)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for ok := it.First(); ok; ok = it.Next() {
-		n++
-	}
-	return n, it.Close()
-}

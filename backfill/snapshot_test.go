@@ -14,6 +14,7 @@ import (
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
@@ -62,7 +63,8 @@ func TestDataDrivenSnapshot(t *testing.T) {
 			g, err := workload.New(p)
 			require.NoError(t, err)
 			cfg.Store, cfg.Actors = s, actors
-			cfg.Source, cfg.Oracle = workload.Source{G: g}, backfilltest.ScanOracle{Store: s, Table: 1}
+			cfg.Source = genjob.Source{G: g}
+			cfg.Score = backfilltest.Truth{Oracles: []backfilltest.Oracle{backfilltest.ScanOracle{Store: s, Table: 1}}, Store: s, LogStore: cfg.LogStore}.Score
 			cfg.OnCheckpoint = func(r backfill.Record) {
 				recs = append(recs, r)
 				require.NoError(t, display.Add(r))
@@ -261,7 +263,7 @@ const snapChildDirEnv = "LSMSTATS_BACKFILL_SNAPSHOT_CHILD_DIR"
 
 // snapshotCrashJob opens the job of TestSnapshotCrash: a snapshot backfill
 // over three tables that stays joined for 40 steps before Run returns.
-func snapshotCrashJob(s *lsm.Store, seed uint64, actors int, onCheckpoint func(backfill.Record)) (*backfill.Job, *workload.Multi, error) {
+func snapshotCrashJob(s *lsm.Store, seed uint64, actors int, onCheckpoint func(backfill.Record)) (*backfill.Job, *genjob.Multi, error) {
 	return multiJobMode(s, snapshotParams(seed, 0.2), backfill.JobConfig{Mode: backfill.ModeSnapshot, Actors: actors,
 		BarrierRows: 60, TailSteps: 40, OnCheckpoint: onCheckpoint})
 }
@@ -363,7 +365,7 @@ func TestSnapshotCrash(t *testing.T) {
 		straight[i], err = workload.New(p)
 		require.NoError(t, err)
 	}
-	ref := workload.NewMulti(straight...)
+	ref := genjob.NewMulti(straight...)
 	for ref.Step() < src.Step() {
 		_, err := ref.Next(context.Background())
 		require.NoError(t, err)
@@ -392,7 +394,7 @@ func TestSnapshotPinHoldsGC(t *testing.T) {
 	require.NoError(t, err)
 	var recs []backfill.Record
 	j, err := backfill.OpenJob(backfill.JobConfig{Mode: backfill.ModeSnapshot, Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
-		LogStore: 5, Actors: 2, BarrierRows: 100, Source: workload.Source{G: g}, Oracle: backfilltest.ScanOracle{Store: s, Table: 1},
+		LogStore: 5, Actors: 2, BarrierRows: 100, Source: genjob.Source{G: g}, Score: backfilltest.Truth{Oracles: []backfilltest.Oracle{backfilltest.ScanOracle{Store: s, Table: 1}}, Store: s, LogStore: 5}.Score,
 		OnCheckpoint: func(r backfill.Record) { recs = append(recs, r) }})
 	require.NoError(t, err)
 	var snapEpoch uint64

@@ -3,6 +3,8 @@ package backfill
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats"
@@ -169,4 +171,226 @@ func LoadStates(r interface {
 		out[i] = st
 	}
 	return out, nil
+}
+
+// ---- the job's metadata row ---------------------------------------------
+
+// jobMeta is the job's persisted metadata row.
+type jobMeta struct {
+	step, barrier     uint64
+	started, finished bool
+	hwm               []Figure
+	// Since version 2: the rate limit in force and the ETA's carry-over.
+	version byte
+	limit   float64
+	resume  ETAResume
+	// Since version 3: the job's mode and, for a snapshot backfill, its
+	// phase, snapshot epoch, the snapshot's live rows per upstream, the
+	// log rows consumed and the log cursor.
+	mode        JobMode
+	phase       Phase
+	snapEpoch   uint64
+	snapTotals  []int64
+	logConsumed uint64
+	logCursor   []byte
+	// Since version 3 too: the ids of the job's upstream tables.
+	upstreams []uint32
+}
+
+// metaVersion is the version encodeMeta writes; decodeMeta reads 1 (without
+// the rate limit and the ETA), 2 (without the mode and a snapshot
+// backfill's phase: an arrangement backfill) and 3.
+const metaVersion = 3
+
+func encodeMeta(m jobMeta) []byte {
+	b := []byte{metaVersion}
+	b = binary.AppendUvarint(b, m.step)
+	b = binary.AppendUvarint(b, m.barrier)
+	var flags byte
+	if m.started {
+		flags |= 1
+	}
+	if m.finished {
+		flags |= 2
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(len(m.hwm)))
+	for _, f := range m.hwm {
+		b = binary.AppendUvarint(b, uint64(len(f.Approach)))
+		b = append(b, f.Approach...)
+		for _, x := range []float64{f.Pct, f.Consumed, f.Total} {
+			b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
+		}
+	}
+	r := m.resume
+	var origin int64
+	if !r.Origin.IsZero() {
+		origin = r.Origin.UnixNano()
+	}
+	b = binary.AppendVarint(b, origin)
+	b = binary.AppendUvarint(b, r.Run)
+	b = binary.AppendUvarint(b, uint64(max(0, r.Actors)))
+	b = binary.AppendUvarint(b, uint64(max(0, r.Intervals)))
+	for _, x := range []float64{m.limit, r.RateLimit, r.Rate, r.Interval} {
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
+	}
+	// Version 3: mode u8 | phase u8 | snapshot epoch uvarint | upstreams
+	// uvarint, each one's snapshot live rows uvarint | log rows consumed
+	// uvarint | log cursor length uvarint | log cursor.
+	b = append(b, byte(m.mode), byte(m.phase))
+	b = binary.AppendUvarint(b, m.snapEpoch)
+	b = binary.AppendUvarint(b, uint64(len(m.snapTotals)))
+	for _, n := range m.snapTotals {
+		b = binary.AppendUvarint(b, uint64(max(0, n)))
+	}
+	b = binary.AppendUvarint(b, m.logConsumed)
+	b = binary.AppendUvarint(b, uint64(len(m.logCursor)))
+	b = append(b, m.logCursor...)
+	// ... | upstreams uvarint, each one's table id uvarint.
+	b = binary.AppendUvarint(b, uint64(len(m.upstreams)))
+	for _, id := range m.upstreams {
+		b = binary.AppendUvarint(b, uint64(id))
+	}
+	return b
+}
+
+// ErrCorruptMeta marks a job metadata row that does not decode. It is also
+// lsmstats.ErrCorruption.
+var ErrCorruptMeta = lsmstats.NewCorruptionSentinel("lsmstats/backfill: corrupt job metadata row")
+
+func decodeMeta(b []byte) (jobMeta, error) {
+	var m jobMeta
+	orig := b
+	bad := func(what string) (jobMeta, error) {
+		return jobMeta{}, errors.Wrapf(ErrCorruptMeta, "%s (%x)", what, orig)
+	}
+	if len(b) < 1 || b[0] < 1 || b[0] > metaVersion {
+		return bad("unknown version")
+	}
+	m.version = b[0]
+	b = b[1:]
+	uv := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	var ok bool
+	if m.step, ok = uv(); !ok {
+		return bad("step")
+	}
+	if m.barrier, ok = uv(); !ok {
+		return bad("barrier")
+	}
+	if len(b) < 1 || b[0]&^3 != 0 {
+		return bad("flags")
+	}
+	m.started, m.finished = b[0]&1 != 0, b[0]&2 != 0
+	b = b[1:]
+	n, ok := uv()
+	if !ok || n > uint64(len(b)) {
+		return bad("figures")
+	}
+	for range n {
+		l, ok := uv()
+		if !ok || l > uint64(len(b)) || uint64(len(b))-l < 24 {
+			return bad("figure")
+		}
+		f := Figure{Approach: string(b[:l])}
+		b = b[l:]
+		f.Pct = math.Float64frombits(binary.BigEndian.Uint64(b))
+		f.Consumed = math.Float64frombits(binary.BigEndian.Uint64(b[8:]))
+		f.Total = math.Float64frombits(binary.BigEndian.Uint64(b[16:]))
+		b = b[24:]
+		for _, x := range []float64{f.Pct, f.Consumed, f.Total} {
+			if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+				return bad("figure value out of range")
+			}
+		}
+		if f.Pct > 100 {
+			return bad("figure above 100%")
+		}
+		m.hwm = append(m.hwm, f)
+	}
+	if m.version >= 2 {
+		origin, n := binary.Varint(b)
+		if n <= 0 || origin < 0 {
+			return bad("ETA origin")
+		}
+		b = b[n:]
+		if origin > 0 {
+			m.resume.Origin = time.Unix(0, origin)
+		}
+		var actors, intervals uint64
+		if m.resume.Run, ok = uv(); !ok {
+			return bad("ETA run")
+		}
+		if actors, ok = uv(); !ok || actors > math.MaxInt32 {
+			return bad("ETA actors")
+		}
+		if intervals, ok = uv(); !ok || intervals > math.MaxInt32 {
+			return bad("ETA intervals")
+		}
+		m.resume.Actors, m.resume.Intervals = int(actors), int(intervals)
+		if len(b) < 32 {
+			return bad("rate limit and ETA rates")
+		}
+		xs := []*float64{&m.limit, &m.resume.RateLimit, &m.resume.Rate, &m.resume.Interval}
+		for i, x := range xs {
+			*x = math.Float64frombits(binary.BigEndian.Uint64(b[8*i:]))
+			if math.IsNaN(*x) || math.IsInf(*x, 0) || *x < 0 {
+				return bad("rate value out of range")
+			}
+		}
+		b = b[32:]
+	}
+	if m.version >= 3 {
+		if len(b) < 2 || b[0] > byte(ModeSnapshot) || b[1] > byte(PhaseJoined) {
+			return bad("mode and phase")
+		}
+		m.mode, m.phase = JobMode(b[0]), Phase(b[1])
+		b = b[2:]
+		if m.snapEpoch, ok = uv(); !ok {
+			return bad("snapshot epoch")
+		}
+		n, ok := uv()
+		if !ok || n > uint64(len(b)) {
+			return bad("snapshot live rows")
+		}
+		for range n {
+			v, ok := uv()
+			if !ok || v > math.MaxInt64 {
+				return bad("snapshot live rows")
+			}
+			m.snapTotals = append(m.snapTotals, int64(v))
+		}
+		if m.logConsumed, ok = uv(); !ok {
+			return bad("log rows consumed")
+		}
+		l, ok := uv()
+		if !ok || l > uint64(len(b)) {
+			return bad("log cursor")
+		}
+		if l > 0 {
+			m.logCursor = append([]byte(nil), b[:l]...)
+		}
+		b = b[l:]
+		n, ok = uv()
+		if !ok || n > uint64(len(b)) {
+			return bad("upstream tables")
+		}
+		for range n {
+			id, ok := uv()
+			if !ok || id > math.MaxUint32 {
+				return bad("upstream table")
+			}
+			m.upstreams = append(m.upstreams, uint32(id))
+		}
+	}
+	if len(b) != 0 {
+		return bad("trailing bytes")
+	}
+	return m, nil
 }

@@ -41,7 +41,7 @@ func (s *userCrashSource) Next(ctx context.Context) ([]backfill.RowOp, error) {
 func userCrashJob(s *lsm.Store, src backfill.Source, onCheckpoint func(backfill.Record)) (*backfill.Job, error) {
 	return backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: userTable(1), MV: 2, State: 3, Meta: 4,
 		Actors: 2, ChunkSize: 16, BarrierRows: 20, CheckpointEvery: 2, Source: src,
-		Oracle: backfilltest.ScanOracle{Store: s, Table: 1}, OnCheckpoint: onCheckpoint})
+		Score: backfilltest.Oracles(backfilltest.ScanOracle{Store: s, Table: 1}), OnCheckpoint: onCheckpoint})
 }
 
 func newUserCrashSource() *userCrashSource {

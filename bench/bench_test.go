@@ -9,6 +9,7 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -164,12 +165,12 @@ func BenchmarkRecovery(b *testing.B) {
 				start := time.Now()
 				s, err := Open(cfg)
 				require.NoError(b, err)
-				require.NotNil(b, s.Job.Initial())
+				require.NotNil(b, s.Initial())
 				total += time.Since(start)
 				start = time.Now()
 				g, err := workload.New(cfg.Workload)
 				require.NoError(b, err)
-				require.NoError(b, workload.Source{G: g}.Resume(backfill.Position{Step: s.Gen.Step(),
+				require.NoError(b, genjob.Source{G: g}.Resume(backfill.Position{Step: s.Gen.Step(),
 					Epoch: s.Store.CommittedEpoch(), Store: s.Store, Upstream: g.Params().TableDef(UpstreamTable)}))
 				model += time.Since(start)
 				require.NoError(b, s.Close())
@@ -195,7 +196,7 @@ func BenchmarkProgressVsScan(b *testing.B) {
 	s, err := Open(cfg)
 	require.NoError(b, err)
 	defer s.Close()
-	rec := s.Job.Initial()
+	rec := s.Initial()
 	require.NotNil(b, rec)
 	in := backfill.Input{Epoch: rec.Epoch, Upstream: UpstreamTable, Vnodes: rec.Vnodes, Stats: s.Store.Stats()}
 	scan := backfilltest.ScanOracle{Store: s.Store, Table: UpstreamTable}

@@ -47,25 +47,50 @@ func ETAPoints(records []backfill.Record) ([]ETAPoint, error) {
 	if len(records) == 0 || !records[len(records)-1].Finished {
 		return nil, errors.New("bench: ETA accuracy needs the records of a finished job")
 	}
-	end := records[len(records)-1].Time
-	for _, r := range records {
-		if r.Finished {
-			end = r.Time // the first finished record
+	cs := make([]ETACheckpoint, len(records))
+	for i, r := range records {
+		cs[i] = ETACheckpoint{Time: r.Time, Finished: r.Finished, Truth: r.Truth, Stats: r.Figure("stats").Raw, ETA: r.ETA}
+	}
+	out, _, _ := ETAPointsOf(cs)
+	return out, nil
+}
+
+// ETACheckpoint is what a checkpoint's ETA accuracy needs: its time,
+// whether the job had finished, its truth and stats figure in percent
+// (Truth negative when unknown), and the ETA it showed.
+type ETACheckpoint struct {
+	Time         time.Time
+	Finished     bool
+	Truth, Stats float64
+	ETA          backfill.ETAForecast
+}
+
+// ETAPointsOf pairs every checkpoint before the job's end (the first one
+// finished, ok false if none is) with the time that remained; a point's
+// progress is the truth, or the stats figure without one. Checkpoints
+// without an ETA shown are skipped. The CLI's report pairs the
+// checkpoints of all its worker processes with it.
+func ETAPointsOf(cs []ETACheckpoint) (points []ETAPoint, end time.Time, ok bool) {
+	for _, c := range cs {
+		if c.Finished {
+			end, ok = c.Time, true
 			break
 		}
 	}
-	var out []ETAPoint
-	for _, r := range records {
-		if r.Finished || !r.ETA.Shown() || !r.Time.Before(end) {
+	if !ok {
+		return nil, end, false
+	}
+	for _, c := range cs {
+		if c.Finished || !c.ETA.Shown() || !c.Time.Before(end) {
 			continue
 		}
-		p := r.Truth / 100
-		if r.Truth < 0 {
-			p = r.Figure("stats").Raw / 100
+		p := c.Truth / 100
+		if c.Truth < 0 {
+			p = c.Stats / 100
 		}
-		out = append(out, ETAPoint{Progress: p, Actual: end.Sub(r.Time), ETA: r.ETA})
+		points = append(points, ETAPoint{Progress: p, Actual: end.Sub(c.Time), ETA: c.ETA})
 	}
-	return out, nil
+	return points, end, true
 }
 
 // ETAStats summarise a run's ETA points after some progress.
@@ -131,52 +156,15 @@ func quantile(xs []float64, q float64) float64 {
 // (-1 without a restart), and an error if the MV did not match the
 // upstream.
 func RunRescale(ctx context.Context, cfg Config, rescaleTo int) ([]backfill.Record, int, error) {
-	var records []backfill.Record
-	user := cfg.OnCheckpoint
-	cfg.OnCheckpoint = func(r backfill.Record) {
-		records = append(records, r)
-		if user != nil {
-			user(r)
-		}
-	}
-	s, err := Open(cfg)
+	cfg.RescaleTo = rescaleTo
+	sum, err := Run(ctx, cfg)
 	if err != nil {
 		return nil, -1, err
 	}
-	defer func() { _ = s.Close() }()
-	for !s.Job.Started() {
-		if _, _, err := s.Job.Step(ctx); err != nil {
-			return nil, -1, err
-		}
+	if !sum.MVMatches {
+		return sum.Records, sum.Restart, errors.New(sum.MVError)
 	}
-	restart := -1
-	if cfg.RestartAt > 0 {
-		for len(records) < cfg.RestartAt && !s.Job.Finished() {
-			if _, _, err := s.Job.Step(ctx); err != nil {
-				return nil, -1, err
-			}
-		}
-		if err := s.Store.Close(); err != nil {
-			return nil, -1, err
-		}
-		if rescaleTo > 0 {
-			cfg.Actors = rescaleTo
-		}
-		if s, err = Open(cfg); err != nil {
-			return nil, -1, err
-		}
-		restart = len(records)
-		if rec := s.Job.Initial(); rec != nil {
-			cfg.OnCheckpoint(*rec)
-		}
-	}
-	if _, err := s.Job.Run(ctx); err != nil {
-		return nil, -1, err
-	}
-	if err := s.Job.Compare(); err != nil {
-		return records, restart, err
-	}
-	return records, restart, nil
+	return sum.Records, sum.Restart, nil
 }
 
 // ETAEstimator is an ETA a job's records can be replayed through

@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -47,7 +48,7 @@ type Config struct {
 	Dir      string
 	Workload workload.Params
 	// Upstreams, if set, run a job over several upstream tables, one
-	// workload each (workload.Multi; Workload is then ignored, and RunRaw
+	// workload each (genjob.Multi; Workload is then ignored, and RunRaw
 	// does not apply): upstream i's tables are UpstreamTableOf(i).
 	Upstreams []workload.Params
 	// Mode is the kind of backfill (backfill.JobConfig.Mode). A snapshot
@@ -71,7 +72,8 @@ type Config struct {
 	// raw Pebble does; the upstream's live statistics are then flagged as
 	// possibly containing estimates (Verify still recounts them).
 	Checked bool
-	// OnCheckpoint, if set, sees every checkpoint record.
+	// OnCheckpoint, if set, sees every checkpoint record, with the times
+	// of its figures (backfill.Figure.Time and CPU) that the run measured.
 	OnCheckpoint func(backfill.Record)
 	// OnPhase, if set, sees the pipeline's phases (backfill.JobConfig).
 	OnPhase func(string)
@@ -81,6 +83,13 @@ type Config struct {
 	// For measurements outside the timed work.
 	OnStart func(*pebble.DB)
 	OnEnd   func(*Session)
+	// OnOpen, if set, is called by Run with each session it opens (the
+	// job recovered from cfg.Dir, and again after RestartAt), before its
+	// first step; an error ends the run. OnLoadStep, if set, is called
+	// after each load step with the source's step and the last load step.
+	// The lsmstats CLI's worker reports through them.
+	OnOpen     func(*Session) error
+	OnLoadStep func(step, last uint64)
 	// User, if set, runs the job over a user's table, source and oracle
 	// instead of the workload's (Workload is then ignored, and RunRaw does
 	// not apply): the same driver, measurements and restart.
@@ -89,7 +98,8 @@ type Config struct {
 	// the job, without closing it (its uncommitted work is lost, as in a
 	// crash), and reopens it from what the store persisted; the figure the
 	// reopened job shows before its first new checkpoint is a record too.
-	RestartAt int
+	// RescaleTo, if positive, is the reopened job's number of actors.
+	RestartAt, RescaleTo int
 }
 
 // UserJob is a job over a user's table: the table (created if missing),
@@ -99,7 +109,7 @@ type UserJob struct {
 	Table lsm.TableDef
 	// New returns the job's source and oracle (nil: no truth) on the store
 	// just opened, or reopened after a restart.
-	New func(*lsm.Store) (backfill.Source, backfill.Oracle)
+	New func(*lsm.Store) (backfill.Source, backfilltest.Oracle)
 }
 
 // Estimators returns the estimators of the named approaches.
@@ -135,7 +145,28 @@ type Session struct {
 	// a Session with this field alone.
 	Raw *pebble.DB
 	h   *harness
+	// initial is the job's Initial record, with the times of its figures.
+	initial *backfill.Record
+	// closers run first in Close (OnClose).
+	closers []func()
 }
+
+// OnClose registers f to run when the session closes, before the job and
+// the store close (so that a server reading them stops first); the last
+// registered runs first.
+func (s *Session) OnClose(f func()) { s.closers = append(s.closers, f) }
+
+func (s *Session) runClosers() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// Initial returns the job's figure at the opening of a started job
+// (backfill.Job.Initial), with the times of its figures; nil for a job
+// that had not started.
+func (s *Session) Initial() *backfill.Record { return s.initial }
 
 // Harness returns the time the run spent in the workload model since Open
 // returned: generating the steps and computing each checkpoint's truth. It
@@ -175,9 +206,9 @@ func (s timedSource) Next(ctx context.Context) ([]backfill.RowOp, error) {
 	return ops, err
 }
 
-// timedOracle is the job's truth, timed.
+// timedOracle is an oracle of the run's truth, timed.
 type timedOracle struct {
-	backfill.Oracle
+	backfilltest.Oracle
 	h *harness
 }
 
@@ -213,25 +244,38 @@ func Open(cfg Config) (*Session, error) {
 		return nil, err
 	}
 	h := &harness{}
+	// The job does not time its estimators: the run does, and sets the
+	// times in the records it hands on.
+	pt := newProgressTimer()
 	jc := backfill.JobConfig{
 		Store: s, Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
 		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit, RateChanges: cfg.RateChanges,
-		Estimators: est, OnCheckpoint: cfg.OnCheckpoint, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked, Mode: cfg.Mode,
+		Estimators: est, OnEstimate: pt.estimate, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked, Mode: cfg.Mode,
+		OnCheckpoint: func(r backfill.Record) {
+			r = pt.stamp(r)
+			if cfg.OnCheckpoint != nil {
+				cfg.OnCheckpoint(r)
+			}
+		},
 	}
 	snapshot := cfg.Mode == backfill.ModeSnapshot
-	oracleOf := func(o backfill.Oracle, table uint32) backfill.Oracle {
+	oracleOf := func(o backfilltest.Oracle, table uint32) backfilltest.Oracle {
 		if snapshot {
 			return backfilltest.ScanOracle{Store: s, Table: table}
 		}
 		return o
 	}
 	var src backfill.Source
-	var oracle backfill.Oracle
+	var oracles []backfilltest.Oracle
 	if cfg.User != nil {
+		var oracle backfilltest.Oracle
 		src, oracle = cfg.User.New(s)
+		if oracle != nil {
+			oracles = append(oracles, oracle)
+		}
 		jc.Upstream, jc.Name = cfg.User.Table, "bench"
 	} else if len(cfg.Upstreams) > 0 {
-		m := workload.NewMulti(gs...)
+		m := genjob.NewMulti(gs...)
 		src = m
 		for i, o := range m.Oracles() {
 			up, mv, state := UpstreamTableOf(i)
@@ -239,19 +283,35 @@ func Open(cfg Config) (*Session, error) {
 			if i > 0 {
 				def.Name = fmt.Sprintf("upstream%d", i)
 			}
-			jc.Upstreams = append(jc.Upstreams, backfill.UpstreamConfig{Table: def, MV: mv, State: state, Oracle: timedOracle{oracleOf(o, up), h}})
+			jc.Upstreams = append(jc.Upstreams, backfill.UpstreamConfig{Table: def, MV: mv, State: state})
+			oracles = append(oracles, oracleOf(o, up))
 		}
 		jc.Meta = MetaTable
 	} else {
-		src, oracle = workload.Source{G: g}, oracleOf(workload.Oracle{G: g}, UpstreamTable)
+		src, oracles = genjob.Source{G: g}, []backfilltest.Oracle{oracleOf(genjob.Oracle{G: g}, UpstreamTable)}
 		jc.Upstream, jc.MV, jc.State, jc.Meta = g.Params().TableDef(UpstreamTable), MVTable, StateTable, MetaTable
 	}
 	if snapshot && cfg.User == nil {
 		jc.LogStore = LogStoreTable
 	}
 	jc.Source = timedSource{src, h}
-	if oracle != nil {
-		jc.Oracle = timedOracle{oracle, h}
+	if len(oracles) > 0 {
+		// The job knows no truth: the run scores each checkpoint.
+		truth := backfilltest.Truth{Store: s, LogStore: jc.LogStore}
+		for _, o := range oracles {
+			truth.Oracles = append(truth.Oracles, timedOracle{o, h})
+		}
+		jc.Score = func(ctx context.Context, r *backfill.Record) error {
+			if snapshot && truth.LogStore == 0 {
+				// A user's job has its log store allocated by name.
+				def, _, err := backfill.TableByName(s, jc.Name+".log_store")
+				if err != nil {
+					return err
+				}
+				truth.LogStore = def.ID
+			}
+			return truth.Score(ctx, r)
+		}
 	}
 	j, err := backfill.OpenJob(jc)
 	if err != nil {
@@ -261,11 +321,18 @@ func Open(cfg Config) (*Session, error) {
 	// Recovery resumed the source (the generator rebuilt its model from
 	// the upstream table): that is Open's work, not the run's.
 	*h = harness{}
-	return &Session{Store: s, Gen: g, Gens: gs, Source: src, Job: j, h: h}, nil
+	sess := &Session{Store: s, Gen: g, Gens: gs, Source: src, Job: j, h: h}
+	if rec := j.Initial(); rec != nil {
+		r := pt.stamp(*rec)
+		sess.initial = &r
+	}
+	return sess, nil
 }
 
-// Close closes the job and the store.
+// Close runs the functions OnClose registered, then closes the job and
+// the store.
 func (s *Session) Close() error {
+	s.runClosers()
 	return errors.CombineErrors(s.Job.Close(), s.Store.Close())
 }
 
@@ -376,22 +443,69 @@ type Summary struct {
 	MVMatches                        bool
 	MVError                          string
 	Epoch                            uint64
+	// Restart is the index in Records of the reopened job's first record
+	// (Config.RestartAt), -1 without a restart.
+	Restart int
+}
+
+// Tally sums checkpoints' figures: each approach's errors against the
+// truth and its progress times. A run's Summary and the lsmstats CLI's
+// report (whose checkpoints come from several worker processes) both take
+// theirs from it. The zero Tally is ready.
+type Tally struct {
+	// Errors are the approaches' error statistics (AddError).
+	Errors map[string]*ErrorStats
+	// N is the number of checkpoints added.
+	N         int
+	cpu, wall map[string]float64
+}
+
+// Add adds a checkpoint's figures and its truth (negative: none).
+func (t *Tally) Add(figures []backfill.Figure, truth float64) {
+	if t.Errors == nil {
+		t.Errors = map[string]*ErrorStats{}
+	}
+	if t.cpu == nil {
+		t.cpu, t.wall = map[string]float64{}, map[string]float64{}
+	}
+	for _, f := range figures {
+		AddError(t.Errors, f, truth)
+		t.cpu[f.Approach] += float64(f.CPU.Nanoseconds())
+		t.wall[f.Approach] += float64(f.Time.Nanoseconds())
+	}
+	t.N++
+}
+
+// PerCheckpoint returns x over the checkpoints added (x itself for none).
+func (t *Tally) PerCheckpoint(x float64) float64 { return x / float64(max(t.N, 1)) }
+
+// ProgressNanos returns each approach's mean CPU and wall time per
+// checkpoint (Figure.CPU and Time, as the run measured them).
+func (t *Tally) ProgressNanos() (cpu, wall map[string]float64) {
+	cpu, wall = map[string]float64{}, map[string]float64{}
+	for k := range t.cpu {
+		cpu[k], wall[k] = t.PerCheckpoint(t.cpu[k]), t.PerCheckpoint(t.wall[k])
+	}
+	return cpu, wall
 }
 
 // Summarize computes error statistics of records.
 func Summarize(records []backfill.Record) map[string]*ErrorStats {
-	out := map[string]*ErrorStats{}
-	for _, r := range records {
-		for _, f := range r.Figures {
-			AddError(out, f, r.Truth)
-		}
-	}
-	return out
+	return tally(records).Errors
 }
 
-// Run opens a fresh run and drives it to the end.
+func tally(records []backfill.Record) *Tally {
+	t := &Tally{Errors: map[string]*ErrorStats{}}
+	for _, r := range records {
+		t.Add(r.Figures, r.Truth)
+	}
+	return t
+}
+
+// Run opens the run in cfg.Dir (a fresh one, or the job it recovers) and
+// drives it to the end.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
-	var sum Summary
+	sum := Summary{Restart: -1}
 	user := cfg.OnCheckpoint
 	cfg.OnCheckpoint = func(r backfill.Record) {
 		sum.Records = append(sum.Records, r)
@@ -420,6 +534,11 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		return sum, err
 	}
 	defer func() { _ = s.Close() }()
+	if cfg.OnOpen != nil {
+		if err := cfg.OnOpen(s); err != nil {
+			return sum, err
+		}
+	}
 	if cfg.OnStart != nil {
 		cfg.OnStart(lsminternal.DB(s.Store))
 	}
@@ -433,6 +552,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	for !s.Job.Started() && s.Source.Step()+1 < s.Source.BackfillStep() {
 		if _, _, err := s.Job.Step(ctx); err != nil {
 			return sum, err
+		}
+		if cfg.OnLoadStep != nil {
+			cfg.OnLoadStep(s.Source.Step(), s.Source.BackfillStep()-1)
 		}
 	}
 	jobStart, jobCPU, jobLSM := time.Now(), processCPU(), lsmWrites(lsminternal.DB(s.Store))
@@ -452,15 +574,25 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		}
 		// The job is dropped unclosed: only what the last checkpoint
 		// committed survives the store's Close.
+		s.runClosers()
 		if err := s.Store.Close(); err != nil {
 			return sum, err
+		}
+		if cfg.RescaleTo > 0 {
+			cfg.Actors = cfg.RescaleTo
 		}
 		if s, err = Open(cfg); err != nil {
 			return sum, err
 		}
+		sum.Restart = len(sum.Records)
+		if cfg.OnOpen != nil {
+			if err := cfg.OnOpen(s); err != nil {
+				return sum, err
+			}
+		}
 		// The reopened Pebble counts its bytes from zero.
 		jobLSM = lsmWrites(lsminternal.DB(s.Store))
-		if rec := s.Job.Initial(); rec != nil {
+		if rec := s.Initial(); rec != nil {
 			cfg.OnCheckpoint(*rec)
 		}
 	}
@@ -511,15 +643,10 @@ func (s Summary) SnapshotRate() float64 { return rate(s.SnapshotRows, s.Backfill
 
 // finish fills the summary's derived fields from a finished session.
 func finish(sum *Summary, s *Session) {
-	sum.Errors = Summarize(sum.Records)
-	sum.ProgressNanos, sum.ProgressWallNanos = map[string]float64{}, map[string]float64{}
-	n := 0
+	t := tally(sum.Records)
+	sum.Errors = t.Errors
+	sum.ProgressNanos, sum.ProgressWallNanos = t.ProgressNanos()
 	for _, r := range sum.Records {
-		for _, f := range r.Figures {
-			sum.ProgressNanos[f.Approach] += float64(f.CPU.Nanoseconds())
-			sum.ProgressWallNanos[f.Approach] += float64(f.Time.Nanoseconds())
-		}
-		n++
 		if r.Finished {
 			var rows uint64
 			for _, v := range r.Vnodes {
@@ -528,13 +655,9 @@ func finish(sum *Summary, s *Session) {
 			sum.SnapshotRows = max(sum.SnapshotRows, rows)
 		}
 	}
-	for k := range sum.ProgressNanos {
-		sum.ProgressNanos[k] /= float64(max(n, 1))
-		sum.ProgressWallNanos[k] /= float64(max(n, 1))
-	}
-	if n > 0 {
+	if t.N > 0 {
 		written, _ := s.Job.StateBytes()
-		sum.StateBytesPerBarrier = float64(written) / float64(n)
+		sum.StateBytesPerBarrier = t.PerCheckpoint(float64(written))
 	}
 	if err := s.Job.Compare(); err != nil {
 		sum.MVError = err.Error()

@@ -60,7 +60,7 @@ func TestRunUserJob(t *testing.T) {
 	def := lsm.TableDef{ID: 2, Name: "orders", VnodeCount: 16, PK: keys.Schema{keys.Bytes, keys.Uint64}, DistKeyColumns: 1}
 	cfg := Config{Dir: t.TempDir(), Actors: 2, ChunkSize: 32, BarrierRows: 60, CheckpointEvery: 2, RestartAt: 4,
 		Store: &lsm.Options{Logger: quietlog.Logger{}},
-		User: &UserJob{Table: def, New: func(s *lsm.Store) (backfill.Source, backfill.Oracle) {
+		User: &UserJob{Table: def, New: func(s *lsm.Store) (backfill.Source, backfilltest.Oracle) {
 			return &stream{def: def}, backfilltest.ScanOracle{Store: s, Table: def.ID}
 		}}}
 	sum, err := Run(context.Background(), cfg)
@@ -71,10 +71,16 @@ func TestRunUserJob(t *testing.T) {
 	// The 19 load steps: 40 inserts each, and from the second on 20
 	// updates and 3 deletes (i = 1, 15, 29) of the step before.
 	require.Equal(t, uint64(19*40+18*(20+3)), sum.LoadOps)
-	for _, r := range sum.Records {
+	for i, r := range sum.Records {
 		require.GreaterOrEqual(t, r.Truth, 0.0)
+		// The run times the stats figure of every record, the reopened
+		// job's first too (the job does not time its estimators itself).
+		require.Positive(t, r.Figure("stats").Time, "record %d", i)
 	}
 	require.Positive(t, sum.Errors["stats"].N)
+	require.Positive(t, sum.ProgressWallNanos["stats"])
+	require.Positive(t, sum.Restart, "the reopened job's first record")
+	require.Less(t, sum.Restart, len(sum.Records))
 	_, err = RunRaw(context.Background(), cfg)
 	require.ErrorContains(t, err, "raw-Pebble")
 }

@@ -1,8 +1,10 @@
 // Package backfilltest helps the tests of a backfill job's users check it
-// against the exact truth: a scan oracle told the epoch it answers for
-// (ScanOracle), an incremental oracle over the user's own ops (Model, fed
-// by Observe), and a checker of the display rules over a job's checkpoint
-// records (Display, across restarts and crashes too).
+// against the exact truth: the score of a job's checkpoints against the
+// truth (Truth, the job's JobConfig.Score) from oracles (Oracle), a scan
+// oracle told the epoch it answers for (ScanOracle), an incremental oracle
+// over the user's own ops (Model, fed by Observe), and a checker of the
+// display rules over a job's checkpoint records (Display, across restarts
+// and crashes too). The job itself knows no truth.
 package backfilltest
 
 import (
@@ -17,15 +19,15 @@ import (
 // upstream table at the epoch it is asked about: exact and slow (a scan of
 // each vnode per checkpoint; bench's BenchmarkProgressVsScan measures it
 // against the statistics). A job over several upstream tables takes one
-// per table (backfill.UpstreamConfig.Oracle) and sums their answers.
+// per table (Truth.Oracles).
 type ScanOracle struct {
 	Store *lsm.Store
 	Table uint32
 }
 
-var _ backfill.Oracle = ScanOracle{}
+var _ Oracle = ScanOracle{}
 
-// Rows implements backfill.Oracle: the live rows of a vnode at epoch with
+// Rows implements Oracle: the live rows of a vnode at epoch with
 // pk <= cursor (none for a nil cursor), and all its live rows then. The
 // epoch must be readable (between the store's GC watermark and its
 // committed epoch).

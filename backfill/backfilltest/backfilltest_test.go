@@ -1,6 +1,7 @@
 package backfilltest_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/lsmstats/lsmstats/backfill"
@@ -149,4 +150,40 @@ func TestModelOfUpstream(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, [2]int64{2, 5}, [2]int64{behind, total})
 	require.Error(t, backfilltest.NewModelOf(2, 1).Resume(backfill.Position{Epoch: 1, Store: s, Upstream: a, Upstreams: []lsm.TableDef{a, b}}))
+}
+
+// fixedOracle answers every vnode alike.
+type fixedOracle struct{ behind, total int64 }
+
+func (o fixedOracle) Rows(uint64, uint16, []byte) (int64, int64, error) {
+	return o.behind, o.total, nil
+}
+
+// TestTruthScore scores a record of two upstream tables: the truth sums
+// the tables' rows (a finished vnode has all its rows behind, one not
+// started none), each table's is beside it, and the per-vnode error is the
+// stats estimate's against the oracle. An oracle per table is required.
+func TestTruthScore(t *testing.T) {
+	rec := backfill.Record{
+		Vnodes: []backfill.VnodeState{
+			{Upstream: 0, Vnode: 0, Cursor: []byte{1}},
+			{Upstream: 0, Vnode: 1, Finished: true},
+			{Upstream: 1, Vnode: 0},
+		},
+		Estimates: []backfill.VnodeEstimate{{Consumed: 30}, {Consumed: 100}, {}},
+		Upstreams: []backfill.UpstreamProgress{{Truth: -1}, {Truth: -1}},
+	}
+	truth := backfilltest.Truth{Oracles: []backfilltest.Oracle{fixedOracle{40, 100}, fixedOracle{0, 200}}}
+	require.NoError(t, truth.Score(context.Background(), &rec))
+	require.InDelta(t, 100*140.0/400, rec.Truth, 1e-9)
+	require.InDelta(t, 70.0, rec.Upstreams[0].Truth, 1e-9)
+	require.InDelta(t, 0.0, rec.Upstreams[1].Truth, 1e-9)
+	require.InDelta(t, 10.0, rec.VnodeErrMean, 1e-9)
+	require.InDelta(t, 10.0, rec.VnodeErrMax, 1e-9)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, truth.Score(ctx, &rec), context.Canceled)
+	truth.Oracles = truth.Oracles[:1]
+	require.ErrorContains(t, truth.Score(context.Background(), &rec), "1 oracles for a job of 2 upstream tables")
 }

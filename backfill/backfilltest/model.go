@@ -42,7 +42,7 @@ func NewModelOf(upstream, vnodeCount int) *Model {
 	return m
 }
 
-var _ backfill.Oracle = (*Model)(nil)
+var _ Oracle = (*Model)(nil)
 
 // Apply applies a step's ops of the model's table (others are skipped);
 // checked ops are resolved against the model. An op that contradicts it
@@ -83,7 +83,7 @@ func (m *Model) Apply(ops []backfill.RowOp) error {
 	return nil
 }
 
-// Rows implements backfill.Oracle. The model answers for the steps it has
+// Rows implements Oracle. The model answers for the steps it has
 // applied, which at a checkpoint are exactly the committed epoch's.
 func (m *Model) Rows(_ uint64, vnode uint16, cursor []byte) (behind, total int64, err error) {
 	if int(vnode) >= len(m.vnodes) {
@@ -142,8 +142,9 @@ func (m *Model) Resume(at backfill.Position) error {
 
 // Observe returns src with the models kept up to date: each is rebuilt
 // from its table when the job resumes, and applies every step the source
-// produces. Pass it as the job's Source and the model as its Oracle (in a
-// job over several tables, one model per table, each its table's Oracle).
+// produces. Pass it as the job's Source and the model as its Oracle
+// (Truth; in a job over several tables, one model per table, each its
+// table's Oracle).
 func Observe(src backfill.Source, ms ...*Model) backfill.Source {
 	return &observed{Source: src, ms: ms}
 }

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -253,7 +252,9 @@ type event struct {
 	// ckpt: the state bytes this worker process wrote so far (Job.StateBytes)
 	StateBytes     int64 `json:"state_bytes,omitempty"`
 	StatsOnlyBytes int64 `json:"stats_only_bytes,omitempty"`
-	// done
+	// done (LoadS and BackfillS are bench.Summary's Load and Backfill,
+	// for a reader of the worker's lines: the supervisor times the run
+	// itself)
 	MVMatches bool    `json:"mv_matches,omitempty"`
 	MVError   string  `json:"mv_error,omitempty"`
 	Epoch     uint64  `json:"epoch,omitempty"`
@@ -349,8 +350,8 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 
 // ---- worker ------------------------------------------------------------
 
-// runWorker opens (or recovers) the job in f.dir and runs it to the end,
-// reporting on stdout.
+// runWorker opens (or recovers) the job in f.dir and runs it to the end
+// through bench.Run, reporting on stdout.
 func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	emit := func(e event) {
@@ -359,11 +360,28 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 		}
 	}
 	var s *bench.Session
-	var metrics *jobMetrics
 	cfg := bench.Config{
 		Dir: f.dir, Workload: p, Upstreams: f.upstreamParams(p), Mode: f.jobMode(), Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
 		CheckpointEvery: f.checkpointEvery, RateLimit: f.rateLimit, RateChanges: f.rateChanges,
 		Store: &lsm.Options{Logger: cliLogger{w: stderr}},
+		OnOpen: func(opened *bench.Session) error {
+			s = opened
+			if f.metricsAddr != "" {
+				// The supervisor holds the listener (its address stays
+				// across restarts) and hands it to each worker as file
+				// descriptor 3.
+				metrics, err := serveMetrics(os.NewFile(3, "metrics listener"), s.Store, s.Job)
+				if err != nil {
+					return err
+				}
+				s.OnClose(metrics.close)
+			}
+			if r := s.Initial(); r != nil {
+				emit(event{T: "initial", Rec: toJSON(*r)})
+			}
+			return nil
+		},
+		OnLoadStep: func(step, last uint64) { emit(event{T: "load", Step: step, Of: last}) },
 		OnCheckpoint: func(r backfill.Record) {
 			// Each checkpoint carries the state bytes so far: a killed
 			// worker's bytes count up to its last reported checkpoint.
@@ -372,48 +390,12 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 			emit(e)
 		},
 	}
-	start := time.Now()
-	var err error
-	s, err = bench.Open(cfg)
+	sum, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	if f.metricsAddr != "" {
-		// The supervisor holds the listener (its address stays across
-		// restarts) and hands it to each worker as file descriptor 3.
-		if metrics, err = serveMetrics(os.NewFile(3, "metrics listener"), s.Store, s.Job); err != nil {
-			return err
-		}
-		defer metrics.close()
-	}
-	if r := s.Job.Initial(); r != nil {
-		emit(event{T: "initial", Rec: toJSON(*r)})
-	}
-	last := s.Source.BackfillStep() - 1
-	for !s.Job.Started() {
-		// A load step does not watch ctx: stop between steps.
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if _, _, err := s.Job.Step(ctx); err != nil {
-			return err
-		}
-		emit(event{T: "load", Step: s.Source.Step(), Of: last})
-	}
-	load := time.Since(start)
-	jobStart := time.Now()
-	res, err := s.Job.Run(ctx)
-	if err != nil {
-		return err
-	}
-	done := event{T: "done", Epoch: res.Epoch, LoadS: load.Seconds(), BackfillS: time.Since(jobStart).Seconds()}
-	if err := s.Job.Compare(); err != nil {
-		done.MVError = err.Error()
-	} else {
-		done.MVMatches = true
-	}
-	emit(done)
+	emit(event{T: "done", Epoch: sum.Epoch, LoadS: sum.Load.Seconds(), BackfillS: sum.Backfill.Seconds(),
+		MVMatches: sum.MVMatches, MVError: sum.MVError})
 	return nil
 }
 
@@ -491,17 +473,37 @@ func barrierOf(r *recordJSON) barrierJSON {
 		SnapshotRows: r.Rows, RateLimit: r.RateLimit, TimeNS: r.TimeNS, ETA: r.ETA, Phase: r.Phase, Upstreams: r.Upstreams}
 }
 
+// supervisor is a supervised backfill across its worker runs: what the
+// runs reported so far, and what is left to do.
+type supervisor struct {
+	f              *backfillFlags
+	args           []string
+	p              workload.Params
+	stdout, stderr io.Writer
+
+	dir, exe    string
+	metricsFile *os.File // the metrics listener handed to each worker
+	ui          *progressUI
+	rep         *report
+	start       time.Time
+
+	crashAt []int // the crash points still to come, in order
+	actors  int   // the actors of the next run
+	records []*recordJSON
+	// The state bytes of every run and of the one in progress, up to
+	// its last reported checkpoint.
+	stateBytes, statsOnlyBytes int64
+	runState, runStatsOnly     int64
+	runStart                   time.Time
+	done                       *event
+}
+
+// supervise runs workers until one reports the job done, killing and
+// restarting them at the crash points, then reports the run.
 func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stderr io.Writer) (int, error) {
-	dir := f.dir
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "lsmstats-backfill-")
-		if err != nil {
-			return exitError, err
-		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
-	}
-	exe, err := os.Executable()
+	sv := &supervisor{f: f, args: args, p: p, stdout: stdout, stderr: stderr, actors: f.actors}
+	cleanup, err := sv.prepare()
+	defer cleanup()
 	if err != nil {
 		return exitError, err
 	}
@@ -510,158 +512,231 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	// temporary store, if any, is removed on the way out.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ui := newProgressUI(f.bars, stdout)
-	defer ui.stop()
-	interrupted := func() (int, error) {
-		where := "the temporary store was removed"
-		if f.dir != "" {
-			where = fmt.Sprintf("the store in %s keeps its last checkpoint; the same command resumes the backfill", f.dir)
-		}
-		return exitInterrupted, errors.Newf("interrupted: %s", where)
+	sv.ui = newProgressUI(f.bars, stdout)
+	defer sv.ui.stop()
+	sv.rep = &report{Parameters: parameters(f, p), Error: map[string]*bench.ErrorStats{}}
+	closeMetrics, err := sv.listenMetrics()
+	defer closeMetrics()
+	if err != nil {
+		return exitError, err
 	}
-	rep := &report{Parameters: parameters(f, p), Error: map[string]*bench.ErrorStats{}}
-	var metricsFile *os.File
-	if f.metricsAddr != "" {
-		l, err := net.Listen("tcp", f.metricsAddr)
-		if err != nil {
-			return exitError, errors.Wrap(err, "--metrics-addr")
-		}
-		defer l.Close()
-		// Each worker serves on a duplicate of the listener: scrapes
-		// during a restart wait in its backlog for the next worker.
-		if metricsFile, err = l.(*net.TCPListener).File(); err != nil {
-			return exitError, errors.Wrap(err, "--metrics-addr")
-		}
-		defer metricsFile.Close()
-		rep.MetricsAddr = l.Addr().String()
-		fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", rep.MetricsAddr)
-	}
-	crashAt := append(intList(nil), f.crashAt...)
-	sort.Ints(crashAt)
-	actors := f.actors
-	start := time.Now()
-	var records []*recordJSON
-	var stateBytes, statsOnlyBytes int64
-	var done *event
-	for run := 0; done == nil; run++ {
+	sv.crashAt = slices.Sorted(slices.Values(f.crashAt))
+	sv.start = time.Now()
+	for run := 0; sv.done == nil; run++ {
 		if ctx.Err() != nil {
-			return interrupted()
+			return sv.interrupted()
 		}
 		if run > len(f.crashAt)+3 {
 			return exitError, errors.New("the worker keeps dying without finishing")
 		}
-		// The workload must not change across restarts: pin what the
-		// supervisor resolved (--during-steps depends on --actors).
-		wargs := append(append([]string(nil), args...), "--worker", "--dir", dir, "--actors", strconv.Itoa(actors),
-			"--during-steps", strconv.Itoa(p.DuringSteps))
-		cmd := exec.Command(exe, append([]string{"backfill"}, wargs...)...)
-		cmd.Stderr = stderr
-		if metricsFile != nil {
-			cmd.ExtraFiles = []*os.File{metricsFile} // fd 3
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return exitError, err
-		}
-		runStart := time.Now()
-		if err := cmd.Start(); err != nil {
-			return exitError, err
-		}
-		exited := make(chan struct{})
-		go interrupt(ctx, cmd.Process, exited, stderr)
-		killed := false
-		// This run's state bytes up to its last reported checkpoint.
-		var runState, runStatsOnly int64
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 1<<26)
-		for sc.Scan() {
-			var e event
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				return exitError, errors.Wrapf(err, "worker output %q", sc.Text())
-			}
-			switch e.T {
-			case "load":
-				ui.load(e.Step, e.Of)
-				if e.Step >= e.Of {
-					rep.Timings.LoadS = time.Since(start).Seconds()
-				}
-			case "initial":
-				rep.Recoveries = append(rep.Recoveries, barrierOf(e.Rec))
-				rep.Timings.RecoveryMS = append(rep.Timings.RecoveryMS, float64(time.Since(runStart).Milliseconds()))
-				ui.update(e.Rec, true)
-			case "ckpt":
-				records = append(records, e.Rec)
-				runState, runStatsOnly = e.StateBytes, e.StatsOnlyBytes
-				rep.Barriers = append(rep.Barriers, barrierOf(e.Rec))
-				ui.update(e.Rec, false)
-				if len(crashAt) > 0 && int(e.Rec.Barrier) >= crashAt[0] && !e.Rec.Finished {
-					crashAt = crashAt[1:]
-					// The worker goes on after reporting: the kill lands in
-					// the next barrier's work.
-					if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-						return exitError, err
-					}
-					killed = true
-				}
-			case "done":
-				done = &e
-			}
-			if killed {
-				break
-			}
-		}
-		werr := cmd.Wait()
-		close(exited)
-		if ctx.Err() != nil && done == nil {
-			return interrupted()
-		}
-		stateBytes += runState
-		statsOnlyBytes += runStatsOnly
-		rep.Timings.RunsS = append(rep.Timings.RunsS, time.Since(runStart).Seconds())
-		switch {
-		case killed:
-			var ee *exec.ExitError
-			if errors.As(werr, &ee) {
-				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-					rep.KilledBy = append(rep.KilledBy, ws.Signal().String())
-				}
-			}
-			rep.Crashes++
-			ui.crash(rep.Crashes)
-			if rep.Crashes == 1 && f.rescaleTo > 0 {
-				actors = f.rescaleTo
-			}
-		case werr != nil:
-			var ee *exec.ExitError
-			if errors.As(werr, &ee) {
-				switch ee.ExitCode() {
-				case exitFatal:
-					return exitFatal, errors.New("the worker ended on a fatal error in Pebble (its reason is above)")
-				case exitCorrupt:
-					return exitCorrupt, errors.New("the worker found the store corrupt (its error is above)")
-				}
-			}
-			return exitError, errors.Wrap(werr, "worker failed")
-		case done == nil:
-			return exitError, errors.New("worker ended without finishing")
+		if code, err := sv.runOnce(ctx); code != exitOK || err != nil {
+			return code, err
 		}
 	}
-	ui.finish()
-	rep.MVMatches, rep.MVError, rep.CommittedEpoch = done.MVMatches, done.MVError, done.Epoch
-	rep.Timings.TotalS = time.Since(start).Seconds()
+	sv.ui.finish()
+	return sv.conclude()
+}
+
+// prepare finds the store's directory (--dir, or a temporary one, which
+// the returned function removes) and this executable, the workers'.
+func (sv *supervisor) prepare() (cleanup func(), err error) {
+	cleanup = func() {}
+	sv.dir = sv.f.dir
+	if sv.dir == "" {
+		tmp, err := os.MkdirTemp("", "lsmstats-backfill-")
+		if err != nil {
+			return cleanup, err
+		}
+		cleanup = func() { _ = os.RemoveAll(tmp) }
+		sv.dir = tmp
+	}
+	sv.exe, err = os.Executable()
+	return cleanup, err
+}
+
+// listenMetrics opens the --metrics-addr listener, if any: each worker
+// serves on a duplicate of it, so that scrapes during a restart wait in
+// its backlog for the next worker. The returned function closes it.
+func (sv *supervisor) listenMetrics() (closeAll func(), err error) {
+	closeAll = func() {}
+	if sv.f.metricsAddr == "" {
+		return closeAll, nil
+	}
+	l, err := net.Listen("tcp", sv.f.metricsAddr)
+	if err != nil {
+		return closeAll, errors.Wrap(err, "--metrics-addr")
+	}
+	closeAll = func() { _ = l.Close() }
+	if sv.metricsFile, err = l.(*net.TCPListener).File(); err != nil {
+		return closeAll, errors.Wrap(err, "--metrics-addr")
+	}
+	closeAll = func() {
+		_ = sv.metricsFile.Close()
+		_ = l.Close()
+	}
+	sv.rep.MetricsAddr = l.Addr().String()
+	fmt.Fprintf(sv.stdout, "metrics: http://%s/metrics\n", sv.rep.MetricsAddr)
+	return closeAll, nil
+}
+
+// interrupted ends an interrupted run, saying where its store is.
+func (sv *supervisor) interrupted() (int, error) {
+	where := "the temporary store was removed"
+	if sv.f.dir != "" {
+		where = fmt.Sprintf("the store in %s keeps its last checkpoint; the same command resumes the backfill", sv.f.dir)
+	}
+	return exitInterrupted, errors.Newf("interrupted: %s", where)
+}
+
+// runOnce runs one worker until it exits or is killed at a crash point;
+// exitOK with no error means that the supervisor goes on (with the next
+// worker, unless this one reported the job done).
+func (sv *supervisor) runOnce(ctx context.Context) (int, error) {
+	cmd, out, err := sv.startWorker()
+	if err != nil {
+		return exitError, err
+	}
+	exited := make(chan struct{})
+	go interrupt(ctx, cmd.Process, exited, sv.stderr)
+	sv.runState, sv.runStatsOnly = 0, 0
+	killed, err := sv.follow(out, cmd.Process)
+	if err != nil {
+		return exitError, err
+	}
+	werr := cmd.Wait()
+	close(exited)
+	if ctx.Err() != nil && sv.done == nil {
+		return sv.interrupted()
+	}
+	sv.stateBytes += sv.runState
+	sv.statsOnlyBytes += sv.runStatsOnly
+	sv.rep.Timings.RunsS = append(sv.rep.Timings.RunsS, time.Since(sv.runStart).Seconds())
+	return sv.ended(killed, werr)
+}
+
+// startWorker starts a worker on the store with the actors of this run.
+func (sv *supervisor) startWorker() (*exec.Cmd, io.Reader, error) {
+	// The workload must not change across restarts: pin what the
+	// supervisor resolved (--during-steps depends on --actors).
+	wargs := append(append([]string(nil), sv.args...), "--worker", "--dir", sv.dir, "--actors", strconv.Itoa(sv.actors),
+		"--during-steps", strconv.Itoa(sv.p.DuringSteps))
+	cmd := exec.Command(sv.exe, append([]string{"backfill"}, wargs...)...)
+	cmd.Stderr = sv.stderr
+	if sv.metricsFile != nil {
+		cmd.ExtraFiles = []*os.File{sv.metricsFile} // fd 3
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	sv.runStart = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return cmd, out, nil
+}
+
+// follow reads a worker's lines until it ends, or kills it (SIGKILL) at
+// the next crash point; it reports whether it killed it.
+func (sv *supervisor) follow(out io.Reader, worker *os.Process) (killed bool, err error) {
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return false, errors.Wrapf(err, "worker output %q", sc.Text())
+		}
+		if sv.handle(e) {
+			// The worker goes on after reporting: the kill lands in the
+			// next barrier's work.
+			return true, worker.Signal(syscall.SIGKILL)
+		}
+	}
+	return false, nil
+}
+
+// handle takes one line of a worker into the report and the display; it
+// reports whether the line is a checkpoint at a crash point.
+func (sv *supervisor) handle(e event) (crash bool) {
+	rep := sv.rep
+	switch e.T {
+	case "load":
+		sv.ui.load(e.Step, e.Of)
+		if e.Step >= e.Of {
+			rep.Timings.LoadS = time.Since(sv.start).Seconds()
+		}
+	case "initial":
+		rep.Recoveries = append(rep.Recoveries, barrierOf(e.Rec))
+		rep.Timings.RecoveryMS = append(rep.Timings.RecoveryMS, float64(time.Since(sv.runStart).Milliseconds()))
+		sv.ui.update(e.Rec, true)
+	case "ckpt":
+		sv.records = append(sv.records, e.Rec)
+		sv.runState, sv.runStatsOnly = e.StateBytes, e.StatsOnlyBytes
+		rep.Barriers = append(rep.Barriers, barrierOf(e.Rec))
+		sv.ui.update(e.Rec, false)
+		if len(sv.crashAt) > 0 && int(e.Rec.Barrier) >= sv.crashAt[0] && !e.Rec.Finished {
+			sv.crashAt = sv.crashAt[1:]
+			return true
+		}
+	case "done":
+		sv.done = &e
+	}
+	return false
+}
+
+// ended classifies a worker's exit: our kill is a crash (the next worker
+// recovers, with --rescale-to actors after the first), a fatal or corrupt
+// store ends the run with the worker's code, and any other exit without
+// the job done is an error.
+func (sv *supervisor) ended(killed bool, werr error) (int, error) {
+	var ee *exec.ExitError
+	switch {
+	case killed:
+		if errors.As(werr, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				sv.rep.KilledBy = append(sv.rep.KilledBy, ws.Signal().String())
+			}
+		}
+		sv.rep.Crashes++
+		sv.ui.crash(sv.rep.Crashes)
+		if sv.rep.Crashes == 1 && sv.f.rescaleTo > 0 {
+			sv.actors = sv.f.rescaleTo
+		}
+	case werr != nil:
+		if errors.As(werr, &ee) {
+			switch ee.ExitCode() {
+			case exitFatal:
+				return exitFatal, errors.New("the worker ended on a fatal error in Pebble (its reason is above)")
+			case exitCorrupt:
+				return exitCorrupt, errors.New("the worker found the store corrupt (its error is above)")
+			}
+		}
+		return exitError, errors.Wrap(werr, "worker failed")
+	case sv.done == nil:
+		return exitError, errors.New("worker ended without finishing")
+	}
+	return exitOK, nil
+}
+
+// conclude completes the report from every run, prints its summary, and
+// writes the JSON report and the plot; an MV that differs from the
+// upstream ends the run with exitMVMismatch.
+func (sv *supervisor) conclude() (int, error) {
+	rep, f := sv.rep, sv.f
+	rep.MVMatches, rep.MVError, rep.CommittedEpoch = sv.done.MVMatches, sv.done.MVError, sv.done.Epoch
+	rep.Timings.TotalS = time.Since(sv.start).Seconds()
 	// The backfill's time includes its crashes and recoveries.
 	rep.Timings.BackfillS = rep.Timings.TotalS - rep.Timings.LoadS
 	var rows uint64
-	for _, r := range records {
+	for _, r := range sv.records {
 		rows = max(rows, r.Rows)
 	}
 	if rep.Timings.BackfillS > 0 {
 		rep.Timings.RowsPerS = float64(rows) / rep.Timings.BackfillS
 	}
-	rep.Error = summarize(records)
-	rep.Cost = cost(records, stateBytes, statsOnlyBytes)
+	rep.Error, rep.Cost = summarize(sv.records, sv.stateBytes, sv.statsOnlyBytes)
 	rep.ETA = etaAccuracy(rep.Barriers)
-	printSummary(stdout, rep)
+	printSummary(sv.stdout, rep)
 	if f.jsonPath != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
@@ -677,7 +752,7 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 		}
 	}
 	if !rep.MVMatches {
-		fmt.Fprintf(stderr, "lsmstats backfill: the MV does not match the upstream table: %s\n", rep.MVError)
+		fmt.Fprintf(sv.stderr, "lsmstats backfill: the MV does not match the upstream table: %s\n", rep.MVError)
 		return exitMVMismatch, nil
 	}
 	return exitOK, nil
@@ -707,65 +782,47 @@ func interrupt(ctx context.Context, worker *os.Process, exited <-chan struct{}, 
 }
 
 // etaAccuracy fills each barrier's actual remaining time (to the first
-// finished barrier) and compares it with the ETA after 10% progress.
+// finished barrier) and compares it with the ETA after 10% progress
+// (bench.ETAPointsOf). A barrier whose ETA the report cannot hold (none
+// shown, or unbounded: -1) is no point.
 func etaAccuracy(barriers []barrierJSON) bench.ETAStats {
-	var end int64
-	for _, b := range barriers {
-		if b.Finished {
-			end = b.TimeNS
-			break
+	cs := make([]bench.ETACheckpoint, len(barriers))
+	for i, b := range barriers {
+		cs[i] = bench.ETACheckpoint{Time: time.Unix(0, b.TimeNS), Finished: b.Finished, Truth: b.Truth, Stats: b.Stats}
+		if b.ETA.RemainingS >= 0 {
+			sec := func(s float64) time.Duration {
+				if s < 0 {
+					return backfill.ETAUnbounded
+				}
+				return time.Duration(s * 1e9)
+			}
+			cs[i].ETA = backfill.ETAForecast{Status: backfill.ETARunning, Remaining: sec(b.ETA.RemainingS), Low: sec(b.ETA.LowS), High: sec(b.ETA.HighS)}
 		}
 	}
-	if end == 0 {
+	pts, end, ok := bench.ETAPointsOf(cs)
+	if !ok {
 		return bench.ETAStats{}
 	}
-	var pts []bench.ETAPoint
 	for i := range barriers {
-		b := &barriers[i]
-		b.ActualRemainingS = max(0, float64(end-b.TimeNS)/1e9)
-		if b.Finished || b.TimeNS >= end || b.ETA.RemainingS < 0 {
-			continue
-		}
-		sec := func(s float64) time.Duration {
-			if s < 0 {
-				return backfill.ETAUnbounded
-			}
-			return time.Duration(s * 1e9)
-		}
-		progress := b.Truth
-		if progress < 0 {
-			progress = b.Stats
-		}
-		pts = append(pts, bench.ETAPoint{Progress: progress / 100, Actual: time.Duration(end - b.TimeNS),
-			ETA: backfill.ETAForecast{Status: backfill.ETARunning, Remaining: sec(b.ETA.RemainingS), Low: sec(b.ETA.LowS), High: sec(b.ETA.HighS)}})
+		barriers[i].ActualRemainingS = max(0, float64(end.Sub(cs[i].Time))/1e9)
 	}
 	return bench.SummarizeETA(pts, 0.1)
 }
 
-func summarize(records []*recordJSON) map[string]*bench.ErrorStats {
-	out := map[string]*bench.ErrorStats{}
+// summarize tallies the checkpoints of every run as bench does a run's
+// (bench.Tally): each approach's errors, and its cost per checkpoint, the
+// progress CPU time and the state bytes (summed over every run, each up to
+// its last reported checkpoint) over the same checkpoints.
+func summarize(records []*recordJSON, stateBytes, statsOnlyBytes int64) (map[string]*bench.ErrorStats, map[string]costJSON) {
+	t := bench.Tally{Errors: map[string]*bench.ErrorStats{}}
 	for _, r := range records {
-		for _, f := range r.Figures {
-			bench.AddError(out, f, r.Truth)
-		}
+		t.Add(r.Figures, r.Truth)
 	}
-	return out
-}
-
-// cost divides the progress CPU time and the state bytes (summed over every
-// run, each up to its last reported checkpoint) by the same checkpoints.
-func cost(records []*recordJSON, stateBytes, statsOnlyBytes int64) map[string]costJSON {
-	out := map[string]costJSON{}
-	ns := map[string]float64{}
-	for _, r := range records {
-		for _, f := range r.Figures {
-			ns[f.Approach] += float64(f.CPU.Nanoseconds())
-		}
+	cpu, _ := t.ProgressNanos()
+	return t.Errors, map[string]costJSON{
+		"rowcount": {ProgressNSPerBarrier: cpu["rowcount"], StateBytesPerBarrier: t.PerCheckpoint(float64(stateBytes))},
+		"stats":    {ProgressNSPerBarrier: cpu["stats"], StateBytesPerBarrier: t.PerCheckpoint(float64(statsOnlyBytes))},
 	}
-	n := float64(max(1, len(records)))
-	out["rowcount"] = costJSON{ProgressNSPerBarrier: ns["rowcount"] / n, StateBytesPerBarrier: float64(stateBytes) / n}
-	out["stats"] = costJSON{ProgressNSPerBarrier: ns["stats"] / n, StateBytesPerBarrier: float64(statsOnlyBytes) / n}
-	return out
 }
 
 func parameters(f *backfillFlags, p workload.Params) map[string]any {

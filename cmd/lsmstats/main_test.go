@@ -69,6 +69,9 @@ func TestBackfillCommand(t *testing.T) {
 	require.Contains(t, rep.Error, "stats")
 	require.Contains(t, rep.Error, "rowcount")
 	require.Less(t, rep.Error["stats"].MaxPP, rep.Error["rowcount"].MaxPP)
+	// The workers' records carry the progress times bench measured.
+	require.Positive(t, rep.Cost["stats"].ProgressNSPerBarrier)
+	require.Positive(t, rep.Cost["stats"].StateBytesPerBarrier)
 	last := rep.Barriers[len(rep.Barriers)-1]
 	require.True(t, last.Finished)
 	require.True(t, strings.HasPrefix(last.DisplayedStats, "100.00% ("), last.DisplayedStats)

@@ -11,10 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestBarsNeverPassTheirTotal: the worker reports the load's steps and then
-// the step that starts the backfill, one past the load's last ("step
-// 22/21" before); figures above 100% or below 0 do not move a bar past its
-// ends either.
+// TestBarsNeverPassTheirTotal: a load step past the load's last (as the
+// step that starts the backfill, which workers once reported: "step 22/21"
+// before) does not move the load bar past its end; figures above 100% or
+// below 0 do not move a bar past its ends either.
 func TestBarsNeverPassTheirTotal(t *testing.T) {
 	for _, mode := range []string{"on", "off"} {
 		var out bytes.Buffer
@@ -64,4 +64,24 @@ func TestSummaryComparison(t *testing.T) {
 		printSummary(&out, &report{Error: map[string]*bench.ErrorStats{"stats": &st, "rowcount": &rc}, Cost: map[string]costJSON{}})
 		require.Contains(t, out.String(), c.want)
 	}
+}
+
+// TestETAAccuracy: the report's ETA accuracy pairs each barrier before the
+// first finished one with the time that remained (bench.ETAPointsOf), fills
+// every barrier's actual remaining time, and leaves out barriers without
+// an ETA the report holds (none shown, or unbounded: -1).
+func TestETAAccuracy(t *testing.T) {
+	b := func(s int64, truth, eta float64, finished bool) barrierJSON {
+		return barrierJSON{TimeNS: s * 1e9, Truth: truth, Finished: finished, Stats: truth,
+			ETA: etaJSON{RemainingS: eta, LowS: eta / 2, HighS: eta * 2}}
+	}
+	barriers := []barrierJSON{b(0, 0, -1, false), b(20, 20, 80, false), b(60, 60, -1, false), b(90, 90, 20, false), b(100, 100, 0, true), b(110, 100, 0, true)}
+	st := etaAccuracy(barriers)
+	require.Equal(t, 2, st.N)
+	require.InDelta(t, 0.5, st.MedianErr, 1e-9) // errors 0 and 1
+	require.InDelta(t, 1.0, st.Coverage, 1e-9)
+	for i, want := range []float64{100, 80, 40, 10, 0, 0} {
+		require.InDelta(t, want, barriers[i].ActualRemainingS, 1e-9, "barrier %d", i)
+	}
+	require.Equal(t, bench.ETAStats{}, etaAccuracy(barriers[:4]), "no finished barrier")
 }

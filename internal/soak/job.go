@@ -7,6 +7,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
 )
@@ -73,7 +75,7 @@ func jobConfig(s *lsm.Store, spec JobSpec, actors int, g *workload.Generator, h 
 	return backfill.JobConfig{
 		Store: s, Upstream: g.Params().TableDef(spec.upstream()), MV: spec.mv(), State: spec.state(), Meta: spec.meta(),
 		Actors: actors, ChunkSize: spec.ChunkSize, BarrierRows: spec.BarrierRows, CheckpointEvery: spec.CheckpointEvery,
-		Source: workload.Source{G: g}, Oracle: workload.Oracle{G: g}, OnCheckpoint: h.OnCheckpoint,
+		Source: genjob.Source{G: g}, Score: backfilltest.Oracles(genjob.Oracle{G: g}), OnCheckpoint: h.OnCheckpoint,
 	}
 }
 

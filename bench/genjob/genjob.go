@@ -1,4 +1,10 @@
-package workload
+// Package genjob runs workload generators as a backfill job's upstream:
+// a Generator as the job's Source and its model as an oracle of its truth
+// (backfilltest.Oracle), and several generators as the source of a job
+// over several tables (Multi).
+// It is the one package that knows both sides, so that package workload
+// stays a pure generator and package backfill knows no generator.
+package genjob
 
 import (
 	"context"
@@ -6,11 +12,13 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
 )
 
 // Source adapts a Generator to a backfill job's upstream.
-type Source struct{ G *Generator }
+type Source struct{ G *workload.Generator }
 
 var _ backfill.Source = Source{}
 
@@ -21,15 +29,15 @@ func (s Source) Next(context.Context) ([]backfill.RowOp, error) {
 }
 
 // appendOps appends a generator's ops as row ops of upstream u.
-func appendOps(out []backfill.RowOp, u int, ops []Op) []backfill.RowOp {
+func appendOps(out []backfill.RowOp, u int, ops []workload.Op) []backfill.RowOp {
 	out = slices.Grow(out, len(ops))
 	for _, op := range ops {
 		switch op.Kind {
-		case Insert:
+		case workload.Insert:
 			out = append(out, backfill.RowOp{Kind: backfill.Insert, Upstream: u, Vnode: op.Vnode, PK: op.PK, Row: op.NewRow})
-		case Delete:
+		case workload.Delete:
 			out = append(out, backfill.RowOp{Kind: backfill.Delete, Upstream: u, Vnode: op.Vnode, PK: op.PK, Row: op.OldRow})
-		case Update:
+		case workload.Update:
 			out = append(out,
 				backfill.RowOp{Kind: backfill.UpdateDelete, Upstream: u, Vnode: op.Vnode, PK: op.PK, Row: op.OldRow},
 				backfill.RowOp{Kind: backfill.UpdateInsert, Upstream: u, Vnode: op.Vnode, PK: op.PK, Row: op.NewRow})
@@ -42,8 +50,8 @@ func appendOps(out []backfill.RowOp, u int, ops []Op) []backfill.RowOp {
 func (s Source) Step() uint64 { return s.G.Step() }
 
 // Resume implements backfill.Source: the generator rebuilds its model from
-// the upstream table at the committed epoch (Generator.Resume), which holds
-// exactly what steps 1..at.Step produced; nothing is replayed.
+// the upstream table at the committed epoch (workload.Generator.Resume),
+// which holds exactly what steps 1..at.Step produced; nothing is replayed.
 func (s Source) Resume(at backfill.Position) error {
 	if at.Step == 0 {
 		return nil
@@ -57,7 +65,7 @@ func (s Source) Resume(at backfill.Position) error {
 }
 
 // resume sets g to step k from table at a pinned epoch.
-func resume(g *Generator, k uint64, snap *lsm.Snapshot, table uint32) error {
+func resume(g *workload.Generator, k uint64, snap *lsm.Snapshot, table uint32) error {
 	return g.Resume(k, func(vnode uint16, f func(pk, row []byte) error) error {
 		it, err := snap.NewIter(table, vnode, nil, nil)
 		if err != nil {
@@ -82,11 +90,11 @@ func (s Source) BackfillStep() uint64 { return s.G.BackfillStep() }
 
 // Oracle is the exact truth from the generator's model, which equals the
 // upstream table at the committed epoch when every step is committed.
-type Oracle struct{ G *Generator }
+type Oracle struct{ G *workload.Generator }
 
-var _ backfill.Oracle = Oracle{}
+var _ backfilltest.Oracle = Oracle{}
 
-// Rows implements backfill.Oracle. The model answers for the step the
+// Rows implements backfilltest.Oracle. The model answers for the step the
 // generator is at, which at a checkpoint is the committed epoch's.
 func (o Oracle) Rows(_ uint64, vnode uint16, cursor []byte) (behind, total int64, err error) {
 	total, _ = o.G.Live(vnode)
@@ -103,7 +111,7 @@ func (o Oracle) Rows(_ uint64, vnode uint16, cursor []byte) (behind, total int64
 // churn before the backfill ends, and its churn during the backfill
 // begins, at the same step: the backfill's.
 type Multi struct {
-	Gs     []*Generator
+	Gs     []*workload.Generator
 	offset []uint64
 	step   uint64
 }
@@ -111,7 +119,7 @@ type Multi struct {
 var _ backfill.Source = (*Multi)(nil)
 
 // NewMulti returns the source of the generators, at step 0.
-func NewMulti(gs ...*Generator) *Multi {
+func NewMulti(gs ...*workload.Generator) *Multi {
 	m := &Multi{Gs: gs, offset: make([]uint64, len(gs))}
 	var b uint64
 	for _, g := range gs {
@@ -153,7 +161,7 @@ func (m *Multi) Finished(uint64) {}
 // from its table (at.Upstreams, by index) at the committed epoch.
 func (m *Multi) Resume(at backfill.Position) error {
 	if len(at.Upstreams) != len(m.Gs) {
-		return errors.Newf("workload: %d generators for a job of %d upstream tables", len(m.Gs), len(at.Upstreams))
+		return errors.Newf("genjob: %d generators for a job of %d upstream tables", len(m.Gs), len(at.Upstreams))
 	}
 	m.step = at.Step
 	if at.Step == 0 {
@@ -176,8 +184,8 @@ func (m *Multi) Resume(at backfill.Position) error {
 }
 
 // Oracles returns the oracle of each generator's table.
-func (m *Multi) Oracles() []backfill.Oracle {
-	out := make([]backfill.Oracle, len(m.Gs))
+func (m *Multi) Oracles() []backfilltest.Oracle {
+	out := make([]backfilltest.Oracle, len(m.Gs))
 	for i, g := range m.Gs {
 		out[i] = Oracle{G: g}
 	}
