@@ -120,6 +120,9 @@ type Harness struct {
 	Crash func(s *lsm.Store)
 	// AfterCommit, if set, runs after every successful commit.
 	AfterCommit func(t *testing.T, h *Harness)
+	// AtEnd, if set, runs at the end of the file, before the harness closes
+	// the store.
+	AtEnd func(t *testing.T)
 
 	defs        map[string]lsm.TableDef // the table of each writer
 	compactions bool
@@ -152,6 +155,9 @@ func Walk(t *testing.T, root string, setup func(t *testing.T, h *Harness)) {
 // Run runs one file and closes the store at the end.
 func (h *Harness) Run(t *testing.T, path string) {
 	defer func() {
+		if h.AtEnd != nil {
+			h.AtEnd(t)
+		}
 		if h.Store != nil {
 			_ = h.Store.Close()
 			h.Store = nil
@@ -326,13 +332,6 @@ func (h *Harness) Step(t *testing.T, td *datadriven.TestData) string {
 }
 
 func (h *Harness) open(t *testing.T, td *datadriven.TestData) string {
-	if h.Store != nil {
-		if err := h.Store.Close(); err != nil && !errors.Is(err, lsm.ErrClosed) {
-			t.Fatalf("close before open: %v", err)
-		}
-		h.Store = nil
-	}
-	clear(h.Writers)
 	opts := &lsm.Options{MemoryWatermark: -1, Logger: lsm.QuietLogger{}}
 	if td.HasArg("watermark") {
 		opts.MemoryWatermark = int64(ArgUint(t, td, "watermark"))
@@ -374,14 +373,10 @@ func (h *Harness) open(t *testing.T, td *datadriven.TestData) string {
 			o.Comparer = pebble.DefaultComparer
 		}
 	}
-	if h.Options != nil {
-		h.Options(opts)
-	}
-	s, err := lsm.Open(h.Dir, opts)
-	if err != nil {
+	if err := h.OpenWith(t, opts); err != nil {
 		return "error: " + err.Error()
 	}
-	h.Store = s
+	s := h.Store
 	return fmt.Sprintf("committed epoch %d, epoch floor %d", s.CommittedEpoch(), s.EpochFloor())
 }
 
@@ -389,6 +384,29 @@ func (h *Harness) addWriter(t *testing.T, name string, w *lsm.Writer) {
 	def, err := h.Store.Table(w.Table())
 	require.NoError(t, err)
 	h.Writers[name], h.defs[name] = w, def
+}
+
+// OpenWith opens (or reopens, closing the open store and forgetting the
+// writers) the store with opts as they are, but for Harness.Options: the
+// defaults and arguments of the open command do not apply.
+func (h *Harness) OpenWith(t *testing.T, opts *lsm.Options) error {
+	if h.Store != nil {
+		if err := h.Store.Close(); err != nil && !errors.Is(err, lsm.ErrClosed) {
+			t.Fatalf("close before open: %v", err)
+		}
+		h.Store = nil
+	}
+	clear(h.Writers)
+	clear(h.defs)
+	if h.Options != nil {
+		h.Options(opts)
+	}
+	s, err := lsm.Open(h.Dir, opts)
+	if err != nil {
+		return err
+	}
+	h.Store = s
+	return nil
 }
 
 func (h *Harness) writer(t *testing.T, td *datadriven.TestData) *lsm.Writer {
