@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDataDriven runs backfill/testdata/jobs/* and backfill/testdata/snapshot/*:
+// TestDataDriven runs testdata/store/backfill/{jobs,snapshot}/* (at the repository top):
 // a small job, barrier by barrier, on the shared store harness (package
 // internal/storetest, whose common commands such as live, stats full or
 // verify apply to the job's store too), with the job commands:
@@ -43,9 +43,7 @@ import (
 //	                   and the phases seen) and whether the MV equals the
 //	                   upstream table
 func TestDataDriven(t *testing.T) {
-	for _, dir := range []string{"testdata/jobs", "testdata/snapshot"} {
-		storetest.Walk(t, dir, func(t *testing.T, h *storetest.Harness) { newJobCommands(t, h) })
-	}
+	storetest.Walk(t, "../testdata/store/backfill", func(t *testing.T, h *storetest.Harness) { newJobCommands(t, h) })
 }
 
 // jobCommands is the state of the job commands of one file.

@@ -8,7 +8,7 @@ import (
 	"github.com/lsmstats/lsmstats/lsm"
 )
 
-// TestDataDriven runs lsm/testdata/* on the shared store harness (package
+// TestDataDriven runs testdata/store/lsm/* (at the repository top) on the shared store harness (package
 // internal/storetest, whose doc comment lists its commands). Every store of
 // a file runs on the file's fault injector (disarmed unless a test arms it),
 // crash drops the store without Close, and the white-box commands come from
@@ -37,7 +37,7 @@ import (
 //
 // KEY, PK and VALUE are as ddBad (badinput_test.go) describes.
 func TestDataDriven(t *testing.T) {
-	storetest.Walk(t, "testdata", func(t *testing.T, h *storetest.Harness) {
+	storetest.Walk(t, "../testdata/store/lsm", func(t *testing.T, h *storetest.Harness) {
 		hooks := lsm.NewDataDrivenHooks(h.Dir)
 		h.Options = func(o *lsm.Options) { o.FS = hooks.FS }
 		h.Crash = hooks.Crash

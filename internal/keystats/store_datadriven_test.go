@@ -7,7 +7,7 @@ import (
 	"github.com/lsmstats/lsmstats/internal/storetest"
 )
 
-// TestStoreDataDriven runs internal/keystats/testdata/store/*: the
+// TestStoreDataDriven runs testdata/store/stats/* (at the repository top): the
 // statistics of a real store (package lsm on Pebble) after writes, commits,
 // flushes and manual compactions, in the spirit of Pebble's
 // testdata/table_stats. The commands are those of the shared store harness
@@ -19,7 +19,7 @@ import (
 // after flush and compact all the harness waits until they do. Nothing
 // printed depends on wall time, file numbers or map order.
 func TestStoreDataDriven(t *testing.T) {
-	storetest.Walk(t, "testdata/store", func(t *testing.T, h *storetest.Harness) {
+	storetest.Walk(t, "../../testdata/store/stats", func(t *testing.T, h *storetest.Harness) {
 		h.AfterCommit = func(t *testing.T, h *storetest.Harness) {
 			if got, want := h.StatsFiles(t); !slices.Equal(got, want) && !h.Compactions() {
 				t.Fatalf("after commit %d the statistics describe files %v, Pebble has %v",
