@@ -71,10 +71,19 @@
 //	verify [full]     Store.Verify: "ok: N rows" or the differences; full:
 //	                  with the epoch, and the notes
 //
-// A package adds its own commands to Harness.Commands (consulted before the
-// common ones, so it may also override one), adjusts the options of every
-// open with Harness.Options, and checks every commit with
-// Harness.AfterCommit. In the output the store's directory reads "$DIR".
+// Walk runs every file under a directory, each on a new Harness, after a
+// package's setup function prepared it. A package adds its own commands to
+// Harness.Commands (consulted before the common ones, so it may also
+// override one): lsm its white-box commands (fault injection, spill, bad
+// input), backfill its job commands (job, steps, restart, finish). It may
+// adjust the options of every open with Harness.Options, drop a store
+// without Close with Harness.Crash, check every commit with
+// Harness.AfterCommit, open a store with its own options with
+// Harness.OpenWith, and release its own state with Harness.AtEnd. In the
+// output the store's directory reads "$DIR".
+//
+// The files live in the repository's testdata/store/<area>: lsm, stats
+// (run by internal/keystats) and backfill.
 package storetest
 
 import (
