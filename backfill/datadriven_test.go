@@ -17,10 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDataDriven runs testdata/store/backfill/{jobs,snapshot}/* (at the repository top):
-// a small job, barrier by barrier, on the shared store harness (package
-// internal/storetest, whose common commands such as live, stats full or
-// verify apply to the job's store too), with the job commands:
+// TestDataDriven runs testdata/store/backfill/{jobs,snapshot}/* (at the
+// repository top): a small job, barrier by barrier, on the shared store
+// harness (package internal/storetest, whose common commands such as live,
+// stats full or verify apply to the job's store too), with the job commands:
 //
 //	job [mode=snapshot] workload=NAME rows=N vnodes=N actors=N barrier-rows=N
 //	    [chunk-size=N] [seed=N] [checkpoint-every=N] [during-steps=N]

@@ -8,11 +8,11 @@ import (
 	"github.com/lsmstats/lsmstats/lsm"
 )
 
-// TestDataDriven runs testdata/store/lsm/* (at the repository top) on the shared store harness (package
-// internal/storetest, whose doc comment lists its commands). Every store of
-// a file runs on the file's fault injector (disarmed unless a test arms it),
-// crash drops the store without Close, and the white-box commands come from
-// lsm.NewDataDrivenHooks (export_test.go):
+// TestDataDriven runs testdata/store/lsm/* (at the repository top) on the
+// shared store harness (package internal/storetest, whose doc comment lists
+// its commands). Every store of a file runs on the file's fault injector
+// (disarmed unless a test arms it), crash drops the store without Close, and
+// the white-box commands come from lsm.NewDataDrivenHooks (export_test.go):
 //
 //	spill                force the sync manager to spill every buffer
 //	inject kinds=K1|K2 path=REGEX [skip=N] [times=N]
