@@ -2,7 +2,6 @@ package backfill_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/datadriven"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench"
@@ -21,136 +19,6 @@ import (
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
-
-// TestDataDrivenSnapshot runs backfill/testdata/snapshot/*: a small
-// snapshot backfill (JobConfig.Mode = ModeSnapshot), barrier by barrier,
-// through its phases. The truth is the scan oracle's at the snapshot epoch.
-//
-//	job workload=NAME rows=N vnodes=N actors=N barrier-rows=N [seed=N]
-//	    [during-steps=N] [checkpoint-every=N] [update-during-pct=N]
-//	                   open the store and the job (load phase included)
-//	steps n=N          run N source steps; print each checkpoint: phase,
-//	                   log rows consumed and pending, truth, vnodes, figures
-//	crash              drop the job and store without closing
-//	restart [actors=N] reopen; print the figure shown before the first barrier
-//	finish             run to the end; print the last checkpoint, the
-//	                   phases seen and whether the MV equals the upstream
-func TestDataDrivenSnapshot(t *testing.T) {
-	datadriven.Walk(t, "testdata/snapshot", func(t *testing.T, path string) {
-		var (
-			dir  = t.TempDir()
-			s    *lsm.Store
-			j    *backfill.Job
-			cfg  backfill.JobConfig
-			p    workload.Params
-			recs []backfill.Record
-		)
-		var display backfilltest.Display
-		closeAll := func() {
-			if j != nil {
-				require.NoError(t, j.Close())
-			}
-			if s != nil {
-				require.NoError(t, s.Close())
-			}
-			j, s = nil, nil
-		}
-		defer closeAll()
-		open := func(actors int) {
-			var err error
-			s, err = lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
-			require.NoError(t, err)
-			g, err := workload.New(p)
-			require.NoError(t, err)
-			cfg.Store, cfg.Actors = s, actors
-			cfg.Source = genjob.Source{G: g}
-			cfg.Score = backfilltest.Truth{Oracles: []backfilltest.Oracle{backfilltest.ScanOracle{Store: s, Table: 1}}, Store: s, LogStore: cfg.LogStore}.Score
-			cfg.OnCheckpoint = func(r backfill.Record) {
-				recs = append(recs, r)
-				require.NoError(t, display.Add(r))
-			}
-			j, err = backfill.OpenJob(cfg)
-			require.NoError(t, err)
-		}
-		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
-			recs = nil
-			switch td.Cmd {
-			case "job":
-				var err error
-				p, err = workload.Preset(strArg(td, "workload", "uniform"), intArg(td, "rows", 40), intArg(td, "vnodes", 4), uint64(intArg(td, "seed", 1)))
-				require.NoError(t, err)
-				p.BatchRows = p.Rows
-				p.DuringSteps = intArg(td, "during-steps", 4)
-				if u := intArg(td, "update-during-pct", -1); u >= 0 {
-					p.UpdateDuring = float64(u) / 100
-				}
-				cfg = backfill.JobConfig{Mode: backfill.ModeSnapshot, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4, LogStore: 5,
-					ChunkSize: 2, BarrierRows: intArg(td, "barrier-rows", 3), CheckpointEvery: intArg(td, "checkpoint-every", 1)}
-				open(intArg(td, "actors", 1))
-				return fmt.Sprintf("backfill starts at step %d", cfg.Source.BackfillStep())
-			case "steps":
-				for range intArg(td, "n", 1) {
-					_, _, err := j.Step(context.Background())
-					require.NoError(t, err)
-				}
-				return printPhaseRecords(recs)
-			case "crash":
-				require.NoError(t, s.Close())
-				j, s = nil, nil
-				return "crashed"
-			case "restart":
-				if j != nil || s != nil {
-					closeAll()
-				}
-				open(intArg(td, "actors", cfg.Actors))
-				if r := j.Initial(); r != nil {
-					require.NoError(t, display.Add(*r))
-					return "before the first barrier:\n" + printPhaseRecords([]backfill.Record{*r})
-				}
-				return "not started"
-			case "finish":
-				res, err := j.Run(context.Background())
-				require.NoError(t, err)
-				require.NoError(t, display.Done())
-				var phases []string
-				for _, r := range res.Records {
-					if len(phases) == 0 || phases[len(phases)-1] != r.Phase {
-						phases = append(phases, r.Phase)
-					}
-				}
-				out := printPhaseRecords(res.Records[len(res.Records)-1:])
-				out += "phases: " + strings.Join(phases, " -> ") + "\n"
-				if err := j.Compare(); err != nil {
-					return out + "mv: " + err.Error()
-				}
-				return out + fmt.Sprintf("finished after %d checkpoints; mv equals upstream", len(res.Records))
-			default:
-				t.Fatalf("unknown command %s", td.Cmd)
-				return ""
-			}
-		})
-	})
-}
-
-func printPhaseRecords(recs []backfill.Record) string {
-	var b strings.Builder
-	for _, r := range recs {
-		fmt.Fprintf(&b, "barrier %d step %d %s: log consumed %d pending %d, truth %.2f%%%s\n", r.Barrier, r.Step, r.Phase,
-			r.LogConsumed, r.LogPending, r.Truth, map[bool]string{true: " finished"}[r.Finished])
-		for _, v := range r.Vnodes {
-			if r.Phase == "snapshot" { // the vnodes are all finished after
-				fmt.Fprintf(&b, "  v%d %s\n", v.Vnode, stateString(v))
-			}
-		}
-		for _, f := range r.Figures {
-			fmt.Fprintf(&b, "  %-8s raw %6.2f%% (%.0f/%.0f) shown %s\n", f.Approach, f.Raw, f.Consumed, f.Total, f.Shown)
-		}
-	}
-	if b.Len() == 0 {
-		return "no checkpoint\n"
-	}
-	return b.String()
-}
 
 // snapshotParams are the workloads of the snapshot backfill tests: the
 // three tables of multiParams, with the churn during the backfill spread

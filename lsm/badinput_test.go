@@ -20,10 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// ddBad holds the bad-input commands of TestDataDriven (testdata/badinput):
+// ddBad holds the bad-input commands of TestDataDriven (testdata/badinput;
+// close and verify are the shared harness's):
 //
-//	close                           Close the store (later commands meet a
-//	                                closed store)
 //	raw-set [flush]                 write keys through DB(), bypassing the
 //	                                store: one "KEY VALUE" per line
 //	raw-pebble-set                  the same with Pebble alone, on a store
@@ -33,7 +32,6 @@ import (
 //	                                Store.NewIter over one vnode
 //	write-pk name=W epoch=E vnode=V pk=PK [row=R]
 //	                                an Insert with raw pk bytes
-//	verify                          Store.Verify: its differences
 //	physical                        keys the collector counted apart
 //	                                (foreign, metadata) in the live SSTs
 //
@@ -47,8 +45,6 @@ type ddBad struct {
 
 func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *datadriven.TestData) (string, bool) {
 	switch td.Cmd {
-	case "close":
-		return errOr(s.Close(), "ok"), true
 	case "raw-pebble-set":
 		opts := &pebble.Options{Comparer: keys.Comparer, Logger: quietlog.Logger{}}
 		db, err := pebble.Open(filepath.Join(d.dir, pebbleDir), opts)
@@ -118,15 +114,6 @@ func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *data
 		}
 		err := w.Insert(argUint(t, td, "epoch"), uint16(argUint(t, td, "vnode")), ddPK(t, argString(t, td, "pk")), []byte(row))
 		return errOr(err, "ok"), true
-	case "verify":
-		rep, err := s.Verify()
-		if err != nil {
-			return "error: " + err.Error(), true
-		}
-		if rep.OK() {
-			return fmt.Sprintf("ok: %d rows", rep.Rows), true
-		}
-		return fmt.Sprintf("%d rows; differences:\n%s\n", rep.Rows, strings.Join(rep.Differences, "\n")), true
 	case "physical":
 		var foreign, meta uint64
 		for _, f := range keystats.Files(s.Stats().Physical) {
