@@ -21,7 +21,7 @@ import (
 )
 
 // TestDataDriven runs the command line on real stores that the test files
-// build and damage (testdata/*). Commands:
+// build and damage (testdata/cli/* at the repository root). Commands:
 //
 //	build [vnodes=N] [rows=N]   a store in $ROOT/store: table 1 ("t"), three
 //	                            epochs of inserts, SSTs cut at 8 KiB, no
@@ -43,7 +43,7 @@ import (
 //
 // Paths print as $ROOT.
 func TestDataDriven(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+	datadriven.Walk(t, "../../testdata/cli", func(t *testing.T, path string) {
 		root := t.TempDir()
 		store := filepath.Join(root, "store")
 		expand := func(s string) string {
