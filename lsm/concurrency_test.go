@@ -239,7 +239,7 @@ func TestConcurrent(t *testing.T) {
 	// Statistics: per vnode and per pk range against the model of the epoch
 	// the statistics describe; partitions; a Prometheus scrape.
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(stats.NewMetrics(s.Stats, nil))
+	reg.MustRegister(stats.NewMetrics(s.Stats, nil), s.Collector(nil))
 	goFn("stats", func(r *rand.Rand) error {
 		all := roaring.New()
 		all.AddRange(0, vnodes)

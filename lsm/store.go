@@ -66,6 +66,9 @@ type Store struct {
 
 	// statsMu pairs the physical and live statistics of one checkpoint.
 	statsMu sync.RWMutex
+	// pebbleMetricsMu keeps Close from closing Pebble while counters reads
+	// its metrics (a scrape may come at any time).
+	pebbleMetricsMu sync.Mutex
 	// ingestMu serialises everything that ingests (commits, spills that raise
 	// the high-water mark, catalog changes) and every spill.
 	ingestMu sync.Mutex
@@ -606,6 +609,8 @@ func (s *Store) Close() error {
 		}
 	}
 	err = errors.CombineErrors(err, s.tracker.Close())
+	s.pebbleMetricsMu.Lock() // counters sees closed from now on
+	s.pebbleMetricsMu.Unlock()
 	err = errors.CombineErrors(err, s.db.Close())
 	if !s.opts.ReadOnly {
 		err = errors.CombineErrors(err, s.fs.RemoveAll(s.staging))
@@ -888,8 +893,12 @@ func (s *Store) counters() lsminternal.Metrics {
 		BucketScanRows:        s.metrics.bucketScanRows.Load(),
 		Corruptions:           s.metrics.corruptions.Load(),
 	}
-	pm := s.db.Metrics()
-	m.L0Sublevels = int(pm.Levels[0].Sublevels)
-	m.L0Files = pm.Levels[0].TablesCount
+	s.pebbleMetricsMu.Lock()
+	defer s.pebbleMetricsMu.Unlock()
+	if !s.closed.Load() { // a closed Pebble has no metrics
+		pm := s.db.Metrics()
+		m.L0Sublevels = int(pm.Levels[0].Sublevels)
+		m.L0Files = pm.Levels[0].TablesCount
+	}
 	return m
 }

@@ -37,7 +37,7 @@ func serveMetrics(f *os.File, store *lsm.Store, job *backfill.Job) (*jobMetrics,
 	m := &jobMetrics{done: make(chan struct{})}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(backfill.NewCollector(job, nil))
-	reg.MustRegister(stats.NewMetrics(store.Stats, nil))
+	reg.MustRegister(stats.NewMetrics(store.Stats, nil), store.Collector(nil))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: metricsTimeout}

@@ -159,6 +159,8 @@ func TestMetricsScrape(t *testing.T) {
 		// The store's statistics, served beside the job's.
 		require.Positive(t, s[`lsmstats_table_live_rows{table="1"}`], "barrier %v", nb)
 		require.GreaterOrEqual(t, s[`lsmstats_stats_committed_epoch`], float64(b.Epoch), "barrier %v", nb)
+		// And its operational counters (Store.Collector).
+		require.Positive(t, s[`lsmstats_store_commits_total`], "barrier %v", nb)
 	}
 	t.Logf("%d scrapes of %d barriers, %d with an ETA, %d/%d before/after the rate change",
 		len(scrapes), len(barriers), withETA, beforeChange, afterChange)

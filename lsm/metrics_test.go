@@ -1,0 +1,61 @@
+package lsm_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/stats"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+// TestStoreCollector: a store's operational counters reach Prometheus
+// beside its statistics, in one registry, under the same options, and a
+// scrape after Close neither fails nor panics.
+func TestStoreCollector(t *testing.T) {
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	require.NoError(t, err)
+	def := lsm.TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
+	require.NoError(t, s.CreateTable(def))
+	w, err := s.NewWriter(1, nil, nil)
+	require.NoError(t, err)
+	for e := uint64(1); e <= 3; e++ {
+		for i := range uint64(100) {
+			pk := keys.AppendUint64(nil, 1000*e+i)
+			require.NoError(t, w.Insert(e, def.VnodeOf(pk), pk, []byte("row")))
+		}
+		require.NoError(t, w.Seal(e))
+		require.NoError(t, s.Commit(e))
+	}
+	require.NoError(t, s.CompactRange(context.Background(), 1, 0, 4))
+
+	opts := &stats.MetricsOptions{Namespace: "kv", ConstLabels: prometheus.Labels{"store": "a"}}
+	reg := prometheus.NewPedanticRegistry()
+	c := s.Collector(opts)
+	reg.MustRegister(stats.NewMetrics(s.Stats, opts), c)
+	want := `
+# HELP kv_store_commits_total Checkpoints committed.
+# TYPE kv_store_commits_total counter
+kv_store_commits_total{store="a"} 3
+# HELP kv_gc_compactions_total Manual compactions of vnode ranges (Store.CompactRange).
+# TYPE kv_gc_compactions_total counter
+kv_gc_compactions_total{store="a"} 1
+# HELP kv_store_corruptions_total Corrupt blocks Pebble met; each read that met one returned an error naming the file.
+# TYPE kv_store_corruptions_total counter
+kv_store_corruptions_total{store="a"} 0
+`
+	require.NoError(t, promtest.GatherAndCompare(reg, strings.NewReader(want),
+		"kv_store_commits_total", "kv_gc_compactions_total", "kv_store_corruptions_total"))
+	n, err := promtest.GatherAndCount(reg)
+	require.NoError(t, err)
+	require.Greater(t, n, 19, "the store's and the statistics' metrics")
+
+	require.NoError(t, w.Close())
+	require.NoError(t, s.Close())
+	require.Equal(t, 19, promtest.CollectAndCount(c), "a scrape after Close")
+}
