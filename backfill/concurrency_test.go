@@ -81,14 +81,14 @@ func TestConcurrentProgress(t *testing.T) {
 				return
 			}
 			in := backfill.Input{Epoch: st.CommittedEpoch, Upstream: upstream, Vnodes: states, Stats: st}
-			for _, e := range []backfill.Estimator{backfill.Stats{}, backfill.RowCount{}} {
+			for _, e := range []backfill.Estimator{backfill.StatsEstimator{}, backfill.RowCountEstimator{}} {
 				consumed, total := e.Estimate(in)
 				if consumed < 0 || total < 0 || (e.Name() == "stats" && consumed > total+1e-6) {
 					errs <- fmt.Errorf("%s at epoch %d: consumed %f of %f", e.Name(), st.CommittedEpoch, consumed, total)
 					return
 				}
 			}
-			_ = j.Tracker().HighWater()
+			_ = j.ProgressTracker().HighWater()
 			figures++
 		}
 	}()

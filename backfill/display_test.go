@@ -19,7 +19,7 @@ func (e fixedEstimator) Estimate(Input) (float64, float64) { return *e.consumed,
 // within 0% and the total, and never 100% before the end.
 func TestDisplayWithinRange(t *testing.T) {
 	var consumed, total float64
-	tr := NewTracker(1, fixedEstimator{&consumed, &total})
+	tr := NewProgressTracker(1, fixedEstimator{&consumed, &total})
 	rep := tr.Reporter(0)
 	for i, c := range []struct {
 		consumed, total float64

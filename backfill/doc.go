@@ -80,14 +80,14 @@
 //
 // Progress reporting follows RisingWave: each actor reports its state at
 // every barrier through a Reporter (Update, then Finish once all its
-// vnodes are done; epochs strictly increasing), and a job-level Tracker (the
+// vnodes are done; epochs strictly increasing), and a job-level ProgressTracker (the
 // meta side) aggregates the reports of all actors of a job at each
 // checkpoint into a figure per Estimator.
 //
 // Two estimators compare the two ways of estimating progress on identical
 // work:
 //
-//   - RowCount is RisingWave today: consumed = Σ row_count persisted per
+//   - RowCountEstimator is RisingWave today: consumed = Σ row_count persisted per
 //     vnode (snapshot rows read), total = the upstream table's physical key
 //     count (Hummock's total_key_count: every version and tombstone). It is
 //     pessimistic under churn and can pass 100%.

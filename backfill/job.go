@@ -175,7 +175,7 @@ type Record struct {
 	// Time is the wall time the figures were computed at.
 	Time time.Time
 	// SnapshotRows is the number of snapshot rows the job's vnodes read
-	// (Σ VnodeState.RowCount: across restarts with the RowCount estimator,
+	// (Σ VnodeState.RowCount: across restarts with the RowCountEstimator,
 	// which persists it, else since this process opened the job).
 	SnapshotRows uint64
 	// RateLimit is the job's rate limit in force (rows/s, 0: none).
@@ -221,7 +221,7 @@ type Job struct {
 	store   *lsm.Store
 	ups     []jobUpstream
 	meta    *lsm.Writer
-	tracker *Tracker
+	tracker *ProgressTracker
 	actors  []*Actor
 	metaRow []byte // the persisted meta row, nil if none
 
@@ -289,7 +289,7 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		cfg.TailSteps = 2
 	}
 	if len(cfg.Estimators) == 0 {
-		cfg.Estimators = []Estimator{RowCount{}, Stats{}}
+		cfg.Estimators = []Estimator{RowCountEstimator{}, StatsEstimator{}}
 	}
 	s := cfg.Store
 	ups, err := openUpstreams(&cfg)
@@ -316,7 +316,7 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	if cfg.Mode > ModeSnapshot {
 		return nil, errors.Newf("lsmstats/backfill: unknown mode %d", cfg.Mode)
 	}
-	j := &Job{cfg: cfg, store: s, ups: ups, tracker: NewTrackerOf(ids, cfg.Estimators...), logTable: cfg.LogStore}
+	j := &Job{cfg: cfg, store: s, ups: ups, tracker: NewProgressTrackerOf(ids, cfg.Estimators...), logTable: cfg.LogStore}
 	j.tracker.around = cfg.OnEstimate
 	// A writer left open would keep its vnodes (no later job could take
 	// them) and block every later commit of the store (ErrNotSealed).
@@ -534,8 +534,8 @@ func (j *Job) Started() bool { return j.started }
 // last checkpoint.
 func (j *Job) Finished() bool { return j.finished }
 
-// Tracker returns the job's progress tracker.
-func (j *Job) Tracker() *Tracker { return j.tracker }
+// ProgressTracker returns the job's progress tracker.
+func (j *Job) ProgressTracker() *ProgressTracker { return j.tracker }
 
 // vnodeRanges splits the vnodes into contiguous ranges, one per actor.
 func vnodeRanges(vnodes, actors int) []*roaring.Bitmap {
@@ -676,7 +676,7 @@ func (j *Job) persistRowCount() bool {
 		return true // the snapshot's rows read are the figure's
 	}
 	for _, e := range j.cfg.Estimators {
-		if _, ok := e.(RowCount); ok {
+		if _, ok := e.(RowCountEstimator); ok {
 			return true
 		}
 	}

@@ -74,16 +74,16 @@ type Estimator interface {
 	Estimate(in Input) (consumed, total float64)
 }
 
-// RowCount is RisingWave's estimator: persisted snapshot row counts over the
+// RowCountEstimator is RisingWave's estimator: persisted snapshot row counts over the
 // upstream table's physical key count; over several upstream tables, as
 // RisingWave sums a job's fragments, Σ row counts over Σ total key counts.
-type RowCount struct{}
+type RowCountEstimator struct{}
 
 // Name implements Estimator.
-func (RowCount) Name() string { return "rowcount" }
+func (RowCountEstimator) Name() string { return "rowcount" }
 
 // Estimate implements Estimator.
-func (RowCount) Estimate(in Input) (float64, float64) {
+func (RowCountEstimator) Estimate(in Input) (float64, float64) {
 	var consumed, total uint64
 	for _, v := range in.Vnodes {
 		consumed += v.RowCount
@@ -96,13 +96,13 @@ func (RowCount) Estimate(in Input) (float64, float64) {
 
 // Stats is this project's estimator: live rows behind the cursors over live
 // rows of the job's vnodes, from storage statistics only.
-type Stats struct{}
+type StatsEstimator struct{}
 
 // Name implements Estimator.
-func (Stats) Name() string { return "stats" }
+func (StatsEstimator) Name() string { return "stats" }
 
 // Estimate implements Estimator.
-func (s Stats) Estimate(in Input) (float64, float64) {
+func (s StatsEstimator) Estimate(in Input) (float64, float64) {
 	a := s.Account(in)
 	return a.Consumed, a.Total
 }
@@ -148,7 +148,7 @@ func phased(in Input) Account {
 // Over several upstream tables, the vnodes of each table are asked
 // together, and the figure is Σ consumed over Σ live rows of every table:
 // each table weighs as its rows do.
-func (Stats) Account(in Input) Account {
+func (StatsEstimator) Account(in Input) Account {
 	if in.Phase != nil {
 		return phased(in)
 	}
@@ -286,9 +286,9 @@ type UpstreamProgress struct {
 // ErrEpochOrder is a progress report whose epoch does not increase.
 var ErrEpochOrder = errors.New("lsmstats/backfill: progress epochs must increase")
 
-// Tracker aggregates the reports of a job's actors (the meta side). Safe
+// ProgressTracker aggregates the reports of a job's actors (the meta side). Safe
 // for concurrent use.
-type Tracker struct {
+type ProgressTracker struct {
 	upstreams  []uint32
 	estimators []Estimator
 	// around, if set, runs each estimator's figure (JobConfig.OnEstimate).
@@ -305,20 +305,20 @@ type report struct {
 	finished bool
 }
 
-// NewTracker returns a tracker for a job reading upstream, with the given
+// NewProgressTracker returns a tracker for a job reading upstream, with the given
 // estimators (at least one).
-func NewTracker(upstream uint32, estimators ...Estimator) *Tracker {
-	return NewTrackerOf([]uint32{upstream}, estimators...)
+func NewProgressTracker(upstream uint32, estimators ...Estimator) *ProgressTracker {
+	return NewProgressTrackerOf([]uint32{upstream}, estimators...)
 }
 
-// NewTrackerOf returns a tracker for a job reading several upstream tables
+// NewProgressTrackerOf returns a tracker for a job reading several upstream tables
 // (VnodeState.Upstream indexes them), with the given estimators.
-func NewTrackerOf(upstreams []uint32, estimators ...Estimator) *Tracker {
-	return &Tracker{upstreams: slices.Clone(upstreams), estimators: estimators, reports: map[int]*report{}, hwm: map[string]Figure{}}
+func NewProgressTrackerOf(upstreams []uint32, estimators ...Estimator) *ProgressTracker {
+	return &ProgressTracker{upstreams: slices.Clone(upstreams), estimators: estimators, reports: map[int]*report{}, hwm: map[string]Figure{}}
 }
 
 // Restore sets the persisted high-water marks (after a restart).
-func (t *Tracker) Restore(hwm []Figure) {
+func (t *ProgressTracker) Restore(hwm []Figure) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, f := range hwm {
@@ -327,7 +327,7 @@ func (t *Tracker) Restore(hwm []Figure) {
 }
 
 // HighWater returns the displayed high-water marks, to persist.
-func (t *Tracker) HighWater() []Figure {
+func (t *ProgressTracker) HighWater() []Figure {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]Figure, 0, len(t.estimators))
@@ -341,13 +341,13 @@ func (t *Tracker) HighWater() []Figure {
 
 // Reporter is one actor's progress reporter.
 type Reporter struct {
-	t     *Tracker
+	t     *ProgressTracker
 	actor int
 }
 
 // Reporter returns the reporter of an actor; an actor restarted under the
 // same id continues its report.
-func (t *Tracker) Reporter(actor int) *Reporter {
+func (t *ProgressTracker) Reporter(actor int) *Reporter {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.reports[actor]; !ok {
@@ -367,7 +367,7 @@ func (r *Reporter) Finish(epoch uint64, states []VnodeState) error {
 	return r.t.record(r.actor, epoch, states, true)
 }
 
-func (t *Tracker) record(actor int, epoch uint64, states []VnodeState, finished bool) error {
+func (t *ProgressTracker) record(actor int, epoch uint64, states []VnodeState, finished bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	rep := t.reports[actor]
@@ -389,14 +389,14 @@ func (t *Tracker) record(actor int, epoch uint64, states []VnodeState, finished 
 
 // Progress computes the job's figures at a checkpoint epoch, which every
 // actor must have reported, from the store's statistics.
-func (t *Tracker) Progress(epoch uint64, st stats.Snapshot) (Progress, error) {
+func (t *ProgressTracker) Progress(epoch uint64, st stats.Snapshot) (Progress, error) {
 	return t.PhaseProgress(epoch, st, nil)
 }
 
 // PhaseProgress is Progress for a snapshot backfill, in the phase ph says
 // (nil: an arrangement backfill): the job finished only once every vnode
 // finished and it joined the upstream.
-func (t *Tracker) PhaseProgress(epoch uint64, st stats.Snapshot, ph *PhaseInput) (Progress, error) {
+func (t *ProgressTracker) PhaseProgress(epoch uint64, st stats.Snapshot, ph *PhaseInput) (Progress, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := Progress{Epoch: epoch, Finished: len(t.reports) > 0}
@@ -464,7 +464,7 @@ func (t *Tracker) PhaseProgress(epoch uint64, st stats.Snapshot, ph *PhaseInput)
 // an Accountant's is the sum of its vnodes' accounts, another estimator is
 // asked about each table's vnodes alone. With one upstream, the job's
 // figure is the table's.
-func (t *Tracker) upstreamFigures(p *Progress, in Input, e Estimator, a Account, bounded bool, job Figure) {
+func (t *ProgressTracker) upstreamFigures(p *Progress, in Input, e Estimator, a Account, bounded bool, job Figure) {
 	raw := func(consumed, total float64) Figure {
 		f := Figure{Approach: e.Name(), Consumed: consumed, Total: total, Raw: percent(consumed, total)}
 		f.Pct = min(max(f.Raw, 0), 100)
@@ -511,7 +511,7 @@ func (t *Tracker) upstreamFigures(p *Progress, in Input, e Estimator, a Account,
 const maxUnfinished = 99.99
 
 // display applies the display rules and the high-water mark.
-func (t *Tracker) display(f *Figure, finished bool) {
+func (t *ProgressTracker) display(f *Figure, finished bool) {
 	shownC, shownT := f.Consumed, f.Total
 	switch {
 	case finished:

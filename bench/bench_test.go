@@ -204,7 +204,7 @@ func BenchmarkProgressVsScan(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		backfill.Stats{}.Estimate(in)
+		backfill.StatsEstimator{}.Estimate(in)
 		stats += time.Since(start)
 		start = time.Now()
 		for _, v := range rec.Vnodes {

@@ -121,9 +121,9 @@ func Estimators(names []string) ([]backfill.Estimator, error) {
 	for _, n := range names {
 		switch n {
 		case "rowcount":
-			out = append(out, backfill.RowCount{})
+			out = append(out, backfill.RowCountEstimator{})
 		case "stats":
-			out = append(out, backfill.Stats{})
+			out = append(out, backfill.StatsEstimator{})
 		default:
 			return nil, errors.Newf("bench: unknown approach %q (rowcount or stats)", n)
 		}
