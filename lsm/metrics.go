@@ -10,12 +10,15 @@ import (
 // counters, beside the statistics of stats.NewMetrics: commits, spills,
 // commit stalls (the store's L0 waits) and Pebble's write stalls, writers'
 // buffered bytes, bucket scans of the live statistics, corrupt blocks met,
-// L0's shape and the cumulative GC counters. Like stats.NewMetrics it reads
-// the counters at each scrape and keeps nothing; give both the same
-// options (namespace, constant labels) to tell several stores apart.
-// opts.Now is not used.
+// L0's shape, the cumulative GC counters, and what Pebble's compactions
+// changed per table (the statistics' compaction deltas: entries, MVCC
+// deletes, Pebble tombstones and key bytes of their inputs and outputs,
+// lsmstats_compaction_*{table,side}, so that rate(output) − rate(input) is
+// what compactions remove). Like stats.NewMetrics it reads the counters at
+// each scrape and keeps nothing; give both the same options (namespace,
+// constant labels) to tell several stores apart. opts.Now is not used.
 func (s *Store) Collector(opts *stats.MetricsOptions) prometheus.Collector {
-	c := &storeCollector{s: s}
+	c := &storeCollector{s: s, deltas: s.tracker.CompactionCollector(opts)}
 	ns, labels := "lsmstats", prometheus.Labels(nil)
 	if opts != nil {
 		labels = opts.ConstLabels
@@ -58,6 +61,7 @@ func (s *Store) Collector(opts *stats.MetricsOptions) prometheus.Collector {
 type storeCollector struct {
 	s       *Store
 	metrics []storeMetric
+	deltas  prometheus.Collector // the compaction deltas
 }
 
 type storeMetric struct {
@@ -70,6 +74,7 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.metrics {
 		ch <- m.desc
 	}
+	c.deltas.Describe(ch)
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -77,4 +82,5 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, x := range c.metrics {
 		ch <- prometheus.MustNewConstMetric(x.desc, x.kind, x.value(&m, &g))
 	}
+	c.deltas.Collect(ch)
 }

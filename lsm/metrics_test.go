@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
@@ -54,8 +55,36 @@ kv_store_corruptions_total{store="a"} 0
 	n, err := promtest.GatherAndCount(reg)
 	require.NoError(t, err)
 	require.Greater(t, n, 19, "the store's and the statistics' metrics")
+	// The compaction's delta: its inputs held table 1's 300 entries (a
+	// delta is computed on a goroutine of the statistics, after the
+	// compaction).
+	require.Eventually(t, func() bool {
+		return gathered(t, reg, "kv_compaction_entries_total", map[string]string{"table": "1", "side": "input"}) >= 300
+	}, 10*time.Second, 10*time.Millisecond, "the compaction's input entries")
 
 	require.NoError(t, w.Close())
 	require.NoError(t, s.Close())
-	require.Equal(t, 19, promtest.CollectAndCount(c), "a scrape after Close")
+	require.Greater(t, promtest.CollectAndCount(c), 19, "a scrape after Close")
+}
+
+// gathered gathers reg and returns the value of the counter named name
+// with labels (0 when there is none).
+func gathered(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }

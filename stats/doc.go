@@ -159,7 +159,8 @@
 // table and vnode (entries, MVCC puts and deletes, key and value bytes,
 // Pebble tombstones; Hummock's table_stats_change) from the summaries of
 // its input and output files, delivers it to subscribers
-// (SubscribeCompactions) from its goroutine, never from Pebble's callback,
-// and exports per-table input and output counts through
-// CompactionCollector.
+// (SubscribeCompactions, which the store's tests use) from its goroutine,
+// never from Pebble's callback, and exports per-table input and output
+// counts through CompactionCollector, which a user scrapes as part of
+// lsm's Store.Collector.
 package stats
