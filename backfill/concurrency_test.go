@@ -135,14 +135,14 @@ func TestConcurrentProgress(t *testing.T) {
 	pol.Stop()
 	logMu.Lock()
 	require.Empty(t, policyErrs, "the policy's rounds failed")
-	require.Zero(t, pol.Metrics().Errors, "the policy's rounds failed")
+	require.Zero(t, pol.Counters().Errors, "the policy's rounds failed")
 	logMu.Unlock()
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
 	}
 	t.Logf("steps %d (finished %t), progress computations %d, scrapes %d, policy %+v, store %+v",
-		steps, finished, figures, scrapes, pol.Metrics(), lsminternal.StoreMetrics(s))
+		steps, finished, figures, scrapes, pol.Counters(), lsminternal.StoreMetrics(s))
 	require.Positive(t, figures)
 	require.Positive(t, scrapes)
 	if finished {

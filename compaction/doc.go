@@ -99,7 +99,7 @@
 // # Faults
 //
 // A round that fails (an I/O error in a GC ingestion or a compaction) stops
-// at the error, counts it (Metrics.Errors) and leaves the store consistent:
+// at the error, counts it (Counters.Errors) and leaves the store consistent:
 // each GC batch is atomic, a failed compaction changes nothing. The loop
 // logs the error and retries at the next interval, where a GC pass resumes
 // and rereads the statistics. It ends by itself when the store is closed or

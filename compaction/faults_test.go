@@ -68,7 +68,7 @@ func TestPolicyFaults(t *testing.T) {
 	} {
 		run(t, s, 6, 300, 30, 30, wl)
 		require.NotEmpty(t, p.Plan(), c.name)
-		errs := p.Metrics().Errors
+		errs := p.Counters().Errors
 		sw.Set(c.inj)
 		had := sw.Counts.Total()
 		_, err := p.RunRound(context.Background())
@@ -76,7 +76,7 @@ func TestPolicyFaults(t *testing.T) {
 		require.Greater(t, sw.Counts.Total(), had, "%s: no fault injected", c.name)
 		require.Error(t, err, c.name)
 		require.True(t, errors.Is(err, errorfs.ErrInjected), "%s: %v", c.name, err)
-		require.Equal(t, errs+1, p.Metrics().Errors, c.name)
+		require.Equal(t, errs+1, p.Counters().Errors, c.name)
 		require.Equal(t, wl.live, wl.rows(), c.name)
 		rep, err := s.Verify()
 		require.NoError(t, err, c.name)
@@ -125,8 +125,8 @@ func TestPolicyLoopFaults(t *testing.T) {
 		errorfs.Randomly(0.3, int64(seed)), errorfs.PathMatch(dir+"/staging/ingest-*"))))
 	require.NoError(t, p.Start())
 	deadline := time.Now().Add(20 * time.Second)
-	for p.Metrics().Errors < 3 {
-		require.True(t, time.Now().Before(deadline), "no round failed: %+v", p.Metrics())
+	for p.Counters().Errors < 3 {
+		require.True(t, time.Now().Before(deadline), "no round failed: %+v", p.Counters())
 		if len(p.Plan()) == 0 {
 			run(t, s, 2, 300, 30, 30, wl) // more work for the loop
 		}
@@ -144,7 +144,7 @@ func TestPolicyLoopFaults(t *testing.T) {
 		return true
 	}
 	for len(p.Plan()) > 0 || !collected() {
-		require.True(t, time.Now().Before(deadline), "the loop never converged: %+v", p.Metrics())
+		require.True(t, time.Now().Before(deadline), "the loop never converged: %+v", p.Counters())
 		time.Sleep(2 * time.Millisecond)
 	}
 	p.Stop()
@@ -178,11 +178,11 @@ func TestPolicyLoopFaults(t *testing.T) {
 		if done {
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "the loop did not stop: %+v", p2.Metrics())
+		require.True(t, time.Now().Before(deadline), "the loop did not stop: %+v", p2.Counters())
 		time.Sleep(time.Millisecond)
 	}
-	rounds := p2.Metrics().Rounds
+	rounds := p2.Counters().Rounds
 	time.Sleep(20 * time.Millisecond)
-	require.Equal(t, rounds, p2.Metrics().Rounds, "no round after the store failed")
+	require.Equal(t, rounds, p2.Counters().Rounds, "no round after the store failed")
 	p2.Stop()
 }

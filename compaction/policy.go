@@ -91,7 +91,7 @@ type Config struct {
 	// Tables limits the policy to these tables; nil means every table.
 	Tables []uint32
 	// Logf receives a line per error of the background loop; nil drops
-	// them (Metrics counts them).
+	// them (Counters counts them as Errors).
 	Logf func(format string, args ...any)
 }
 
@@ -152,9 +152,9 @@ type Round struct {
 	Duration    time.Duration
 }
 
-// Metrics are a Policy's cumulative counters. Errors counts the rounds
+// Counters are a Policy's cumulative counters. Errors counts the rounds
 // that failed (not those that Stop or the caller's context cancelled).
-type Metrics struct {
+type Counters struct {
 	Rounds, Ranges, GCPasses, VersionsDeleted, Compactions, Errors int64
 	// RoundTime is the total time spent in rounds.
 	RoundTime time.Duration
@@ -290,9 +290,9 @@ func (p *Policy) loop(ctx context.Context, done chan struct{}) {
 	}
 }
 
-// Metrics returns the cumulative counters.
-func (p *Policy) Metrics() Metrics {
-	return Metrics{
+// Counters returns the cumulative counters.
+func (p *Policy) Counters() Counters {
+	return Counters{
 		Rounds: p.rounds.Load(), Ranges: p.ranges.Load(), GCPasses: p.passes.Load(),
 		VersionsDeleted: p.deleted.Load(), Compactions: p.compactions.Load(), Errors: p.errs.Load(),
 		RoundTime: time.Duration(p.roundNanos.Load()),

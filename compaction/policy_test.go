@@ -142,7 +142,7 @@ func TestPolicyRound(t *testing.T) {
 	rep, err := s.Verify()
 	require.NoError(t, err)
 	require.Empty(t, rep.Differences)
-	m := p.Metrics()
+	m := p.Counters()
 	require.Equal(t, int64(1), m.Rounds)
 	require.Positive(t, m.VersionsDeleted)
 	t.Logf("round: %d ranges, %d versions deleted, %v", len(rd.Candidates), m.VersionsDeleted, rd.Duration)
@@ -244,8 +244,8 @@ func TestPolicyStartStop(t *testing.T) {
 	require.NoError(t, p.Start())
 	require.Error(t, p.Start())
 	deadline := time.Now().Add(20 * time.Second)
-	for len(p.Plan()) > 0 || p.Metrics().Compactions == 0 {
-		require.True(t, time.Now().Before(deadline), "the loop never converged: %+v", p.Metrics())
+	for len(p.Plan()) > 0 || p.Counters().Compactions == 0 {
+		require.True(t, time.Now().Before(deadline), "the loop never converged: %+v", p.Counters())
 		time.Sleep(5 * time.Millisecond)
 	}
 	p.Stop()
