@@ -277,6 +277,23 @@ func decodeMeta(b []byte) (jobMeta, error) {
 		b = b[n:]
 		return v, true
 	}
+	// uvs reads a count, then that many uvarints of at most limit (a
+	// count above the bytes left is corrupt: each takes one at least).
+	uvs := func(limit uint64) ([]uint64, bool) {
+		n, ok := uv()
+		if !ok || n > uint64(len(b)) {
+			return nil, false
+		}
+		out := make([]uint64, 0, n)
+		for range n {
+			v, ok := uv()
+			if !ok || v > limit {
+				return nil, false
+			}
+			out = append(out, v)
+		}
+		return out, true
+	}
 	var ok bool
 	if m.step, ok = uv(); !ok {
 		return bad("step")
@@ -355,15 +372,11 @@ func decodeMeta(b []byte) (jobMeta, error) {
 		if m.snapEpoch, ok = uv(); !ok {
 			return bad("snapshot epoch")
 		}
-		n, ok := uv()
-		if !ok || n > uint64(len(b)) {
+		totals, ok := uvs(math.MaxInt64)
+		if !ok {
 			return bad("snapshot live rows")
 		}
-		for range n {
-			v, ok := uv()
-			if !ok || v > math.MaxInt64 {
-				return bad("snapshot live rows")
-			}
+		for _, v := range totals {
 			m.snapTotals = append(m.snapTotals, int64(v))
 		}
 		if m.logConsumed, ok = uv(); !ok {
@@ -377,15 +390,11 @@ func decodeMeta(b []byte) (jobMeta, error) {
 			m.logCursor = append([]byte(nil), b[:l]...)
 		}
 		b = b[l:]
-		n, ok = uv()
-		if !ok || n > uint64(len(b)) {
+		ids, ok := uvs(math.MaxUint32)
+		if !ok {
 			return bad("upstream tables")
 		}
-		for range n {
-			id, ok := uv()
-			if !ok || id > math.MaxUint32 {
-				return bad("upstream table")
-			}
+		for _, id := range ids {
 			m.upstreams = append(m.upstreams, uint32(id))
 		}
 	}

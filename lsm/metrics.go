@@ -1,6 +1,7 @@
 package lsm
 
 import (
+	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,18 +20,8 @@ import (
 // constant labels) to tell several stores apart. opts.Now is not used.
 func (s *Store) Collector(opts *stats.MetricsOptions) prometheus.Collector {
 	c := &storeCollector{s: s, deltas: s.tracker.CompactionCollector(opts)}
-	ns, labels := "lsmstats", prometheus.Labels(nil)
-	if opts != nil {
-		labels = opts.ConstLabels
-		if opts.Namespace != "" {
-			ns = opts.Namespace
-		}
-	}
-	type metric = storeMetric
 	add := func(subsystem, name, help string, kind prometheus.ValueType, value func(m *lsminternal.Metrics, g *lsminternal.GCMetrics) float64) {
-		c.metrics = append(c.metrics, metric{
-			desc: prometheus.NewDesc(prometheus.BuildFQName(ns, subsystem, name), help, nil, labels), kind: kind, value: value,
-		})
+		c.metrics = append(c.metrics, storeMetric{desc: keystats.MetricDesc(opts, subsystem, name, help), kind: kind, value: value})
 	}
 	counter, gauge := prometheus.CounterValue, prometheus.GaugeValue
 	type m = lsminternal.Metrics

@@ -65,6 +65,13 @@ func (o MetricsOptions) desc(subsystem, name, help string, labels ...string) *pr
 	return prometheus.NewDesc(prometheus.BuildFQName(o.Namespace, subsystem, name), help, labels, o.ConstLabels)
 }
 
+// MetricDesc returns the descriptor of a metric under opts (nil: the
+// defaults), as NewMetrics names its own: for the store's collector of its
+// operational counters, which shares the options.
+func MetricDesc(opts *MetricsOptions, subsystem, name, help string, labels ...string) *prometheus.Desc {
+	return opts.withDefaults().desc(subsystem, name, help, labels...)
+}
+
 // Metrics exports a store's statistics to Prometheus. It implements
 // prometheus.Collector and is safe for concurrent use.
 type Metrics struct {
