@@ -26,7 +26,7 @@ import (
 //
 //	job [mode=snapshot] workload=NAME rows=N vnodes=N actors=N barrier-rows=N
 //	    [chunk-size=N] [seed=N] [checkpoint-every=N] [during-steps=N]
-//	    [update-during-pct=N]
+//	    [update-during-pct=N] [order=interleaved|vnode]
 //	                   open the store and the job (load phase included).
 //	                   mode=snapshot: a snapshot backfill
 //	                   (JobConfig.Mode = ModeSnapshot) whose truth is the
@@ -128,6 +128,8 @@ func (c *jobCommands) job(t *testing.T, _ *storetest.Harness, td *datadriven.Tes
 	c.cfg = backfill.JobConfig{Upstream: c.p.TableDef(1), MV: 2, State: 3, Meta: 4,
 		ChunkSize: intArg(td, "chunk-size", 2), BarrierRows: intArg(td, "barrier-rows", 3),
 		CheckpointEvery: intArg(td, "checkpoint-every", 1)}
+	c.cfg.SnapshotOrder, err = backfill.ParseSnapshotOrder(strArg(td, "order", "interleaved"))
+	require.NoError(t, err)
 	if c.snapshot {
 		c.cfg.Mode, c.cfg.LogStore = backfill.ModeSnapshot, 5
 	}

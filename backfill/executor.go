@@ -3,6 +3,7 @@ package backfill
 import (
 	"bytes"
 	"context"
+	"strconv"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
@@ -43,6 +44,51 @@ type ActorConfig struct {
 	// chunks (they go to the log store) and so forwards none.
 	Fixed      bool
 	FixedEpoch uint64
+	// Order is the order in which the actor reads its unfinished vnodes'
+	// snapshot rows: Interleaved (the default) or VnodeOrder.
+	Order SnapshotOrder
+}
+
+// SnapshotOrder is the order in which an actor reads the snapshot rows of
+// its unfinished vnodes at a barrier. Either way each vnode is read in pk
+// order from its cursor, and the forwarding rule is the same: what
+// changes is which vnodes are in progress at a time.
+type SnapshotOrder uint8
+
+const (
+	// Interleaved reads one row of each unfinished vnode in turn, like
+	// RisingWave's select_all over one stream per vnode: every vnode
+	// advances together, and the MV receives rows of all of them at each
+	// checkpoint.
+	Interleaved SnapshotOrder = iota
+	// VnodeOrder reads the vnodes one after another, each to its end, in
+	// the actor's vnode order: the upstream is read in its storage order,
+	// so a checkpoint's MV rows extend one vnode per actor, as appends,
+	// and at most one vnode per actor is in progress. Each checkpoint
+	// writes to a few vnodes instead of all of them: fewer statistics
+	// buckets touched, MV SSTs that do not overlap, and one sequential
+	// scan; a vnode not yet started forwards nothing, as in Interleaved.
+	VnodeOrder
+)
+
+func (o SnapshotOrder) String() string {
+	switch o {
+	case Interleaved:
+		return "interleaved"
+	case VnodeOrder:
+		return "vnode"
+	}
+	return "SnapshotOrder(" + strconv.Itoa(int(o)) + ")"
+}
+
+// ParseSnapshotOrder returns the order a String names.
+func ParseSnapshotOrder(s string) (SnapshotOrder, error) {
+	for _, o := range []SnapshotOrder{Interleaved, VnodeOrder} {
+		if s == o.String() {
+			return o, nil
+		}
+	}
+	return 0, errors.Newf("lsmstats/backfill: unknown snapshot order %q (interleaved or vnode)", s)
 }
 
 // ActorUpstream is one upstream table of an actor: its id, its MV's and
@@ -104,6 +150,9 @@ func NewActor(cfg ActorConfig) (_ *Actor, err error) {
 	}
 	if cfg.BarrierRows <= 0 {
 		cfg.BarrierRows = 2048
+	}
+	if cfg.Order > VnodeOrder {
+		return nil, errors.Newf("lsmstats/backfill: actor %d: invalid snapshot order %d", cfg.ID, cfg.Order)
 	}
 	ups := cfg.Upstreams
 	if len(ups) == 0 {
@@ -291,8 +340,9 @@ func (a *Actor) OnBarrier(ctx context.Context, b Barrier) error {
 	return err
 }
 
-// readSnapshot reads up to BarrierRows rows of the unfinished vnodes, one
-// row of each in turn, at the previous barrier's epoch.
+// readSnapshot reads up to BarrierRows rows of the unfinished vnodes at the
+// previous barrier's epoch: one row of each in turn (Interleaved), or the
+// first vnode's to its end, then the next's (VnodeOrder).
 //
 // One snapshot iterator serves every vnode: it visits the vnodes in turn
 // and buffers the rows each will take this barrier (its share of the quota,
@@ -400,6 +450,45 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 		chunk = chunk[:0]
 		return nil
 	}
+	// take moves the next row of s into the chunk, reading up to n rows of
+	// its vnode first if none is buffered; false: the vnode has no more
+	// rows, and is finished.
+	take := func(s *stream, n int) (bool, error) {
+		if s.next == len(s.rows) && !s.exhausted {
+			if err := fill(s, n); err != nil {
+				return false, err
+			}
+		}
+		st := &a.vnodes[s.i]
+		a.dirty[s.i] = true
+		if s.next == len(s.rows) {
+			st.Finished = true
+			return false, nil
+		}
+		op := s.rows[s.next]
+		s.next++
+		st.Cursor = append(st.Cursor[:0], op.PK...)
+		st.RowCount++
+		chunk = append(chunk, op)
+		quota--
+		if len(chunk) == a.cfg.ChunkSize {
+			return true, flush()
+		}
+		return true, nil
+	}
+	if a.cfg.Order == VnodeOrder {
+		// The whole quota from the first unfinished vnode, then the next.
+		for quota > 0 && len(streams) > 0 {
+			more, err := take(&streams[0], quota+1)
+			if err != nil {
+				return err
+			}
+			if !more {
+				streams = streams[1:]
+			}
+		}
+		return flush()
+	}
 	for quota > 0 && len(streams) > 0 {
 		live := streams[:0]
 		share := quota/len(streams) + 2 // a round's worth for each, and one to see the end
@@ -409,30 +498,13 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 				live = append(live, *s)
 				continue
 			}
-			if s.next == len(s.rows) && !s.exhausted {
-				if err := fill(s, share); err != nil {
-					return err
-				}
+			more, err := take(s, share)
+			if err != nil {
+				return err
 			}
-			st := &a.vnodes[s.i]
-			if s.next == len(s.rows) {
-				st.Finished = true
-				a.dirty[s.i] = true
-				continue
+			if more {
+				live = append(live, *s)
 			}
-			op := s.rows[s.next]
-			s.next++
-			st.Cursor = append(st.Cursor[:0], op.PK...)
-			st.RowCount++
-			a.dirty[s.i] = true
-			chunk = append(chunk, op)
-			quota--
-			if len(chunk) == a.cfg.ChunkSize {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-			live = append(live, *s)
 		}
 		streams = live
 	}

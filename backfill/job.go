@@ -92,6 +92,12 @@ type JobConfig struct {
 	Actors int
 	// ChunkSize and BarrierRows: see ActorConfig.
 	ChunkSize, BarrierRows int
+	// SnapshotOrder is the order in which each actor reads its vnodes:
+	// Interleaved (the default, as RisingWave's arrangement backfill) or
+	// VnodeOrder (one vnode after another: the faster on an embedded
+	// store). A restarted job may use another order; the vnodes' cursors
+	// serve either.
+	SnapshotOrder SnapshotOrder
 	// CheckpointEvery makes every n-th barrier a checkpoint; 0 means 1.
 	CheckpointEvery int
 	// RateLimit limits the job's snapshot reads, in rows per second over
@@ -302,6 +308,9 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		if math.IsNaN(c.AtPercent) || math.IsNaN(c.Limit) || c.Limit < 0 || math.IsInf(c.Limit, 0) {
 			return nil, errors.Newf("lsmstats/backfill: rate change %g rows/s at %g%%: want a finite limit >= 0 at a percentage", c.Limit, c.AtPercent)
 		}
+	}
+	if cfg.SnapshotOrder > VnodeOrder {
+		return nil, errors.Newf("lsmstats/backfill: invalid snapshot order %d", cfg.SnapshotOrder)
 	}
 	if math.IsNaN(cfg.RateLimit) || cfg.RateLimit < 0 || math.IsInf(cfg.RateLimit, 0) {
 		return nil, errors.Newf("lsmstats/backfill: rate limit %g rows/s: want a finite limit >= 0", cfg.RateLimit)
@@ -581,7 +590,7 @@ func (j *Job) startActors(fresh bool) (err error) {
 	for i := range j.cfg.Actors {
 		ac := ActorConfig{ID: i, Store: j.store, ChunkSize: j.cfg.ChunkSize, BarrierRows: j.cfg.BarrierRows,
 			RowCount: j.persistRowCount(), Reporter: j.tracker.Reporter(i),
-			Fixed: j.cfg.Mode == ModeSnapshot, FixedEpoch: j.snapEpoch}
+			Fixed: j.cfg.Mode == ModeSnapshot, FixedEpoch: j.snapEpoch, Order: j.cfg.SnapshotOrder}
 		for u, up := range j.ups {
 			ac.Upstreams = append(ac.Upstreams, ActorUpstream{Upstream: up.def.ID, MV: up.mv, State: up.state, Vnodes: ranges[u][i]})
 		}

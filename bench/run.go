@@ -56,6 +56,8 @@ type Config struct {
 	// workload's model does not know: its oracle is a scan of each table
 	// (backfilltest.ScanOracle), slower, in the harness's time.
 	Mode backfill.JobMode
+	// SnapshotOrder: see backfill.JobConfig.
+	SnapshotOrder backfill.SnapshotOrder
 	// Actors, ChunkSize, BarrierRows, CheckpointEvery, RateLimit: see
 	// backfill.JobConfig.
 	Actors, ChunkSize, BarrierRows, CheckpointEvery int
@@ -251,6 +253,7 @@ func Open(cfg Config) (*Session, error) {
 		Store: s, Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
 		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit, RateChanges: cfg.RateChanges,
 		Estimators: est, OnEstimate: pt.estimate, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked, Mode: cfg.Mode,
+		SnapshotOrder: cfg.SnapshotOrder,
 		OnCheckpoint: func(r backfill.Record) {
 			r = pt.stamp(r)
 			if cfg.OnCheckpoint != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
@@ -33,18 +34,23 @@ var (
 	scaleRows      = flag.String("scale-rows", "1M", "table sizes of BenchmarkScale, comma-separated (e.g. 1M,4M,16M)")
 	scaleLSM       = flag.Bool("scale-lsm", false, "log the LSM shape (Pebble's metrics) at the end of each run")
 	scaleWorkloads = flag.String("scale-workloads", "uniform,update-churn", "workloads of BenchmarkScale, comma-separated")
+	scaleOrders    = flag.String("scale-orders", "interleaved,vnode", "snapshot orders of BenchmarkScale's job (backfill.SnapshotOrder), comma-separated")
 )
 
 // BenchmarkScale runs the backfill job of the CLI's defaults (256 vnodes, 2
 // actors, 2,048 snapshot rows per actor per checkpoint, the churn spread
-// over the backfill, the stats approach) at each size of -scale-rows and
-// each workload of -scale-workloads, and the raw-Pebble pipeline on the
-// same rows right after it, and reports per size how the cost of each
-// part grows with the table:
+// over the backfill, the stats approach) at each size of -scale-rows, each
+// workload of -scale-workloads and each snapshot order of -scale-orders
+// (sub-benchmarks of the interleaved order have no order= part), and the
+// raw-Pebble pipeline on the same rows right after it, and reports per size
+// how the cost of each part grows with the table:
 //
-//	rows/s, raw-rows/s, x-of-raw-pebble     snapshot rows per second, both
+//	rows/s, raw-rows/s, x-of-raw-pebble     snapshot rows per second, both;
+//	                                        raw Pebble reads in pk order, as
+//	                                        the actors do in VnodeOrder
 //	raw-interleaved-rows/s,                 raw Pebble reading the vnodes in
-//	x-of-raw-interleaved                    turn as the actors do
+//	x-of-raw-interleaved                    turn as the actors do in the
+//	                                        Interleaved order
 //	                                        (RunRawInterleaved)
 //	load-rows/s, raw-load-rows/s,           the load (and churn before the
 //	load-x-of-raw-pebble                    backfill), ops per second
@@ -85,23 +91,35 @@ var (
 func BenchmarkScale(b *testing.B) {
 	sizes, err := parseSizes(*scaleRows)
 	require.NoError(b, err)
+	var orders []backfill.SnapshotOrder
+	for _, o := range strings.Split(*scaleOrders, ",") {
+		order, err := backfill.ParseSnapshotOrder(o)
+		require.NoError(b, err)
+		orders = append(orders, order)
+	}
 	for _, rows := range sizes {
 		for _, name := range strings.Split(*scaleWorkloads, ",") {
-			b.Run(fmt.Sprintf("rows=%s/workload=%s", sizeName(rows), name), func(b *testing.B) {
-				for range b.N {
-					scaleRun(b, rows, name)
+			for _, order := range orders {
+				sub := fmt.Sprintf("rows=%s/workload=%s", sizeName(rows), name)
+				if order != backfill.Interleaved {
+					sub += "/order=" + order.String()
 				}
-			})
+				b.Run(sub, func(b *testing.B) {
+					for range b.N {
+						scaleRun(b, rows, name, order)
+					}
+				})
+			}
 		}
 	}
 }
 
-func scaleConfig(b *testing.B, rows int, name string) Config {
+func scaleConfig(b *testing.B, rows int, name string, order backfill.SnapshotOrder) Config {
 	p, err := workload.Preset(name, rows, 256, 7)
 	require.NoError(b, err)
 	const actors, barrierRows = 2, 2048
 	p.DuringSteps = max(1, rows/(actors*barrierRows)) // the CLI's default
-	cfg := Config{Dir: b.TempDir(), Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows,
+	cfg := Config{Dir: b.TempDir(), Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows, SnapshotOrder: order,
 		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: quietlog.Logger{}}}
 	tune(cfg.Store)
 	return cfg
@@ -109,8 +127,8 @@ func scaleConfig(b *testing.B, rows int, name string) Config {
 
 // scaleRun runs one size: the store, then raw Pebble. The metrics are of
 // the last iteration.
-func scaleRun(b *testing.B, rows int, name string) {
-	cfg := scaleConfig(b, rows, name)
+func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder) {
+	cfg := scaleConfig(b, rows, name, order)
 	var (
 		base, harness         float64
 		maxL0, checkpoints    int

@@ -15,7 +15,8 @@ import (
 )
 
 // scalePrefix names BenchmarkScale's sub-benchmarks:
-// BenchmarkScale/rows=4M/workload=uniform.
+// BenchmarkScale/rows=4M/workload=uniform, and .../order=vnode for the
+// snapshot order that is not the default (shown as "uniform, vnode order").
 const scalePrefix = "BenchmarkScale/"
 
 // scalePoint is one sub-benchmark of BenchmarkScale.
@@ -40,7 +41,10 @@ func scalePoints(m map[string]map[string]float64) []scalePoint {
 				pt.sizeName, pt.rows = v, sizeValue(v)
 			}
 			if v, ok := strings.CutPrefix(part, "workload="); ok {
-				pt.workload = v
+				pt.workload = v + pt.workload
+			}
+			if v, ok := strings.CutPrefix(part, "order="); ok {
+				pt.workload += ", " + v + " order" // the interleaved order has no part
 			}
 		}
 		if pt.rows > 0 && pt.workload != "" {
