@@ -11,7 +11,10 @@
 // upstream changes to its replicated table (package replicated) as they
 // come, and at each barrier reads a quota of snapshot rows, forwards the
 // changes its cursors have passed, writes the MV and persists its vnodes'
-// state (the Actor type says how). Every n-th barrier is a checkpoint: the
+// state (the Actor type says how). The quota comes from every unfinished
+// vnode in turn, as RisingWave reads (Interleaved, the default), or from
+// one vnode after another (VnodeOrder: the upstream in storage order, the
+// MV written as appends, the faster on an embedded store). Every n-th barrier is a checkpoint: the
 // store commits the epoch, and everything above is durable together. A
 // restart resumes every vnode from its persisted state, with any number of
 // actors (rescale), and the MV ends equal to the upstream table (checked by
