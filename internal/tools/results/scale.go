@@ -91,7 +91,7 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 	if len(pts) == 0 {
 		return
 	}
-	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; ![plot](docs/scale.png)):\n\n")
+	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"vnode order\" ran with `--snapshot-order vnode`, the others in the default interleaved order; the first × raw is against raw Pebble scanning in pk order, the second against raw Pebble reading the vnodes in turn; ![plot](docs/scale.png)):\n\n")
 	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | block cache | stats heap | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {
@@ -136,7 +136,7 @@ var (
 )
 
 // plotScale draws the scale table against rows: six panels, one line per
-// metric and workload (dashed with churn), rows on a log scale.
+// metric and workload (a dash pattern per workload), rows on a log scale.
 func plotScale(path string, pts []scalePoint) error {
 	panels := []struct {
 		title, y string
@@ -161,9 +161,17 @@ func plotScale(path string, pts []scalePoint) error {
 		{"LSM shape at the end", "count", []series{
 			{"SSTs", "ssts", 1, blue}, {"L0 sublevels (max seen)", "max-l0-sublevels", 1, red}}},
 	}
-	workloads := map[string]bool{}
+	// One dash pattern per workload, in the table's order (pts is sorted):
+	// solid for the first (uniform), then dotted, dashed, dash-dotted.
+	patterns := [][]vg.Length{nil, {vg.Points(1), vg.Points(2)}, {vg.Points(4), vg.Points(3)},
+		{vg.Points(6), vg.Points(2), vg.Points(1), vg.Points(2)}, {vg.Points(8), vg.Points(4)}}
+	dashes := map[string][]vg.Length{}
+	var workloads []string
 	for _, p := range pts {
-		workloads[p.workload] = true
+		if _, ok := dashes[p.workload]; !ok {
+			dashes[p.workload] = patterns[min(len(workloads), len(patterns)-1)]
+			workloads = append(workloads, p.workload)
+		}
 	}
 	const cols = 2
 	rows := (len(panels) + cols - 1) / cols
@@ -186,7 +194,7 @@ func plotScale(path string, pts []scalePoint) error {
 		p.X.Min, p.X.Max = p.X.Min/1.2, p.X.Max*1.2
 		p.Add(plotter.NewGrid())
 		for _, s := range panel.lines {
-			for w := range workloads {
+			for _, w := range workloads {
 				var xy plotter.XYs
 				for _, pt := range pts {
 					if v, ok := pt.m[s.key]; ok && pt.workload == w {
@@ -203,8 +211,8 @@ func plotScale(path string, pts []scalePoint) error {
 				l.Color, pointsOf.Color = s.color, s.color
 				l.Width = vg.Points(1.5)
 				label := s.label
-				if w != "uniform" {
-					l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+				l.Dashes = dashes[w]
+				if w != workloads[0] {
 					label += " (" + w + ")"
 				}
 				p.Add(l, pointsOf)
