@@ -17,9 +17,10 @@ import (
 // TestCommitStallOnlyWhileCompactionsDrain: the L0 wait holds commits only
 // while compactions can drain L0. With automatic compactions off, L0 grows
 // past the limit and no commit waits. With every compaction output failing
-// to be created, the first stalled commit waits until a second passes with
-// no compaction running, then goes on; the later ones, with still no
-// compaction run since, go on at once. Every such stall is counted as
+// to be created, the first stalled commit waits until a compaction fails
+// during its wait or a second passes with none running, whichever comes
+// first (Pebble's timing decides), then goes on; the later ones, with still
+// no compaction run since, go on at once. Every such stall is counted as
 // abandoned, and the one that waited is logged. (Before, each such commit
 // waited 30 s.)
 func TestCommitStallOnlyWhileCompactionsDrain(t *testing.T) {
@@ -61,7 +62,11 @@ func TestCommitStallOnlyWhileCompactionsDrain(t *testing.T) {
 		require.GreaterOrEqual(t, m.CommitStalls, int64(2), "L0 must reach the limit")
 		require.Equal(t, m.CommitStalls, m.CommitStallsAbandoned, "no wait can end with L0 drained")
 		require.Equal(t, 1, strings.Count(log.text(), "committing anyway"), "only the first stall waited:\n%s", log.text())
-		require.Contains(t, log.text(), "no compaction ran for 1s")
+		text := log.text()
+		require.True(t, strings.Contains(text, "committing anyway") &&
+			(strings.Contains(text, "no compaction ran for 1s") || strings.Contains(text, "compactions are failing")),
+			"the wait ends on a failed compaction or an idle second:\n%s", text)
+		require.NotContains(t, text, "L0StallLimit", "the wait must not run to its limit")
 		require.Positive(t, faults.total(), "compaction outputs failed")
 		faults.disarm()
 	})
