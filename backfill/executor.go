@@ -91,6 +91,22 @@ func ParseSnapshotOrder(s string) (SnapshotOrder, error) {
 	return 0, errors.Newf("lsmstats/backfill: unknown snapshot order %q (interleaved or vnode)", s)
 }
 
+// MarshalText and UnmarshalText write and read the String form, for flags
+// (flag.TextVar) and JSON.
+func (o SnapshotOrder) MarshalText() ([]byte, error) {
+	if !o.valid() {
+		return nil, errors.Newf("lsmstats/backfill: invalid snapshot order %d", o)
+	}
+	return []byte(o.String()), nil
+}
+
+func (o *SnapshotOrder) UnmarshalText(b []byte) (err error) {
+	*o, err = ParseSnapshotOrder(string(b))
+	return err
+}
+
+func (o SnapshotOrder) valid() bool { return o <= VnodeOrder }
+
 // ActorUpstream is one upstream table of an actor: its id, its MV's and
 // its backfill state table's, and the actor's vnodes of it.
 type ActorUpstream struct {
@@ -151,7 +167,7 @@ func NewActor(cfg ActorConfig) (_ *Actor, err error) {
 	if cfg.BarrierRows <= 0 {
 		cfg.BarrierRows = 2048
 	}
-	if cfg.Order > VnodeOrder {
+	if !cfg.Order.valid() {
 		return nil, errors.Newf("lsmstats/backfill: actor %d: invalid snapshot order %d", cfg.ID, cfg.Order)
 	}
 	ups := cfg.Upstreams

@@ -309,7 +309,7 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 			return nil, errors.Newf("lsmstats/backfill: rate change %g rows/s at %g%%: want a finite limit >= 0 at a percentage", c.Limit, c.AtPercent)
 		}
 	}
-	if cfg.SnapshotOrder > VnodeOrder {
+	if !cfg.SnapshotOrder.valid() {
 		return nil, errors.Newf("lsmstats/backfill: invalid snapshot order %d", cfg.SnapshotOrder)
 	}
 	if math.IsNaN(cfg.RateLimit) || cfg.RateLimit < 0 || math.IsInf(cfg.RateLimit, 0) {

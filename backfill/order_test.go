@@ -2,6 +2,7 @@ package backfill_test
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"testing"
 
@@ -167,7 +168,18 @@ func TestSnapshotOrderInvalid(t *testing.T) {
 		got, err := backfill.ParseSnapshotOrder(o.String())
 		require.NoError(t, err)
 		require.Equal(t, o, got)
+		// The text form (flags, JSON) is the String form.
+		b, err := json.Marshal(struct{ O backfill.SnapshotOrder }{o})
+		require.NoError(t, err)
+		require.JSONEq(t, `{"O":"`+o.String()+`"}`, string(b))
+		var back struct{ O backfill.SnapshotOrder }
+		require.NoError(t, json.Unmarshal(b, &back))
+		require.Equal(t, o, back.O)
 	}
+	_, err = json.Marshal(backfill.SnapshotOrder(9))
+	require.ErrorContains(t, err, "invalid snapshot order 9")
+	var o backfill.SnapshotOrder
+	require.ErrorContains(t, json.Unmarshal([]byte(`"random"`), &o), `unknown snapshot order "random"`)
 	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	defer s.Close()

@@ -73,7 +73,7 @@ type backfillFlags struct {
 	rowsList                                 intList
 	upstreams                                int
 	mode                                     string
-	snapshotOrder                            string
+	snapshotOrder                            backfill.SnapshotOrder
 	seed                                     uint64
 	zipf                                     float64
 	pkShape                                  string
@@ -108,7 +108,7 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 		return nil
 	})
 	fs.StringVar(&f.mode, "mode", "arrangement", "kind of backfill: arrangement, or snapshot (a snapshot at a pinned epoch while the upstream's changes go to a log store, then the log store, then the upstream; its truth scans the tables)")
-	fs.StringVar(&f.snapshotOrder, "snapshot-order", "interleaved", "order in which each actor reads its vnodes: interleaved (one row of each in turn, as RisingWave's arrangement backfill) or vnode (one vnode after another: the upstream in its storage order, faster on an embedded store)")
+	fs.TextVar(&f.snapshotOrder, "snapshot-order", backfill.Interleaved, "order in which each actor reads its vnodes: interleaved (one row of each in turn, as RisingWave's arrangement backfill) or vnode (one vnode after another: the upstream in its storage order, faster on an embedded store)")
 	fs.IntVar(&f.upstreams, "upstreams", 0, "upstream tables of the job, read by the same actors (0: one per --rows count); each gets the workload with its --rows count and seed+i")
 	fs.IntVar(&f.vnodes, "vnodes", 256, "vnodes of the upstream table")
 	fs.IntVar(&f.actors, "actors", 2, "backfill actors")
@@ -212,9 +212,6 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 		// The worker's workload.New would refuse it too, as a failed run.
 		return p, errors.Newf("--delete-order %q is not random, prefix or suffix", p.DeleteOrder)
 	}
-	if _, err := backfill.ParseSnapshotOrder(f.snapshotOrder); err != nil {
-		return p, errors.Newf("--snapshot-order %q is not interleaved or vnode", f.snapshotOrder)
-	}
 	if f.chunkSize < 1 || f.barrierRows < 1 || f.actors < 1 || f.checkpointEvery < 1 {
 		return p, errors.New("--chunk-size, --barrier-rows, --actors and --checkpoint-every must be positive")
 	}
@@ -230,12 +227,6 @@ func (f *backfillFlags) jobMode() backfill.JobMode {
 		return backfill.ModeSnapshot
 	}
 	return backfill.ModeArrangement
-}
-
-// order returns the --snapshot-order (checked by the flags' parse).
-func (f *backfillFlags) order() backfill.SnapshotOrder {
-	o, _ := backfill.ParseSnapshotOrder(f.snapshotOrder)
-	return o
 }
 
 // upstreamParams returns the workloads of a job over several upstream
@@ -372,7 +363,7 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 	}
 	var s *bench.Session
 	cfg := bench.Config{
-		Dir: f.dir, Workload: p, Upstreams: f.upstreamParams(p), Mode: f.jobMode(), SnapshotOrder: f.order(), Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
+		Dir: f.dir, Workload: p, Upstreams: f.upstreamParams(p), Mode: f.jobMode(), SnapshotOrder: f.snapshotOrder, Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
 		CheckpointEvery: f.checkpointEvery, RateLimit: f.rateLimit, RateChanges: f.rateChanges,
 		Store: &lsm.Options{Logger: cliLogger{w: stderr}},
 		OnOpen: func(opened *bench.Session) error {
@@ -838,7 +829,7 @@ func summarize(records []*recordJSON, stateBytes, statsOnlyBytes int64) (map[str
 
 func parameters(f *backfillFlags, p workload.Params) map[string]any {
 	return map[string]any{
-		"workload": f.workload, "mode": f.mode, "snapshot_order": f.snapshotOrder, "rows": p.Rows, "upstream_rows": []int(f.rowsList), "vnodes": p.VnodeCount, "actors": f.actors, "seed": p.Seed,
+		"workload": f.workload, "mode": f.mode, "snapshot_order": f.snapshotOrder.String(), "rows": p.Rows, "upstream_rows": []int(f.rowsList), "vnodes": p.VnodeCount, "actors": f.actors, "seed": p.Seed,
 		"pk_shape": p.Shape, "children": p.Children, "zipf": p.Zipf, "update_frac": p.UpdateFrac, "delete_frac": p.DeleteFrac, "delete_order": p.DeleteOrder,
 		"update_during": p.UpdateDuring, "delete_during": p.DeleteDuring, "insert_during": p.InsertDuring,
 		"during_steps": p.DuringSteps, "chunk_size": f.chunkSize, "barrier_rows": f.barrierRows,

@@ -22,8 +22,8 @@ type JobSpec struct {
 	ChunkSize       int             `json:"chunk_size"`
 	BarrierRows     int             `json:"barrier_rows"`
 	CheckpointEvery int             `json:"checkpoint_every"`
-	// SnapshotOrder is the actors' read order (backfill.SnapshotOrder).
-	SnapshotOrder string `json:"snapshot_order"`
+	// SnapshotOrder is the actors' read order.
+	SnapshotOrder backfill.SnapshotOrder `json:"snapshot_order"`
 }
 
 // presets are the churning workloads the soak rotates through.
@@ -47,23 +47,13 @@ func jobSpec(seed uint64, i int) JobSpec {
 	// Loads of several steps, and churn spread over about the backfill.
 	spec.Workload.BatchRows = 2000 + r.IntN(4000)
 	spec.Workload.DuringSteps = max(2, rows/(2*spec.BarrierRows))
-	spec.SnapshotOrder = []backfill.SnapshotOrder{backfill.Interleaved, backfill.VnodeOrder}[r.IntN(2)].String()
+	spec.SnapshotOrder = []backfill.SnapshotOrder{backfill.Interleaved, backfill.VnodeOrder}[r.IntN(2)]
 	return spec
-}
-
-// order is a spec's snapshot order; a spec from before the field reads
-// interleaved.
-func order(s string) backfill.SnapshotOrder {
-	o, err := backfill.ParseSnapshotOrder(s)
-	if err != nil {
-		return backfill.Interleaved
-	}
-	return o
 }
 
 func (j JobSpec) String() string {
 	return fmt.Sprintf("job %d (%s, %d rows, %d vnodes, zipf %.2f, %s order)", j.Index, j.Preset, j.Workload.Rows,
-		j.Workload.VnodeCount, j.Workload.Zipf, order(j.SnapshotOrder))
+		j.Workload.VnodeCount, j.Workload.Zipf, j.SnapshotOrder)
 }
 
 // Table ids of a job.
@@ -88,7 +78,7 @@ func jobConfig(s *lsm.Store, spec JobSpec, actors int, g *workload.Generator, h 
 	return backfill.JobConfig{
 		Store: s, Upstream: g.Params().TableDef(spec.upstream()), MV: spec.mv(), State: spec.state(), Meta: spec.meta(),
 		Actors: actors, ChunkSize: spec.ChunkSize, BarrierRows: spec.BarrierRows, CheckpointEvery: spec.CheckpointEvery,
-		SnapshotOrder: order(spec.SnapshotOrder), Source: genjob.Source{G: g}, Score: backfilltest.Oracles(genjob.Oracle{G: g}), OnCheckpoint: h.OnCheckpoint,
+		SnapshotOrder: spec.SnapshotOrder, Source: genjob.Source{G: g}, Score: backfilltest.Oracles(genjob.Oracle{G: g}), OnCheckpoint: h.OnCheckpoint,
 	}
 }
 

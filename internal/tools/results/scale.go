@@ -36,16 +36,20 @@ func scalePoints(m map[string]map[string]float64) []scalePoint {
 			continue
 		}
 		var pt scalePoint
+		order := "" // the interleaved order has no part
 		for _, part := range strings.Split(strings.TrimPrefix(name, scalePrefix), "/") {
 			if v, ok := strings.CutPrefix(part, "rows="); ok {
 				pt.sizeName, pt.rows = v, sizeValue(v)
 			}
 			if v, ok := strings.CutPrefix(part, "workload="); ok {
-				pt.workload = v + pt.workload
+				pt.workload = v
 			}
 			if v, ok := strings.CutPrefix(part, "order="); ok {
-				pt.workload += ", " + v + " order" // the interleaved order has no part
+				order = ", " + v + " order"
 			}
+		}
+		if pt.workload != "" {
+			pt.workload += order
 		}
 		if pt.rows > 0 && pt.workload != "" {
 			pt.m = x
