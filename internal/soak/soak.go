@@ -256,6 +256,8 @@ func (sk *soak) outcome(n int, kind string, lines []report, end testutil.Exit, s
 		return "fault:fatal"
 	case kind == "fault" && end.Code == 2 && strings.Contains(stderr, "panic") && strings.Contains(stderr, "injected error"):
 		return "fault:panic"
+	case kind == "fault" && end.Code == 2 && injected && pebblePanicked(stderr):
+		return "fault:panic"
 	}
 	sk.finding(n, "worker-end", "%s: the worker ended with status %d (killed %t) after %+v; stderr:\n%s", kind, end.Code, end.Killed, last, tail(stderr))
 	return kind + ":unexpected"
@@ -493,4 +495,23 @@ func tail(s string) string {
 		return "..." + s[len(s)-3000:]
 	}
 	return s
+}
+
+// pebblePanicked reports whether stderr holds a panic raised in Pebble: the
+// first frame of ours or a library's after the runtime's panic( line is
+// Pebble's. Pebble panics on some I/O errors (rotateWAL, when closing the
+// full WAL fails); when a deferred unlock then fails as well, Go ends with
+// "fatal error: sync: unlock of unlocked mutex" and prints the panic value
+// as its type and address, without the text "injected error".
+func pebblePanicked(stderr string) bool {
+	_, after, ok := strings.Cut(stderr, "\npanic(")
+	if !ok {
+		return false
+	}
+	for _, line := range strings.Split(after, "\n")[1:] {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, "github.com/") {
+			return strings.HasPrefix(line, "github.com/cockroachdb/pebble/")
+		}
+	}
+	return false
 }
