@@ -65,6 +65,9 @@ var (
 //	stats-heap-MB, stats-bytes/Mkeys        heap held by the statistics
 //	                                        (physical Version rebuilt from
 //	                                        the SSTs, live buckets reloaded)
+//	physical-heap-MB, live-heap-MB,         the two parts of it, and the
+//	live-meta-rows                          live statistics' metadata rows
+//	                                        (one per bucket and a few more)
 //	payload-MB, reader-payload-MB           the statistics payload of the
 //	                                        live SSTs, and the heap that
 //	                                        Pebble's sstable readers (as its
@@ -76,10 +79,12 @@ var (
 //	bucket-scan-rows/row                    split or calibrated, per commit,
 //	                                        and the rows scanned per row
 //	                                        loaded or read
-//	refresh-ns/changed-file, listing-ns     a statistics refresh after a
-//	                                        flush and after a compaction,
-//	                                        per changed file, and one with
-//	                                        nothing changed
+//	refresh-ns/changed-file, listing-ns     a statistics refresh with
+//	                                        nothing changed (it lists the
+//	                                        live SSTs: O(files)), and the
+//	                                        time beyond that listing per
+//	                                        file a flush or a compaction
+//	                                        of a scratch table changed
 //	commit-p50-ms, commit-p99-ms,           Store.Commit latency of the
 //	load-commit-p50-ms, load-commit-p99-ms  backfill's and the load's
 //	                                        checkpoints
@@ -210,6 +215,9 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	b.ReportMetric(probe.cache/1e6, "cache-MB")
 	b.ReportMetric(probe.statsHeap/1e6, "stats-heap-MB")
 	b.ReportMetric(probe.statsHeap/(float64(probe.keys)/1e6), "stats-bytes/Mkeys")
+	b.ReportMetric(probe.physicalHeap/1e6, "physical-heap-MB")
+	b.ReportMetric(probe.liveHeap/1e6, "live-heap-MB")
+	b.ReportMetric(float64(probe.liveRows), "live-meta-rows")
 	b.ReportMetric(probe.payload/1e6, "payload-MB")
 	b.ReportMetric(probe.readerPayload/1e6, "reader-payload-MB")
 	b.ReportMetric(sum.ProgressNanos["stats"], "progress-cpu-ns/barrier")
@@ -231,6 +239,8 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 // scaleProbe is what probeStore measured on a finished store.
 type scaleProbe struct {
 	statsHeap, payload, readerPayload float64
+	physicalHeap, liveHeap            float64
+	liveRows                          int
 	keys                              uint64
 	refreshPerFile, listing           float64
 	ssts, l0                          int
@@ -273,6 +283,15 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	for range statsCopies {
 		v, err := keystats.Recompute(tcfg)
 		require.NoError(b, err)
+		kept = append(kept, v)
+		if p.keys == 0 {
+			for _, t := range v.Tables() {
+				p.keys += v.Table(t).TotalKeyCount
+			}
+		}
+	}
+	mid := heapLive()
+	for range statsCopies {
 		ls := keystats.NewLiveState()
 		for _, def := range s.Store.Tables() {
 			ls.AddTable(def.ID, def.VnodeCount)
@@ -281,14 +300,12 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 			require.NoError(b, ls.Load(kv[0], kv[1]))
 		}
 		ls.FinishLoad()
-		kept = append(kept, v, ls)
-		if p.keys == 0 {
-			for _, t := range v.Tables() {
-				p.keys += v.Table(t).TotalKeyCount
-			}
-		}
+		kept = append(kept, ls)
 	}
-	p.statsHeap = (heapLive() - before) / statsCopies
+	p.physicalHeap = (mid - before) / statsCopies
+	p.liveHeap = (heapLive() - mid) / statsCopies
+	p.statsHeap = p.physicalHeap + p.liveHeap
+	p.liveRows = len(entries)
 	runtime.KeepAlive(kept)
 	runtime.KeepAlive(entries)
 
@@ -343,21 +360,36 @@ func readerPayload(b *testing.B, db *pebble.DB, dir string, ropts sstable.Reader
 // refreshProbe times statistics refreshes on the store's DB with a tracker
 // of its own: each round writes 20 keys of a scratch table (no table of
 // the catalog) and flushes (one new file), refreshes, compacts that range
-// (its files out, one in) and refreshes again. It returns the refresh time
-// per changed file and the time of a refresh with nothing changed.
+// (its files out, one in) and refreshes again. It returns the time of a
+// refresh with nothing changed (the listing of the live SSTs and its diff
+// with the Version, which every refresh does) and the time per changed
+// file beyond that listing, each the median over the probe's refreshes.
+//
+// The probe first flushes what the job left in the memtable and waits for
+// Pebble's compactions to settle, so that the files it times are its own.
+// The scratch table is table 0, below every table of the catalog: no file
+// of the store spans its keys, and its compactions rewrite only its own
+// files. (A scratch table between the catalog and the metadata table would
+// share a bottom-level file with the last table's data and the metadata,
+// and time that file's rewrite, which grows with the table.)
 func refreshProbe(b *testing.B, db *pebble.DB, cfg keystats.TrackerConfig) (perFile, listing float64) {
+	require.NoError(b, db.Flush())
+	quiesce(db)
 	tr := keystats.NewTracker(cfg)
 	require.NoError(b, tr.Refresh())
-	const scratch, rounds = 0xFFFF0000, 16
+	const scratch, rounds = 0, 48
 	val := bytes.Repeat([]byte{7}, 100)
-	var spent time.Duration
-	changed := 0
+	type timed struct {
+		took    time.Duration
+		changed int
+	}
+	var refreshes []timed
 	refresh := func() {
 		before := tr.Current()
 		start := time.Now()
 		require.NoError(b, tr.Refresh())
-		spent += time.Since(start)
-		changed += filesChanged(before, tr.Current())
+		took := time.Since(start)
+		refreshes = append(refreshes, timed{took, filesChanged(before, tr.Current())})
 	}
 	for round := range rounds {
 		vnode := uint16(round % 4)
@@ -373,14 +405,31 @@ func refreshProbe(b *testing.B, db *pebble.DB, cfg keystats.TrackerConfig) (perF
 		require.NoError(b, db.Compact(context.Background(), lo, hi, false))
 		refresh()
 	}
-	start := time.Now()
-	const idle = 8
-	for range idle {
+	// Medians: a refresh takes 0.1 ms, and one GC pause or page fault in
+	// a process of gigabytes would be most of a mean.
+	idle := make([]float64, 32)
+	for i := range idle {
+		start := time.Now()
 		require.NoError(b, tr.Refresh())
+		idle[i] = float64(time.Since(start).Nanoseconds())
 	}
-	listing = float64(time.Since(start).Nanoseconds()) / idle
 	require.NoError(b, tr.Close())
-	return float64(spent.Nanoseconds()) / float64(max(changed, 1)), listing
+	listing = median(idle)
+	// Every refresh lists the live SSTs (listing, O(files)) and reads and
+	// applies the changed ones: the time per changed file is the rest.
+	var per []float64
+	for _, r := range refreshes {
+		if r.changed > 0 {
+			per = append(per, (float64(r.took.Nanoseconds())-listing)/float64(r.changed))
+		}
+	}
+	require.NotEmpty(b, per, "no refresh saw a changed file")
+	return median(per), listing
+}
+
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }
 
 func filesChanged(a, b *stats.Version) int {
