@@ -320,9 +320,7 @@ func (ev *compactionEvent) moved(num uint64) bool {
 }
 
 func (v *Version) liveFile(num uint64) *liveFile {
-	if i, ok := slices.BinarySearchFunc(v.files, num, func(f *liveFile, n uint64) int {
-		return cmp.Compare(f.info.FileNum, n)
-	}); ok {
+	if i, ok := v.fileIndex(num); ok {
 		return v.files[i]
 	}
 	return nil
@@ -330,17 +328,15 @@ func (v *Version) liveFile(num uint64) *liveFile {
 
 // retire keeps the files of base that are not in v.
 func (d *deltaState) retire(base, v *Version) {
-	i, j := 0, 0
-	for i < len(base.files) {
-		f := base.files[i]
-		for j < len(v.files) && v.files[j].info.FileNum < f.info.FileNum {
+	j := 0
+	for i, s := range base.slots {
+		for j < len(v.slots) && v.slots[j].num < s.num {
 			j++
 		}
-		if j == len(v.files) || v.files[j].info.FileNum != f.info.FileNum {
-			d.retired[f.info.FileNum] = f
-			d.retiredOrder = append(d.retiredOrder, f.info.FileNum)
+		if j == len(v.slots) || v.slots[j].num != s.num {
+			d.retired[s.num] = base.files[i]
+			d.retiredOrder = append(d.retiredOrder, s.num)
 		}
-		i++
 	}
 	for len(d.retired) > maxRetired && len(d.retiredOrder) > 0 {
 		delete(d.retired, d.retiredOrder[0])

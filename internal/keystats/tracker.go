@@ -483,16 +483,19 @@ func (l *loader) derive(ctx context.Context, db *pebble.DB, base *Version) (*Ver
 // out.
 func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, final bool) (*Version, error) {
 	files := make([]*liveFile, 0, len(refs))
+	slots := make([]fileSlot, 0, len(refs))
 	var added, removed []*liveFile
 	anyMoved := false
-	old := base.files
+	// The base's files are compared by their slots: only the files that
+	// left, arrived or moved are touched.
+	old, oldSlots := base.files, base.slots
 	i, j := 0, 0
 	for i < len(old) || j < len(refs) {
 		switch {
-		case j == len(refs) || (i < len(old) && old[i].info.FileNum < refs[j].fileNum):
+		case j == len(refs) || (i < len(old) && oldSlots[i].num < refs[j].fileNum):
 			removed = append(removed, old[i])
 			i++
-		case i == len(old) || refs[j].fileNum < old[i].info.FileNum:
+		case i == len(old) || refs[j].fileNum < oldSlots[i].num:
 			f, err := l.load(ctx, &refs[j])
 			if err != nil {
 				if oserror.IsNotExist(err) {
@@ -507,16 +510,18 @@ func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, final b
 			}
 			added = append(added, f)
 			files = append(files, f)
+			slots = append(slots, fileSlot{refs[j].fileNum, refs[j].level})
 			j++
 		default:
 			f := old[i]
-			if f.info.Level != refs[j].level {
+			if oldSlots[i].level != refs[j].level {
 				moved := *f
 				moved.info.Level = refs[j].level
 				f = &moved
 				anyMoved = true
 			}
 			files = append(files, f)
+			slots = append(slots, fileSlot{refs[j].fileNum, refs[j].level})
 			i++
 			j++
 		}
@@ -539,13 +544,33 @@ func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, final b
 	for _, f := range added {
 		b.apply(f, true)
 	}
-	var rebuilt []FileError
-	for _, f := range files {
+	return b.finish(files, slots, rebuiltAfter(base.rebuilt, removed, added), mem[flushed:len(mem):len(mem)]), nil
+}
+
+// rebuiltAfter returns the rebuilt files of a Version whose base had
+// rebuilt, after the files removed left and added arrived (a moved file
+// keeps its entry).
+func rebuiltAfter(rebuilt []FileError, removed, added []*liveFile) []FileError {
+	gone := func(e FileError) bool {
+		return slices.ContainsFunc(removed, func(f *liveFile) bool { return f.info.FileNum == e.FileNum })
+	}
+	out := rebuilt
+	if slices.ContainsFunc(rebuilt, gone) {
+		out = slices.DeleteFunc(slices.Clone(rebuilt), gone)
+	}
+	grew := false
+	for _, f := range added {
 		if f.rebuildErr != nil {
-			rebuilt = append(rebuilt, FileError{FileNum: f.info.FileNum, Err: f.rebuildErr})
+			if !grew {
+				out, grew = slices.Clone(out), true
+			}
+			out = append(out, FileError{FileNum: f.info.FileNum, Err: f.rebuildErr})
 		}
 	}
-	return b.finish(files, rebuilt, mem[flushed:len(mem):len(mem)]), nil
+	if grew {
+		slices.SortFunc(out, func(a, b FileError) int { return cmp.Compare(a.FileNum, b.FileNum) })
+	}
+	return out
 }
 
 func (l *loader) path(fileNum uint64) string {

@@ -258,7 +258,7 @@ func physVersionOf(base *Version, add, remove []*liveFile, files []*liveFile) *V
 	for _, f := range add {
 		b.apply(f, true)
 	}
-	return b.finish(files, nil, nil)
+	return b.finish(files, slotsOf(files), nil, nil)
 }
 
 // TestVersionIncrementalUnit: random add/remove sequences over summaries
@@ -457,4 +457,39 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestRebuiltAfter: a refresh's rebuilt files are its base's, less the
+// files that left, plus the arrivals that were rebuilt, in file order; the
+// base's list is never written.
+func TestRebuiltAfter(t *testing.T) {
+	file := func(num uint64, rebuilt bool) *liveFile {
+		f := newLiveFile(FileInfo{FileNum: num, Summary: &FileSummary{}})
+		if rebuilt {
+			f.rebuildErr = errors.Newf("sst %d: bad payload", num)
+		}
+		return f
+	}
+	nums := func(es []FileError) (out []uint64) {
+		for _, e := range es {
+			out = append(out, e.FileNum)
+		}
+		return out
+	}
+	base := []FileError{{FileNum: 3}, {FileNum: 7}, {FileNum: 9}}
+	for _, c := range []struct {
+		name           string
+		removed, added []*liveFile
+		want           []uint64
+	}{
+		{"nothing", nil, nil, []uint64{3, 7, 9}},
+		{"clean files come and go", []*liveFile{file(4, false)}, []*liveFile{file(12, false)}, []uint64{3, 7, 9}},
+		{"a rebuilt file leaves", []*liveFile{file(7, true), file(8, false)}, nil, []uint64{3, 9}},
+		{"a rebuilt file arrives", nil, []*liveFile{file(5, true), file(6, false), file(11, true)}, []uint64{3, 5, 7, 9, 11}},
+		{"both", []*liveFile{file(3, true), file(9, true)}, []*liveFile{file(10, true)}, []uint64{7, 10}},
+	} {
+		got := rebuiltAfter(base, c.removed, c.added)
+		require.Equal(t, c.want, nums(got), c.name)
+		require.Equal(t, []uint64{3, 7, 9}, nums(base), "%s: the base changed", c.name)
+	}
 }

@@ -109,7 +109,7 @@ func (t *Tracker) AddUnflushed(seq uint64, b *BatchSummary) {
 		bld.apply(f, true)
 		mem = append(mem, f)
 	}
-	t.current.Store(bld.finish(base.files, base.rebuilt, mem))
+	t.current.Store(bld.finish(base.files, base.slots, base.rebuilt, mem))
 }
 
 // recordFlush raises the flushed sequence mark to the largest sequence

@@ -157,11 +157,37 @@ type RangeCounts struct {
 // zero value is the empty Version (no files); Tracker.Current never returns
 // nil.
 type Version struct {
-	gen     uint64
-	files   []*liveFile // sorted by FileNum
+	gen   uint64
+	files []*liveFile // sorted by FileNum
+	// slots[i] is the number and level of files[i]: a refresh diffs the
+	// listing against them without loading each file's struct, which a
+	// store of a thousand files would meet cold (a cache miss per file).
+	slots   []fileSlot
 	mem     []*liveFile // unflushed batches' parts, in sequence order
 	tables  []*tableState
 	rebuilt []FileError // sorted by FileNum
+}
+
+// fileSlot is a live file's number and level.
+type fileSlot struct {
+	num   uint64
+	level int
+}
+
+// slotsOf returns the slots of files.
+func slotsOf(files []*liveFile) []fileSlot {
+	out := make([]fileSlot, len(files))
+	for i, f := range files {
+		out[i] = fileSlot{f.info.FileNum, f.info.Level}
+	}
+	return out
+}
+
+// fileIndex returns the index of the live file num in v.files.
+func (v *Version) fileIndex(num uint64) (int, bool) {
+	return slices.BinarySearchFunc(v.slots, num, func(s fileSlot, n uint64) int {
+		return cmp.Compare(s.num, n)
+	})
 }
 
 type liveFile struct {
@@ -325,9 +351,7 @@ func Files(v *Version) []FileInfo {
 
 // File returns one live file of v.
 func File(v *Version, fileNum uint64) (FileInfo, bool) {
-	i, ok := slices.BinarySearchFunc(v.files, fileNum, func(f *liveFile, n uint64) int {
-		return cmp.Compare(f.info.FileNum, n)
-	})
+	i, ok := v.fileIndex(fileNum)
 	if !ok {
 		return FileInfo{}, false
 	}
@@ -510,6 +534,21 @@ func DiffVersions(v, o *Version) error {
 		if len(diffs) < 10 {
 			diffs = append(diffs, fmt.Sprintf(format, args...))
 		}
+	}
+	for _, x := range []*Version{v, o} {
+		if !slices.Equal(x.slots, slotsOf(x.files)) {
+			add("version %d: the file slots do not follow its files", x.gen)
+		}
+	}
+	nums := func(es []FileError) []uint64 {
+		out := make([]uint64, len(es))
+		for i, e := range es {
+			out[i] = e.FileNum
+		}
+		return out
+	}
+	if a, b := nums(v.rebuilt), nums(o.rebuilt); !slices.Equal(a, b) {
+		add("rebuilt files: %v vs %v", a, b)
 	}
 	vf, of := Files(v), Files(o)
 	if len(vf) != len(of) {
@@ -710,7 +749,7 @@ func (b *builder) apply(f *liveFile, add bool) {
 
 // finish drops empty tables and trailing empty chunks and returns the
 // Version.
-func (b *builder) finish(files []*liveFile, rebuilt []FileError, mem []*liveFile) *Version {
+func (b *builder) finish(files []*liveFile, slots []fileSlot, rebuilt []FileError, mem []*liveFile) *Version {
 	tables := b.tables[:0]
 	for _, t := range b.tables {
 		if t.gen == b.gen {
@@ -729,7 +768,7 @@ func (b *builder) finish(files []*liveFile, rebuilt []FileError, mem []*liveFile
 		tables = append(tables, t)
 	}
 	clear(b.tables[len(tables):])
-	return &Version{gen: b.gen, files: files, mem: mem, tables: tables, rebuilt: rebuilt}
+	return &Version{gen: b.gen, files: files, slots: slots, mem: mem, tables: tables, rebuilt: rebuilt}
 }
 
 func (c *vnodeChunk) empty() bool {
