@@ -63,8 +63,7 @@ func TestCommitStallOnlyWhileCompactionsDrain(t *testing.T) {
 		require.Equal(t, m.CommitStalls, m.CommitStallsAbandoned, "no wait can end with L0 drained")
 		require.Equal(t, 1, strings.Count(log.text(), "committing anyway"), "only the first stall waited:\n%s", log.text())
 		text := log.text()
-		require.True(t, strings.Contains(text, "committing anyway") &&
-			(strings.Contains(text, "no compaction ran for 1s") || strings.Contains(text, "compactions are failing")),
+		require.True(t, strings.Contains(text, "no compaction ran for 1s") || strings.Contains(text, "compactions are failing"),
 			"the wait ends on a failed compaction or an idle second:\n%s", text)
 		require.NotContains(t, text, "L0StallLimit", "the wait must not run to its limit")
 		require.Positive(t, faults.total(), "compaction outputs failed")
