@@ -592,8 +592,9 @@ func (r *bodyReader) pk(arena, prev []byte) ([]byte, []byte) {
 // used up.
 func decodeBody(b []byte) (*FileSummary, error) {
 	d := &bodyDecoder{
-		r:     bodyReader{b: b, arenaLeft: uint64(len(b))*maxPKBytesRatio + 1<<20},
-		arena: make([]byte, 0, len(b)),
+		r: bodyReader{b: b, arenaLeft: uint64(len(b))*maxPKBytesRatio + 1<<20},
+		// Not nil: an empty LastPK is a pk, a nil one says no MVCC entries.
+		arena: []byte{},
 	}
 	s := &FileSummary{
 		MetaKeys: d.r.uvarint("meta keys"),
@@ -619,13 +620,47 @@ func decodeBody(b []byte) (*FileSummary, error) {
 	if len(d.r.b) != 0 {
 		return nil, corruptf("%d trailing bytes", len(d.r.b))
 	}
+	s.compact()
 	return s, nil
+}
+
+// compact moves every vnode's packed samples and LastPK into one allocation
+// of their exact size. Decoding leaves the samples as slices of the body
+// and the LastPKs in an arena grown by appends; a Version holds its files'
+// summaries for as long as the files live, and without this it would hold
+// each body whole (its counters too) and the arena's slack beside it,
+// about twice the bytes the summary uses.
+func (s *FileSummary) compact() {
+	n := 0
+	for i := range s.Tables {
+		for j := range s.Tables[i].Vnodes {
+			vs := &s.Tables[i].Vnodes[j]
+			n += len(vs.samples.data) + len(vs.LastPK)
+		}
+	}
+	buf := make([]byte, 0, n)
+	take := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		start := len(buf)
+		buf = append(buf, b...)
+		return buf[start:len(buf):len(buf)]
+	}
+	for i := range s.Tables {
+		for j := range s.Tables[i].Vnodes {
+			vs := &s.Tables[i].Vnodes[j]
+			vs.samples.data = take(vs.samples.data)
+			vs.LastPK = take(vs.LastPK)
+		}
+	}
 }
 
 // bodyDecoder holds what decoding a body carries from one vnode to the next.
 type bodyDecoder struct {
 	r bodyReader
-	// arena holds every vnode's LastPK; r.arenaLeft bounds its growth.
+	// arena holds every vnode's LastPK until compact moves them; r.arenaLeft
+	// bounds its growth.
 	arena []byte
 	// first is the current vnode's first sample pk, which its LastPK is
 	// encoded relative to.
