@@ -55,7 +55,7 @@ func (b *LiveBatch) trackAppend(k vkey, bk *bucket, d LiveDelta, appended bool) 
 		return
 	}
 	if r == nil {
-		r = &appendRun{lower: bk.lower, old: *bk}
+		r = &appendRun{lower: bk.lower(), old: *bk}
 		b.appends[k] = r
 	}
 	r.arena = append(r.arena, d.PK...)
@@ -73,7 +73,7 @@ func (b *LiveBatch) splitAppends() {
 		v := b.vnodes[k]
 		last := len(v.buckets) - 1
 		bk := &v.buckets[last]
-		if r.ended || !sameSlice(bk.lower, r.lower) || bk.Rows != r.old.Rows+int64(len(r.ends)) {
+		if r.ended || !sameSlice(bk.lower(), r.lower) || bk.Rows != r.old.Rows+int64(len(r.ends)) {
 			continue
 		}
 		limit := splitLimit(v.total.Rows, b.tables[k.table].total.Rows)
@@ -83,7 +83,7 @@ func (b *LiveBatch) splitAppends() {
 		first := r.arena[:r.ends[0]]
 		lower := first
 		if r.old.Rows <= 0 {
-			lower = bk.lower // the bucket held nothing else: its rows are the run's
+			lower = bk.lower() // the bucket held nothing else: its rows are the run's
 		}
 		sc := NewBucketScan(Rescan{Table: k.table, Vnode: k.vnode, Lower: lower, Target: max(1, limit/2)})
 		start := 0
@@ -94,10 +94,10 @@ func (b *LiveBatch) splitAppends() {
 		sb := sc.Finish()
 		if r.old.Rows > 0 {
 			old := Piece{
-				Lower: bk.lower, LiveCounts: r.old.LiveCounts, LowerLive: r.old.lowerLive,
+				Lower: bk.lower(), LiveCounts: r.old.LiveCounts, LowerLive: r.old.lowerLive,
 				Calibrated: r.old.calibrated, SumResid: r.old.sumResid, SumPos: r.old.sumPos,
 			}
-			sb.Rescan.Lower = bk.lower
+			sb.Rescan.Lower = bk.lower()
 			sb.Pieces = slices.Insert(sb.Pieces, 0, old)
 			// The vnode's smallest pk is below the run, and its largest
 			// is the run's last, already.

@@ -145,9 +145,9 @@ func checkBucketsAgainstScans(t *testing.T, l *Live, table uint32, m liveModel, 
 		limit := splitLimit(v.total.Rows, lt.total.Rows)
 		for i := range v.buckets {
 			bk := v.buckets[i]
-			req := Rescan{Table: table, Vnode: uint16(vn), Lower: bk.lower}
+			req := Rescan{Table: table, Vnode: uint16(vn), Lower: bk.lower()}
 			if i+1 < len(v.buckets) {
-				req.Upper = v.buckets[i+1].lower
+				req.Upper = v.buckets[i+1].lower()
 			}
 			want := m.split(req).Pieces[0]
 			msg := fmt.Sprintf("%s vnode %d bucket %d of %d", at, vn, i, len(v.buckets))
@@ -170,14 +170,14 @@ func checkBucketsAgainstScans(t *testing.T, l *Live, table uint32, m liveModel, 
 			n := float64(bk.Rows)
 			// The scan calibrates in the bucket's frame, whose end
 			// anchors are the vnode's hints.
-			lo, hi := bk.lower, v.maxPK
+			lo, hi := bk.lower(), v.maxPK
 			if i == 0 {
 				lo = v.minPK
 			}
 			if i+1 < len(v.buckets) {
-				hi = v.buckets[i+1].lower
+				hi = v.buckets[i+1].lower()
 			}
-			rows := m.rows(uint16(vn), bk.lower, req.Upper)
+			rows := m.rows(uint16(vn), bk.lower(), req.Upper)
 			var wantResid, wantPos float64
 			for j, pk := range rows {
 				u := position(lo, []byte(pk), hi)

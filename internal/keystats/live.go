@@ -47,6 +47,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
@@ -77,8 +78,16 @@ func (c LiveCounts) Add(o LiveCounts) LiveCounts {
 }
 
 type bucket struct {
-	lower []byte // nil for the first bucket
 	LiveCounts
+	sumResid, sumPos float64 // see calibrated
+	// lowerPtr and lowerLen are the bucket's lower bound (lower), nil for
+	// the first bucket: a slice's pointer and length without its capacity,
+	// which with the two flags below make the bucket 48 bytes rather than
+	// 64 (a vnode holds one to two hundred of them; see design.md, "What
+	// the statistics hold in memory"). A pk fits in 32 bits of length, as
+	// Pebble's batches encode a key's length in 32 bits.
+	lowerPtr *byte
+	lowerLen uint32
 	// lowerLive says that lower is the pk of a live row (always false for
 	// the first bucket, whose smallest pk is the vnode's minPK hint).
 	lowerLive bool
@@ -92,9 +101,14 @@ type bucket struct {
 	// carries them into the new frame. Without them (no scan yet, a merge
 	// or a move whose frames do not compare) the bucket is rescanned after
 	// the commit, and estimates use the uniform model until then.
-	calibrated       bool
-	sumResid, sumPos float64
+	calibrated bool
 }
+
+// lower returns the bucket's lower bound (nil for the first bucket).
+func (b *bucket) lower() []byte { return unsafe.Slice(b.lowerPtr, b.lowerLen) }
+
+// setLower sets the bucket's lower bound to pk, which it aliases.
+func (b *bucket) setLower(pk []byte) { b.lowerPtr, b.lowerLen = unsafe.SliceData(pk), uint32(len(pk)) }
 
 // offset returns the calibration offset of a bucket's estimates: the mean
 // of rank − n·position over its rows that are not anchors (the live lower
@@ -137,7 +151,7 @@ func (v *liveVnode) aux(i, skip int) uint64 {
 	b := &v.buckets[i]
 	var a uint64
 	if i > 0 {
-		a = uint64(lenClass(b.lower[skip:])) << auxLenShift
+		a = uint64(lenClass(b.lower()[skip:])) << auxLenShift
 	}
 	if b.lowerLive {
 		a |= auxLowerLive
@@ -315,7 +329,7 @@ func (v *liveVnode) querySkip() int {
 		if n < 8 {
 			break
 		}
-		n = min(n, sharedPrefix(b.lower, v.minPK))
+		n = min(n, sharedPrefix(b.lower(), v.minPK))
 	}
 	if n < 8 {
 		return 0
@@ -332,8 +346,8 @@ func (v *liveVnode) setBuckets(bs []bucket) {
 	keys := make([]uint64, len(bs))
 	short := true
 	for i, b := range bs {
-		keys[i] = key8(b.lower)
-		short = short && len(b.lower) <= 8
+		keys[i] = key8(b.lower())
+		short = short && len(b.lower()) <= 8
 	}
 	v.buckets, v.keys, v.cum, v.shortBounds = bs, keys, nil, short
 }
@@ -350,8 +364,8 @@ func (v *liveVnode) replaceBucket(i int, repl []bucket) {
 		keys := slices.Clip(v.keys[:i+1])
 		short := v.shortBounds
 		for _, b := range repl[1:] {
-			keys = append(keys, key8(b.lower))
-			short = short && len(b.lower) <= 8
+			keys = append(keys, key8(b.lower()))
+			short = short && len(b.lower()) <= 8
 		}
 		v.buckets = append(v.buckets[:i], repl...)
 		v.keys, v.cum, v.shortBounds = keys, nil, short
@@ -362,8 +376,8 @@ func (v *liveVnode) replaceBucket(i int, repl []bucket) {
 
 // appendBucket appends a bucket above every other, for loading.
 func (v *liveVnode) appendBucket(b bucket) {
-	v.buckets, v.keys, v.cum = append(v.buckets, b), append(v.keys, key8(b.lower)), nil
-	v.shortBounds = v.shortBounds && len(b.lower) <= 8
+	v.buckets, v.keys, v.cum = append(v.buckets, b), append(v.keys, key8(b.lower())), nil
+	v.shortBounds = v.shortBounds && len(b.lower()) <= 8
 }
 
 // seal builds the index of a vnode about to be published: a copy of its
@@ -385,7 +399,7 @@ func (v *liveVnode) sealInto(index []uint64) {
 		exact := len(v.minPK)-skip <= 8 && len(v.maxPK)-skip <= 8
 		index[0] = 0
 		for i := 1; i < n; i++ {
-			lower := v.buckets[i].lower[skip:]
+			lower := v.buckets[i].lower()[skip:]
 			index[i] = key8(lower)
 			exact = exact && len(lower) <= 8
 		}
@@ -432,7 +446,7 @@ func (v *liveVnode) above(i int, pk []byte, k uint64) bool {
 	if v.keys[i] != k {
 		return v.keys[i] > k
 	}
-	return bytes.Compare(v.buckets[i].lower, pk) > 0
+	return bytes.Compare(v.buckets[i].lower(), pk) > 0
 }
 
 // boundLen returns the length class of bucket i's lower bound past skip
@@ -441,7 +455,7 @@ func (v *liveVnode) boundLen(i, skip int) int {
 	if v.cum != nil && skip == int(v.q.skip) {
 		return auxLen(v.cum[i])
 	}
-	return lenClass(v.buckets[i].lower[skip:])
+	return lenClass(v.buckets[i].lower()[skip:])
 }
 
 // rows returns the live rows of the buckets before bucket i, of bucket i
@@ -578,7 +592,7 @@ func Detail(l *Live, table uint32, vnode uint16) VnodeDetail {
 	v := l.table(table).vnode(vnode)
 	d := VnodeDetail{Buckets: make([]Bucket, len(v.buckets)), MinPK: v.minPK, MaxPK: v.maxPK, MinLive: v.minLive, MaxLive: v.maxLive}
 	for i, b := range v.buckets {
-		d.Buckets[i] = Bucket{Lower: b.lower, LiveCounts: b.LiveCounts, LowerLive: b.lowerLive}
+		d.Buckets[i] = Bucket{Lower: b.lower(), LiveCounts: b.LiveCounts, LowerLive: b.lowerLive}
 	}
 	return d
 }
@@ -810,7 +824,7 @@ func (p *probe) bucket() int {
 		// longer than 8 bytes.
 		c, ok := compareByKey(p.k, p.xl, keys[i], p.v.boundLen(i, int(p.kv.skip)))
 		if !ok {
-			c = bytes.Compare(p.x, p.v.buckets[i].lower)
+			c = bytes.Compare(p.x, p.v.buckets[i].lower())
 		}
 		if c >= 0 {
 			return i
@@ -819,7 +833,7 @@ func (p *probe) bucket() int {
 	}
 	run := sort.Search(i, func(j int) bool { return keys[j] == p.k })
 	return run - 1 + sort.Search(i+1-run, func(j int) bool {
-		return bytes.Compare(p.v.buckets[run+j].lower, p.x) > 0
+		return bytes.Compare(p.v.buckets[run+j].lower(), p.x) > 0
 	})
 }
 
@@ -885,7 +899,7 @@ func (p *probe) cumulative() cumBound {
 	} else {
 		if p.kv.keys[i] == p.k {
 			c, ok := compareByKey(p.k, p.xl, p.k, auxLen(p.aux))
-			if c == 0 && (ok || bytes.Equal(v.buckets[i].lower, p.x)) {
+			if c == 0 && (ok || bytes.Equal(v.buckets[i].lower(), p.x)) {
 				return exactBound(before + b2i(p.through && p.aux&auxLowerLive != 0))
 			}
 		}
@@ -989,12 +1003,12 @@ func (v *liveVnode) frame(i int) frame {
 	if i == 0 && v.minPK == nil || i+1 == len(v.keys) && v.maxPK == nil {
 		return frame{flat: true}
 	}
-	lo, hi := v.buckets[i].lower, v.maxPK
+	lo, hi := v.buckets[i].lower(), v.maxPK
 	if i == 0 {
 		lo = v.minPK
 	}
 	if i+1 < len(v.keys) {
-		hi = v.buckets[i+1].lower
+		hi = v.buckets[i+1].lower()
 	}
 	n := sharedPrefix(lo, hi)
 	fa, fb := word(lo[n:]), word(hi[n:])
@@ -1178,7 +1192,7 @@ func (l *Live) Partition(table uint32, vnodes *roaring.Bitmap, n int) []ScanRang
 				} else {
 					// A copy: the bound is the published bucket's, which
 					// a caller writing into its range must not change.
-					pk := bytes.Clone(b.lower)
+					pk := bytes.Clone(b.lower())
 					cur.EndVnode, cur.EndPK = v, pk
 					out = append(out, cur)
 					cur = ScanRange{StartVnode: v, StartPK: pk}
@@ -1392,14 +1406,14 @@ func (b *LiveBatch) Apply(d LiveDelta) error {
 		}
 	}
 	bk.LiveCounts = bk.Add(d.LiveCounts)
-	if i > 0 && v.keys[i] == pkKey && bk.lowerLive != d.Live && bytes.Equal(bk.lower, d.PK) {
+	if i > 0 && v.keys[i] == pkKey && bk.lowerLive != d.Live && bytes.Equal(bk.lower(), d.PK) {
 		bk.lowerLive = d.Live
 	}
 	v.total = v.total.Add(d.LiveCounts)
 	t := b.tables[d.Table]
 	t.total = t.total.Add(d.LiveCounts)
-	if b.seq.touch(k, bk.lower) {
-		b.touched[bucketID{table: d.Table, vnode: d.Vnode, lower: string(bk.lower), first: i == 0}] = struct{}{}
+	if b.seq.touch(k, bk.lower()) {
+		b.touched[bucketID{table: d.Table, vnode: d.Vnode, lower: string(bk.lower()), first: i == 0}] = struct{}{}
 	}
 	return nil
 }
@@ -1586,8 +1600,8 @@ func (b *LiveBatch) Normalize() {
 				}
 				parts[j] = append(parts[j], v.part(&bk, i))
 				prev.merge(bk)
-				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(prev.lower), first: len(out) == 1}] = struct{}{}
-				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(bk.lower)}] = struct{}{} // now deleted
+				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(prev.lower()), first: len(out) == 1}] = struct{}{}
+				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(bk.lower())}] = struct{}{} // now deleted
 				continue
 			}
 			out = append(out, bk)
@@ -1754,9 +1768,9 @@ func (v *liveVnode) rescans(table uint32, vnode uint16, tableRows int64, out []R
 		case !bk.stale():
 			continue
 		}
-		r := Rescan{Table: table, Vnode: vnode, Lower: bk.lower, Target: target}
+		r := Rescan{Table: table, Vnode: vnode, Lower: bk.lower(), Target: target}
 		if i+1 < len(v.buckets) {
-			r.Upper = v.buckets[i+1].lower
+			r.Upper = v.buckets[i+1].lower()
 		}
 		out = append(out, r)
 	}
@@ -1951,20 +1965,21 @@ func (b *LiveBatch) applyRescan(sb ScannedBucket) error {
 		return err
 	}
 	i := v.find(r.Lower)
-	if !bytes.Equal(v.buckets[i].lower, r.Lower) {
+	if !bytes.Equal(v.buckets[i].lower(), r.Lower) {
 		return errors.AssertionFailedf("rescan of a bucket that no longer exists")
 	}
 	old := v.buckets[i].LiveCounts
 	repl := make([]bucket, len(pieces))
 	var sum LiveCounts
 	for j, p := range pieces {
-		repl[j] = bucket{lower: slices.Clone(p.Lower), LiveCounts: p.LiveCounts, lowerLive: p.LowerLive && i+j > 0}
+		repl[j] = bucket{LiveCounts: p.LiveCounts, lowerLive: p.LowerLive && i+j > 0}
+		repl[j].setLower(slices.Clone(p.Lower))
 		repl[j].calibrate(p)
 		if j == 0 {
-			repl[j].lower = v.buckets[i].lower
+			repl[j].setLower(v.buckets[i].lower())
 		}
 		sum = sum.Add(p.LiveCounts)
-		b.touched[bucketID{table: r.Table, vnode: r.Vnode, lower: string(repl[j].lower), first: i == 0 && j == 0}] = struct{}{}
+		b.touched[bucketID{table: r.Table, vnode: r.Vnode, lower: string(repl[j].lower()), first: i == 0 && j == 0}] = struct{}{}
 	}
 	last := i == len(v.buckets)-1
 	v.replaceBucket(i, repl)
@@ -2054,7 +2069,7 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 		old := t.vnode(vn)
 		bounds := make([][]byte, len(old.buckets))
 		for i := range old.buckets {
-			bounds[i] = old.buckets[i].lower
+			bounds[i] = old.buckets[i].lower()
 		}
 		rc, err := scan(vn, bounds)
 		if err != nil {
@@ -2083,7 +2098,7 @@ func (s *LiveState) Recount(table uint32, scan func(vnode uint16, bounds [][]byt
 			if bk.LiveCounts != c.LiveCounts || bk.lowerLive != (c.LowerLive && i > 0) || !bk.calibrated && c.Calibrated {
 				bk.LiveCounts, bk.lowerLive = c.LiveCounts, c.LowerLive && i > 0
 				bk.calibrate(c)
-				b.touched[bucketID{table: table, vnode: vn, lower: string(bk.lower), first: i == 0}] = struct{}{}
+				b.touched[bucketID{table: table, vnode: vn, lower: string(bk.lower()), first: i == 0}] = struct{}{}
 			}
 		}
 		live := rc.MinPK != nil

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"testing"
+	"unsafe"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/lsmstats/lsmstats"
@@ -236,7 +237,7 @@ func requireIndexed(t *testing.T, v *liveVnode) {
 	require.Len(t, v.cum, len(v.buckets)+1)
 	var sum int64
 	for i, b := range v.buckets {
-		require.Equal(t, key8(b.lower), v.keys[i], "key of bucket %d", i)
+		require.Equal(t, key8(b.lower()), v.keys[i], "key of bucket %d", i)
 		before, rows, aux := v.rows(i)
 		require.Equal(t, sum, before, "rows before bucket %d", i)
 		require.Equal(t, b.Rows, rows, "rows of bucket %d", i)
@@ -252,7 +253,7 @@ func requireIndexed(t *testing.T, v *liveVnode) {
 	require.Equal(t, querySkipOf(v), skip)
 	require.Len(t, v.q.keys, len(v.buckets))
 	for i, b := range v.buckets[1:] {
-		require.Equal(t, key8(b.lower[skip:]), v.q.keys[i+1], "query key of bucket %d", i+1)
+		require.Equal(t, key8(b.lower()[skip:]), v.q.keys[i+1], "query key of bucket %d", i+1)
 	}
 	if skip > 0 {
 		require.Equal(t, key8(v.minPK[skip:]), v.q.minKey)
@@ -269,7 +270,7 @@ func querySkipOf(v *liveVnode) int {
 	for n := len(v.minPK); n >= 8; n-- {
 		ok := bytes.HasPrefix(v.maxPK, v.minPK[:n])
 		for _, b := range v.buckets[1:] {
-			ok = ok && bytes.HasPrefix(b.lower, v.minPK[:n])
+			ok = ok && bytes.HasPrefix(b.lower(), v.minPK[:n])
 		}
 		if ok {
 			return n
@@ -482,7 +483,7 @@ func TestBucketKeyOrder(t *testing.T) {
 	for range 100000 {
 		lower, pk := gen(), gen()
 		v := &liveVnode{}
-		v.setBuckets([]bucket{{}, {lower: lower}})
+		v.setBuckets([]bucket{{}, bucketAt(lower, LiveCounts{})})
 		require.Equal(t, bytes.Compare(lower, pk) > 0, v.above(1, pk, key8(pk)), "lower %x pk %x", lower, pk)
 		if key8(lower) != key8(pk) {
 			require.Equal(t, bytes.Compare(lower, pk), cmp.Compare(key8(lower), key8(pk)), "lower %x pk %x", lower, pk)
@@ -545,15 +546,15 @@ func TestFractionAgrees(t *testing.T) {
 		}
 		short := len(lo) <= 8 && len(hi) <= 8
 		v := &liveVnode{}
-		v.setBuckets([]bucket{{}, {lower: lo}, {lower: hi}})
+		v.setBuckets([]bucket{{}, bucketAt(lo, LiveCounts{}), bucketAt(hi, LiveCounts{})})
 		v.setHints(nil, nil)
 		check(v.fraction(1, x, key8(x)), lo, x, hi, short)
 		// The first bucket interpolates from the smallest pk, the last
 		// to the largest.
-		v.setBuckets([]bucket{{}, {lower: hi}})
+		v.setBuckets([]bucket{{}, bucketAt(hi, LiveCounts{})})
 		v.setHints(lo, nil)
 		check(v.fraction(0, x, key8(x)), lo, x, hi, short)
-		v.setBuckets([]bucket{{}, {lower: lo}})
+		v.setBuckets([]bucket{{}, bucketAt(lo, LiveCounts{})})
 		v.setHints(nil, hi)
 		check(v.fraction(1, x, key8(x)), lo, x, hi, short)
 		v.setHints(nil, nil)
@@ -599,7 +600,7 @@ func TestFindSkewed(t *testing.T) {
 		lowers = slices.CompactFunc(lowers, bytes.Equal)
 		bs := []bucket{{}}
 		for _, l := range lowers {
-			bs = append(bs, bucket{lower: l, LiveCounts: LiveCounts{Rows: 1}})
+			bs = append(bs, bucketAt(l, LiveCounts{Rows: 1}))
 		}
 		v := newLiveVnode()
 		v.setBuckets(bs)
@@ -614,7 +615,7 @@ func TestFindSkewed(t *testing.T) {
 		v.seal()
 		for range 200 {
 			x := point()
-			want := sort.Search(len(bs), func(i int) bool { return i > 0 && bytes.Compare(bs[i].lower, x) > 0 }) - 1
+			want := sort.Search(len(bs), func(i int) bool { return i > 0 && bytes.Compare(bs[i].lower(), x) > 0 }) - 1
 			require.Equal(t, want, v.find(x), "skew %d, %d buckets, x %x", skew, len(bs), x)
 		}
 	}
@@ -635,7 +636,7 @@ func TestAuxPacking(t *testing.T) {
 				bs[i].sumResid = r.NormFloat64() * float64(int64(1)<<r.IntN(40))
 			}
 			if i > 0 {
-				bs[i].lower = append(bytes.Repeat([]byte{byte(i)}, r.IntN(12)), byte(i))
+				bs[i].setLower(append(bytes.Repeat([]byte{byte(i)}, r.IntN(12)), byte(i)))
 			}
 		}
 		v.setBuckets(bs)
@@ -646,8 +647,8 @@ func TestAuxPacking(t *testing.T) {
 			require.Equal(t, sum, before)
 			require.Equal(t, b.Rows, rows)
 			require.Equal(t, b.lowerLive, aux&auxLowerLive != 0)
-			require.Equal(t, lenClass(b.lower[int(v.q.skip):]), auxLen(aux))
-			require.Equal(t, lenClass(b.lower[int(v.q.skip):]), v.boundLen(i, int(v.q.skip)))
+			require.Equal(t, lenClass(b.lower()[int(v.q.skip):]), auxLen(aux))
+			require.Equal(t, lenClass(b.lower()[int(v.q.skip):]), v.boundLen(i, int(v.q.skip)))
 			loLive, hiLive := b.lowerLive, i == len(bs)-1 && v.maxLive
 			if i == 0 {
 				loLive = v.minLive
@@ -750,9 +751,9 @@ func TestAnchorsMoveWithoutRescans(t *testing.T) {
 			v := s.Current().table(table).vnode(0)
 			for i := range v.buckets {
 				bk := v.buckets[i]
-				req := Rescan{Table: table, Lower: bk.lower}
+				req := Rescan{Table: table, Lower: bk.lower()}
 				if i+1 < len(v.buckets) {
-					req.Upper = v.buckets[i+1].lower
+					req.Upper = v.buckets[i+1].lower()
 				}
 				want := m.split(req).Pieces[0]
 				require.True(t, bk.calibrated, "prefix %q commit %d bucket %d", prefix, commit, i)
@@ -825,16 +826,16 @@ func TestMergesWithoutRescans(t *testing.T) {
 			sorted := slices.Sorted(maps.Keys(m[0]))
 			for i := range v.buckets {
 				bk := v.buckets[i]
-				lo, hi := bk.lower, v.maxPK
+				lo, hi := bk.lower(), v.maxPK
 				if i == 0 {
 					lo = v.minPK
 				}
 				end := len(sorted)
 				if i+1 < len(v.buckets) {
-					hi = v.buckets[i+1].lower
+					hi = v.buckets[i+1].lower()
 					end, _ = slices.BinarySearch(sorted, string(hi))
 				}
-				start, _ := slices.BinarySearch(sorted, string(bk.lower))
+				start, _ := slices.BinarySearch(sorted, string(bk.lower()))
 				rows := sorted[start:end]
 				var wantResid, wantPos float64
 				for j, pk := range rows {
@@ -872,7 +873,7 @@ func TestPackedPrefixes(t *testing.T) {
 		x := uint64(1000)
 		for range r.IntN(20) {
 			x += 1 + uint64(r.IntN(1000))
-			bs = append(bs, bucket{lower: pkOf(tenant, x), LiveCounts: LiveCounts{Rows: 1 + r.Int64N(50)}})
+			bs = append(bs, bucketAt(pkOf(tenant, x), LiveCounts{Rows: 1 + r.Int64N(50)}))
 		}
 		v := newLiveVnode()
 		v.setBuckets(bs)
@@ -918,4 +919,17 @@ func TestPackedPrefixes(t *testing.T) {
 		want = (&Live{tables: map[uint32]*liveTable{1: solo}}).AppendEstimates(want, 1, []RangeQuery{q})
 	}
 	require.Equal(t, want, got)
+}
+
+// bucketAt returns a bucket with lower bound lower and counts c.
+func bucketAt(lower []byte, c LiveCounts) bucket {
+	b := bucket{LiveCounts: c}
+	b.setLower(lower)
+	return b
+}
+
+// TestBucketSize holds the bucket to the size the design's memory account
+// gives (docs/design.md, "What the statistics hold in memory").
+func TestBucketSize(t *testing.T) {
+	require.EqualValues(t, 48, unsafe.Sizeof(bucket{}))
 }

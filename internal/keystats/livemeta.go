@@ -204,7 +204,7 @@ func (d *rowDecoder) float64(what string) float64 {
 // rowOf returns the row of bucket i of a vnode.
 func (v *liveVnode) rowOf(table uint32, vnode uint16, i int) bucketRow {
 	b := &v.buckets[i]
-	r := bucketRow{table: table, vnode: vnode, first: i == 0, lower: b.lower, LiveCounts: b.LiveCounts}
+	r := bucketRow{table: table, vnode: vnode, first: i == 0, lower: b.lower(), LiveCounts: b.LiveCounts}
 	if r.first {
 		r.minPK, r.maxPK = v.minPK, v.maxPK
 		r.flags |= flagIf(v.minLive, flagMinLive) | flagIf(v.maxLive, flagMaxLive)
@@ -246,8 +246,8 @@ func (l *Live) appendMetaEntries(out []MetaEntry, buf []byte, ids []bucketID) ([
 		var e MetaEntry
 		i := 0
 		if !id.first {
-			j += sort.Search(len(v.buckets)-j, func(k int) bool { return string(v.buckets[j+k].lower) >= id.lower })
-			if j == len(v.buckets) || string(v.buckets[j].lower) != id.lower {
+			j += sort.Search(len(v.buckets)-j, func(k int) bool { return string(v.buckets[j+k].lower()) >= id.lower })
+			if j == len(v.buckets) || string(v.buckets[j].lower()) != id.lower {
 				n := len(buf)
 				buf = appendBucketKey(buf, id.table, id.vnode, []byte(id.lower), false)
 				out = append(out, MetaEntry{Key: buf[n:len(buf):len(buf)], Delete: true})
@@ -340,8 +340,8 @@ func (s *LiveState) loadBucket(r bucketRow) error {
 		v.minLive = r.flags&flagMinLive != 0 && r.minPK != nil
 		v.maxLive = r.flags&flagMaxLive != 0 && r.maxPK != nil
 	} else {
-		bk.lower = r.lower
-		if len(v.buckets) > 1 && bytes.Compare(v.buckets[len(v.buckets)-1].lower, bk.lower) >= 0 {
+		bk.setLower(r.lower)
+		if len(v.buckets) > 1 && bytes.Compare(v.buckets[len(v.buckets)-1].lower(), bk.lower()) >= 0 {
 			return errors.New("bucket out of order")
 		}
 		v.appendBucket(bk)
