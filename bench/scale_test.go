@@ -62,6 +62,13 @@ var (
 //	                                        heap, and the same Pebble caches
 //	                                        and memtables), and the store's
 //	                                        block cache at the end
+//	store-heap-MB                           the Go heap the store and the
+//	                                        job hold at the end beyond what
+//	                                        the process held when the store
+//	                                        opened (the harness's model);
+//	                                        Pebble's block cache and
+//	                                        memtables are manual memory,
+//	                                        outside the Go heap
 //	stats-heap-MB, stats-bytes/Mkeys        heap held by the statistics
 //	                                        (physical Version rebuilt from
 //	                                        the SSTs, live buckets reloaded)
@@ -141,6 +148,7 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 		probe                 scaleProbe
 		peakStore, peakRaw    float64
 		baseStore, baseRawRSS float64
+		storeHeap             float64
 	)
 	cfg.OnStart = func(d *pebble.DB) {
 		db = d
@@ -165,6 +173,7 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 		}
 		peakStore = peakRSS()
 		harness = base - heapBeforeOpen
+		storeHeap = heapLive() - base
 		probe = probeStore(b, s, cfg)
 	}
 	sum, err := Run(context.Background(), cfg)
@@ -213,6 +222,7 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	b.ReportMetric(peakRaw/1e6, "raw-peak-rss-MB")
 	b.ReportMetric(harness/1e6, "harness-MB")
 	b.ReportMetric(probe.cache/1e6, "cache-MB")
+	b.ReportMetric(storeHeap/1e6, "store-heap-MB")
 	b.ReportMetric(probe.statsHeap/1e6, "stats-heap-MB")
 	b.ReportMetric(probe.statsHeap/(float64(probe.keys)/1e6), "stats-bytes/Mkeys")
 	b.ReportMetric(probe.physicalHeap/1e6, "physical-heap-MB")
