@@ -202,8 +202,8 @@ func (vs *VnodeSummary) NumSamples() int { return vs.samples.n }
 // Samples returns the samples, in increasing pk order. When the vnode has
 // MVCC entries, the first is at its first pk (all counters zero); a vnode
 // with only Pebble tombstones has none. They are stored packed, in the
-// payload's encoding (about 9 bytes a sample rather than 64 for a Sample
-// and its pk), and decoded by each call.
+// payload's encoding (about 22 bytes a sample for 16-byte pks, rather than
+// 64 for a Sample and its pk's bytes besides), and decoded by each call.
 func (vs *VnodeSummary) Samples() []Sample {
 	if vs.samples.n == 0 {
 		return nil

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/errors"
 	"github.com/klauspost/compress/s2"
@@ -48,6 +49,38 @@ func TestPayloadRoundTrip(t *testing.T) {
 		enc[0] = 7
 		_, err = DecodeSummary(enc)
 		require.NoError(t, err)
+	}
+}
+
+// TestDecodedSummaryIsCompact: a decoded summary's samples and last pks lie
+// end to end in one allocation, in vnode order, and no longer in the
+// decompressed body (which would keep the body alive with the Version).
+func TestDecodedSummaryIsCompact(t *testing.T) {
+	for i, s := range physPayloadSeeds(t) {
+		got, err := DecodeSummary(s.Encode())
+		require.NoError(t, err, "seed %d", i)
+		var next, n uintptr
+		for _, ts := range got.Tables {
+			for j := range ts.Vnodes {
+				vs := &ts.Vnodes[j]
+				for _, part := range [][]byte{vs.samples.data, vs.LastPK} {
+					if len(part) == 0 {
+						continue
+					}
+					at := uintptr(unsafe.Pointer(unsafe.SliceData(part)))
+					require.True(t, next == 0 || at == next, "seed %d: t%d/v%d does not follow the vnode before it", i, ts.Table, vs.Vnode)
+					require.Equal(t, len(part), cap(part), "seed %d: t%d/v%d", i, ts.Table, vs.Vnode)
+					next, n = at+uintptr(len(part)), n+uintptr(len(part))
+				}
+			}
+		}
+		var want uintptr
+		for _, ts := range s.Tables {
+			for j := range ts.Vnodes {
+				want += uintptr(len(ts.Vnodes[j].samples.data) + len(ts.Vnodes[j].LastPK))
+			}
+		}
+		require.Equal(t, want, n, "seed %d: bytes of samples and last pks", i)
 	}
 }
 
