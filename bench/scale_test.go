@@ -62,13 +62,12 @@ var (
 //	                                        heap, and the same Pebble caches
 //	                                        and memtables), and the store's
 //	                                        block cache at the end
-//	store-heap-MB                           the Go heap the store and the
-//	                                        job hold at the end beyond what
-//	                                        the process held when the store
-//	                                        opened (the harness's model);
-//	                                        Pebble's block cache and
-//	                                        memtables are manual memory,
-//	                                        outside the Go heap
+//	closed-heap-MB                          the Go heap that closing the
+//	                                        store and the job freed (the
+//	                                        workload model is kept): what
+//	                                        they held at the end. Pebble's
+//	                                        block cache and memtables are
+//	                                        manual memory, outside it
 //	stats-heap-MB, stats-bytes/Mkeys        heap held by the statistics
 //	                                        (physical Version rebuilt from
 //	                                        the SSTs, live buckets reloaded)
@@ -148,7 +147,8 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 		probe                 scaleProbe
 		peakStore, peakRaw    float64
 		baseStore, baseRawRSS float64
-		storeHeap             float64
+		heapAtEnd             float64
+		gens                  []*workload.Generator
 	)
 	cfg.OnStart = func(d *pebble.DB) {
 		db = d
@@ -173,12 +173,17 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 		}
 		peakStore = peakRSS()
 		harness = base - heapBeforeOpen
-		storeHeap = heapLive() - base
+		heapAtEnd, gens = heapLive(), s.Gens
 		probe = probeStore(b, s, cfg)
 	}
 	sum, err := Run(context.Background(), cfg)
 	require.NoError(b, err)
 	require.True(b, sum.MVMatches, sum.MVError)
+	// Run closed the session: the store, the job and their sources are
+	// gone, the workload model (gens) and the run's records (sum) are not.
+	db = nil
+	closedHeap := heapAtEnd - heapLive()
+	runtime.KeepAlive(gens)
 
 	rcfg := cfg
 	rcfg.Dir = b.TempDir()
@@ -222,7 +227,7 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	b.ReportMetric(peakRaw/1e6, "raw-peak-rss-MB")
 	b.ReportMetric(harness/1e6, "harness-MB")
 	b.ReportMetric(probe.cache/1e6, "cache-MB")
-	b.ReportMetric(storeHeap/1e6, "store-heap-MB")
+	b.ReportMetric(closedHeap/1e6, "closed-heap-MB")
 	b.ReportMetric(probe.statsHeap/1e6, "stats-heap-MB")
 	b.ReportMetric(probe.statsHeap/(float64(probe.keys)/1e6), "stats-bytes/Mkeys")
 	b.ReportMetric(probe.physicalHeap/1e6, "physical-heap-MB")
@@ -416,19 +421,27 @@ func refreshProbe(b *testing.B, db *pebble.DB, cfg keystats.TrackerConfig) (perF
 		refresh()
 	}
 	// Medians: a refresh takes 0.1 ms, and one GC pause or page fault in
-	// a process of gigabytes would be most of a mean.
-	idle := make([]float64, 32)
-	for i := range idle {
-		start := time.Now()
-		require.NoError(b, tr.Refresh())
-		idle[i] = float64(time.Since(start).Nanoseconds())
+	// a process of gigabytes would be most of a mean. The listing is timed
+	// by refreshes that found nothing changed, after Pebble's compactions
+	// (the probe's own can start others, as churn leaves the LSM in need
+	// of them) have settled.
+	quiesce(db)
+	changed := refreshes
+	refreshes = nil
+	var idle []float64
+	for range 32 {
+		refresh()
+		if r := refreshes[len(refreshes)-1]; r.changed == 0 {
+			idle = append(idle, float64(r.took.Nanoseconds()))
+		}
 	}
 	require.NoError(b, tr.Close())
+	require.NotEmpty(b, idle, "every idle refresh saw a changed file")
 	listing = median(idle)
 	// Every refresh lists the live SSTs (listing, O(files)) and reads and
 	// applies the changed ones: the time per changed file is the rest.
 	var per []float64
-	for _, r := range refreshes {
+	for _, r := range changed {
 		if r.changed > 0 {
 			per = append(per, (float64(r.took.Nanoseconds())-listing)/float64(r.changed))
 		}

@@ -96,7 +96,7 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 		return
 	}
 	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"vnode order\" ran with `--snapshot-order vnode`, the others in the default interleaved order; the first × raw is against raw Pebble scanning in pk order, the second against raw Pebble reading the vnodes in turn; ![plot](docs/scale.png)):\n\n")
-	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | block cache / store's Go heap | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh: listing + per changed file | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
+	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh: listing + per changed file | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {
 		x := p.m
@@ -107,7 +107,7 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 			f("rows/s", "%.0f"), f("x-of-raw-pebble", "%.3f×"), f("x-of-raw-interleaved", "%.3f×"),
 			dur(x, "backfill-ns/row"), dur(x, "backfill-cpu-ns/row"), dur(x, "load-ns/row"), dur(x, "load-cpu-ns/row"),
 			f("backfill-compact-B/row", "%.0f B"), f("raw-interleaved-compact-B/row", "%.0f B"),
-			f("peak-rss-MB", "%.0f MB"), f("raw-peak-rss-MB", "%.0f MB"), f("cache-MB", "%.0f MB"), f("store-heap-MB", "%.0f MB"),
+			f("peak-rss-MB", "%.0f MB"), f("raw-peak-rss-MB", "%.0f MB"), f("cache-MB", "%.0f MB"), f("closed-heap-MB", "%.0f MB"),
 			f("stats-heap-MB", "%.1f MB"), f("physical-heap-MB", "%.1f"), f("live-heap-MB", "%.1f"),
 			f("payload-MB", "%.2f MB"), f("reader-payload-MB", "%.2f MB"),
 			dur(x, "progress-cpu-ns/barrier"), dur(x, "listing-ns"), dur(x, "refresh-ns/changed-file"),
@@ -157,7 +157,7 @@ func plotScale(path string, pts []scalePoint) error {
 			{"load wall", "load-ns/row", 1e-3, red}, {"load CPU", "load-cpu-ns/row", 1e-3, orange}}},
 		{"Memory", "MB", []series{
 			{"peak RSS", "peak-rss-MB", 1, blue}, {"raw peak RSS", "raw-peak-rss-MB", 1, grey},
-			{"block cache", "cache-MB", 1, green}, {"store's Go heap", "store-heap-MB", 1, purple},
+			{"block cache", "cache-MB", 1, green}, {"Go heap of the store and job", "closed-heap-MB", 1, purple},
 			{"stats heap", "stats-heap-MB", 1, red}, {"payload held by readers", "reader-payload-MB", 1, orange}}},
 		{"Statistics per checkpoint", "µs", []series{
 			{"progress CPU per checkpoint", "progress-cpu-ns/barrier", 1e-3, blue},
