@@ -236,8 +236,76 @@ func BenchmarkStatsMemory(b *testing.B) {
 // refreshes are timed; ns/changed-file divides their time by the files that
 // changed. listing-ns is a refresh with nothing changed (list + diff).
 func BenchmarkRefresh(b *testing.B) {
+	e, r := openRefreshStore(b, 4)
+	var refreshNs time.Duration
+	var changed int
+	for b.Loop() {
+		b.StopTimer()
+		for _, c := range refreshRound(b, e, r, 4, nil) {
+			refreshNs += c.took
+			changed += c.changed
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	start := time.Now()
+	const idle = 20
+	for range idle {
+		require.NoError(b, e.tr.Refresh())
+	}
+	listing := time.Since(start) / idle
+	b.ReportMetric(float64(refreshNs.Nanoseconds())/float64(max(changed, 1)), "ns/changed-file")
+	b.ReportMetric(float64(listing.Nanoseconds()), "listing-ns")
+	b.ReportMetric(float64(e.tr.Current().NumFiles()), "live-files")
+	v := e.tr.Current()
+	rv, err := e.tr.Recompute()
+	require.NoError(b, err)
+	require.NoError(b, DiffVersions(v, rv))
+}
+
+// BenchmarkRefreshGrowth: whether a refresh's cost per changed file stays
+// flat as the LSM grows. It builds stores of 256 and 4,096 live SSTs in one
+// run and times, in each, the refreshes of BenchmarkRefresh's rounds beyond
+// the listing (the median refresh with nothing changed), per changed file,
+// as medians (one GC pause would be most of a mean). Every timed refresh,
+// changed or idle, follows a 64 MiB sweep of the CPU caches, as a refresh
+// after a flush or a compaction meets them: back-to-back idle refreshes
+// would list warm files and leave the listing's cache misses (O(files)) in
+// the per-file figure. x-of-256-files is the larger store's figure over
+// the smaller's: 1 is flat.
+func BenchmarkRefreshGrowth(b *testing.B) {
+	const rounds = 64
+	var perFile [2]float64
+	sweep := make([]byte, 64<<20)
+	for b.Loop() {
+		for i, tables := range []int{1, 16} {
+			e, r := openRefreshStore(b, tables)
+			var took []refreshTiming
+			for range rounds {
+				took = append(took, refreshRound(b, e, r, tables, sweep)...)
+			}
+			listing := idleRefresh(b, e, sweep)
+			var per []float64
+			for _, c := range took {
+				if c.changed > 0 {
+					per = append(per, (float64(c.took.Nanoseconds())-listing)/float64(c.changed))
+				}
+			}
+			require.NotEmpty(b, per)
+			perFile[i] = medianOf(per)
+			b.ReportMetric(listing, fmt.Sprintf("listing-ns-%d-files", tables*256))
+		}
+	}
+	b.ReportMetric(perFile[0], "ns/changed-file-256-files")
+	b.ReportMetric(perFile[1], "ns/changed-file-4096-files")
+	b.ReportMetric(perFile[1]/perFile[0], "x-of-256-files")
+}
+
+// openRefreshStore opens a DB holding one ingested SST of 100 rows for each
+// vnode of tables tables of 256 vnodes, and its tracker.
+func openRefreshStore(b *testing.B, tables int) (*physEnv, *rand.Rand) {
 	e := openPhys(b, func(o *pebble.Options) { o.L0StopWritesThreshold = 100000 })
-	const tables, vnodes, perSST = 4, 256, 100
+	const vnodes, perSST = 256, 100
 	r := rand.New(rand.NewPCG(5, 5))
 	var paths []string
 	val := physBenchValue(r, nil)
@@ -254,54 +322,80 @@ func BenchmarkRefresh(b *testing.B) {
 		}
 	}
 	require.NoError(b, e.db.Ingest(context.Background(), paths))
+	e.epoch = 1 // the ingested rows' version
 	v := e.refresh()
 	b.Logf("%d live files", v.NumFiles())
+	return e, r
+}
 
-	var refreshNs time.Duration
-	var changed int
-	epoch := uint64(1)
-	for b.Loop() {
-		b.StopTimer()
-		epoch++
-		t, vn := uint32(1+r.IntN(tables)), uint16(r.IntN(vnodes))
-		batch := e.db.NewBatch()
-		for pk := range 20 {
-			require.NoError(b, batch.Set(physKey(t, vn, uint64(pk*5), epoch, keys.KindPut), val, nil))
-		}
-		require.NoError(b, batch.Commit(pebble.NoSync))
-		require.NoError(b, e.db.Flush())
+// refreshTiming is one refresh: its time and the files it found changed.
+type refreshTiming struct {
+	took    time.Duration
+	changed int
+}
+
+// refreshRound writes a batch into one vnode of one of tables tables,
+// flushes it and refreshes, then compacts the vnode and refreshes, and
+// returns the two refreshes. Before each, it writes sweep (if any) to evict
+// the CPU caches.
+func refreshRound(b *testing.B, e *physEnv, r *rand.Rand, tables int, sweep []byte) []refreshTiming {
+	t, vn := uint32(1+r.IntN(tables)), uint16(r.IntN(256))
+	e.epoch++
+	val := physBenchValue(r, nil)
+	batch := e.db.NewBatch()
+	for pk := range 20 {
+		require.NoError(b, batch.Set(physKey(t, vn, uint64(pk*5), e.epoch, keys.KindPut), val, nil))
+	}
+	require.NoError(b, batch.Commit(pebble.NoSync))
+	require.NoError(b, e.db.Flush())
+	timed := func() refreshTiming {
 		before := e.tr.Current()
-		b.StartTimer()
+		sweepCaches(sweep)
 		start := time.Now()
 		require.NoError(b, e.tr.Refresh())
-		refreshNs += time.Since(start)
-		b.StopTimer()
-		mid := e.tr.Current()
-		changed += physChanged(before, mid)
-		lo, hi := keys.VnodeSpan(t, vn)
-		require.NoError(b, e.db.Compact(context.Background(), lo, hi, false))
-		b.StartTimer()
-		start = time.Now()
-		require.NoError(b, e.tr.Refresh())
-		refreshNs += time.Since(start)
-		b.StopTimer()
-		changed += physChanged(mid, e.tr.Current())
-		b.StartTimer()
+		took := time.Since(start)
+		return refreshTiming{took, physChanged(before, e.tr.Current())}
 	}
-	b.StopTimer()
-	start := time.Now()
-	const idle = 20
-	for range idle {
+	flushed := timed()
+	lo, hi := keys.VnodeSpan(t, vn)
+	require.NoError(b, e.db.Compact(context.Background(), lo, hi, false))
+	return []refreshTiming{flushed, timed()}
+}
+
+// idleRefresh returns the median time of a refresh that finds nothing
+// changed: the listing. Refreshes that meet a change (Pebble compacting
+// the rounds' flushes in the background) are not counted.
+func idleRefresh(b *testing.B, e *physEnv, sweep []byte) float64 {
+	var idle []float64
+	for range 1000 {
+		before := e.tr.Current()
+		sweepCaches(sweep)
+		start := time.Now()
 		require.NoError(b, e.tr.Refresh())
+		took := time.Since(start)
+		if physChanged(before, e.tr.Current()) > 0 {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if idle = append(idle, float64(took.Nanoseconds())); len(idle) == 32 {
+			break
+		}
 	}
-	listing := time.Since(start) / idle
-	b.ReportMetric(float64(refreshNs.Nanoseconds())/float64(max(changed, 1)), "ns/changed-file")
-	b.ReportMetric(float64(listing.Nanoseconds()), "listing-ns")
-	b.ReportMetric(float64(e.tr.Current().NumFiles()), "live-files")
-	v = e.tr.Current()
-	rv, err := e.tr.Recompute()
-	require.NoError(b, err)
-	require.NoError(b, DiffVersions(v, rv))
+	require.NotEmpty(b, idle, "every refresh found a change")
+	return medianOf(idle)
+}
+
+// sweepCaches writes a byte of every cache line of sweep.
+func sweepCaches(sweep []byte) {
+	for i := 0; i < len(sweep); i += 64 {
+		sweep[i]++
+	}
+}
+
+// medianOf returns the median of xs (which it sorts).
+func medianOf(xs []float64) float64 {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }
 
 func physChanged(a, b *Version) int {

@@ -89,6 +89,8 @@ type physEnv struct {
 	log       *physLogger
 	scratch   string
 	ingests   int
+	// epoch is the version the benchmarks' batches wrote last.
+	epoch uint64
 }
 
 func openPhys(t testing.TB, configure func(*pebble.Options)) *physEnv {
