@@ -24,6 +24,7 @@ import (
 	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
@@ -35,6 +36,7 @@ var (
 	scaleLSM       = flag.Bool("scale-lsm", false, "log the LSM shape (Pebble's metrics) at the end of each run")
 	scaleWorkloads = flag.String("scale-workloads", "uniform,update-churn", "workloads of BenchmarkScale, comma-separated")
 	scaleOrders    = flag.String("scale-orders", "interleaved,vnode", "snapshot orders of BenchmarkScale's job (backfill.SnapshotOrder), comma-separated")
+	scaleShape     = flag.String("scale-shape", "", "pk shape of BenchmarkScale's tables (workload.Shapes), instead of the workload's")
 )
 
 // BenchmarkScale runs the backfill job of the CLI's defaults (256 vnodes, 2
@@ -128,6 +130,10 @@ func BenchmarkScale(b *testing.B) {
 func scaleConfig(b *testing.B, rows int, name string, order backfill.SnapshotOrder) Config {
 	p, err := workload.Preset(name, rows, 256, 7)
 	require.NoError(b, err)
+	if *scaleShape != "" {
+		p.Shape, err = workload.ParseShape(*scaleShape)
+		require.NoError(b, err)
+	}
 	const actors, barrierRows = 2, 2048
 	p.DuringSteps = max(1, rows/(actors*barrierRows)) // the CLI's default
 	cfg := Config{Dir: b.TempDir(), Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows, SnapshotOrder: order,
@@ -437,7 +443,7 @@ func refreshProbe(b *testing.B, db *pebble.DB, cfg keystats.TrackerConfig) (perF
 	}
 	require.NoError(b, tr.Close())
 	require.NotEmpty(b, idle, "every idle refresh saw a changed file")
-	listing = median(idle)
+	listing = testutil.Median(idle)
 	// Every refresh lists the live SSTs (listing, O(files)) and reads and
 	// applies the changed ones: the time per changed file is the rest.
 	var per []float64
@@ -447,12 +453,7 @@ func refreshProbe(b *testing.B, db *pebble.DB, cfg keystats.TrackerConfig) (perF
 		}
 	}
 	require.NotEmpty(b, per, "no refresh saw a changed file")
-	return median(per), listing
-}
-
-func median(xs []float64) float64 {
-	slices.Sort(xs)
-	return xs[len(xs)/2]
+	return testutil.Median(per), listing
 }
 
 func filesChanged(a, b *stats.Version) int {

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -248,14 +249,8 @@ func BenchmarkRefresh(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	start := time.Now()
-	const idle = 20
-	for range idle {
-		require.NoError(b, e.tr.Refresh())
-	}
-	listing := time.Since(start) / idle
 	b.ReportMetric(float64(refreshNs.Nanoseconds())/float64(max(changed, 1)), "ns/changed-file")
-	b.ReportMetric(float64(listing.Nanoseconds()), "listing-ns")
+	b.ReportMetric(idleRefresh(b, e, nil), "listing-ns")
 	b.ReportMetric(float64(e.tr.Current().NumFiles()), "live-files")
 	v := e.tr.Current()
 	rv, err := e.tr.Recompute()
@@ -292,7 +287,7 @@ func BenchmarkRefreshGrowth(b *testing.B) {
 				}
 			}
 			require.NotEmpty(b, per)
-			perFile[i] = medianOf(per)
+			perFile[i] = testutil.Median(per)
 			b.ReportMetric(listing, fmt.Sprintf("listing-ns-%d-files", tables*256))
 		}
 	}
@@ -350,7 +345,7 @@ func refreshRound(b *testing.B, e *physEnv, r *rand.Rand, tables int, sweep []by
 	require.NoError(b, e.db.Flush())
 	timed := func() refreshTiming {
 		before := e.tr.Current()
-		sweepCaches(sweep)
+		testutil.SweepCaches(sweep)
 		start := time.Now()
 		require.NoError(b, e.tr.Refresh())
 		took := time.Since(start)
@@ -369,7 +364,7 @@ func idleRefresh(b *testing.B, e *physEnv, sweep []byte) float64 {
 	var idle []float64
 	for range 1000 {
 		before := e.tr.Current()
-		sweepCaches(sweep)
+		testutil.SweepCaches(sweep)
 		start := time.Now()
 		require.NoError(b, e.tr.Refresh())
 		took := time.Since(start)
@@ -382,20 +377,7 @@ func idleRefresh(b *testing.B, e *physEnv, sweep []byte) float64 {
 		}
 	}
 	require.NotEmpty(b, idle, "every refresh found a change")
-	return medianOf(idle)
-}
-
-// sweepCaches writes a byte of every cache line of sweep.
-func sweepCaches(sweep []byte) {
-	for i := 0; i < len(sweep); i += 64 {
-		sweep[i]++
-	}
-}
-
-// medianOf returns the median of xs (which it sorts).
-func medianOf(xs []float64) float64 {
-	slices.Sort(xs)
-	return xs[len(xs)/2]
+	return testutil.Median(idle)
 }
 
 func physChanged(a, b *Version) int {

@@ -17,6 +17,7 @@ import (
 	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -246,9 +247,7 @@ func (bs *benchStore) consumedCold(b *testing.B, cursors [][]byte) {
 			require.NoError(b, w.Update(bs.epoch, uint16(v), pk, bs.row, bs.row))
 		}
 		bs.e.commit(bs.epoch)
-		for i := 0; i < len(sweep); i += 64 {
-			sweep[i]++
-		}
+		testutil.SweepCaches(sweep)
 		// One way per round, alternating: the second would meet some of
 		// the first's cache lines warm.
 		start := time.Now()
