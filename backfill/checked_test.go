@@ -22,7 +22,7 @@ func TestCheckedOps(t *testing.T) {
 		require.NoError(t, err)
 		def := userTable(1)
 		src := &userSource{def: def, rows: 60, load: 4, last: 40}
-		j, err := backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: def, MV: 2, State: 3, Meta: 4,
+		j, err := backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: def, MV: 2, State: 3, Meta: 4, KeepRecords: true,
 			Actors: 2, BarrierRows: 50, Source: src, Score: backfilltest.Oracles(backfilltest.ScanOracle{Store: s, Table: 1}), Unchecked: unchecked})
 		require.NoError(t, err)
 		res, err := j.Run(context.Background())

@@ -125,7 +125,7 @@ func (c *jobCommands) job(t *testing.T, _ *storetest.Harness, td *datadriven.Tes
 	if u := intArg(td, "update-during-pct", -1); u >= 0 {
 		c.p.UpdateDuring = float64(u) / 100
 	}
-	c.cfg = backfill.JobConfig{Upstream: c.p.TableDef(1), MV: 2, State: 3, Meta: 4,
+	c.cfg = backfill.JobConfig{Upstream: c.p.TableDef(1), MV: 2, State: 3, Meta: 4, KeepRecords: true,
 		ChunkSize: intArg(td, "chunk-size", 2), BarrierRows: intArg(td, "barrier-rows", 3),
 		CheckpointEvery: intArg(td, "checkpoint-every", 1)}
 	c.cfg.SnapshotOrder, err = backfill.ParseSnapshotOrder(strArg(td, "order", "interleaved"))

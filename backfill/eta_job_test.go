@@ -37,7 +37,7 @@ func TestJobETA(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		j, err := backfill.OpenJob(backfill.JobConfig{
-			Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
+			Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4, KeepRecords: true,
 			Actors: actors, ChunkSize: 32, BarrierRows: 100, RateLimit: limit,
 			RateChanges: []backfill.RateChange{{AtPercent: 30, Limit: limit / 2}},
 			Source:      genjob.Source{G: g}, Score: backfilltest.Oracles(genjob.Oracle{G: g}),
@@ -115,7 +115,7 @@ func TestJobSetRateLimit(t *testing.T) {
 	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
-	cfg := backfill.JobConfig{Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
+	cfg := backfill.JobConfig{Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4, KeepRecords: true,
 		Actors: 2, ChunkSize: 32, BarrierRows: 100, RateLimit: 20000, Source: genjob.Source{G: g}}
 	for _, bad := range []backfill.JobConfig{
 		func() backfill.JobConfig { c := cfg; c.RateLimit = -1; return c }(),

@@ -43,7 +43,7 @@ func TestJobSmall(t *testing.T) {
 			require.NoError(t, err)
 			defer s.Close()
 			j, err := backfill.OpenJob(backfill.JobConfig{
-				Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
+				Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4, KeepRecords: true,
 				Actors: 2, ChunkSize: 32, BarrierRows: 100, CheckpointEvery: 2,
 				Source: genjob.Source{G: g},
 				Score:  backfilltest.Oracles(bothOracles{t, genjob.Oracle{G: g}, backfilltest.ScanOracle{Store: s, Table: 1}}),
@@ -65,6 +65,8 @@ func TestJobSmall(t *testing.T) {
 				}
 			}
 			last := res.Records[len(res.Records)-1]
+			require.Equal(t, len(res.Records), res.Checkpoints)
+			require.Equal(t, last.Barrier, res.Last.Barrier)
 			require.Equal(t, 100.0, last.Figure("rowcount").Pct)
 			require.Equal(t, 100.0, last.Figure("stats").Pct)
 			t.Logf("%s: %d checkpoints, stats max err %.3f pp", name, len(res.Records), maxErr)
@@ -73,4 +75,35 @@ func TestJobSmall(t *testing.T) {
 			require.NoError(t, j.Close())
 		})
 	}
+}
+
+// TestRunKeepsLastRecord: without KeepRecords, Run returns the last
+// checkpoint's record and their count, not every record (which hold every
+// vnode's state and grow with the table).
+func TestRunKeepsLastRecord(t *testing.T) {
+	p, err := workload.Preset("uniform", 2000, 16, 7)
+	require.NoError(t, err)
+	p.BatchRows = 1000
+	g, err := workload.New(p)
+	require.NoError(t, err)
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	require.NoError(t, err)
+	defer s.Close()
+	seen := 0
+	j, err := backfill.OpenJob(backfill.JobConfig{
+		Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
+		Actors: 2, ChunkSize: 32, BarrierRows: 100, Source: genjob.Source{G: g},
+		OnCheckpoint: func(backfill.Record) { seen++ },
+	})
+	require.NoError(t, err)
+	res, err := j.Run(context.Background())
+	require.NoError(t, err)
+	require.True(t, res.Finished)
+	require.Nil(t, res.Records)
+	require.Equal(t, seen, res.Checkpoints)
+	require.Greater(t, res.Checkpoints, 5)
+	require.True(t, res.Last.Finished)
+	require.Equal(t, 100.0, res.Last.Figure("stats").Pct)
+	require.Len(t, res.Last.Vnodes, 16)
+	require.NoError(t, j.Close())
 }

@@ -199,7 +199,7 @@ func TestSingleAsMulti(t *testing.T) {
 		defer s.Close()
 		g, err := workload.New(p)
 		require.NoError(t, err)
-		cfg := backfill.JobConfig{Store: s, Meta: 4, Actors: 2, BarrierRows: 300, Source: genjob.Source{G: g},
+		cfg := backfill.JobConfig{Store: s, Meta: 4, Actors: 2, BarrierRows: 300, KeepRecords: true, Source: genjob.Source{G: g},
 			Score: backfilltest.Oracles(genjob.Oracle{G: g})}
 		if multi {
 			cfg.Upstreams = []backfill.UpstreamConfig{{Table: p.TableDef(1), MV: 2, State: 3}}

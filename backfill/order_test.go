@@ -60,7 +60,7 @@ func TestVnodeOrder(t *testing.T) {
 		require.NoError(t, err)
 		defer s.Close()
 		j, err := backfill.OpenJob(backfill.JobConfig{
-			Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
+			Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4, KeepRecords: true,
 			Actors: actors, ChunkSize: 32, BarrierRows: 100, SnapshotOrder: order,
 			Source: genjob.Source{G: g},
 			Score:  backfilltest.Oracles(genjob.Oracle{G: g}),
@@ -113,7 +113,7 @@ func TestSnapshotOrderSwitch(t *testing.T) {
 		g, err := workload.New(p)
 		require.NoError(t, err)
 		j, err := backfill.OpenJob(backfill.JobConfig{
-			Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
+			Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4, KeepRecords: true,
 			Actors: actors, ChunkSize: 32, BarrierRows: 60, SnapshotOrder: order,
 			Source: genjob.Source{G: g}, Score: backfilltest.Oracles(genjob.Oracle{G: g}),
 		})
