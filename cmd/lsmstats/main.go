@@ -20,6 +20,9 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats"
+	// Pebble's block cache and memtables are C memory: the process starts
+	// with glibc's malloc limited to one arena (package malloc).
+	_ "github.com/lsmstats/lsmstats/internal/malloc"
 )
 
 // Exit statuses. Keep exitStatuses, README.md and TestExitCodes in step.
