@@ -82,8 +82,10 @@ bench-compare:
 # BenchmarkScale at 1M, 4M and 16M rows without churn and at 1M and 4M with
 # it, each in both snapshot orders (about an hour here), into
 # $(OUT)/scale.txt: the store beside raw Pebble in one process, and per size
-# the per-row cost, memory, statistics costs, commit latency and LSM shape.
-# make results tabulates and plots it.
+# the per-row cost, memory, statistics costs, commit latency and LSM shape;
+# for the workload without churn also a child process holding only the store
+# and the job (bench/solo_test.go), for its peak RSS. make results tabulates
+# and plots it.
 scale:
 	@mkdir -p $(OUT)
 	$(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 6h ./bench/ \

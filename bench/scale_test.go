@@ -37,6 +37,9 @@ var (
 	scaleWorkloads = flag.String("scale-workloads", "uniform,update-churn", "workloads of BenchmarkScale, comma-separated")
 	scaleOrders    = flag.String("scale-orders", "interleaved,vnode", "snapshot orders of BenchmarkScale's job (backfill.SnapshotOrder), comma-separated")
 	scaleShape     = flag.String("scale-shape", "", "pk shape of BenchmarkScale's tables (workload.Shapes), instead of the workload's")
+	scaleSolo      = flag.Bool("scale-solo", true, "run the uniform workload's solo child too (solo_test.go): the memory of a process holding only the store and the job")
+	scaleSoloCache = flag.Int64("scale-solo-cache", 0, "block cache of the solo child, in bytes (0: the store's default, an eighth of the machine's memory)")
+	scaleSoloOnly  = flag.Bool("scale-solo-only", false, "run the solo child alone, without the in-process pipelines (its metrics merge into an earlier run's in make results)")
 )
 
 // BenchmarkScale runs the backfill job of the CLI's defaults (256 vnodes, 2
@@ -58,6 +61,14 @@ var (
 //	load-x-of-raw-pebble                    backfill), ops per second
 //	backfill-ns/row, backfill-cpu-ns/row,   wall and process CPU per row of
 //	load-ns/row, load-cpu-ns/row            each phase (the store's)
+//	solo-peak-rss-MB, solo-cache-MB,        a child process holding only
+//	solo-memtable-MB, solo-beyond-caches-MB, the store and the job
+//	solo-go-heap-MB                         (solo_test.go; the uniform
+//	                                        workload only): its peak RSS,
+//	                                        the largest block cache and
+//	                                        memtables Pebble reported, the
+//	                                        peak RSS beyond those two, and
+//	                                        the Go heap it kept from the OS
 //	peak-rss-MB, raw-peak-rss-MB,           peak RSS of the process during
 //	harness-MB, cache-MB                    each pipeline (both hold the
 //	                                        workload model, harness-MB of
@@ -145,6 +156,10 @@ func scaleConfig(b *testing.B, rows int, name string, order backfill.SnapshotOrd
 // scaleRun runs one size: the store, then raw Pebble. The metrics are of
 // the last iteration.
 func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder) {
+	if *scaleSoloOnly {
+		reportSolo(b, rows, name, order)
+		return
+	}
 	cfg := scaleConfig(b, rows, name, order)
 	var (
 		base, harness         float64
@@ -206,6 +221,9 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	rcfg.OnStart, rcfg.OnEnd = nil, nil
 	inter, err := RunRawInterleaved(context.Background(), rcfg)
 	require.NoError(b, err)
+	if *scaleSolo {
+		reportSolo(b, rows, name, order)
+	}
 	b.Logf("rows=%d %s: store load %s backfill %s (harness %s); raw load %s backfill %s; rss at start %.0f/%.0f MB",
 		rows, name, sum.Load.Round(time.Millisecond), sum.Backfill.Round(time.Millisecond), sum.Harness.Round(time.Millisecond),
 		raw.Load.Round(time.Millisecond), raw.Backfill.Round(time.Millisecond), baseStore/1e6, baseRawRSS/1e6)
@@ -255,6 +273,23 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	b.ReportMetric(float64(probe.l0), "l0-sublevels")
 	b.ReportMetric(float64(max(maxL0, probe.l0)), "max-l0-sublevels")
 	b.ReportMetric(float64(sum.Backfill.Nanoseconds()), "ns/op")
+}
+
+// reportSolo runs the solo child and reports what it measured. The child
+// loads hashed pks with no churn: it stands for the uniform workload of
+// the default shape only.
+func reportSolo(b *testing.B, rows int, name string, order backfill.SnapshotOrder) {
+	if name != "uniform" || *scaleShape != "" {
+		return
+	}
+	r := runSolo(b, rows, order)
+	b.Logf("rows=%d solo child: %+v", rows, r)
+	b.ReportMetric(r.PeakRSS/1e6, "solo-peak-rss-MB")
+	b.ReportMetric(r.Cache/1e6, "solo-cache-MB")
+	b.ReportMetric(r.MemTable/1e6, "solo-memtable-MB")
+	b.ReportMetric(r.Beyond()/1e6, "solo-beyond-caches-MB")
+	b.ReportMetric(r.HeapSys/1e6, "solo-go-heap-MB")
+	b.ReportMetric(r.HeapLive/1e6, "solo-go-live-MB")
 }
 
 // scaleProbe is what probeStore measured on a finished store.

@@ -172,15 +172,21 @@ func parse(path string) (map[string]map[string]float64, error) {
 		if m == nil {
 			continue
 		}
+		// Lines of one benchmark merge, the later's metrics winning: a
+		// run of some of its metrics alone (BenchmarkScale -scale-solo-only)
+		// adds to an earlier full run.
 		fields := strings.Fields(m[2])
-		metrics := map[string]float64{}
+		metrics := out[m[1]]
+		if metrics == nil {
+			metrics = map[string]float64{}
+			out[m[1]] = metrics
+		}
 		for k := 0; k+1 < len(fields); k += 2 {
 			v, err := strconv.ParseFloat(fields[k], 64)
 			if err == nil {
 				metrics[fields[k+1]] = v
 			}
 		}
-		out[m[1]] = metrics
 	}
 	return out, sc.Err()
 }

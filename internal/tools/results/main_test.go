@@ -10,7 +10,8 @@ import (
 // TestRender feeds render a small benchmark output and checks the figures it
 // picks: the worst case per goal (the smaller for a throughput ratio, the
 // larger for a latency ratio), before → after pairs, and "—" for metrics the
-// run did not produce.
+// run did not produce. A later line of a benchmark adds its metrics to the
+// earlier one's (the 4M scale row's solo figures).
 func TestRender(t *testing.T) {
 	out := `goos: linux
 BenchmarkCommit/rows=1000/checked=false-2   100  22080008 ns/op  0 write-stalls  0.9311 x-of-pebble
@@ -27,6 +28,7 @@ BenchmarkETA/workload=steady-2  1  24297139041 ns/op  53.00 checkpoints  79.25 e
 BenchmarkMultiUpstream/rows=1000000+20000+5000-2  1  7.5e10 ns/op  225 checkpoints  0.0017 err-mean-pp  0.0073 err-max-pp  25.7 rowcount-err-mean-pp  50.2 rowcount-err-max-pp
 BenchmarkSnapshotBackfill/rows=200000+20000+5000-2  1  3e10 ns/op  45 checkpoints-snapshot  40 checkpoints-log-store  2 checkpoints-joined  0 err-mean-pp  0 err-max-pp  25 rowcount-err-mean-pp  62 rowcount-err-max-pp  19 log-pct-at-snapshot-end
 BenchmarkETA/workload=crash-rescale-2  1  24297139041 ns/op  40.00 checkpoints  85 eta-coverage-%  12.5 eta-median-err-%  30 eta-p90-err-%  1 eta-under-1m  800 rows/s  100 limit-share-%
+BenchmarkScale/rows=4M/workload=uniform-2  1  3e9 ns/op  900 solo-peak-rss-MB  600 solo-cache-MB  130 solo-memtable-MB  170 solo-beyond-caches-MB
 `
 	path := filepath.Join(t.TempDir(), "bench.txt")
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
@@ -73,7 +75,7 @@ BenchmarkETA/workload=crash-rescale-2  1  24297139041 ns/op  40.00 checkpoints  
 		"| uniform | stats | 0.050 | 0.100 | 125.2 µs | 2361 | 100000 | 0.250× | 0.500× |",
 		"| 1M | uniform | — | — | 90000 | 0.210× | — |",
 		"| 4M | uniform | 50000 | 0.450× | 80000 | 0.200× | 0.600× | 12.5 µs / 20.0 µs |",
-		"| 300 MB (310 MB) | 120 MB / 45 MB |",
+		"| 300 MB (310 MB) | 900 MB = 600 + 130 + 170 | 120 MB / 45 MB |",
 		"| 5 ms / 40 ms | 200 | 3 (20) |",
 		"| skew | stats | 0.050 | 0.186 | 125.2 µs | 2361 | 122629 |",
 		"| steady | 798 (100%) | 53 | backfill.ETA (the job's) | 9.7% | 15.4% | 79% | 0 | no: coverage |",

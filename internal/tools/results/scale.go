@@ -95,19 +95,20 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 	if len(pts) == 0 {
 		return
 	}
-	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"vnode order\" ran with `--snapshot-order vnode`, the others in the default interleaved order; the first × raw is against raw Pebble scanning in pk order, the second against raw Pebble reading the vnodes in turn; ![plot](docs/scale.png)):\n\n")
-	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh: listing + per changed file | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"vnode order\" ran with `--snapshot-order vnode`, the others in the default interleaved order; the first × raw is against raw Pebble scanning in pk order, the second against raw Pebble reading the vnodes in turn; \"alone\" is a child process holding only a store and the job, on the uniform workload's rows (bench/solo_test.go: no workload model, glibc's malloc limited to one arena), its peak RSS over the job and a read of both tables; ![plot](docs/scale.png)):\n\n")
+	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh: listing + per changed file | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {
 		x := p.m
 		f := func(key, format string) string { return optional(x, key, format) }
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s (%s) | %s (%s) | %s / %s | %s (%s + %s) | %s / %s | %s | %s + %s | %s / %s | %s | %s (%s) |\n",
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s (%s) | %s (%s) | %s | %s / %s | %s (%s + %s) | %s / %s | %s | %s + %s | %s / %s | %s | %s (%s) |\n",
 			p.sizeName, p.workload,
 			f("load-rows/s", "%.0f"), f("load-x-of-raw-pebble", "%.3f×"),
 			f("rows/s", "%.0f"), f("x-of-raw-pebble", "%.3f×"), f("x-of-raw-interleaved", "%.3f×"),
 			dur(x, "backfill-ns/row"), dur(x, "backfill-cpu-ns/row"), dur(x, "load-ns/row"), dur(x, "load-cpu-ns/row"),
 			f("backfill-compact-B/row", "%.0f B"), f("raw-interleaved-compact-B/row", "%.0f B"),
-			f("peak-rss-MB", "%.0f MB"), f("raw-peak-rss-MB", "%.0f MB"), f("cache-MB", "%.0f MB"), f("closed-heap-MB", "%.0f MB"),
+			f("peak-rss-MB", "%.0f MB"), f("raw-peak-rss-MB", "%.0f MB"), solo(x),
+			f("cache-MB", "%.0f MB"), f("closed-heap-MB", "%.0f MB"),
 			f("stats-heap-MB", "%.1f MB"), f("physical-heap-MB", "%.1f"), f("live-heap-MB", "%.1f"),
 			f("payload-MB", "%.2f MB"), f("reader-payload-MB", "%.2f MB"),
 			dur(x, "progress-cpu-ns/barrier"), dur(x, "listing-ns"), dur(x, "refresh-ns/changed-file"),
@@ -115,6 +116,16 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 			f("ssts", "%.0f"), f("l0-sublevels", "%.0f"), f("max-l0-sublevels", "%.0f"))
 	}
 	b.WriteString("\n")
+}
+
+// solo is the solo child's memory (bench/solo_test.go): its peak RSS as the
+// sum of the block cache, the memtables and the rest.
+func solo(x map[string]float64) string {
+	peak, ok := x["solo-peak-rss-MB"]
+	if !ok {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f MB = %.0f + %.0f + %.0f", peak, x["solo-cache-MB"], x["solo-memtable-MB"], x["solo-beyond-caches-MB"])
 }
 
 func dur(x map[string]float64, key string) string {
@@ -139,6 +150,7 @@ var (
 	orange = color.RGBA{R: 255, G: 127, B: 14, A: 255}
 	grey   = color.RGBA{R: 110, G: 110, B: 110, A: 255}
 	purple = color.RGBA{R: 148, G: 103, B: 189, A: 255}
+	black  = color.RGBA{A: 255}
 )
 
 // plotScale draws the scale table against rows: six panels, one line per
@@ -158,7 +170,8 @@ func plotScale(path string, pts []scalePoint) error {
 		{"Memory", "MB", []series{
 			{"peak RSS", "peak-rss-MB", 1, blue}, {"raw peak RSS", "raw-peak-rss-MB", 1, grey},
 			{"block cache", "cache-MB", 1, green}, {"Go heap of the store and job", "closed-heap-MB", 1, purple},
-			{"stats heap", "stats-heap-MB", 1, red}, {"payload held by readers", "reader-payload-MB", 1, orange}}},
+			{"stats heap", "stats-heap-MB", 1, red}, {"payload held by readers", "reader-payload-MB", 1, orange},
+			{"alone: RSS beyond cache and memtables", "solo-beyond-caches-MB", 1, black}}},
 		{"Statistics per checkpoint", "µs", []series{
 			{"progress CPU per checkpoint", "progress-cpu-ns/barrier", 1e-3, blue},
 			{"refresh per changed file, beyond the listing", "refresh-ns/changed-file", 1e-3, red},

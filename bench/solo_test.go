@@ -1,0 +1,255 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/malloc"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/stretchr/testify/require"
+)
+
+// The solo run measures the memory of a process that holds a store and a
+// backfill job and nothing else, as a user's service would.
+//
+// BenchmarkScale's own peak RSS cannot show it: that process also holds
+// the workload model (harness-MB, about 58 bytes per row, and as much again
+// of garbage before Go's collector runs), and memory earlier runs of the
+// same process freed but the allocators kept. So scaleRun starts the test
+// binary again as a child (soloEnv names what to run; TestMain hands over
+// to soloChild) which, through the public API only:
+//
+//  1. runs with glibc's malloc limited to one arena as the CLI does (the
+//     test binary imports package malloc; a MALLOC_ARENA_MAX in the
+//     environment wins) and opens a store with the default options (the
+//     block cache an eighth of the machine's memory);
+//  2. loads the rows with its own unchecked writer, 20,000 rows per
+//     committed epoch: hashed unique pks of two uint64 columns, 100-byte
+//     rows, generated from the row's id and kept nowhere;
+//  3. backfills an MV with the job of BenchmarkScale's configuration (2
+//     actors, 256-row chunks, 2,048 rows per actor per checkpoint, the
+//     stats estimator) over a source with no changes;
+//  4. compares the MV with the upstream (Job.Compare), which reads both
+//     tables once more through the block cache: it fills to its capacity
+//     and evicts, the allocator's steady state;
+//  5. prints one JSON line (soloResult): its peak RSS (VmHWM), the largest
+//     block cache and memtables Pebble reported (every 16th checkpoint and
+//     at the end), its Go heap (what the runtime kept from the OS, and what
+//     was live at the end) and the phases' wall times.
+//
+// What it holds beyond the block cache and the memtables should not grow
+// with the table: that is the issue's "peak RSS flat in table size beyond
+// the configured caches and memtables".
+const soloEnv = "LSMSTATS_BENCH_SOLO"
+
+// soloResult is what a solo child measured, in bytes.
+type soloResult struct {
+	PeakRSS  float64 `json:"peak_rss"`
+	Cache    float64 `json:"cache"`
+	MemTable float64 `json:"memtable"`
+	HeapSys  float64 `json:"heap_sys"`
+	HeapLive float64 `json:"heap_live"`
+	Rows     uint64  `json:"rows"`
+	// Load and Backfill are the phases' wall times, in seconds.
+	Load     float64 `json:"load_s"`
+	Backfill float64 `json:"backfill_s"`
+	// ArenasLimited says glibc's malloc had one arena (package malloc).
+	ArenasLimited bool `json:"arenas_limited"`
+}
+
+// Beyond is the peak RSS beyond the block cache and the memtables.
+func (r soloResult) Beyond() float64 { return r.PeakRSS - r.Cache - r.MemTable }
+
+// soloSpec is what the parent asks of a child: rows=N,order=O,cache=B,dir=D
+// (a cache of 0 bytes is the store's default).
+type soloSpec struct {
+	rows  int
+	order backfill.SnapshotOrder
+	cache int64
+	dir   string
+}
+
+func (s soloSpec) String() string {
+	return fmt.Sprintf("rows=%d,order=%s,cache=%d,dir=%s", s.rows, s.order, s.cache, s.dir)
+}
+
+func parseSoloSpec(v string) (soloSpec, error) {
+	var s soloSpec
+	for _, f := range strings.Split(v, ",") {
+		k, val, _ := strings.Cut(f, "=")
+		var err error
+		switch k {
+		case "rows":
+			s.rows, err = strconv.Atoi(val)
+		case "order":
+			s.order, err = backfill.ParseSnapshotOrder(val)
+		case "cache":
+			s.cache, err = strconv.ParseInt(val, 10, 64)
+		case "dir":
+			s.dir = val
+		default:
+			err = errors.Newf("unknown field %q", k)
+		}
+		if err != nil {
+			return s, errors.Wrapf(err, "%s=%q", soloEnv, v)
+		}
+	}
+	if s.rows <= 0 || s.cache < 0 || s.dir == "" {
+		return s, errors.Newf("%s=%q: want rows=N,order=O,cache=B,dir=D", soloEnv, v)
+	}
+	return s, nil
+}
+
+// runSolo runs a solo child and returns what it measured.
+func runSolo(b *testing.B, rows int, order backfill.SnapshotOrder) soloResult {
+	spec := soloSpec{rows: rows, order: order, cache: *scaleSoloCache, dir: b.TempDir()}
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), soloEnv+"="+spec.String())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(b, err, "solo child %s: %s", spec, stderr.String())
+	var r soloResult
+	require.NoError(b, json.Unmarshal(out, &r), "solo child %s printed %q", spec, out)
+	require.Equal(b, uint64(rows), r.Rows, "solo child %s: MV rows", spec)
+	return r
+}
+
+// soloChild is the child's whole life: it returns the process's exit code.
+func soloChild(v string) int {
+	spec, err := parseSoloSpec(v)
+	if err == nil {
+		var r soloResult
+		if r, err = solo(spec); err == nil {
+			err = json.NewEncoder(os.Stdout).Encode(r)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "solo: %+v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// soloPK is row id's pk: a hash of the id and the id (unique, spread over
+// the vnodes as the hashed workload shape's).
+func soloPK(id uint64) []byte {
+	h := id + 0x9e3779b97f4a7c15
+	h = (h ^ h>>30) * 0xbf58476d1ce4e5b9
+	h = (h ^ h>>27) * 0x94d049bb133111eb
+	return keys.AppendUint64(keys.AppendUint64(make([]byte, 0, 16), h^h>>31), id)
+}
+
+func solo(spec soloSpec) (res soloResult, err error) {
+	s, err := lsm.Open(spec.dir, &lsm.Options{Logger: quietlog.Logger{}, CacheSize: spec.cache})
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.CombineErrors(err, s.Close()) }()
+	res.ArenasLimited = malloc.ArenasLimited()
+	db := lsminternal.DB(s)
+	sample := func() {
+		m := db.Metrics()
+		res.Cache = max(res.Cache, float64(m.BlockCache.Size))
+		res.MemTable = max(res.MemTable, float64(m.MemTable.Size))
+	}
+
+	def := lsm.TableDef{ID: UpstreamTable, Name: "upstream", VnodeCount: 256, PK: keys.Schema{keys.Uint64, keys.Uint64}, DistKeyColumns: 1}
+	if err := s.CreateTable(def); err != nil {
+		return res, err
+	}
+	w, err := s.NewWriter(def.ID, nil, &lsm.WriterOptions{Unchecked: true})
+	if err != nil {
+		return res, err
+	}
+	const batch = 20000
+	row := make([]byte, 100)
+	start := time.Now()
+	epoch := s.EpochFloor()
+	for lo := 0; lo < spec.rows; lo += batch {
+		epoch++
+		for id := uint64(lo); id < uint64(min(lo+batch, spec.rows)); id++ {
+			binary.LittleEndian.PutUint64(row, id)
+			pk := soloPK(id)
+			if err := w.Insert(epoch, def.VnodeOf(pk), pk, row); err != nil {
+				return res, err
+			}
+		}
+		if err := w.Seal(epoch); err != nil {
+			return res, err
+		}
+		if err := s.Commit(epoch); err != nil {
+			return res, err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return res, err
+	}
+
+	res.Load = time.Since(start).Seconds()
+	start = time.Now()
+	checkpoints := 0
+	j, err := backfill.OpenJob(backfill.JobConfig{
+		Store: s, Upstream: def, MV: MVTable, State: StateTable, Meta: MetaTable,
+		Actors: 2, ChunkSize: 256, BarrierRows: 2048, SnapshotOrder: spec.order,
+		Estimators: []backfill.Estimator{backfill.StatsEstimator{}},
+		Source:     &quietSource{},
+		OnCheckpoint: func(backfill.Record) {
+			if checkpoints++; checkpoints%16 == 0 {
+				sample()
+			}
+		},
+	})
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.CombineErrors(err, j.Close()) }()
+	if _, err := j.Run(context.Background()); err != nil {
+		return res, err
+	}
+	res.Backfill = time.Since(start).Seconds()
+	rec, ok := j.Progress()
+	if !ok || !rec.Finished {
+		return res, errors.New("the job stopped unfinished")
+	}
+	res.Rows = rec.SnapshotRows
+	// The comparison reads both tables once more, through the block cache,
+	// which fills to its capacity and evicts: the allocator's steady state.
+	if err := j.Compare(); err != nil {
+		return res, err
+	}
+	sample()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	res.HeapSys = float64(ms.HeapSys - ms.HeapReleased)
+	res.PeakRSS = peakRSS()
+	res.HeapLive = heapLive()
+	return res, nil
+}
+
+// quietSource is an upstream that changes nothing: the table was loaded
+// before the job.
+type quietSource struct{ step uint64 }
+
+func (q *quietSource) Resume(at backfill.Position) error { q.step = at.Step; return nil }
+func (q *quietSource) Step() uint64                      { return q.step }
+func (q *quietSource) BackfillStep() uint64              { return 1 }
+func (q *quietSource) Finished(uint64)                   {}
+func (q *quietSource) Next(context.Context) ([]backfill.RowOp, error) {
+	q.step++
+	return nil, nil
+}
