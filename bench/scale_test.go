@@ -63,12 +63,16 @@ var (
 //	load-ns/row, load-cpu-ns/row            each phase (the store's)
 //	solo-peak-rss-MB, solo-cache-MB,        a child process holding only
 //	solo-memtable-MB, solo-beyond-caches-MB, the store and the job
-//	solo-go-heap-MB                         (solo_test.go; the uniform
+//	solo-go-heap-MB, solo-go-live-MB        (solo_test.go; the uniform
 //	                                        workload only): its peak RSS,
 //	                                        the largest block cache and
 //	                                        memtables Pebble reported, the
 //	                                        peak RSS beyond those two, and
 //	                                        the Go heap it kept from the OS
+//	                                        and held live at the end
+//	solo-load-ns/row, solo-load-cpu-ns/row, the child's wall and CPU per
+//	solo-backfill-ns/row,                   row of the load and of the
+//	solo-backfill-cpu-ns/row                backfill, without the harness
 //	peak-rss-MB, raw-peak-rss-MB,           peak RSS of the process during
 //	harness-MB, cache-MB                    each pipeline (both hold the
 //	                                        workload model, harness-MB of
@@ -290,6 +294,11 @@ func reportSolo(b *testing.B, rows int, name string, order backfill.SnapshotOrde
 	b.ReportMetric(r.Beyond()/1e6, "solo-beyond-caches-MB")
 	b.ReportMetric(r.HeapSys/1e6, "solo-go-heap-MB")
 	b.ReportMetric(r.HeapLive/1e6, "solo-go-live-MB")
+	perRow := func(sec float64) float64 { return sec * 1e9 / float64(rows) }
+	b.ReportMetric(perRow(r.Load), "solo-load-ns/row")
+	b.ReportMetric(perRow(r.LoadCPU), "solo-load-cpu-ns/row")
+	b.ReportMetric(perRow(r.Backfill), "solo-backfill-ns/row")
+	b.ReportMetric(perRow(r.BackfillCPU), "solo-backfill-cpu-ns/row")
 }
 
 // scaleProbe is what probeStore measured on a finished store.

@@ -49,7 +49,13 @@ import (
 //  5. prints one JSON line (soloResult): its peak RSS (VmHWM), the largest
 //     block cache and memtables Pebble reported (every 16th checkpoint and
 //     at the end), its Go heap (what the runtime kept from the OS, and what
-//     was live at the end) and the phases' wall times.
+//     was live at the end) and the wall and CPU times of the load and of
+//     the backfill (from opening the job to its end).
+//
+// The per-row times are the store's own, without the harness: in
+// BenchmarkScale's process the workload model is live heap that every
+// garbage collection marks, so the cost per row there grows with the
+// table for the harness's sake (raw Pebble's too).
 //
 // What it holds beyond the block cache and the memtables should not grow
 // with the table: that is the issue's "peak RSS flat in table size beyond
@@ -64,9 +70,12 @@ type soloResult struct {
 	HeapSys  float64 `json:"heap_sys"`
 	HeapLive float64 `json:"heap_live"`
 	Rows     uint64  `json:"rows"`
-	// Load and Backfill are the phases' wall times, in seconds.
-	Load     float64 `json:"load_s"`
-	Backfill float64 `json:"backfill_s"`
+	// Load and Backfill are the phases' wall times, and LoadCPU and
+	// BackfillCPU their process CPU times, in seconds.
+	Load        float64 `json:"load_s"`
+	Backfill    float64 `json:"backfill_s"`
+	LoadCPU     float64 `json:"load_cpu_s"`
+	BackfillCPU float64 `json:"backfill_cpu_s"`
 	// ArenasLimited says glibc's malloc had one arena (package malloc).
 	ArenasLimited bool `json:"arenas_limited"`
 }
@@ -178,7 +187,7 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	}
 	const batch = 20000
 	row := make([]byte, 100)
-	start := time.Now()
+	start, cpu := time.Now(), processCPU()
 	epoch := s.EpochFloor()
 	for lo := 0; lo < spec.rows; lo += batch {
 		epoch++
@@ -200,8 +209,8 @@ func solo(spec soloSpec) (res soloResult, err error) {
 		return res, err
 	}
 
-	res.Load = time.Since(start).Seconds()
-	start = time.Now()
+	res.Load, res.LoadCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
+	start, cpu = time.Now(), processCPU()
 	checkpoints := 0
 	j, err := backfill.OpenJob(backfill.JobConfig{
 		Store: s, Upstream: def, MV: MVTable, State: StateTable, Meta: MetaTable,
@@ -221,7 +230,7 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	if _, err := j.Run(context.Background()); err != nil {
 		return res, err
 	}
-	res.Backfill = time.Since(start).Seconds()
+	res.Backfill, res.BackfillCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
 	rec, ok := j.Progress()
 	if !ok || !rec.Finished {
 		return res, errors.New("the job stopped unfinished")

@@ -95,17 +95,17 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 	if len(pts) == 0 {
 		return
 	}
-	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"vnode order\" ran with `--snapshot-order vnode`, the others in the default interleaved order; the first × raw is against raw Pebble scanning in pk order, the second against raw Pebble reading the vnodes in turn; \"alone\" is a child process holding only a store and the job, on the uniform workload's rows (bench/solo_test.go: no workload model, glibc's malloc limited to one arena), its peak RSS over the job and a read of both tables; ![plot](docs/scale.png)):\n\n")
-	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh: listing + per changed file | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"vnode order\" ran with `--snapshot-order vnode`, the others in the default interleaved order; the first × raw is against raw Pebble scanning in pk order, the second against raw Pebble reading the vnodes in turn; \"alone\" is a child process holding only a store and the job, on the uniform workload's rows (bench/solo_test.go: no workload model, glibc's malloc limited to one arena): its cost per row, and its peak RSS over the job and a read of both tables; ![plot](docs/scale.png)):\n\n")
+	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | alone: backfill, load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh: listing + per changed file | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {
 		x := p.m
 		f := func(key, format string) string { return optional(x, key, format) }
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s (%s) | %s (%s) | %s | %s / %s | %s (%s + %s) | %s / %s | %s | %s + %s | %s / %s | %s | %s (%s) |\n",
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s | %s (%s) | %s (%s) | %s | %s / %s | %s (%s + %s) | %s / %s | %s | %s + %s | %s / %s | %s | %s (%s) |\n",
 			p.sizeName, p.workload,
 			f("load-rows/s", "%.0f"), f("load-x-of-raw-pebble", "%.3f×"),
 			f("rows/s", "%.0f"), f("x-of-raw-pebble", "%.3f×"), f("x-of-raw-interleaved", "%.3f×"),
-			dur(x, "backfill-ns/row"), dur(x, "backfill-cpu-ns/row"), dur(x, "load-ns/row"), dur(x, "load-cpu-ns/row"),
+			dur(x, "backfill-ns/row"), dur(x, "backfill-cpu-ns/row"), dur(x, "load-ns/row"), dur(x, "load-cpu-ns/row"), soloPerRow(x),
 			f("backfill-compact-B/row", "%.0f B"), f("raw-interleaved-compact-B/row", "%.0f B"),
 			f("peak-rss-MB", "%.0f MB"), f("raw-peak-rss-MB", "%.0f MB"), solo(x),
 			f("cache-MB", "%.0f MB"), f("closed-heap-MB", "%.0f MB"),
@@ -126,6 +126,16 @@ func solo(x map[string]float64) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.0f MB = %.0f + %.0f + %.0f", peak, x["solo-cache-MB"], x["solo-memtable-MB"], x["solo-beyond-caches-MB"])
+}
+
+// soloPerRow is the solo child's wall and CPU per row of the backfill and
+// of the load.
+func soloPerRow(x map[string]float64) string {
+	if _, ok := x["solo-backfill-ns/row"]; !ok {
+		return "—"
+	}
+	return fmt.Sprintf("%s / %s, %s / %s", dur(x, "solo-backfill-ns/row"), dur(x, "solo-backfill-cpu-ns/row"),
+		dur(x, "solo-load-ns/row"), dur(x, "solo-load-cpu-ns/row"))
 }
 
 func dur(x map[string]float64, key string) string {
@@ -166,7 +176,8 @@ func plotScale(path string, pts []scalePoint) error {
 			{"load", "load-rows/s", 1e-3, red}, {"raw load", "raw-load-rows/s", 1e-3, orange}}},
 		{"Cost per row (the store)", "µs per row", []series{
 			{"backfill wall", "backfill-ns/row", 1e-3, blue}, {"backfill CPU", "backfill-cpu-ns/row", 1e-3, green},
-			{"load wall", "load-ns/row", 1e-3, red}, {"load CPU", "load-cpu-ns/row", 1e-3, orange}}},
+			{"load wall", "load-ns/row", 1e-3, red}, {"load CPU", "load-cpu-ns/row", 1e-3, orange},
+			{"alone: backfill wall", "solo-backfill-ns/row", 1e-3, purple}, {"alone: backfill CPU", "solo-backfill-cpu-ns/row", 1e-3, black}}},
 		{"Memory", "MB", []series{
 			{"peak RSS", "peak-rss-MB", 1, blue}, {"raw peak RSS", "raw-peak-rss-MB", 1, grey},
 			{"block cache", "cache-MB", 1, green}, {"Go heap of the store and job", "closed-heap-MB", 1, purple},
