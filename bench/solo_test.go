@@ -31,12 +31,13 @@ import (
 // of garbage before Go's collector runs), and memory earlier runs of the
 // same process freed but the allocators kept. So scaleRun starts the test
 // binary again as a child (soloEnv names what to run; TestMain hands over
-// to soloChild) which, through the public API only:
+// to soloChild) which, using the store and the job through their public
+// API (and Pebble's metrics, for the cache and memtable sizes):
 //
 //  1. runs with glibc's malloc limited to one arena as the CLI does (the
 //     test binary imports package malloc; a MALLOC_ARENA_MAX in the
 //     environment wins) and opens a store with the default options (the
-//     block cache an eighth of the machine's memory);
+//     block cache an eighth of the machine's memory, or -scale-solo-cache);
 //  2. loads the rows with its own unchecked writer, 20,000 rows per
 //     committed epoch: hashed unique pks of two uint64 columns, 100-byte
 //     rows, generated from the row's id and kept nowhere;
@@ -124,7 +125,7 @@ func parseSoloSpec(v string) (soloSpec, error) {
 }
 
 // runSolo runs a solo child and returns what it measured.
-func runSolo(b *testing.B, rows int, order backfill.SnapshotOrder) soloResult {
+func runSolo(b testing.TB, rows int, order backfill.SnapshotOrder) soloResult {
 	spec := soloSpec{rows: rows, order: order, cache: *scaleSoloCache, dir: b.TempDir()}
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
 	cmd.Env = append(os.Environ(), soloEnv+"="+spec.String())
@@ -261,4 +262,30 @@ func (q *quietSource) Finished(uint64)                   {}
 func (q *quietSource) Next(context.Context) ([]backfill.RowOp, error) {
 	q.step++
 	return nil, nil
+}
+
+// TestSoloChild runs a small solo child: it finishes the backfill, and its
+// figures are those of a process that did (a cache and memtables in use,
+// a peak RSS above them, one arena on this platform).
+func TestSoloChild(t *testing.T) {
+	r := runSolo(t, 20000, backfill.Interleaved)
+	require.Positive(t, r.Cache, "block cache")
+	require.Positive(t, r.MemTable, "memtables")
+	require.Greater(t, r.PeakRSS, r.Cache+r.MemTable/4, "peak RSS")
+	require.Positive(t, r.HeapLive)
+	require.Positive(t, r.Load)
+	require.Positive(t, r.BackfillCPU)
+	require.Equal(t, malloc.ArenasLimited(), r.ArenasLimited, "the child's arenas, as this process's")
+}
+
+// TestSoloSpec: the child refuses a spec it cannot run, naming it.
+func TestSoloSpec(t *testing.T) {
+	for _, bad := range []string{"", "rows=10", "rows=x,dir=/d", "rows=10,order=sideways,dir=/d", "rows=10,cache=-1,dir=/d", "rows=10,dir=/d,colour=red"} {
+		_, err := parseSoloSpec(bad)
+		require.ErrorContains(t, err, soloEnv, "spec %q", bad)
+	}
+	want := soloSpec{rows: 10, order: backfill.VnodeOrder, cache: 1 << 20, dir: "/d"}
+	got, err := parseSoloSpec(want.String())
+	require.NoError(t, err)
+	require.Equal(t, want, got)
 }
