@@ -15,10 +15,10 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/malloc"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
-	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -155,15 +155,6 @@ func soloChild(v string) int {
 	return 0
 }
 
-// soloPK is row id's pk: a hash of the id and the id (unique, spread over
-// the vnodes as the hashed workload shape's).
-func soloPK(id uint64) []byte {
-	h := id + 0x9e3779b97f4a7c15
-	h = (h ^ h>>30) * 0xbf58476d1ce4e5b9
-	h = (h ^ h>>27) * 0x94d049bb133111eb
-	return keys.AppendUint64(keys.AppendUint64(make([]byte, 0, 16), h^h>>31), id)
-}
-
 func solo(spec soloSpec) (res soloResult, err error) {
 	s, err := lsm.Open(spec.dir, &lsm.Options{Logger: quietlog.Logger{}, CacheSize: spec.cache})
 	if err != nil {
@@ -178,7 +169,9 @@ func solo(spec soloSpec) (res soloResult, err error) {
 		res.MemTable = max(res.MemTable, float64(m.MemTable.Size))
 	}
 
-	def := lsm.TableDef{ID: UpstreamTable, Name: "upstream", VnodeCount: 256, PK: keys.Schema{keys.Uint64, keys.Uint64}, DistKeyColumns: 1}
+	// The uniform workload's table and pks (seed 7, as scaleConfig's).
+	const seed = 7
+	def := workload.Params{VnodeCount: 256}.TableDef(UpstreamTable)
 	if err := s.CreateTable(def); err != nil {
 		return res, err
 	}
@@ -194,7 +187,7 @@ func solo(spec soloSpec) (res soloResult, err error) {
 		epoch++
 		for id := uint64(lo); id < uint64(min(lo+batch, spec.rows)); id++ {
 			binary.LittleEndian.PutUint64(row, id)
-			pk := soloPK(id)
+			pk := workload.HashedPK(id, seed)
 			if err := w.Insert(epoch, def.VnodeOf(pk), pk, row); err != nil {
 				return res, err
 			}

@@ -92,6 +92,13 @@ const (
 	defaultChildren = 7
 )
 
+// HashedPK is the pk of row id in the hashed shape without skew: a hash
+// of the id and the seed, then the id. A caller that holds no model (the
+// scale benchmark's solo child) computes a row's pk from its id alone.
+func HashedPK(id, seed uint64) []byte {
+	return keys.AppendUint64(keys.AppendUint64(make([]byte, 0, 16), mix(id^seed)), id)
+}
+
 // pks returns the pk of every row id: ids [0, p.Rows) are loaded, the
 // rest are inserted during the backfill (the shapes with an order give
 // them the next positions: new ids, new parents, later timestamps).
@@ -105,11 +112,11 @@ func (s Shape) pks(p Params, n int) [][]byte {
 			zipf = rand.NewZipf(rand.New(rand.NewPCG(p.Seed, 0x5eed)), p.Zipf, 1, uint64(max(1, p.Rows)))
 		}
 		for id := range n {
-			dist := mix(uint64(id) ^ p.Seed)
-			if zipf != nil {
-				dist = zipf.Uint64()
+			if zipf == nil {
+				out[id] = HashedPK(uint64(id), p.Seed)
+				continue
 			}
-			out[id] = keys.AppendUint64(keys.AppendUint64(make([]byte, 0, 16), dist), uint64(id))
+			out[id] = keys.AppendUint64(keys.AppendUint64(make([]byte, 0, 16), zipf.Uint64()), uint64(id))
 		}
 	case Sequential:
 		for id := range n {

@@ -23,8 +23,9 @@
 //	one arena from process start (this package)    0.39 GB
 //	the same, and malloc_trim every second         0.42 GB, 15% slower
 //
-// with no measurable cost in load or backfill time for the one arena (the
-// two cores of this machine rarely contend for it). See docs/design.md,
+// with no measurable cost in load or backfill time for the one arena on
+// this 2-core machine (66.7 s and 47.4 s against 68.6 s and 49.7 s; a
+// machine with more cores may contend for it, which was not measured). See docs/design.md,
 // "What a process holds".
 //
 // glibc fixes its arena limit when a second thread first allocates, and
