@@ -61,7 +61,7 @@ func testSeed(t testing.TB) uint64 { return testutil.Seed(t, "seed", *seedFlag) 
 // crashParams is the workload of the crash test: churn before and during,
 // small enough for many restarts, long enough for the crashes asked for.
 func crashParams(seed uint64) workload.Params {
-	p, _ := workload.Preset("mixed", 12000*max(1, *crashesFlag/10), 32, seed)
+	p, _ := workload.Preset("mixed", 16000*max(1, *crashesFlag/10), 32, seed)
 	p.BatchRows = 3000
 	p.DuringSteps = 30
 	return p

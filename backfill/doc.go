@@ -11,10 +11,12 @@
 // upstream changes to its replicated table (package replicated) as they
 // come, and at each barrier reads a quota of snapshot rows, forwards the
 // changes its cursors have passed, writes the MV and persists its vnodes'
-// state (the Actor type says how). The quota comes from every unfinished
-// vnode in turn, as RisingWave reads (Interleaved, the default), or from
-// one vnode after another (VnodeOrder: the upstream in storage order, the
-// MV written as appends, the faster on an embedded store). Every n-th barrier is a checkpoint: the
+// state (the Actor type says how). The quota comes from one vnode after
+// another (VnodeOrder, the default: the upstream in storage order, the MV
+// written as appends), or from every unfinished vnode in turn, as
+// RisingWave reads (Interleaved: about twice the cost per row on an
+// embedded store, where there is no remote latency for the interleaving
+// to hide). Every n-th barrier is a checkpoint: the
 // store commits the epoch, and everything above is durable together. A
 // restart resumes every vnode from its persisted state, with any number of
 // actors (rescale), and the MV ends equal to the upstream table (checked by

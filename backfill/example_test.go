@@ -88,5 +88,5 @@ func Example() {
 	_ = j.Close()
 	// Output:
 	// figure before the first new barrier: true <nil>
-	// 100.00% (3450/3450) <nil> <nil>
+	// 100.00% (3410/3410) <nil> <nil>
 }

@@ -45,7 +45,7 @@ type ActorConfig struct {
 	Fixed      bool
 	FixedEpoch uint64
 	// Order is the order in which the actor reads its unfinished vnodes'
-	// snapshot rows: Interleaved (the default) or VnodeOrder.
+	// snapshot rows: VnodeOrder (the default) or Interleaved.
 	Order SnapshotOrder
 }
 
@@ -56,19 +56,21 @@ type ActorConfig struct {
 type SnapshotOrder uint8
 
 const (
+	// VnodeOrder (the default) reads the vnodes one after another, each to
+	// its end, in the actor's vnode order: the upstream is read in its
+	// storage order, so a checkpoint's MV rows extend one vnode per actor,
+	// as appends, and at most one vnode per actor is in progress. Each
+	// checkpoint writes to a few vnodes instead of all of them: fewer
+	// statistics buckets touched, MV SSTs that do not overlap, and one
+	// sequential scan; a vnode not yet started forwards nothing, as in
+	// Interleaved.
+	VnodeOrder SnapshotOrder = iota
 	// Interleaved reads one row of each unfinished vnode in turn, like
 	// RisingWave's select_all over one stream per vnode: every vnode
 	// advances together, and the MV receives rows of all of them at each
-	// checkpoint.
-	Interleaved SnapshotOrder = iota
-	// VnodeOrder reads the vnodes one after another, each to its end, in
-	// the actor's vnode order: the upstream is read in its storage order,
-	// so a checkpoint's MV rows extend one vnode per actor, as appends,
-	// and at most one vnode per actor is in progress. Each checkpoint
-	// writes to a few vnodes instead of all of them: fewer statistics
-	// buckets touched, MV SSTs that do not overlap, and one sequential
-	// scan; a vnode not yet started forwards nothing, as in Interleaved.
-	VnodeOrder
+	// checkpoint. On an embedded store it costs about twice as much per
+	// row (docs/design.md, "Snapshot order").
+	Interleaved
 )
 
 func (o SnapshotOrder) String() string {
@@ -83,12 +85,12 @@ func (o SnapshotOrder) String() string {
 
 // ParseSnapshotOrder returns the order a String names.
 func ParseSnapshotOrder(s string) (SnapshotOrder, error) {
-	for _, o := range []SnapshotOrder{Interleaved, VnodeOrder} {
+	for _, o := range []SnapshotOrder{VnodeOrder, Interleaved} {
 		if s == o.String() {
 			return o, nil
 		}
 	}
-	return 0, errors.Newf("lsmstats/backfill: unknown snapshot order %q (interleaved or vnode)", s)
+	return 0, errors.Newf("lsmstats/backfill: unknown snapshot order %q (vnode or interleaved)", s)
 }
 
 // MarshalText and UnmarshalText write and read the String form, for flags
@@ -105,7 +107,7 @@ func (o *SnapshotOrder) UnmarshalText(b []byte) (err error) {
 	return err
 }
 
-func (o SnapshotOrder) valid() bool { return o <= VnodeOrder }
+func (o SnapshotOrder) valid() bool { return o <= Interleaved }
 
 // ActorUpstream is one upstream table of an actor: its id, its MV's and
 // its backfill state table's, and the actor's vnodes of it.

@@ -93,10 +93,10 @@ type JobConfig struct {
 	// ChunkSize and BarrierRows: see ActorConfig.
 	ChunkSize, BarrierRows int
 	// SnapshotOrder is the order in which each actor reads its vnodes:
-	// Interleaved (the default, as RisingWave's arrangement backfill) or
-	// VnodeOrder (one vnode after another: the faster on an embedded
-	// store). A restarted job may use another order; the vnodes' cursors
-	// serve either.
+	// VnodeOrder (the default: one vnode after another, the faster on an
+	// embedded store) or Interleaved (one row of each in turn, as
+	// RisingWave's arrangement backfill). A restarted job may use another
+	// order; the vnodes' cursors serve either.
 	SnapshotOrder SnapshotOrder
 	// CheckpointEvery makes every n-th barrier a checkpoint; 0 means 1.
 	CheckpointEvery int

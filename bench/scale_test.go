@@ -35,7 +35,7 @@ var (
 	scaleRows      = flag.String("scale-rows", "1M", "table sizes of BenchmarkScale, comma-separated (e.g. 1M,4M,16M)")
 	scaleLSM       = flag.Bool("scale-lsm", false, "log the LSM shape (Pebble's metrics) at the end of each run")
 	scaleWorkloads = flag.String("scale-workloads", "uniform,update-churn", "workloads of BenchmarkScale, comma-separated")
-	scaleOrders    = flag.String("scale-orders", "interleaved,vnode", "snapshot orders of BenchmarkScale's job (backfill.SnapshotOrder), comma-separated")
+	scaleOrders    = flag.String("scale-orders", "vnode,interleaved", "snapshot orders of BenchmarkScale's job (backfill.SnapshotOrder), comma-separated")
 	scaleShape     = flag.String("scale-shape", "", "pk shape of BenchmarkScale's tables (workload.Shapes), instead of the workload's")
 	scaleSolo      = flag.Bool("scale-solo", true, "run the uniform workload's solo child too (solo_test.go): the memory of a process holding only the store and the job")
 	scaleSoloCache = flag.Int64("scale-solo-cache", 0, "block cache of the solo child, in bytes (0: the store's default, an eighth of the machine's memory)")
@@ -46,7 +46,7 @@ var (
 // actors, 2,048 snapshot rows per actor per checkpoint, the churn spread
 // over the backfill, the stats approach) at each size of -scale-rows, each
 // workload of -scale-workloads and each snapshot order of -scale-orders
-// (sub-benchmarks of the interleaved order have no order= part), and the
+// (sub-benchmarks of the default, vnode order have no order= part), and the
 // raw-Pebble pipeline on the same rows right after it, and reports per size
 // how the cost of each part grows with the table:
 //
@@ -129,7 +129,7 @@ func BenchmarkScale(b *testing.B) {
 		for _, name := range strings.Split(*scaleWorkloads, ",") {
 			for _, order := range orders {
 				sub := fmt.Sprintf("rows=%s/workload=%s", sizeName(rows), name)
-				if order != backfill.Interleaved {
+				if order != backfill.VnodeOrder {
 					sub += "/order=" + order.String()
 				}
 				b.Run(sub, func(b *testing.B) {

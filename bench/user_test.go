@@ -58,7 +58,7 @@ func (s *stream) Next(context.Context) ([]backfill.RowOp, error) {
 // equals the upstream at the end. The raw-Pebble pipeline refuses it.
 func TestRunUserJob(t *testing.T) {
 	def := lsm.TableDef{ID: 2, Name: "orders", VnodeCount: 16, PK: keys.Schema{keys.Bytes, keys.Uint64}, DistKeyColumns: 1}
-	cfg := Config{Dir: t.TempDir(), Actors: 2, ChunkSize: 32, BarrierRows: 60, CheckpointEvery: 2, RestartAt: 4,
+	cfg := Config{Dir: t.TempDir(), Actors: 2, ChunkSize: 32, BarrierRows: 40, CheckpointEvery: 2, RestartAt: 4,
 		Store: &lsm.Options{Logger: quietlog.Logger{}},
 		User: &UserJob{Table: def, New: func(s *lsm.Store) (backfill.Source, backfilltest.Oracle) {
 			return &stream{def: def}, backfilltest.ScanOracle{Store: s, Table: def.ID}

@@ -49,7 +49,7 @@ func TestBackfillCommand(t *testing.T) {
 	out, errOut, code := runCmd(t, "backfill", "--workload", "delete-churn", "--rows", "30000", "--vnodes", "32",
 		"--actors", "2", "--seed", "9", "--delete-order", "prefix", "--insert-during", "0.1",
 		"--chunk-size", "64", "--barrier-rows", "512", "--crash-at", "4", "--crash-at", "8", "--rescale-to", "3",
-		"--snapshot-order", "vnode", "--dir", dir, "--json", jsonPath, "--plot", plotPath, "--bars", "off")
+		"--snapshot-order", "interleaved", "--dir", dir, "--json", jsonPath, "--plot", plotPath, "--bars", "off")
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 
 	var rep report
@@ -62,7 +62,7 @@ func TestBackfillCommand(t *testing.T) {
 	require.Len(t, rep.Recoveries, 2)
 	require.Contains(t, out, "2 crashes (2 recoveries showed a figure before the first barrier after it)")
 	require.Equal(t, "prefix", rep.Parameters["delete_order"])
-	require.Equal(t, "vnode", rep.Parameters["snapshot_order"])
+	require.Equal(t, "interleaved", rep.Parameters["snapshot_order"])
 	require.Equal(t, 0.1, rep.Parameters["insert_during"])
 	require.EqualValues(t, 30000, rep.Parameters["rows"])
 	require.EqualValues(t, 3, rep.Parameters["rescale_to"])

@@ -22,7 +22,7 @@ BenchmarkBackfill/workload=skew/approach=stats-2  1  0.1864 err-max-pp  0.05046 
 BenchmarkBackfill/workload=uniform/approach=stats-2  1  0.1 err-max-pp  0.05 err-mean-pp  125194 progress-cpu-ns/barrier  100000 rows/s  2361 state-bytes/barrier  0.25 x-of-raw-pebble  0.5 load-x-of-raw-pebble
 BenchmarkScale/rows=4M/workload=uniform-2  1  2e9 ns/op  80000 rows/s  0.2 x-of-raw-pebble  0.6 x-of-raw-interleaved  50000 load-rows/s  0.45 load-x-of-raw-pebble  12500 backfill-ns/row  20000 backfill-cpu-ns/row  300 peak-rss-MB  310 raw-peak-rss-MB  120 cache-MB  45 closed-heap-MB  5 commit-p50-ms  40 commit-p99-ms  200 ssts  3 l0-sublevels  20 max-l0-sublevels
 BenchmarkScale/rows=1M/workload=uniform-2  1  2e9 ns/op  90000 rows/s  0.21 x-of-raw-pebble
-BenchmarkScale/rows=1M/workload=uniform/order=vnode-2  1  1e9 ns/op  300000 rows/s  0.61 x-of-raw-pebble
+BenchmarkScale/rows=1M/workload=uniform/order=interleaved-2  1  1e9 ns/op  300000 rows/s  0.61 x-of-raw-pebble
 BenchmarkETA/workload=steady-unlimited-2  1  6615339902 ns/op  53.00 checkpoints  41.51 eta-coverage-%  22.62 eta-median-err-%  34.04 eta-p90-err-%  0 eta-under-1m  88.68 plain-coverage-%  22.65 plain-median-err-%  34.03 plain-p90-err-%  0 plain-under-1m  11806 rows/s
 BenchmarkETA/workload=steady-2  1  24297139041 ns/op  53.00 checkpoints  79.25 eta-coverage-%  9.744 eta-median-err-%  15.37 eta-p90-err-%  0 eta-under-1m  90 plain-coverage-%  4 plain-median-err-%  9 plain-p90-err-%  0 plain-under-1m  798.4 rows/s  99.8 limit-share-%
 BenchmarkMultiUpstream/rows=1000000+20000+5000-2  1  7.5e10 ns/op  225 checkpoints  0.0017 err-mean-pp  0.0073 err-max-pp  25.7 rowcount-err-mean-pp  50.2 rowcount-err-max-pp
@@ -55,8 +55,8 @@ BenchmarkScale/rows=4M/workload=uniform-2  1  3e9 ns/op  900 solo-peak-rss-MB  6
 		t.Errorf("scale rows out of order:\n%s", table)
 	}
 	// The other snapshot order is a workload of its own, after the default's.
-	if i, j := strings.Index(table, "| 4M | uniform |"), strings.Index(table, "| 1M | uniform, vnode order | — | — | 300000 | 0.610× |"); j < 0 || j < i {
-		t.Errorf("no row of the vnode order after the interleaved ones:\n%s", table)
+	if i, j := strings.Index(table, "| 4M | uniform |"), strings.Index(table, "| 1M | uniform, interleaved order | — | — | 300000 | 0.610× |"); j < 0 || j < i {
+		t.Errorf("no row of the interleaved order after the vnode order's:\n%s", table)
 	}
 	png := filepath.Join(t.TempDir(), "scale.png")
 	if err := plotScale(png, scalePoints(m)); err != nil {

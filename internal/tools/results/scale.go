@@ -15,8 +15,9 @@ import (
 )
 
 // scalePrefix names BenchmarkScale's sub-benchmarks:
-// BenchmarkScale/rows=4M/workload=uniform, and .../order=vnode for the
-// snapshot order that is not the default (shown as "uniform, vnode order").
+// BenchmarkScale/rows=4M/workload=uniform, and .../order=interleaved for
+// the snapshot order that is not the default (shown as "uniform,
+// interleaved order").
 const scalePrefix = "BenchmarkScale/"
 
 // scalePoint is one sub-benchmark of BenchmarkScale.
@@ -36,7 +37,7 @@ func scalePoints(m map[string]map[string]float64) []scalePoint {
 			continue
 		}
 		var pt scalePoint
-		order := "" // the interleaved order has no part
+		order := "" // the default (vnode) order has no part
 		for _, part := range strings.Split(strings.TrimPrefix(name, scalePrefix), "/") {
 			if v, ok := strings.CutPrefix(part, "rows="); ok {
 				pt.sizeName, pt.rows = v, sizeValue(v)
@@ -95,7 +96,7 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 	if len(pts) == 0 {
 		return
 	}
-	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"vnode order\" ran with `--snapshot-order vnode`, the others in the default interleaved order; the first × raw is against raw Pebble scanning in pk order, the second against raw Pebble reading the vnodes in turn; \"alone\" is a child process holding only a store and the job, on the uniform workload's rows (bench/solo_test.go: no workload model, glibc's malloc limited to one arena): its cost per row, and its peak RSS over the job and a read of both tables; ![plot](docs/scale.png)):\n\n")
+	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"interleaved order\" ran with `--snapshot-order interleaved`, the others in the default vnode order; the first × raw is against raw Pebble scanning in pk order, the second against raw Pebble reading the vnodes in turn; \"alone\" is a child process holding only a store and the job, on the uniform workload's rows (bench/solo_test.go: no workload model, glibc's malloc limited to one arena): its cost per row, and its peak RSS over the job and a read of both tables; ![plot](docs/scale.png)):\n\n")
 	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | alone: backfill, load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh: listing + per changed file | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {
