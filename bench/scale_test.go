@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -39,6 +40,7 @@ var (
 	scaleShape     = flag.String("scale-shape", "", "pk shape of BenchmarkScale's tables (workload.Shapes), instead of the workload's")
 	scaleSolo      = flag.Bool("scale-solo", true, "run the uniform workload's solo child too (solo_test.go): the memory of a process holding only the store and the job")
 	scaleSoloCache = flag.Int64("scale-solo-cache", 0, "block cache of the solo child, in bytes (0: the store's default, an eighth of the machine's memory)")
+	scaleSoloProf  = flag.String("scale-solo-profile", "", "directory for CPU profiles of the solo child's backfills (solo-<rows>-<order>.pprof; empty: none)")
 	scaleSoloOnly  = flag.Bool("scale-solo-only", false, "run the solo child alone, without the in-process pipelines (its metrics merge into an earlier run's in make results)")
 )
 
@@ -286,7 +288,11 @@ func reportSolo(b *testing.B, rows int, name string, order backfill.SnapshotOrde
 	if name != "uniform" || *scaleShape != "" {
 		return
 	}
-	r := runSolo(b, rows, order)
+	profile := ""
+	if *scaleSoloProf != "" {
+		profile = filepath.Join(*scaleSoloProf, fmt.Sprintf("solo-%s-%s.pprof", sizeName(rows), order))
+	}
+	r := runSolo(b, rows, order, profile)
 	b.Logf("rows=%d solo child: %+v", rows, r)
 	b.ReportMetric(r.PeakRSS/1e6, "solo-peak-rss-MB")
 	b.ReportMetric(r.Cache/1e6, "solo-cache-MB")

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,16 +87,25 @@ type soloResult struct {
 func (r soloResult) Beyond() float64 { return r.PeakRSS - r.Cache - r.MemTable }
 
 // soloSpec is what the parent asks of a child: rows=N,order=O,cache=B,dir=D
-// (a cache of 0 bytes is the store's default).
+// (a cache of 0 bytes is the store's default), and optionally profile=P: a
+// CPU profile of the backfill (the job, from open to end) written to P. To
+// profile by hand, run the test binary with the variable set, e.g.
+//
+//	LSMSTATS_BENCH_SOLO=rows=1000000,order=vnode,cache=0,dir=/tmp/s,profile=/tmp/p ./bench.test
 type soloSpec struct {
-	rows  int
-	order backfill.SnapshotOrder
-	cache int64
-	dir   string
+	rows    int
+	order   backfill.SnapshotOrder
+	cache   int64
+	dir     string
+	profile string
 }
 
 func (s soloSpec) String() string {
-	return fmt.Sprintf("rows=%d,order=%s,cache=%d,dir=%s", s.rows, s.order, s.cache, s.dir)
+	v := fmt.Sprintf("rows=%d,order=%s,cache=%d,dir=%s", s.rows, s.order, s.cache, s.dir)
+	if s.profile != "" {
+		v += ",profile=" + s.profile
+	}
+	return v
 }
 
 func parseSoloSpec(v string) (soloSpec, error) {
@@ -111,6 +122,8 @@ func parseSoloSpec(v string) (soloSpec, error) {
 			s.cache, err = strconv.ParseInt(val, 10, 64)
 		case "dir":
 			s.dir = val
+		case "profile":
+			s.profile = val
 		default:
 			err = errors.Newf("unknown field %q", k)
 		}
@@ -125,8 +138,10 @@ func parseSoloSpec(v string) (soloSpec, error) {
 }
 
 // runSolo runs a solo child and returns what it measured.
-func runSolo(b testing.TB, rows int, order backfill.SnapshotOrder) soloResult {
-	spec := soloSpec{rows: rows, order: order, cache: *scaleSoloCache, dir: b.TempDir()}
+// profile, if not empty, is where the child writes a CPU profile of its
+// backfill.
+func runSolo(b testing.TB, rows int, order backfill.SnapshotOrder, profile string) soloResult {
+	spec := soloSpec{rows: rows, order: order, cache: *scaleSoloCache, dir: b.TempDir(), profile: profile}
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
 	cmd.Env = append(os.Environ(), soloEnv+"="+spec.String())
 	var stderr strings.Builder
@@ -204,6 +219,27 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	}
 
 	res.Load, res.LoadCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
+	stopProfile := func() error { return nil }
+	if spec.profile != "" {
+		f, err := os.Create(spec.profile)
+		if err != nil {
+			return res, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return res, err
+		}
+		stopProfile = func() error {
+			if f == nil {
+				return nil
+			}
+			pprof.StopCPUProfile()
+			err := f.Close()
+			f = nil
+			return err
+		}
+		defer func() { err = errors.CombineErrors(err, stopProfile()) }()
+	}
 	start, cpu = time.Now(), processCPU()
 	checkpoints := 0
 	j, err := backfill.OpenJob(backfill.JobConfig{
@@ -225,6 +261,9 @@ func solo(spec soloSpec) (res soloResult, err error) {
 		return res, err
 	}
 	res.Backfill, res.BackfillCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
+	if err := stopProfile(); err != nil {
+		return res, err
+	}
 	rec, ok := j.Progress()
 	if !ok || !rec.Finished {
 		return res, errors.New("the job stopped unfinished")
@@ -261,7 +300,8 @@ func (q *quietSource) Next(context.Context) ([]backfill.RowOp, error) {
 // figures are those of a process that did (a cache and memtables in use,
 // a peak RSS above them, one arena on this platform).
 func TestSoloChild(t *testing.T) {
-	r := runSolo(t, 20000, backfill.Interleaved)
+	profile := filepath.Join(t.TempDir(), "backfill.pprof")
+	r := runSolo(t, 20000, backfill.Interleaved, profile)
 	require.Positive(t, r.Cache, "block cache")
 	require.Positive(t, r.MemTable, "memtables")
 	require.Greater(t, r.PeakRSS, r.Cache+r.MemTable/4, "peak RSS")
@@ -269,6 +309,12 @@ func TestSoloChild(t *testing.T) {
 	require.Positive(t, r.Load)
 	require.Positive(t, r.BackfillCPU)
 	require.Equal(t, malloc.ArenasLimited(), r.ArenasLimited, "the child's arenas, as this process's")
+	// The profile of the backfill: a gzipped protobuf, as runtime/pprof
+	// writes them.
+	b, err := os.ReadFile(profile)
+	require.NoError(t, err)
+	require.Greater(t, len(b), 2)
+	require.Equal(t, []byte{0x1f, 0x8b}, b[:2], "gzip magic of %s", profile)
 }
 
 // TestSoloSpec: the child refuses a spec it cannot run, naming it.
@@ -277,7 +323,7 @@ func TestSoloSpec(t *testing.T) {
 		_, err := parseSoloSpec(bad)
 		require.ErrorContains(t, err, soloEnv, "spec %q", bad)
 	}
-	want := soloSpec{rows: 10, order: backfill.VnodeOrder, cache: 1 << 20, dir: "/d"}
+	want := soloSpec{rows: 10, order: backfill.Interleaved, cache: 1 << 20, dir: "/d", profile: "/p"}
 	got, err := parseSoloSpec(want.String())
 	require.NoError(t, err)
 	require.Equal(t, want, got)
