@@ -1261,6 +1261,10 @@ type LiveBatch struct {
 	// largest pk, for Normalize to split it without a scan (appendRun).
 	appends      map[vkey]*appendRun
 	appendBudget int
+	// lastKey and lastVnode are the vnode of the last lookup: a commit's
+	// deltas come in (table, vnode, pk) order, so most lookups repeat it.
+	lastKey   vkey
+	lastVnode *liveVnode
 }
 
 // sequential remembers where the last delta of a batch landed. A commit
@@ -1277,6 +1281,10 @@ type sequential struct {
 	touched      vkey
 	touchedLower []byte
 	haveTouched  bool
+	// anchors is the vnode whose anchors row the batch last added to
+	// touched (a run of appends moves the anchors with every row).
+	anchors     vkey
+	haveAnchors bool
 }
 
 type vkey struct {
@@ -1313,7 +1321,11 @@ func (b *LiveBatch) table(id uint32) (*liveTable, error) {
 
 func (b *LiveBatch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
 	k := vkey{table, vnode}
+	if b.lastVnode != nil && b.lastKey == k {
+		return b.lastVnode, nil
+	}
 	if v, ok := b.vnodes[k]; ok {
+		b.lastKey, b.lastVnode = k, v
 		return v, nil
 	}
 	t, err := b.table(table)
@@ -1332,6 +1344,7 @@ func (b *LiveBatch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
 	}
 	t.vnodes[vnode] = v
 	b.vnodes[k] = v
+	b.lastKey, b.lastVnode = k, v
 	return v, nil
 }
 
@@ -1378,7 +1391,10 @@ func (b *LiveBatch) Apply(d LiveDelta) error {
 	// calibration into their new frames, where the pk then lands.
 	was := v.anchors()
 	if v.updateHints(d.PK, pkKey, d.Live) {
-		b.touched[bucketID{table: d.Table, vnode: d.Vnode, first: true}] = struct{}{}
+		if !b.seq.haveAnchors || b.seq.anchors != k {
+			b.touched[bucketID{table: d.Table, vnode: d.Vnode, first: true}] = struct{}{}
+			b.seq.anchors, b.seq.haveAnchors = k, true
+		}
 		if moved := !sameSlice(was.minPK, v.minPK) || !sameSlice(was.maxPK, v.maxPK); moved {
 			now := v.anchors()
 			v.setAnchors(was)
@@ -1711,6 +1727,7 @@ func (b *LiveBatch) publish() {
 	for k := range b.vnodes {
 		b.vnodes[k] = b.next.tables[k.table].vnodes[k.vnode] // the packed copy
 	}
+	b.lastVnode = nil
 	b.next.at = time.Now()
 	b.s.cur = b.next
 }
