@@ -14,7 +14,7 @@
 // state (the Actor type says how). The quota comes from one vnode after
 // another (VnodeOrder, the default: the upstream in storage order, the MV
 // written as appends), or from every unfinished vnode in turn, as
-// RisingWave reads (Interleaved: about twice the cost per row on an
+// RisingWave reads (Interleaved: two to three times the cost per row on an
 // embedded store, where there is no remote latency for the interleaving
 // to hide). Every n-th barrier is a checkpoint: the
 // store commits the epoch, and everything above is durable together. A

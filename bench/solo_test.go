@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,6 +220,8 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	}
 
 	res.Load, res.LoadCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
+	// The profile covers the backfill only: stopped right after it, or by
+	// the deferred call if the job fails first.
 	stopProfile := func() error { return nil }
 	if spec.profile != "" {
 		f, err := os.Create(spec.profile)
@@ -229,15 +232,7 @@ func solo(spec soloSpec) (res soloResult, err error) {
 			_ = f.Close()
 			return res, err
 		}
-		stopProfile = func() error {
-			if f == nil {
-				return nil
-			}
-			pprof.StopCPUProfile()
-			err := f.Close()
-			f = nil
-			return err
-		}
+		stopProfile = sync.OnceValue(func() error { pprof.StopCPUProfile(); return f.Close() })
 		defer func() { err = errors.CombineErrors(err, stopProfile()) }()
 	}
 	start, cpu = time.Now(), processCPU()

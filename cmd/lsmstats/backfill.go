@@ -108,7 +108,7 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 		return nil
 	})
 	fs.StringVar(&f.mode, "mode", "arrangement", "kind of backfill: arrangement, or snapshot (a snapshot at a pinned epoch while the upstream's changes go to a log store, then the log store, then the upstream; its truth scans the tables)")
-	fs.TextVar(&f.snapshotOrder, "snapshot-order", backfill.VnodeOrder, "order in which each actor reads its vnodes: vnode (one vnode after another: the upstream in its storage order) or interleaved (one row of each in turn, as RisingWave's arrangement backfill; about twice the cost per row here)")
+	fs.TextVar(&f.snapshotOrder, "snapshot-order", backfill.VnodeOrder, "order in which each actor reads its vnodes: vnode (one vnode after another: the upstream in its storage order) or interleaved (one row of each in turn, as RisingWave's arrangement backfill; two to three times the cost per row here)")
 	fs.IntVar(&f.upstreams, "upstreams", 0, "upstream tables of the job, read by the same actors (0: one per --rows count); each gets the workload with its --rows count and seed+i")
 	fs.IntVar(&f.vnodes, "vnodes", 256, "vnodes of the upstream table")
 	fs.IntVar(&f.actors, "actors", 2, "backfill actors")
