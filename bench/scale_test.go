@@ -28,7 +28,6 @@ import (
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
-	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
 )
 
@@ -104,12 +103,18 @@ var (
 //	bucket-scan-rows/row                    split or calibrated, per commit,
 //	                                        and the rows scanned per row
 //	                                        loaded or read
-//	refresh-ns/changed-file, listing-ns     a statistics refresh with
-//	                                        nothing changed (it lists the
-//	                                        live SSTs: O(files)), and the
-//	                                        time beyond that listing per
+//	refresh-ns/changed-file                 statistics refresh time per
 //	                                        file a flush or a compaction
 //	                                        of a scratch table changed
+//	                                        (median over the probe's steps)
+//	listing-ns                              a listing of the live SSTs
+//	                                        (O(files)), which a refresh
+//	                                        needs only when the changes
+//	                                        events report do not add up
+//	run-refresh-ns/changed-file,            over the whole run (load and
+//	run-changed-files,                      backfill): refresh time per
+//	run-refresh-listings                    changed file, the files changed
+//	                                        and the refreshes that listed
 //	commit-p50-ms, commit-p99-ms,           Store.Commit latency of the
 //	load-commit-p50-ms, load-commit-p99-ms  backfill's and the load's
 //	                                        checkpoints
@@ -193,8 +198,10 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	}
 	heapBeforeOpen := heapLive()
 	var splits lsminternal.Metrics
+	var refreshes keystats.RefreshCounts
 	cfg.OnEnd = func(s *Session) {
 		splits = lsminternal.StoreMetrics(s.Store)
+		refreshes = lsminternal.StoreTracker(s.Store).RefreshCounts()
 		if *scaleLSM {
 			b.Logf("store LSM at the end:\n%s", lsminternal.DB(s.Store).Metrics())
 		}
@@ -253,6 +260,9 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	b.ReportMetric(float64(raw.BackfillLSM.Compacted)/float64(max(raw.SnapshotRows, 1)), "raw-backfill-compact-B/row")
 	b.ReportMetric(float64(sum.LoadLSM.Compacted)/float64(max(sum.LoadOps, 1)), "load-compact-B/row")
 	b.ReportMetric(float64(raw.LoadLSM.Compacted)/float64(max(raw.LoadOps, 1)), "raw-load-compact-B/row")
+	b.ReportMetric(float64(refreshes.Time.Nanoseconds())/float64(max(refreshes.ChangedFiles, 1)), "run-refresh-ns/changed-file")
+	b.ReportMetric(float64(refreshes.ChangedFiles), "run-changed-files")
+	b.ReportMetric(float64(refreshes.Listings), "run-refresh-listings")
 	b.ReportMetric(peakStore/1e6, "peak-rss-MB")
 	b.ReportMetric(peakRaw/1e6, "raw-peak-rss-MB")
 	b.ReportMetric(harness/1e6, "harness-MB")
@@ -381,7 +391,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	runtime.KeepAlive(entries)
 
 	p.payload, p.readerPayload = readerPayload(b, db, lsminternal.PebbleDir(s.Store), ropts)
-	p.refreshPerFile, p.listing = refreshProbe(b, db, tcfg)
+	p.refreshPerFile, p.listing = refreshProbe(b, s.Store, tcfg)
 	return p
 }
 
@@ -428,13 +438,16 @@ func readerPayload(b *testing.B, db *pebble.DB, dir string, ropts sstable.Reader
 	return payload, held
 }
 
-// refreshProbe times statistics refreshes on the store's DB with a tracker
-// of its own: each round writes 20 keys of a scratch table (no table of
-// the catalog) and flushes (one new file), refreshes, compacts that range
-// (its files out, one in) and refreshes again. It returns the time of a
-// refresh with nothing changed (the listing of the live SSTs and its diff
-// with the Version, which every refresh does) and the time per changed
-// file beyond that listing, each the median over the probe's refreshes.
+// refreshProbe times statistics refreshes of the store's own tracker, which
+// follows the changes Pebble's events report: each round writes 20 keys of
+// a scratch table (no table of the catalog) and flushes (one new file),
+// then compacts that range (its files out, one in), and after each step
+// takes the tracker's refresh time and changed files since the step
+// before (RefreshSignalled first, so that every change of the step is in:
+// the refreshes of the store's goroutine count too). It returns the median
+// over the steps of refresh time per changed file, and the time of a
+// listing of the live SSTs (O(files), what a refresh does when the changes
+// do not add up), timed by a tracker of its own with nothing changed.
 //
 // The probe first flushes what the job left in the memtable and waits for
 // Pebble's compactions to settle, so that the files it times are its own.
@@ -443,24 +456,23 @@ func readerPayload(b *testing.B, db *pebble.DB, dir string, ropts sstable.Reader
 // files. (A scratch table between the catalog and the metadata table would
 // share a bottom-level file with the last table's data and the metadata,
 // and time that file's rewrite, which grows with the table.)
-func refreshProbe(b *testing.B, db *pebble.DB, cfg keystats.TrackerConfig) (perFile, listing float64) {
+func refreshProbe(b *testing.B, store *lsm.Store, cfg keystats.TrackerConfig) (perFile, listing float64) {
+	db := lsminternal.DB(store)
+	tr := lsminternal.StoreTracker(store)
 	require.NoError(b, db.Flush())
 	quiesce(db)
-	tr := keystats.NewTracker(cfg)
-	require.NoError(b, tr.Refresh())
+	require.NoError(b, tr.RefreshSignalled())
 	const scratch, rounds = 0, 48
 	val := bytes.Repeat([]byte{7}, 100)
-	type timed struct {
-		took    time.Duration
-		changed int
-	}
-	var refreshes []timed
-	refresh := func() {
-		before := tr.Current()
-		start := time.Now()
-		require.NoError(b, tr.Refresh())
-		took := time.Since(start)
-		refreshes = append(refreshes, timed{took, filesChanged(before, tr.Current())})
+	var per []float64
+	last := tr.RefreshCounts()
+	step := func() {
+		require.NoError(b, tr.RefreshSignalled())
+		now := tr.RefreshCounts()
+		if changed := now.ChangedFiles - last.ChangedFiles; changed > 0 {
+			per = append(per, float64((now.Time - last.Time).Nanoseconds())/float64(changed))
+		}
+		last = now
 	}
 	for round := range rounds {
 		vnode := uint16(round % 4)
@@ -471,55 +483,35 @@ func refreshProbe(b *testing.B, db *pebble.DB, cfg keystats.TrackerConfig) (perF
 		}
 		require.NoError(b, batch.Commit(pebble.NoSync))
 		require.NoError(b, db.Flush())
-		refresh()
+		step()
 		lo, hi := keys.VnodeSpan(scratch, vnode)
 		require.NoError(b, db.Compact(context.Background(), lo, hi, false))
-		refresh()
-	}
-	// Medians: a refresh takes 0.1 ms, and one GC pause or page fault in
-	// a process of gigabytes would be most of a mean. The listing is timed
-	// by refreshes that found nothing changed, after Pebble's compactions
-	// (the probe's own can start others, as churn leaves the LSM in need
-	// of them) have settled.
-	quiesce(db)
-	changed := refreshes
-	refreshes = nil
-	var idle []float64
-	for range 32 {
-		refresh()
-		if r := refreshes[len(refreshes)-1]; r.changed == 0 {
-			idle = append(idle, float64(r.took.Nanoseconds()))
-		}
-	}
-	require.NoError(b, tr.Close())
-	require.NotEmpty(b, idle, "every idle refresh saw a changed file")
-	listing = testutil.Median(idle)
-	// Every refresh lists the live SSTs (listing, O(files)) and reads and
-	// applies the changed ones: the time per changed file is the rest.
-	var per []float64
-	for _, r := range changed {
-		if r.changed > 0 {
-			per = append(per, (float64(r.took.Nanoseconds())-listing)/float64(r.changed))
-		}
+		step()
 	}
 	require.NotEmpty(b, per, "no refresh saw a changed file")
-	return testutil.Median(per), listing
+
+	// The listing, by refreshes of a tracker of its own that find nothing
+	// changed, after Pebble's compactions (the probe's own can start
+	// others, as churn leaves the LSM in need of them) have settled.
+	// Medians: a listing takes 0.1 ms, and one GC pause or page fault in a
+	// process of gigabytes would be most of a mean.
+	quiesce(db)
+	lt := keystats.NewTracker(cfg)
+	require.NoError(b, lt.Refresh())
+	var idle []float64
+	for range 32 {
+		before := lt.Current()
+		start := time.Now()
+		require.NoError(b, lt.Refresh())
+		if took := time.Since(start); lt.Current() == before {
+			idle = append(idle, float64(took.Nanoseconds()))
+		}
+	}
+	require.NoError(b, lt.Close())
+	require.NotEmpty(b, idle, "every idle refresh saw a changed file")
+	return testutil.Median(per), testutil.Median(idle)
 }
 
-func filesChanged(a, b *stats.Version) int {
-	seen := map[uint64]bool{}
-	for _, f := range keystats.Files(a) {
-		seen[f.FileNum] = true
-	}
-	n := 0
-	for _, f := range keystats.Files(b) {
-		if !seen[f.FileNum] {
-			n++
-		}
-		delete(seen, f.FileNum)
-	}
-	return n + len(seen)
-}
 
 // quiesce waits (up to a minute) until Pebble runs no compaction.
 func quiesce(db *pebble.DB) {

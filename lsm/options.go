@@ -184,6 +184,7 @@ func init() {
 	}
 	lsminternal.Hooks.Metrics = func(s any) lsminternal.Metrics { return s.(*Store).counters() }
 	lsminternal.Hooks.GCMetrics = func(s any) lsminternal.GCMetrics { return s.(*Store).gcCounters() }
+	lsminternal.Hooks.Tracker = func(s any) *keystats.Tracker { return s.(*Store).tracker }
 }
 
 // pebbleOptions returns the store's Pebble options before its listeners

@@ -18,14 +18,14 @@ package keystats
 //
 // The inputs' summaries come from the Version before the compaction, the
 // outputs' from the one after. The listener's callback (which runs under
-// Pebble's mutex) only queues the event's file numbers and signals the
-// background goroutine. An event is resolved by a Refresh that starts after
-// it was queued and whose listing already reflects the compaction. Pebble
-// installs the new version before it calls CompactionEnd, but publishes the
-// read state that DB.SSTables lists only after the callback returns, so a
-// refresh woken by the event may still list the inputs: an event with an
-// input (other than a moved file) still live in the listing is left queued
-// and another refresh is requested after a backoff (after maxDeferrals such
+// Pebble's mutex) logs the compaction's change (changes.go), then queues the
+// event's file numbers and signals the background goroutine. An event is
+// resolved by a refresh that starts after it was queued: that refresh
+// takes the change from the log and applies it, or lists after a barrier
+// that makes Pebble install the compaction's read state. Should a refresh
+// still hold an input (other than a moved file) of a queued event, the
+// event is left queued and another refresh (a listing) is requested after
+// a backoff (after maxDeferrals such
 // refreshes its live inputs are treated as missing: never counted twice). Inputs leave the LSM in the
 // compaction's own version edit, so once none is live the listing is at or
 // after it, and each output is either live or was consumed by a later

@@ -121,6 +121,9 @@ func (e *physEnv) open() {
 		Logger:        e.log,
 	})
 	el := e.tr.EventListener()
+	if opts.EventListener != nil { // configure's listener too
+		el = pebble.TeeEventListener(el, *opts.EventListener)
+	}
 	opts.EventListener = &el
 	db, err := pebble.Open(e.dir, opts)
 	require.NoError(e.t, err)

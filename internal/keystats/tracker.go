@@ -5,16 +5,20 @@ package keystats
 //
 // # Refresh
 //
-// Pebble's events carry file numbers only, and SSTables(WithProperties())
-// re-reads every file's properties on each call. So a refresh lists the live
-// SSTs without properties (O(files), no I/O), diffs the list against the
-// current Version's files (both sorted by file number), reads the payload of
-// each new file only, and derives the next Version from the current one by
-// subtracting the files that left and adding those that arrived (see
-// version.go for the copy-on-write layout). A file that stayed but moved to
-// another level (a move compaction) keeps its summary. The new Version is
-// published with one atomic store: readers never block and always see one
-// consistent file set.
+// A refresh derives the next Version from the current one by subtracting
+// the files that left and adding those that arrived, reading the payload of
+// each new file only (see version.go for the copy-on-write layout). A file
+// that stayed but moved to another level (a move compaction) keeps its
+// summary. The new Version is published with one atomic store: readers
+// never block and always see one consistent file set.
+//
+// Which files arrived and left comes from the changes Pebble's events
+// report (changes.go), so a refresh costs the changed files, not the LSM's
+// size. A listing of the live SSTs — without properties (O(files), no
+// I/O), diffed with the current Version's files, both sorted by file number
+// — is the ground truth: Refresh lists, and so does RefreshSignalled when
+// the changes do not add up or a listing is due (changes.go names the
+// cases).
 //
 // A listed file may vanish before it is opened (a compaction finished and
 // Pebble deleted its inputs). The listing is then stale, so the refresh lists
@@ -22,9 +26,9 @@ package keystats
 // file is left out, and the event of the compaction that removed it brings
 // the next refresh. Any other error while reading a file fails the refresh
 // and publishes nothing: the current Version stays complete, but lags
-// behind the DB. Err reports the failure until a refresh succeeds, and the
-// background goroutine retries with a backoff instead of waiting for an
-// event that may never come.
+// behind the DB, and the next refresh lists. Err reports the failure until
+// a refresh succeeds, and the background goroutine retries with a backoff
+// instead of waiting for an event that may never come.
 //
 // # Files without a usable payload
 //
@@ -39,18 +43,12 @@ package keystats
 //
 // # Events
 //
-// The listener's callbacks run under Pebble's mutex: they only signal the
-// background goroutine (a non-blocking send on a one-slot channel) and never
-// call into the DB. Signals coalesce, and every refresh lists the current
-// file set, so none is lost. One change comes without any of these events:
-// IngestAndExcise with an excise span and no files (Pebble fires
-// TableIngested only when files were ingested); whoever excises calls
-// Refresh. A refresh that finds the file set unchanged keeps the Version.
-//
-// Whoever ingests calls RefreshSignalled, which lists only if no refresh
-// started since the last signal: the ingestion's own TableIngested wakes the
-// goroutine too, and whichever of the two comes second finds the listing
-// done.
+// The listener's callbacks run under Pebble's mutex: they log the change,
+// signal the background goroutine (a non-blocking send on a one-slot
+// channel) and never call into the DB. Signals coalesce; the log keeps
+// every change until a refresh takes it. A refresh that finds nothing
+// changed keeps the Version. Whoever ingests calls RefreshSignalled, which
+// takes the ingestion's change (TableIngested fires before Ingest returns).
 
 import (
 	"cmp"
@@ -131,19 +129,20 @@ type Tracker struct {
 
 	refreshMu sync.Mutex
 	signal    chan struct{}
-	// events counts the signalled changes that a listing started after the
-	// signal sees (see RefreshSignalled); listed is the count a successful
-	// refresh read before listing. CompactionEnd fires before Pebble
-	// installs the compaction's read state, so it is not counted: it sets
-	// mustList, and the next background refresh lists regardless.
-	events, listed atomic.Uint64
-	mustList       atomic.Bool
-	// listings counts the refreshes that listed the DB's SSTs.
-	listings atomic.Uint64
+	// log holds the changes Pebble's events reported since the last
+	// refresh took them (changes.go); dead the file numbers they removed,
+	// and needList asks the next refresh to list (under refreshMu for
+	// dead).
+	log      changeLog
+	dead     deadFiles
+	needList atomic.Bool
 	// flushedSeq is the largest sequence number that a finished flush
 	// wrote into an SST: batches at or below it leave the Version at the
-	// next listing (unflushed.go).
+	// next refresh (unflushed.go).
 	flushedSeq atomic.Uint64
+	// refreshes, listings, changed and refreshNanos are the cumulative
+	// RefreshCounts.
+	refreshes, listings, changed, refreshNanos atomic.Uint64
 	// failed holds the error of the last refresh if it failed (nil after a
 	// refresh that succeeded).
 	failed atomic.Pointer[error]
@@ -162,7 +161,7 @@ type Tracker struct {
 func NewTracker(cfg TrackerConfig) *Tracker {
 	cfg = cfg.withDefaults()
 	t := &Tracker{cfg: cfg, signal: make(chan struct{}, 1)}
-	t.events.Store(1) // the DB's files before any event: the first refresh lists them
+	t.needList.Store(true) // the DB's files before any event
 	t.deltas.init()
 	t.current.Store(&Version{})
 	if cfg.DB != nil {
@@ -175,7 +174,8 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 // started, for a refresh.
 func (t *Tracker) SetDB(db *pebble.DB) {
 	t.db.Store(db)
-	t.notify()
+	t.needList.Store(true)
+	t.signalRefresh()
 }
 
 // Current returns the current Version; never nil.
@@ -193,12 +193,6 @@ func (t *Tracker) Err() error {
 	return nil
 }
 
-// notify signals a change that any listing started from now on sees.
-func (t *Tracker) notify() {
-	t.events.Add(1)
-	t.signalRefresh()
-}
-
 // signalRefresh wakes the background goroutine; signals coalesce.
 func (t *Tracker) signalRefresh() {
 	select {
@@ -208,22 +202,34 @@ func (t *Tracker) signalRefresh() {
 }
 
 // EventListener returns the callbacks to install in pebble.Options (combine
-// with others through pebble.TeeEventListener). They only signal the
-// background goroutine (CompactionEnd also queues the compaction's file
-// numbers for its delta, see delta.go).
+// with others through pebble.TeeEventListener). They log the changes to the
+// file set that the events name (changes.go) and wake the background
+// goroutine; CompactionEnd also queues the compaction for its delta
+// (delta.go).
 func (t *Tracker) EventListener() pebble.EventListener {
 	return pebble.EventListener{
 		FlushEnd: func(info pebble.FlushInfo) {
+			// Logged before the mark is raised: a refresh reads the mark
+			// first, so the flush that raised it is in the log it drains.
+			t.logFlush(info)
 			t.recordFlush(info)
-			t.notify()
-		},
-		CompactionEnd: func(info pebble.CompactionInfo) {
-			t.recordCompaction(info)
-			t.mustList.Store(true)
 			t.signalRefresh()
 		},
-		TableIngested: func(pebble.TableIngestInfo) { t.notify() },
-		TableDeleted:  func(pebble.TableDeleteInfo) { t.notify() },
+		CompactionEnd: func(info pebble.CompactionInfo) {
+			// Logged before it is queued for its delta: a refresh counts
+			// the queue first (see refreshLocked).
+			t.logCompaction(info)
+			t.recordCompaction(info)
+			t.signalRefresh()
+		},
+		TableIngested: func(info pebble.TableIngestInfo) {
+			t.logIngest(info)
+			t.signalRefresh()
+		},
+		TableDeleted: func(info pebble.TableDeleteInfo) {
+			t.logDeleted(info)
+			t.signalRefresh()
+		},
 	}
 }
 
@@ -260,9 +266,9 @@ func (t *Tracker) run(stop, done chan struct{}) {
 			retryC = retry.C
 		}
 	}
-	refresh := func(force bool) {
+	refresh := func(list bool) {
 		refresh := t.RefreshSignalled
-		if force {
+		if list {
 			refresh = t.Refresh
 		}
 		if err := refresh(); err != nil && !errors.Is(err, ErrNoDB) {
@@ -281,7 +287,7 @@ func (t *Tracker) run(stop, done chan struct{}) {
 		case <-stop:
 			return
 		case <-t.signal:
-			refresh(t.mustList.Swap(false))
+			refresh(false)
 		case <-retryC:
 			retryC = nil
 			refresh(true)
@@ -313,70 +319,103 @@ func (t *Tracker) Close() error {
 	return nil
 }
 
-// Refresh brings Current up to date with the DB's live SSTs, reading only
-// the files that are new since the last refresh.
+// Refresh brings Current up to date with the DB's live SSTs: it lists
+// them, and reads only the files that are new since the last refresh.
 func (t *Tracker) Refresh() error {
 	t.refreshMu.Lock()
 	defer t.refreshMu.Unlock()
-	return t.refreshLocked()
+	return t.refreshLocked(true)
 }
 
-// RefreshSignalled brings Current up to date with every change signalled
-// to the tracker's EventListener so far — flushes (FlushEnd fires after
-// Pebble installs the new read state), ingestions (TableIngested fires
-// after the ingestion's), deleted files — and with SetDB. It lists the DB's
-// SSTs only if no refresh that succeeded started after the last of these
-// signals. Call it after an ingestion, instead of Refresh: the background
-// goroutine, woken by the same TableIngested, skips its refresh when this
-// one listed, and this one returns without listing when the goroutine's
-// refresh, which started after the signal, succeeded. Compactions are not
-// covered: CompactionEnd fires before Pebble installs the compaction's read
-// state, so the goroutine lists after it instead (see the events field).
+// RefreshSignalled brings Current up to date with every change reported to
+// the tracker's EventListener so far — flushes, compactions, ingestions
+// (TableIngested fires before Ingest returns) — from the changes alone: it
+// reads the new files and lists the DB's SSTs only when the changes do not
+// add up, or a listing is due (see changes.go). Call it after an ingestion;
+// the background goroutine calls it on every event.
 func (t *Tracker) RefreshSignalled() error {
-	events := t.events.Load()
 	t.refreshMu.Lock()
 	defer t.refreshMu.Unlock()
-	if t.listedSince(events) {
-		return nil
+	return t.refreshLocked(false)
+}
+
+// RefreshCounts are a Tracker's cumulative refresh figures.
+type RefreshCounts struct {
+	// Refreshes counts the refreshes that succeeded; Listings those of
+	// them that listed the DB's SSTs.
+	Refreshes, Listings uint64
+	// ChangedFiles counts the files that arrived in, left or moved within
+	// the published Versions.
+	ChangedFiles uint64
+	// Time is the time the refreshes took, failed ones included.
+	Time time.Duration
+}
+
+// RefreshCounts returns the tracker's cumulative refresh figures.
+func (t *Tracker) RefreshCounts() RefreshCounts {
+	return RefreshCounts{
+		Refreshes: t.refreshes.Load(), Listings: t.listings.Load(),
+		ChangedFiles: t.changed.Load(), Time: time.Duration(t.refreshNanos.Load()),
 	}
-	return t.refreshLocked()
 }
 
-// listedSince reports whether a refresh that started after the events-th
-// signal succeeded.
-func (t *Tracker) listedSince(events uint64) bool {
-	return t.listed.Load() >= events
-}
-
-func (t *Tracker) refreshLocked() error {
+func (t *Tracker) refreshLocked(list bool) error {
 	db := t.db.Load()
 	if db == nil {
 		return ErrNoDB
 	}
-	// Compaction events queued before the listing are resolved against it,
-	// and the changes signalled before it are in it.
+	start := time.Now()
+	defer func() { t.refreshNanos.Add(uint64(time.Since(start))) }()
+	// The compaction events queued before the changes are drained are in
+	// them (CompactionEnd logs its change first), and so are the flushes
+	// at or below the mark (FlushEnd logs first, too).
 	n := t.deltas.pendingLen()
-	events := t.events.Load()
-	t.listings.Add(1)
+	flushedSeq := t.flushedSeq.Load()
+	changes, lost := t.log.drain()
 	base := t.current.Load()
-	l := loader{cfg: &t.cfg, cache: map[uint64]*liveFile{}, flushedSeq: t.flushedSeq.Load()}
-	v, err := l.derive(context.Background(), db, base)
+	l := loader{cfg: &t.cfg, cache: map[uint64]*liveFile{}, flushedSeq: flushedSeq}
+	var v *Version
+	var err error
+	if !list && !lost && !t.needList.Load() {
+		v, err = l.apply(context.Background(), base, changes, &t.dead)
+	} else {
+		t.dead.addRemoved(changes)
+	}
+	if err == nil && v == nil {
+		// A listing: the barrier makes every compaction drained above
+		// install its read state, which the listing reads.
+		t.listings.Add(1)
+		barrier(db)
+		v, err = l.derive(context.Background(), db, base)
+	}
 	if err != nil {
+		// The changes drained are gone: the next refresh lists.
+		t.needList.Store(true)
 		t.failed.Store(&err)
 		return err
 	}
+	t.needList.Store(false)
 	t.current.Store(v)
 	t.failed.Store(nil)
-	t.listed.Store(events)
+	t.refreshes.Add(1)
+	t.changed.Add(uint64(l.changed))
 	if t.deltas.resolve(n, base, v) {
-		// A compaction's result is not listed yet: the goroutine lists
-		// again after a backoff.
+		// A compaction's result is not in v yet: the goroutine lists
+		// after a backoff.
 		select {
 		case t.deltas.retry <- struct{}{}:
 		default:
 		}
 	}
 	return nil
+}
+
+// barrier returns once Pebble's mutex was free: every event callback that
+// ran before it has finished, with the read state its change installs.
+func barrier(db *pebble.DB) {
+	if s := db.NewSnapshot(); s != nil {
+		_ = s.Close()
+	}
 }
 
 // Recompute builds a Version from scratch over the live SSTs, reading every
@@ -462,6 +501,9 @@ type loader struct {
 	cfg        *TrackerConfig
 	cache      map[uint64]*liveFile
 	flushedSeq uint64
+	// changed counts the files that arrived, left or moved in the
+	// Versions next derived.
+	changed int
 }
 
 // derive lists db's SSTs and returns the Version that follows base.
@@ -485,7 +527,7 @@ func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, final b
 	files := make([]*liveFile, 0, len(refs))
 	slots := make([]fileSlot, 0, len(refs))
 	var added, removed []*liveFile
-	anyMoved := false
+	moved := 0
 	// The base's files are compared by their slots: only the files that
 	// left, arrived or moved are touched.
 	old, oldSlots := base.files, base.slots
@@ -515,10 +557,10 @@ func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, final b
 		default:
 			f := old[i]
 			if oldSlots[i].level != refs[j].level {
-				moved := *f
-				moved.info.Level = refs[j].level
-				f = &moved
-				anyMoved = true
+				m := *f
+				m.info.Level = refs[j].level
+				f = &m
+				moved++
 			}
 			files = append(files, f)
 			slots = append(slots, fileSlot{refs[j].fileNum, refs[j].level})
@@ -526,13 +568,21 @@ func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, final b
 			j++
 		}
 	}
+	return l.next(base, files, slots, added, removed, moved), nil
+}
+
+// next returns the Version of files (with their slots) that follows base
+// when the files added arrived, removed left and, if anyMoved, some moved
+// to another level; the unflushed batches at or below l.flushedSeq leave.
+func (l *loader) next(base *Version, files []*liveFile, slots []fileSlot, added, removed []*liveFile, moved int) *Version {
+	l.changed += len(added) + len(removed) + moved
 	mem := base.mem
 	flushed := 0
 	for flushed < len(mem) && mem[flushed].batchSeq <= l.flushedSeq {
 		flushed++
 	}
-	if len(added) == 0 && len(removed) == 0 && !anyMoved && flushed == 0 {
-		return base, nil // nothing changed: keep the Version
+	if len(added) == 0 && len(removed) == 0 && moved == 0 && flushed == 0 {
+		return base // nothing changed: keep the Version
 	}
 	b := newBuilder(base)
 	for _, f := range mem[:flushed] {
@@ -544,7 +594,7 @@ func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, final b
 	for _, f := range added {
 		b.apply(f, true)
 	}
-	return b.finish(files, slots, rebuiltAfter(base.rebuilt, removed, added), mem[flushed:len(mem):len(mem)]), nil
+	return b.finish(files, slots, rebuiltAfter(base.rebuilt, removed, added), mem[flushed:len(mem):len(mem)])
 }
 
 // rebuiltAfter returns the rebuilt files of a Version whose base had

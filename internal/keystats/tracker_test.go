@@ -166,50 +166,124 @@ func TestTrackerReadErrorKeepsVersion(t *testing.T) {
 	require.Equal(t, 2, tr.Current().NumFiles())
 }
 
-// TestTrackerRefreshSignalled: after each ingestion, RefreshSignalled
-// shows the ingested file, and the ingestion costs one listing of the DB's
-// tables, whichever of RefreshSignalled and the background goroutine (woken
-// by TableIngested) gets there first. A flush is covered too; a compaction
-// is not, and the goroutine lists after it regardless.
+// TestTrackerRefreshSignalled: after the first listing, the Version follows
+// ingestions, a flush and compactions (a move and a merge) from the changes
+// their events report, with no further listing of the DB's tables, and
+// equals a recomputation after each.
 func TestTrackerRefreshSignalled(t *testing.T) {
 	e := openPhys(t, nil)
 	require.NoError(t, e.tr.RefreshSignalled(), "the first one lists the DB's files")
 	require.Equal(t, uint64(1), e.tr.listings.Load())
-	require.NoError(t, e.tr.RefreshSignalled())
-	require.Equal(t, uint64(1), e.tr.listings.Load(), "nothing signalled since")
+	check := func(what string) {
+		t.Helper()
+		require.NoError(t, e.tr.RefreshSignalled(), what)
+		re, err := e.tr.Recompute()
+		require.NoError(t, err)
+		require.NoError(t, DiffVersions(e.tr.Current(), re), what)
+		require.Equal(t, uint64(1), e.tr.listings.Load(), "%s: listed", what)
+	}
 
 	e.tr.Start()
 	const n = 30
 	for i := range n {
 		e.ingest(physParseOps(t, fmt.Sprintf("put 1 %d 1 1", i)), nil)
-		require.NoError(t, e.tr.RefreshSignalled())
+		check(fmt.Sprintf("ingestion %d", i))
 		require.Equal(t, i+1, e.tr.Current().NumFiles(), "ingestion %d", i)
 	}
+	// The flushed file (table 2) overlaps none of the ingested ones: the
+	// compaction moves it down.
 	e.applyBatch(physParseOps(t, "put 2 0 1 1"))
 	require.NoError(t, e.db.Flush())
-	require.NoError(t, e.tr.RefreshSignalled())
+	check("flush")
 	require.Equal(t, n+1, e.tr.Current().NumFiles())
-	// Let the goroutine act on the last signals.
-	time.Sleep(50 * time.Millisecond)
-	require.Equal(t, uint64(1+n+1), e.tr.listings.Load(), "one listing per ingestion and flush")
-
-	// The flushed file (table 2) overlaps none of the ingested ones: the
-	// compaction moves it down. A move deletes no file (no TableDeleted),
-	// so only CompactionEnd's forced listing, retried while the listing
-	// still shows the file at its old level, brings the Version up to date.
-	before := e.tr.listings.Load()
 	e.compactAll()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		re, err := e.tr.Recompute()
-		require.NoError(t, err)
-		if DiffVersions(e.tr.Current(), re) == nil && e.tr.listings.Load() > before {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the goroutine never listed after the compaction: listings %d (before %d), diff %v", e.tr.listings.Load(), before, DiffVersions(e.tr.Current(), re))
-		time.Sleep(time.Millisecond)
+	check("move")
+	// Two overlapping files in L0 merge into one.
+	for i := range 2 {
+		e.applyBatch(physParseOps(t, fmt.Sprintf("put 3 %d 1 1\nput 3 9 1 %d", i, i)))
+		require.NoError(t, e.db.Flush())
 	}
+	check("flushes")
+	e.compactAll()
+	check("merge")
+	c := e.tr.RefreshCounts()
+	require.Equal(t, uint64(1), c.Listings)
+	require.GreaterOrEqual(t, c.ChangedFiles, uint64(n+1+1+2+2+1), "ingested, flushed, moved, merged files")
 	require.NoError(t, e.tr.Close())
+}
+
+// eventRecorder keeps the events of a DB, to replay them to a tracker in
+// another order.
+type eventRecorder struct {
+	mu     sync.Mutex
+	events []func(pebble.EventListener)
+}
+
+func (r *eventRecorder) listener() *pebble.EventListener {
+	add := func(f func(pebble.EventListener)) {
+		r.mu.Lock()
+		r.events = append(r.events, f)
+		r.mu.Unlock()
+	}
+	return &pebble.EventListener{
+		FlushEnd:      func(i pebble.FlushInfo) { add(func(l pebble.EventListener) { l.FlushEnd(i) }) },
+		CompactionEnd: func(i pebble.CompactionInfo) { add(func(l pebble.EventListener) { l.CompactionEnd(i) }) },
+		TableIngested: func(i pebble.TableIngestInfo) { add(func(l pebble.EventListener) { l.TableIngested(i) }) },
+		TableDeleted:  func(i pebble.TableDeleteInfo) { add(func(l pebble.EventListener) { l.TableDeleted(i) }) },
+	}
+}
+
+func (r *eventRecorder) take() []func(pebble.EventListener) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.events
+	r.events = nil
+	return out
+}
+
+// TestTrackerEventOrder: Pebble fires TableIngested after it releases its
+// mutex, so a compaction that consumed the ingested files can be reported
+// first. A tracker that gets the compaction's event, then the ingestion's,
+// ends with the compaction's output and no trace of the ingested files,
+// without listing; one that gets a deletion of a file it holds (a removal
+// without an event) lists.
+func TestTrackerEventOrder(t *testing.T) {
+	rec := &eventRecorder{}
+	e := openPhys(t, func(o *pebble.Options) { o.EventListener = rec.listener() })
+	tr := NewTracker(TrackerConfig{DB: e.db, Dir: e.dir, ReaderOptions: e.opts.MakeReaderOptions(), Logger: e.log})
+	defer tr.Close()
+	el := tr.EventListener()
+	require.NoError(t, tr.RefreshSignalled())
+	require.Equal(t, 0, tr.Current().NumFiles())
+
+	e.ingest(physParseOps(t, "put 1 1 1 1\nput 1 5 1 1"), nil)
+	e.ingest(physParseOps(t, "put 1 3 1 1\nput 1 7 1 1"), nil) // overlaps: above the first
+	ingested := rec.take()
+	require.Len(t, ingested, 2)
+	e.compactAll()
+	compacted := rec.take()
+	for _, ev := range compacted {
+		ev(el)
+	}
+	require.NoError(t, tr.RefreshSignalled())
+	for _, ev := range ingested {
+		ev(el)
+	}
+	require.NoError(t, tr.RefreshSignalled())
+	re, err := tr.Recompute()
+	require.NoError(t, err)
+	require.NoError(t, DiffVersions(tr.Current(), re))
+	require.Equal(t, 1, tr.Current().NumFiles())
+	require.Equal(t, uint64(4), tr.Current().Table(1).TotalKeyCount)
+	require.Equal(t, uint64(1), tr.RefreshCounts().Listings)
+
+	live := Files(tr.Current())[0].FileNum
+	var del pebble.TableDeleteInfo
+	setNum(&del.FileNum, live)
+	el.TableDeleted(del)
+	require.NoError(t, tr.RefreshSignalled())
+	require.Equal(t, uint64(2), tr.RefreshCounts().Listings, "a deletion of a live file: list")
+	require.NoError(t, DiffVersions(tr.Current(), re))
 }
 
 // TestTrackerReadsOnlyNewFiles: a refresh opens only the files that are new.

@@ -11,11 +11,11 @@ package keystats
 // range like files, under file numbers above any Pebble table number, and
 // are not listed by Files.
 //
-// A batch leaves the Version in the refresh that lists its flush's SST.
-// Pebble fires FlushEnd after it installs the flush's read state; the
-// listener records the largest sequence number of the flush's output, and a
-// refresh retires every batch whose first sequence number is at or below
-// the mark read before it listed. Memtables flush in sequence order, and a
+// A batch leaves the Version in the refresh that adds its flush's SST.
+// The listener logs the flush's change and then records the largest
+// sequence number of the flush's output, and a refresh retires every batch
+// whose first sequence number is at or below the mark read before it took
+// the logged changes (or listed). Memtables flush in sequence order, and a
 // flush never drops the newest key of its input, so the mark covers every
 // batch of the flushed memtables and none after them. A refresh that lists
 // between the install and FlushEnd sees the SST while the mark lags: the

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/keystats"
 )
 
 // Hooks are set by package lsm's init.
@@ -24,6 +25,7 @@ var Hooks struct {
 	PebbleOptions func(opts any) *pebble.Options
 	Metrics       func(store any) Metrics
 	GCMetrics     func(store any) GCMetrics
+	Tracker       func(store any) *keystats.Tracker
 }
 
 // DB returns the Pebble database under store, an *lsm.Store.
@@ -46,6 +48,10 @@ func StoreMetrics(store any) Metrics { return Hooks.Metrics(store) }
 // StoreGCMetrics returns the cumulative GC counters of store, an
 // *lsm.Store.
 func StoreGCMetrics(store any) GCMetrics { return Hooks.GCMetrics(store) }
+
+// StoreTracker returns the tracker of the physical statistics of store, an
+// *lsm.Store.
+func StoreTracker(store any) *keystats.Tracker { return Hooks.Tracker(store) }
 
 // Metrics are a store's counters.
 type Metrics struct {
