@@ -190,6 +190,17 @@ func physRandomizedRun(t *testing.T, r *rand.Rand) {
 	if physRace {
 		steps = 30
 	}
+	// Without automatic compactions nothing races the refreshes, so a
+	// tracker lists exactly at its first refresh and after each excise;
+	// every other refresh follows the changes the events reported.
+	listings, refreshed := uint64(1), false
+	checkListings := func() {
+		c := e.tr.RefreshCounts()
+		t.Logf("tracker: %d refreshes, %d listings (%d expected), %d changed files", c.Refreshes, c.Listings, listings, c.ChangedFiles)
+		if !auto && c.Refreshes > 0 { // a reopen may come before any
+			require.Equal(t, listings, c.Listings, "listings")
+		}
+	}
 	var stepsDone []string
 	defer func() {
 		v := e.tr.Current()
@@ -266,6 +277,12 @@ func physRandomizedRun(t *testing.T, r *rand.Rand) {
 				End:   keys.AppendPrefix(nil, table, vnode, physPK(hi)),
 			})
 			require.NoError(t, err)
+			// An excise without files fires no event: whoever excises
+			// refreshes (a listing).
+			require.NoError(t, e.tr.Refresh())
+			if refreshed { // else this was the first listing
+				listings++
+			}
 			for _, v := range m.versions {
 				pk := physPKNum(v.key.PK)
 				if v.key.Table == table && v.key.Vnode == vnode && pk >= lo && pk < hi {
@@ -274,6 +291,8 @@ func physRandomizedRun(t *testing.T, r *rand.Rand) {
 			}
 		case p < 95:
 			what = "reopen"
+			checkListings()
+			listings, refreshed = 1, false
 			e.reopen()
 			if auto {
 				e.tr.Start()
@@ -282,8 +301,10 @@ func physRandomizedRun(t *testing.T, r *rand.Rand) {
 			what = "refresh"
 		}
 		physCheckStep(t, e, m, r, fmt.Sprintf("step %d (%s)", step, what))
+		refreshed = true
 		stepsDone = append(stepsDone, what)
 	}
+	checkListings()
 }
 
 // physCheckStep flushes, then runs every check of TestPhysicalRandomized.
@@ -296,7 +317,10 @@ func physCheckStep(t *testing.T, e *physEnv, m *physModel, r *rand.Rand, step st
 		if attempt > 0 {
 			time.Sleep(5 * time.Millisecond)
 		}
-		v := e.refresh()
+		// From the changes the events reported (a listing only if they do
+		// not add up).
+		require.NoError(t, e.tr.RefreshSignalled(), step)
+		v := e.tr.Current()
 		rv, err := e.tr.Recompute()
 		require.NoError(t, err)
 		if !physSameFiles(v, rv) {
