@@ -470,7 +470,7 @@ func refreshProbe(b *testing.B, store *lsm.Store, cfg keystats.TrackerConfig) (p
 		require.NoError(b, tr.RefreshSignalled())
 		now := tr.RefreshCounts()
 		if changed := now.ChangedFiles - last.ChangedFiles; changed > 0 {
-			per = append(per, float64((now.Time - last.Time).Nanoseconds())/float64(changed))
+			per = append(per, float64((now.Time-last.Time).Nanoseconds())/float64(changed))
 		}
 		last = now
 	}
@@ -511,7 +511,6 @@ func refreshProbe(b *testing.B, store *lsm.Store, cfg keystats.TrackerConfig) (p
 	require.NotEmpty(b, idle, "every idle refresh saw a changed file")
 	return testutil.Median(per), testutil.Median(idle)
 }
-
 
 // quiesce waits (up to a minute) until Pebble runs no compaction.
 func quiesce(db *pebble.DB) {
