@@ -255,6 +255,9 @@ func (l *loader) apply(ctx context.Context, base *Version, changes []fileChange,
 		if _, ok := base.fileIndex(num); ok {
 			continue // a listing already showed it
 		}
+		if _, ok := l.cache[num]; ok {
+			continue // named twice
+		}
 		info := pebble.SSTableInfo{TableInfo: b.info}
 		setNum(&info.BackingSSTNum, num)
 		f, err := l.load(ctx, &sstRef{fileNum: num, level: b.level, info: &info})
@@ -270,6 +273,14 @@ func (l *loader) apply(ctx context.Context, base *Version, changes []fileChange,
 		if i, ok := base.fileIndex(num); ok {
 			removed = append(removed, base.files[i])
 		}
+	}
+	if len(added) == 0 && len(removed) == 0 && len(moves) == 0 {
+		// Nothing arrived or left (a deletion, or changes a listing
+		// already showed): no copy of the file list.
+		if holdsAny(base.files, deleted) {
+			return nil, nil // a removal that came without an event
+		}
+		return l.next(base, base.files, base.slots, nil, nil, 0), nil
 	}
 	slices.SortFunc(added, byFileNum)
 	slices.SortFunc(removed, byFileNum)
@@ -305,12 +316,20 @@ func (l *loader) apply(ctx context.Context, base *Version, changes []fileChange,
 			moved++
 		}
 	}
-	for _, num := range deleted {
-		if _, ok := slices.BinarySearchFunc(files, num, fileNumIs); ok {
-			return nil, nil // a removal that came without an event
-		}
+	if holdsAny(files, deleted) {
+		return nil, nil // a removal that came without an event
 	}
 	return l.next(base, files, slotsOf(files), added, removed, moved), nil
+}
+
+// holdsAny reports whether files (sorted by number) hold any of nums.
+func holdsAny(files []*liveFile, nums []uint64) bool {
+	for _, num := range nums {
+		if _, ok := slices.BinarySearchFunc(files, num, fileNumIs); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func byFileNum(a, b *liveFile) int { return cmp.Compare(a.info.FileNum, b.info.FileNum) }
