@@ -259,7 +259,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 		s.closeMark()
 		return nil, err
 	}
-	if err := s.tracker.Refresh(); err != nil {
+	// The first refresh after SetDB lists the live SSTs (load's metadata
+	// ingestion may have run it; this one then takes the changes since).
+	if err := s.tracker.RefreshSignalled(); err != nil {
 		if !lsmstats.IsCorruption(err) {
 			_ = s.tracker.Close()
 			_ = db.Close()
