@@ -20,21 +20,21 @@ package keystats
 // outputs' from the one after. The listener's callback (which runs under
 // Pebble's mutex) logs the compaction's change (changes.go), then queues the
 // event's file numbers and signals the background goroutine. An event is
-// resolved by a refresh that starts after it was queued: that refresh
-// takes the change from the log and applies it, or lists after a barrier
-// that makes Pebble install the compaction's read state. Should a refresh
-// still hold an input (other than a moved file) of a queued event, the
-// event is left queued and another refresh (a listing) is requested after
-// a backoff (after maxDeferrals such
-// refreshes its live inputs are treated as missing: never counted twice). Inputs leave the LSM in the
-// compaction's own version edit, so once none is live the listing is at or
-// after it, and each output is either live or was consumed by a later
-// compaction. Files that a refresh removes from the Version are
-// kept for a while as "retired" (the inputs of compactions whose events are
-// still queued, and outputs that a later compaction already consumed), so an
-// input is found even when an earlier refresh, triggered by another event,
-// already saw the compaction's result. Each retired file is dropped once a
-// delta used it as an input, and the oldest beyond maxRetired are evicted.
+// resolved by a refresh that starts after it was queued: that refresh takes
+// the change from the log and applies it, or lists after a barrier that
+// makes Pebble install the compaction's read state. Should a refresh still
+// hold an input (other than a moved file) of a queued event, the event is
+// left queued and another refresh (a listing) is requested after a backoff
+// (after maxDeferrals such refreshes its live inputs are treated as missing:
+// never counted twice). Inputs leave the LSM in the compaction's own version
+// edit, so once none is live the listing is at or after it, and each output
+// is either live or was consumed by a later compaction. Files that a refresh
+// removes from the Version are kept for a while as "retired" (the inputs of
+// compactions whose events are still queued, and outputs that a later
+// compaction already consumed), so an input is found even when an earlier
+// refresh, triggered by another event, already saw the compaction's result.
+// Each retired file is dropped once a delta used it as an input, and the
+// oldest beyond maxRetired are evicted.
 //
 // A file that appeared and disappeared between two refreshes (an output that
 // another compaction consumed before the tracker listed it) was never read:
@@ -294,8 +294,10 @@ func (d *deltaState) resolve(n int, base, v *Version) (retry bool) {
 // stale reports whether v's listing predates the compaction: an input of
 // ev (not a moved file) is still live in v, or a moved file is live above
 // the level it moved to. (CompactionEnd fires before Pebble installs the
-// compaction's read state, so a listing right after the event can miss it;
-// files only move down, so a moved file higher up is a listing from before.)
+// compaction's read state; refreshLocked's barrier makes a listing wait for
+// it, and this check catches a Version that still predates the compaction
+// all the same. Files only move down, so a moved file higher up is from
+// before.)
 func (d *deltaState) stale(ev *compactionEvent, v *Version) bool {
 	for _, in := range ev.inputs {
 		f := v.liveFile(in.FileNum)
