@@ -60,6 +60,9 @@ type Store struct {
 	// last one's error (waitForMemtable, flushMemtable).
 	flushFailures atomic.Int64
 	flushErr      atomic.Pointer[error]
+	// compactErr holds the error of the last compaction if it failed (nil
+	// after one that succeeded): the cause a stall names.
+	compactErr atomic.Pointer[error]
 	// wopts are the options of every SST the store writes for ingestion
 	// (with the stats collector); spillOpts those of staged spills.
 	wopts, spillOpts sstable.WriterOptions
@@ -197,6 +200,16 @@ func Open(dir string, opts *Options) (*Store, error) {
 		if info.Err != nil && len(info.Output) == 0 && info.InputBytes > 0 {
 			s.flushErr.Store(&info.Err)
 			s.flushFailures.Add(1)
+		}
+	}
+	compactionEnd := el.CompactionEnd
+	el.CompactionEnd = func(info pebble.CompactionInfo) {
+		compactionEnd(info)
+		switch {
+		case info.Err == nil:
+			s.compactErr.Store(nil)
+		case !errors.Is(info.Err, pebble.ErrCancelledCompaction):
+			s.compactErr.Store(&info.Err)
 		}
 	}
 	popts.AddEventListener(el)
@@ -691,11 +704,21 @@ func (s *Store) waitForMemtable() error {
 		case s.flushFailures.Load() > failures:
 			return errors.Wrapf(*s.flushErr.Load(), "%s, and flushes fail", why)
 		case m.Compact.FailedCount > compFailed:
-			return errors.Newf("%s, and compactions fail", why)
+			return s.stallErr(errors.Newf("%s, and compactions fail", why))
 		case time.Since(start) > s.opts.L0StallLimit:
-			return errors.Newf("%s, still after %s (Options.L0StallLimit)", why, s.opts.L0StallLimit)
+			return s.stallErr(errors.Newf("%s, still after %s (Options.L0StallLimit)", why, s.opts.L0StallLimit))
 		}
 	}
+}
+
+// stallErr adds to a stall's error the failure of the last compaction, if
+// it failed: the cause, which errors.Is finds (an I/O error, a corrupt
+// block).
+func (s *Store) stallErr(err error) error {
+	if p := s.compactErr.Load(); p != nil {
+		return errors.WithSecondaryError(errors.Wrapf(*p, "%v; the last compaction failed", err), err)
+	}
+	return err
 }
 
 // flushUnflushed flushes the memtable if it holds checkpoints committed as
