@@ -38,11 +38,18 @@ type Cell struct {
 	Rows   int
 	Vnodes int
 	Churn  Churn
+	// BucketBudget is the store's Options.StatsBucketBudget (0: the
+	// default).
+	BucketBudget int
 }
 
 // String is the cell's sub-benchmark name.
 func (c Cell) String() string {
-	return fmt.Sprintf("shape=%s/rows=%s/vnodes=%d/churn=%s", c.Shape, countName(c.Rows), c.Vnodes, c.Churn)
+	s := fmt.Sprintf("shape=%s/rows=%s/vnodes=%d/churn=%s", c.Shape, countName(c.Rows), c.Vnodes, c.Churn)
+	if c.BucketBudget != 0 {
+		s += fmt.Sprintf("/budget=%d", c.BucketBudget)
+	}
+	return s
 }
 
 func countName(n int) string {
@@ -87,7 +94,7 @@ func (c Cell) Config(dir string, seed uint64) (Config, error) {
 	p.DuringSteps = max(1, c.Rows/(actors*barrierRows))
 	return Config{
 		Dir: dir, Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows,
-		Store:     &lsm.Options{Logger: quietlog.Logger{}},
+		Store:     &lsm.Options{Logger: quietlog.Logger{}, StatsBucketBudget: c.BucketBudget},
 		RestartAt: matrixCheckpoints / 2,
 	}, nil
 }

@@ -22,8 +22,9 @@ const (
 )
 
 var (
-	matrixCells = flag.String("matrix-cells", "", "run only the accuracy matrix cells whose name contains this")
-	matrixSeed  = flag.Uint64("matrix-seed", 0, "workload seed of the accuracy matrix (0: random)")
+	matrixCells  = flag.String("matrix-cells", "", "run only the accuracy matrix cells whose name contains this")
+	matrixSeed   = flag.Uint64("matrix-seed", 0, "workload seed of the accuracy matrix (0: random)")
+	matrixBudget = flag.Int("matrix-bucket-budget", 0, "the store's StatsBucketBudget in every cell of the accuracy matrix (0: the default)")
 )
 
 // reducedMatrix is the part of the accuracy matrix that make test runs:
@@ -34,10 +35,10 @@ func reducedMatrix() []Cell {
 	var out []Cell
 	for i, shape := range workload.Shapes() {
 		cells := []Cell{
-			{shape, 10_000, 4096, During},
-			{shape, 10_000, 256, PrefixDeletes},
-			{shape, 10_000, 4, Updates},
-			{shape, 10_000, 1, NoChurn},
+			{shape, 10_000, 4096, During, *matrixBudget},
+			{shape, 10_000, 256, PrefixDeletes, *matrixBudget},
+			{shape, 10_000, 4, Updates, *matrixBudget},
+			{shape, 10_000, 1, NoChurn, *matrixBudget},
 		}
 		if raceEnabled {
 			cells = cells[i%len(cells) : i%len(cells)+1]
@@ -95,7 +96,7 @@ func BenchmarkAccuracyMatrix(b *testing.B) {
 			for _, shape := range workload.Shapes() {
 				for _, vnodes := range []int{1, 4, 256, 4096} {
 					for _, churn := range Churns() {
-						cells = append(cells, Cell{shape, n, vnodes, churn})
+						cells = append(cells, Cell{shape, n, vnodes, churn, *matrixBudget})
 					}
 				}
 			}

@@ -37,6 +37,7 @@ var (
 	scaleWorkloads = flag.String("scale-workloads", "uniform,update-churn", "workloads of BenchmarkScale, comma-separated")
 	scaleOrders    = flag.String("scale-orders", "vnode,interleaved", "snapshot orders of BenchmarkScale's job (backfill.SnapshotOrder), comma-separated")
 	scaleShape     = flag.String("scale-shape", "", "pk shape of BenchmarkScale's tables (workload.Shapes), instead of the workload's")
+	scaleBudget    = flag.Int("scale-bucket-budget", 0, "the store's StatsBucketBudget in BenchmarkScale (0: the default, stats.TableBucketBudget)")
 	scaleSolo      = flag.Bool("scale-solo", true, "run the uniform workload's solo child too (solo_test.go): the memory of a process holding only the store and the job")
 	scaleSoloCache = flag.Int64("scale-solo-cache", 0, "block cache of the solo child, in bytes (0: the store's default, an eighth of the machine's memory)")
 	scaleSoloProf  = flag.String("scale-solo-profile", "", "directory for CPU profiles of the solo child's backfills (solo-<rows>-<order>.pprof; empty: none)")
@@ -86,9 +87,12 @@ var (
 //	                                        they held at the end. Pebble's
 //	                                        block cache and memtables are
 //	                                        manual memory, outside it
-//	stats-heap-MB, stats-bytes/Mkeys        heap held by the statistics
+//	stats-heap-MB                           heap held by the statistics
 //	                                        (physical Version rebuilt from
 //	                                        the SSTs, live buckets reloaded)
+//	stats-bytes/Mkeys                       that and reader-payload-MB (the
+//	                                        copy Pebble's readers hold), per
+//	                                        million keys of both tables
 //	physical-heap-MB, live-heap-MB,         the two parts of it, and the
 //	live-meta-rows                          live statistics' metadata rows
 //	                                        (one per bucket and a few more)
@@ -99,6 +103,11 @@ var (
 //	                                        it in UserProperties, measured by
 //	                                        dropping it from those maps
 //	progress-cpu-ns/barrier                 the stats estimate per checkpoint
+//	stats-err-mean-pp, stats-err-max-pp,    its error against the truth over
+//	stats-err-signed-pp,                    the checkpoints, in percentage
+//	stats-bounds-mean-pp,                   points, its bounds' mean width
+//	stats-outside-bounds                    and the checkpoints whose truth
+//	                                        lay outside them
 //	bucket-scans/commit,                    the live buckets scanned to be
 //	bucket-scan-rows/row                    split or calibrated, per commit,
 //	                                        and the rows scanned per row
@@ -159,7 +168,7 @@ func scaleConfig(b *testing.B, rows int, name string, order backfill.SnapshotOrd
 	const actors, barrierRows = 2, 2048
 	p.DuringSteps = max(1, rows/(actors*barrierRows)) // the CLI's default
 	cfg := Config{Dir: b.TempDir(), Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows, SnapshotOrder: order,
-		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: quietlog.Logger{}}}
+		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: quietlog.Logger{}, StatsBucketBudget: *scaleBudget}}
 	tune(cfg.Store)
 	return cfg
 }
@@ -269,13 +278,20 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	b.ReportMetric(probe.cache/1e6, "cache-MB")
 	b.ReportMetric(closedHeap/1e6, "closed-heap-MB")
 	b.ReportMetric(probe.statsHeap/1e6, "stats-heap-MB")
-	b.ReportMetric(probe.statsHeap/(float64(probe.keys)/1e6), "stats-bytes/Mkeys")
+	b.ReportMetric((probe.statsHeap+probe.readerPayload)/(float64(probe.keys)/1e6), "stats-bytes/Mkeys")
 	b.ReportMetric(probe.physicalHeap/1e6, "physical-heap-MB")
 	b.ReportMetric(probe.liveHeap/1e6, "live-heap-MB")
 	b.ReportMetric(float64(probe.liveRows), "live-meta-rows")
 	b.ReportMetric(probe.payload/1e6, "payload-MB")
 	b.ReportMetric(probe.readerPayload/1e6, "reader-payload-MB")
 	b.ReportMetric(sum.ProgressNanos["stats"], "progress-cpu-ns/barrier")
+	if e := sum.Errors["stats"]; e != nil {
+		b.ReportMetric(e.MeanPP, "stats-err-mean-pp")
+		b.ReportMetric(e.MaxPP, "stats-err-max-pp")
+		b.ReportMetric(e.SignedPP, "stats-err-signed-pp")
+		b.ReportMetric(e.WidthMeanPP, "stats-bounds-mean-pp")
+		b.ReportMetric(float64(e.Outside), "stats-outside-bounds")
+	}
 	b.ReportMetric(float64(splits.BucketScans)/float64(max(splits.Commits, 1)), "bucket-scans/commit")
 	b.ReportMetric(float64(splits.BucketScanRows)/float64(max(sum.LoadOps+sum.SnapshotRows, 1)), "bucket-scan-rows/row")
 	b.ReportMetric(probe.refreshPerFile, "refresh-ns/changed-file")

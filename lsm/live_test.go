@@ -86,3 +86,62 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 	require.True(t, rep.OK(), "%v", rep.Differences)
 	require.Equal(t, int64(1500+13*120), s.Stats().Live.Table(1).Rows)
 }
+
+// TestStatsBucketBudget: Options.StatsBucketBudget bounds a table's buckets
+// whatever its rows: a table of 8 vnodes filled over several commits keeps
+// between the budget and 4·budget + vnodes buckets, its estimates hold the
+// truth, Verify recounts every bucket exactly, and a store reopened with
+// the same budget keeps the same buckets.
+func TestStatsBucketBudget(t *testing.T) {
+	const budget, vnodes = 16, 8
+	dir := t.TempDir()
+	opts := &Options{Logger: quietlog.Logger{}, StatsBucketBudget: budget}
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	require.NoError(t, s.CreateTable(TableDef{ID: 1, VnodeCount: vnodes, PK: keys.Schema{keys.Uint64}}))
+	def, _ := s.table(1)
+	w, err := s.NewWriter(1, nil, nil)
+	require.NoError(t, err)
+	perVnode := map[uint16][]uint64{}
+	for epoch := uint64(1); epoch <= 4; epoch++ {
+		for i := range uint64(2000) {
+			pk := (epoch-1)*2000 + i
+			k := keys.AppendUint64(nil, pk*7919%100003)
+			v := def.VnodeOf(k)
+			perVnode[v] = append(perVnode[v], pk*7919%100003)
+			require.NoError(t, w.Insert(epoch, v, k, []byte("row")))
+		}
+		require.NoError(t, w.Seal(epoch))
+		require.NoError(t, s.Commit(epoch))
+	}
+	require.NoError(t, w.Close())
+	live := s.Stats().Live
+	buckets := 0
+	for v := range uint16(vnodes) {
+		buckets += len(keystats.Detail(live, 1, v).Buckets)
+		cursor := keys.AppendUint64(nil, 50000)
+		truth := int64(0)
+		for _, pk := range perVnode[v] {
+			if pk < 50000 {
+				truth++
+			}
+		}
+		est := live.EstimateRows(1, v, nil, cursor)
+		require.LessOrEqual(t, est.Lower, truth, "vnode %d", v)
+		require.GreaterOrEqual(t, est.Upper, truth, "vnode %d", v)
+	}
+	t.Logf("8,000 rows: %d buckets with a budget of %d", buckets, budget)
+	require.GreaterOrEqual(t, buckets, budget)
+	require.LessOrEqual(t, buckets, 4*budget+vnodes)
+	rep, err := s.Verify()
+	require.NoError(t, err)
+	require.Empty(t, rep.Differences)
+	require.NoError(t, s.Close())
+
+	s, err = Open(dir, opts)
+	require.NoError(t, err)
+	defer s.Close()
+	for v := range uint16(vnodes) {
+		require.Equal(t, keystats.Detail(live, 1, v), keystats.Detail(s.Stats().Live, 1, v), "vnode %d", v)
+	}
+}

@@ -164,6 +164,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.mu.writers = map[*Writer]struct{}{}
 	s.mu.pins = map[uint64]int{}
 	s.mu.live = keystats.NewLiveState()
+	s.mu.live.SetBucketBudget(o.StatsBucketBudget)
 	s.gc.closing = make(chan struct{})
 
 	if o.MustExist {

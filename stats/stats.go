@@ -58,3 +58,12 @@ type (
 func NewMetrics(source SnapshotFunc, opts *MetricsOptions) *Metrics {
 	return keystats.NewMetrics(source, opts)
 }
+
+// The sizes of the live statistics' buckets: a bucket splits when it holds
+// more than max(1, rows(vnode)/SplitDivisor, rows(table)/budget) rows, where
+// budget is the store's Options.StatsBucketBudget, by default
+// TableBucketBudget.
+const (
+	SplitDivisor      = keystats.SplitDivisor
+	TableBucketBudget = keystats.TableBucketBudget
+)

@@ -91,6 +91,7 @@ type backfillFlags struct {
 	rateLimit                                float64
 	rateChanges                              rateChanges
 	metricsAddr                              string
+	bucketBudget                             int
 }
 
 func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.FlagSet, error) {
@@ -134,6 +135,7 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 	fs.StringVar(&f.bars, "bars", "auto", "live progress bars: auto (on a terminal), on, off")
 	fs.Float64Var(&f.rateLimit, "rate-limit", 0, "limit the backfill's snapshot reads to this many rows/s over all actors (0: none)")
 	fs.Var(&f.rateChanges, "rate-change-at", "PCT:N: from the checkpoint whose stats figure reaches PCT%, limit the snapshot reads to N rows/s (0: none); repeatable")
+	fs.IntVar(&f.bucketBudget, "stats-bucket-budget", 0, "live statistics buckets per table, about (lsm.Options.StatsBucketBudget: bounds their memory whatever the rows, at the cost of wider estimate bounds; 0: the default, 65536)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of the running job and its store at http://ADDR/metrics (e.g. 127.0.0.1:9187; port 0 picks one)")
 	fs.BoolVar(&f.worker, "worker", false, "internal: run as the supervised worker")
 	if err := fs.Parse(args); err != nil {
@@ -214,6 +216,9 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 	}
 	if f.chunkSize < 1 || f.barrierRows < 1 || f.actors < 1 || f.checkpointEvery < 1 {
 		return p, errors.New("--chunk-size, --barrier-rows, --actors and --checkpoint-every must be positive")
+	}
+	if f.bucketBudget < 0 {
+		return p, errors.Newf("--stats-bucket-budget %d: want a number of buckets >= 0 (0: the default)", f.bucketBudget)
 	}
 	if f.rateLimit < 0 || math.IsNaN(f.rateLimit) || math.IsInf(f.rateLimit, 0) {
 		return p, errors.Newf("--rate-limit %v: want rows/s >= 0 (0: none)", f.rateLimit)
@@ -365,7 +370,7 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 	cfg := bench.Config{
 		Dir: f.dir, Workload: p, Upstreams: f.upstreamParams(p), Mode: f.jobMode(), SnapshotOrder: f.snapshotOrder, Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
 		CheckpointEvery: f.checkpointEvery, RateLimit: f.rateLimit, RateChanges: f.rateChanges,
-		Store: &lsm.Options{Logger: cliLogger{w: stderr}},
+		Store: &lsm.Options{Logger: cliLogger{w: stderr}, StatsBucketBudget: f.bucketBudget},
 		OnOpen: func(opened *bench.Session) error {
 			s = opened
 			if f.metricsAddr != "" {

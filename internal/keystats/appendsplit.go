@@ -76,7 +76,7 @@ func (b *LiveBatch) splitAppends() {
 		if r.ended || !sameSlice(bk.lower(), r.lower) || bk.Rows != r.old.Rows+int64(len(r.ends)) {
 			continue
 		}
-		limit := splitLimit(v.total.Rows, b.tables[k.table].total.Rows)
+		limit := b.tables[k.table].splitLimit(v.total.Rows)
 		if bk.Rows <= limit {
 			continue
 		}

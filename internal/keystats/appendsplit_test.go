@@ -142,7 +142,7 @@ func checkBucketsAgainstScans(t *testing.T, l *Live, table uint32, m liveModel, 
 	lt := l.table(table)
 	for vn := range lt.vnodes {
 		v := lt.vnode(uint16(vn))
-		limit := splitLimit(v.total.Rows, lt.total.Rows)
+		limit := lt.splitLimit(v.total.Rows)
 		for i := range v.buckets {
 			bk := v.buckets[i]
 			req := Rescan{Table: table, Vnode: uint16(vn), Lower: bk.lower()}

@@ -475,6 +475,14 @@ type liveTable struct {
 	vnodes    []*liveVnode // nil entries are vnodes that never had a row
 	total     LiveCounts
 	estimates bool
+	// budget is the table's bucket budget (see splitLimit).
+	budget int64
+}
+
+// splitLimit is the split limit of a vnode of this table holding
+// vnodeRows rows.
+func (t *liveTable) splitLimit(vnodeRows int64) int64 {
+	return splitLimit(vnodeRows, t.total.Rows, t.budget)
 }
 
 // Live is an immutable snapshot of the live statistics of every table.
@@ -1223,11 +1231,34 @@ type bucketID struct {
 type LiveState struct {
 	cur   *Live
 	dirty map[bucketID]struct{}
+	// budget is the bucket budget of the tables added from now on.
+	budget int64
 }
 
-// NewLiveState returns an empty state.
+// NewLiveState returns an empty state whose tables have a bucket budget of
+// TableBucketBudget.
 func NewLiveState() *LiveState {
-	return &LiveState{cur: &Live{tables: map[uint32]*liveTable{}, at: time.Now()}, dirty: map[bucketID]struct{}{}}
+	return &LiveState{cur: &Live{tables: map[uint32]*liveTable{}, at: time.Now()}, dirty: map[bucketID]struct{}{}, budget: TableBucketBudget}
+}
+
+// SetBucketBudget sets the bucket budget of the tables added after it: a
+// bucket may hold 1/budget of its table's rows (when that is more than
+// 1/SplitDivisor of its vnode, that is when budget < vnodes·SplitDivisor),
+// so a table keeps at least budget buckets and, as neighbours holding
+// together less than half the limit merge, fewer than 4·budget + vnodes
+// (3.5·budget in a table of 4M rows: design.md, "What the statistics hold
+// in memory"). Buckets cost
+// about 64 bytes plus their bound (a pk), so the budget bounds the table's
+// live statistics in memory and their metadata rows, whatever its size; a
+// smaller budget widens each range estimate's bounds, which span the two
+// buckets holding its end points. A budget below 1 is TableBucketBudget.
+// Buckets already stored keep their bounds, and follow the new limit at
+// their vnode's next split or merge.
+func (s *LiveState) SetBucketBudget(budget int) {
+	if budget < 1 {
+		budget = TableBucketBudget
+	}
+	s.budget = int64(budget)
 }
 
 // Current returns the current snapshot.
@@ -1239,7 +1270,7 @@ func (s *LiveState) AddTable(table uint32, vnodeCount int) {
 		return
 	}
 	next := s.cur.cloneTables()
-	next.tables[table] = &liveTable{vnodes: make([]*liveVnode, vnodeCount)}
+	next.tables[table] = &liveTable{vnodes: make([]*liveVnode, vnodeCount), budget: s.budget}
 	next.at = time.Now()
 	s.cur = next
 }
@@ -1313,7 +1344,7 @@ func (b *LiveBatch) table(id uint32) (*liveTable, error) {
 	if !ok {
 		return nil, errors.Newf("lsmstats/stats: live delta for unknown table %d", id)
 	}
-	t := &liveTable{vnodes: slices.Clone(old.vnodes), total: old.total, estimates: old.estimates}
+	t := &liveTable{vnodes: slices.Clone(old.vnodes), total: old.total, estimates: old.estimates, budget: old.budget}
 	b.tables[id] = t
 	b.next.tables[id] = t
 	return t, nil
@@ -1585,7 +1616,7 @@ func compareBucketIDs(a, b bucketID) int {
 // split limit follows its size) is not rescanned for them.
 func (b *LiveBatch) Normalize() {
 	for k, v := range b.vnodes {
-		limit := splitLimit(v.total.Rows, b.tables[k.table].total.Rows)
+		limit := b.tables[k.table].splitLimit(v.total.Rows)
 		// Most commits merge nothing: find the first merge before copying.
 		first := 1
 		for first < len(v.buckets) && !mergesLeft(&v.buckets[first-1], &v.buckets[first], limit) {
@@ -1702,10 +1733,13 @@ func (b *bucket) merge(o bucket) {
 }
 
 // splitLimit is the most rows a bucket of a vnode may hold: 1/SplitDivisor
-// of the vnode, 1/TableBucketBudget of its table, and at least
-// MinSplitRows.
-func splitLimit(vnodeRows, tableRows int64) int64 {
-	return max(MinSplitRows, (vnodeRows+SplitDivisor-1)/SplitDivisor, (tableRows+TableBucketBudget-1)/TableBucketBudget)
+// of the vnode, 1/budget of its table (TableBucketBudget when budget is not
+// positive), and at least MinSplitRows.
+func splitLimit(vnodeRows, tableRows, budget int64) int64 {
+	if budget <= 0 {
+		budget = TableBucketBudget
+	}
+	return max(MinSplitRows, (vnodeRows+SplitDivisor-1)/SplitDivisor, (tableRows+budget-1)/budget)
 }
 
 // Publish makes the batch the current snapshot; its entries are persisted.
@@ -1750,7 +1784,7 @@ type Rescan struct {
 func (b *LiveBatch) Rescans() []Rescan {
 	var out []Rescan
 	for k, v := range b.vnodes {
-		out = v.rescans(k.table, k.vnode, b.next.tables[k.table].total.Rows, out)
+		out = v.rescans(k.table, k.vnode, b.next.tables[k.table], out)
 	}
 	sortRescans(out)
 	return out
@@ -1766,7 +1800,7 @@ func (s *LiveState) Rescans() []Rescan {
 	for id, t := range s.cur.tables {
 		for vi, v := range t.vnodes {
 			if v != nil {
-				out = v.rescans(id, uint16(vi), t.total.Rows, out)
+				out = v.rescans(id, uint16(vi), t, out)
 			}
 		}
 	}
@@ -1774,8 +1808,8 @@ func (s *LiveState) Rescans() []Rescan {
 	return out
 }
 
-func (v *liveVnode) rescans(table uint32, vnode uint16, tableRows int64, out []Rescan) []Rescan {
-	limit := splitLimit(v.total.Rows, tableRows)
+func (v *liveVnode) rescans(table uint32, vnode uint16, t *liveTable, out []Rescan) []Rescan {
+	limit := t.splitLimit(v.total.Rows)
 	for i := range v.buckets {
 		bk := &v.buckets[i]
 		var target int64

@@ -163,7 +163,7 @@ func TestLiveRandom(t *testing.T) {
 				require.GreaterOrEqual(t, est.Upper, truth, "vnode %d [%x, %x)", v, lo, hi)
 				require.LessOrEqual(t, float64(est.Lower), est.Rows)
 				require.GreaterOrEqual(t, float64(est.Upper), est.Rows)
-				require.LessOrEqual(t, est.Upper-est.Lower, 2*splitLimit(total, l.Table(table).Rows), "bounds wider than two buckets")
+				require.LessOrEqual(t, est.Upper-est.Lower, 2*splitLimit(total, l.Table(table).Rows, TableBucketBudget), "bounds wider than two buckets")
 			}
 			// Answered together, in lockstep, the queries get the same
 			// answers.
@@ -322,7 +322,7 @@ func TestLivePartition(t *testing.T) {
 				truth += m.count(v, lo, hi).Rows
 			}
 			require.Equal(t, truth, p.Rows, "%+v", p)
-			require.InDelta(t, ideal, float64(p.Rows), float64(2*splitLimit(4000, l.Table(table).Rows)), "n=%d %+v", n, p)
+			require.InDelta(t, ideal, float64(p.Rows), float64(2*splitLimit(4000, l.Table(table).Rows, TableBucketBudget)), "n=%d %+v", n, p)
 			sum += p.Rows
 		}
 		require.Equal(t, l.Table(table).Rows, sum)
@@ -932,4 +932,75 @@ func bucketAt(lower []byte, c LiveCounts) bucket {
 // gives (docs/design.md, "What the statistics hold in memory").
 func TestBucketSize(t *testing.T) {
 	require.EqualValues(t, 48, unsafe.Sizeof(bucket{}))
+}
+
+// TestLiveBucketBudget fills the same table, commit by commit, into a state
+// with the default bucket budget and into one with a small budget: the
+// small one keeps between budget and 4·budget + vnodes buckets, its
+// estimates' bounds still hold the truth and span at most two buckets of
+// its limit, and the default keeps more buckets than that.
+func TestLiveBucketBudget(t *testing.T) {
+	seed := testutil.Seed(t, "live-seed", *liveSeed)
+	r := rand.New(rand.NewPCG(seed, 11))
+	const table, vnodes, budget = 3, 16, 64
+	small, dflt := NewLiveState(), NewLiveState()
+	small.SetBucketBudget(budget)
+	small.AddTable(table, vnodes)
+	dflt.AddTable(table, vnodes)
+	m := liveModel{}
+	for range 40 {
+		ops := map[uint16]map[string]LiveCounts{}
+		for range 500 {
+			v := uint16(r.IntN(vnodes))
+			pk := livePK(r.IntN(1 << 20))
+			if m[v] == nil {
+				m[v] = map[string]int64{}
+			}
+			if ops[v] == nil {
+				ops[v] = map[string]LiveCounts{}
+			}
+			if _, ok := m[v][string(pk)]; ok {
+				continue // inserts only
+			}
+			nb := int64(8 + r.IntN(50))
+			m[v][string(pk)] = nb
+			ops[v][string(pk)] = LiveCounts{Rows: 1, Bytes: nb}
+		}
+		for _, s := range []*LiveState{small, dflt} {
+			b := s.Begin()
+			for v, byPK := range ops {
+				for pk, d := range byPK {
+					require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: v, PK: []byte(pk), LiveCounts: d, Live: true}))
+				}
+			}
+			b.Normalize()
+			b.MetaEntries()
+			b.Publish()
+			for _, req := range b.Rescans() {
+				require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
+			}
+		}
+	}
+	l := small.Current()
+	rows := l.Table(table).Rows
+	limit := splitLimit(0, rows, budget)
+	for v := uint16(0); v < vnodes; v++ {
+		require.Equal(t, m.count(v, nil, nil), l.Vnode(table, v), "vnode %d", v)
+		for range 50 {
+			lo, hi := livePK(r.IntN(1<<20)), livePK(r.IntN(1<<20))
+			if bytes.Compare(lo, hi) > 0 {
+				lo, hi = hi, lo
+			}
+			truth := m.count(v, lo, hi).Rows
+			est := l.EstimateRows(table, v, lo, hi)
+			require.LessOrEqual(t, est.Lower, truth, "vnode %d [%x, %x)", v, lo, hi)
+			require.GreaterOrEqual(t, est.Upper, truth, "vnode %d [%x, %x)", v, lo, hi)
+			require.LessOrEqual(t, est.Upper-est.Lower, 2*limit, "bounds wider than two buckets")
+		}
+	}
+	n, n0 := l.bucketCount(), dflt.Current().bucketCount()
+	t.Logf("%d rows in %d vnodes: %d buckets with a budget of %d (limit %d rows), %d with the default", rows, vnodes, n, budget, limit, n0)
+	require.GreaterOrEqual(t, n, budget)
+	require.LessOrEqual(t, n, 4*budget+vnodes)
+	require.Greater(t, n0, 4*budget+vnodes, "the default budget must not bind here")
 }
