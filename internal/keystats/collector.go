@@ -37,8 +37,9 @@ package keystats
 //     max(minSampleBudget, entries so far / entriesPerSample), the global
 //     stride doubles and every vnode with a smaller stride is thinned to it,
 //     until the budget holds again. Large SSTs thus end with about one
-//     sample per entriesPerSample (32) entries, spread evenly over their
-//     vnodes, and at most 128 per vnode; small SSTs keep a finer grid.
+//     sample per entriesPerSample (128) entries, spread evenly over their
+//     vnodes, and at most maxVnodeSamples (64) per vnode; small SSTs keep
+//     a finer grid.
 //
 // Thinning to stride S walks a vnode's samples and keeps the first, then each
 // sample at least S entries after the last kept one. (Dropping every other
@@ -104,10 +105,20 @@ import (
 const CollectorName = "lsmstats.stats.v1"
 
 const (
-	// maxVnodeSamples bounds the samples per vnode and SST.
-	maxVnodeSamples = 128
+	// maxVnodeSamples bounds the samples per vnode and SST that the
+	// collector keeps. Until 2026-12-03 it was 128, which payloads may
+	// still hold: the decoder accepts up to maxPayloadVnodeSamples.
+	maxVnodeSamples = 64
+	// maxPayloadVnodeSamples is the most samples per vnode a payload may
+	// hold: what any version of the collector wrote.
+	maxPayloadVnodeSamples = 128
 	// entriesPerSample is the target density of samples in large SSTs.
-	entriesPerSample = 32
+	// Every open SST's payload is held twice, by the tracker's Version
+	// and by Pebble's reader of the SST (design.md, "What the statistics
+	// hold in memory"); 128 rather than 32 cut both by a quarter at 4M
+	// rows, and widens the bounds of CountRange in SSTs that span many
+	// vnodes, where this density, not maxVnodeSamples, binds.
+	entriesPerSample = 128
 	// minSampleBudget is the number of samples (beyond each vnode's first)
 	// every SST may hold regardless of its size.
 	minSampleBudget = 64

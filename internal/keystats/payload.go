@@ -59,7 +59,7 @@ package keystats
 // of its input: every count and length is checked against the bytes left,
 // the raw length of an s2 body against maxRatio times the block size
 // (before allocating), the samples of a vnode against
-// maxVnodeSamples, the pk bytes it materialises against maxPKBytesRatio
+// maxPayloadVnodeSamples, the pk bytes it materialises against maxPKBytesRatio
 // times the body; and the decoded values against the invariants the
 // collector guarantees (sorted tables, vnodes and pks; cumulative counters
 // that grow and stay below the vnode totals; no trailing bytes). Every
@@ -740,7 +740,7 @@ func (d *bodyDecoder) vnode(table uint32, vs *VnodeSummary, prev int64) error {
 	if d.r.err != nil {
 		return d.r.err
 	}
-	if (n == 0) != (c.Entries == 0) || uint64(n) > c.Prefixes || n > maxVnodeSamples {
+	if (n == 0) != (c.Entries == 0) || uint64(n) > c.Prefixes || n > maxPayloadVnodeSamples {
 		return corruptf("t%d/v%d: %d samples for %d prefixes", table, vs.Vnode, n, c.Prefixes)
 	}
 	if n == 0 {

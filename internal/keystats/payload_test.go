@@ -149,13 +149,23 @@ func TestPayloadCorrupt(t *testing.T) {
 	s.Tables[0].Vnodes[0].samples = packSamples(nil, samples)
 	requireCorrupt(t, s.Encode())
 	// Samples per vnode are bounded (so is the work of decoding shared pk
-	// prefixes: at most maxVnodeSamples copies per vnode).
+	// prefixes: at most maxPayloadVnodeSamples copies per vnode), but the
+	// bound is what earlier collectors wrote, not the current one's.
 	s = physCollect(t, physParseOps(t, "put 1 1 5 1"))
 	vs := &s.Tables[0].Vnodes[0]
 	vs.Counts.Puts, vs.Counts.Entries, vs.Counts.Prefixes = 1<<20, 1<<20, 1<<20
-	// More samples per vnode than the collector ever writes.
 	samples = nil
-	for i := range maxVnodeSamples + 1 {
+	for i := range maxPayloadVnodeSamples {
+		samples = append(samples, Sample{PK: physPK(uint64(i)), Puts: uint64(i), Prefixes: uint64(i)})
+	}
+	vs.samples = packSamples(nil, samples)
+	vs.LastPK = samples[len(samples)-1].PK
+	old, err := DecodeSummary((&FileSummary{Tables: []TableSummary{{Table: 1, Vnodes: []VnodeSummary{*vs}}}}).Encode())
+	require.NoError(t, err, "%d samples in a vnode, as collectors wrote before 2026-12-03", maxPayloadVnodeSamples)
+	require.Equal(t, maxPayloadVnodeSamples, old.Tables[0].Vnodes[0].NumSamples())
+	// More samples per vnode than any collector wrote.
+	samples = nil
+	for i := range maxPayloadVnodeSamples + 1 {
 		samples = append(samples, Sample{PK: physPK(uint64(i)), Puts: uint64(i), Prefixes: uint64(i)})
 	}
 	vs.samples = packSamples(nil, samples)

@@ -455,7 +455,7 @@ func exactCum(c cum) cumBounds {
 }
 
 // cumAt brackets the counts of vs's entries with pk < x. It walks the
-// packed samples (at most maxVnodeSamples) to the first one above x.
+// packed samples (at most maxPayloadVnodeSamples) to the first one above x.
 func cumAt(vs *VnodeSummary, x []byte) cumBounds {
 	it := vs.samples.iter()
 	var below, above Sample
