@@ -228,6 +228,7 @@ func TestBadFlags(t *testing.T) {
 		{"backfill", "--upstreams", "2", "--rows", "1,2,3", "--bars", "off"},
 		{"backfill", "--rows", "10,x", "--bars", "off"},
 		{"backfill", "--upstreams", "-1", "--bars", "off"},
+		{"backfill", "--stats-bucket-budget", "-5", "--bars", "off"},
 		{"backfill", "stray"},
 		{"stats"},
 		{"stats", "--dir", "x", "stray"},
