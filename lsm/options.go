@@ -51,14 +51,14 @@ type Options struct {
 	// StatsBucketBudget bounds each table's live statistics whatever its
 	// rows: a bucket (the exact live rows and bytes of a pk range of a
 	// vnode) may hold 1/StatsBucketBudget of its table's rows, so a table
-	// keeps from StatsBucketBudget to 4·StatsBucketBudget + vnodes buckets
-	// (3.5 times the budget measured at 4M rows); each costs about 64
-	// bytes plus its pk in memory and one metadata row. The budget binds when it is below the table's vnodes
-	// times stats.SplitDivisor (24,576 for 256 vnodes); above that the
-	// buckets follow the vnodes (at most about 1% of a vnode each). A
-	// smaller budget widens EstimateRows' bounds, which span the two
-	// buckets that hold a range's ends, and the progress estimate's.
-	// Zero means stats.TableBucketBudget (65,536).
+	// keeps fewer than 8·StatsBucketBudget + vnodes buckets whatever its
+	// rows, each about 64 bytes plus its pk in memory and one metadata
+	// row. The budget binds when it is below the table's vnodes times
+	// stats.SplitDivisor (24,576 for 256 vnodes); above that the buckets
+	// follow the vnodes (at most about 1% of a vnode each). A smaller
+	// budget widens EstimateRows' bounds, which span the two buckets that
+	// hold a range's ends, and the progress estimate's. Zero means
+	// stats.TableBucketBudget (65,536).
 	StatsBucketBudget int
 
 	// L0StopSublevels makes Commit wait for compactions while L0 has at least

@@ -477,6 +477,9 @@ type liveTable struct {
 	estimates bool
 	// budget is the table's bucket budget (see splitLimit).
 	budget int64
+	// coarsened is the table's share of the split limit, rows/budget, when
+	// Normalize last merged all its vnodes (see coarsen); 0 after a load.
+	coarsened int64
 }
 
 // splitLimit is the split limit of a vnode of this table holding
@@ -1244,10 +1247,9 @@ func NewLiveState() *LiveState {
 // SetBucketBudget sets the bucket budget of the tables added after it: a
 // bucket may hold 1/budget of its table's rows (when that is more than
 // 1/SplitDivisor of its vnode, that is when budget < vnodes·SplitDivisor),
-// so a table keeps at least budget buckets and, as neighbours holding
-// together less than half the limit merge, fewer than 4·budget + vnodes
-// (3.5·budget in a table of 4M rows: design.md, "What the statistics hold
-// in memory"). Buckets cost
+// so a table keeps fewer than 8·budget + vnodes buckets whatever its rows:
+// neighbours holding together less than half the limit merge, in every
+// vnode each time the table's rows/budget doubles (coarsen). Buckets cost
 // about 64 bytes plus their bound (a pk), so the budget bounds the table's
 // live statistics in memory and their metadata rows, whatever its size; a
 // smaller budget widens each range estimate's bounds, which span the two
@@ -1344,7 +1346,7 @@ func (b *LiveBatch) table(id uint32) (*liveTable, error) {
 	if !ok {
 		return nil, errors.Newf("lsmstats/stats: live delta for unknown table %d", id)
 	}
-	t := &liveTable{vnodes: slices.Clone(old.vnodes), total: old.total, estimates: old.estimates, budget: old.budget}
+	t := &liveTable{vnodes: slices.Clone(old.vnodes), total: old.total, estimates: old.estimates, budget: old.budget, coarsened: old.coarsened}
 	b.tables[id] = t
 	b.next.tables[id] = t
 	return t, nil
@@ -1615,6 +1617,7 @@ func compareBucketIDs(a, b bucketID) int {
 // (mergeCalibration), so that a vnode whose buckets merge as it grows (the
 // split limit follows its size) is not rescanned for them.
 func (b *LiveBatch) Normalize() {
+	b.coarsen()
 	for k, v := range b.vnodes {
 		limit := b.tables[k.table].splitLimit(v.total.Rows)
 		// Most commits merge nothing: find the first merge before copying.
@@ -1662,6 +1665,29 @@ func (b *LiveBatch) Normalize() {
 		}
 	}
 	b.splitAppends()
+}
+
+// coarsen adds to the batch every vnode of each table it touched whose
+// share of the split limit, rows/budget, has at least doubled since the
+// last time, so that Normalize merges them all under the limit. Normalize
+// merges only the vnodes a batch touched, and a vnode filled while its
+// table was small (an MV filled vnode by vnode) would otherwise keep
+// buckets sized for that table, beyond the budget. The passes are
+// logarithmic in the table's growth, each O(its buckets).
+func (b *LiveBatch) coarsen() {
+	for id, t := range b.tables {
+		share := splitLimit(0, t.total.Rows, t.budget)
+		if share < 2*max(t.coarsened, 1) {
+			continue
+		}
+		t.coarsened = share
+		for vi, v := range t.vnodes {
+			if v != nil {
+				// Cannot fail: the table and the vnode exist.
+				_, _ = b.vnode(id, uint16(vi))
+			}
+		}
+	}
 }
 
 // mergesLeft says that bucket bk merges into its left neighbour prev: it is

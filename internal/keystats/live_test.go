@@ -935,72 +935,86 @@ func TestBucketSize(t *testing.T) {
 }
 
 // TestLiveBucketBudget fills the same table, commit by commit, into a state
-// with the default bucket budget and into one with a small budget: the
-// small one keeps between budget and 4·budget + vnodes buckets, its
-// estimates' bounds still hold the truth and span at most two buckets of
-// its limit, and the default keeps more buckets than that.
+// with the default bucket budget and into one with a small budget, once
+// with every commit spread over all vnodes and once vnode after vnode (as
+// an MV fills): the small budget keeps fewer than 8·budget + vnodes
+// buckets, no two neighbours that its last coarsening would have merged,
+// estimates whose bounds hold the truth and span at most two buckets, and
+// fewer buckets than the default.
 func TestLiveBucketBudget(t *testing.T) {
 	seed := testutil.Seed(t, "live-seed", *liveSeed)
-	r := rand.New(rand.NewPCG(seed, 11))
-	const table, vnodes, budget = 3, 16, 64
-	small, dflt := NewLiveState(), NewLiveState()
-	small.SetBucketBudget(budget)
-	small.AddTable(table, vnodes)
-	dflt.AddTable(table, vnodes)
-	m := liveModel{}
-	for range 40 {
-		ops := map[uint16]map[string]LiveCounts{}
-		for range 500 {
-			v := uint16(r.IntN(vnodes))
-			pk := livePK(r.IntN(1 << 20))
-			if m[v] == nil {
-				m[v] = map[string]int64{}
+	for _, inOrder := range []bool{false, true} {
+		r := rand.New(rand.NewPCG(seed, 11))
+		const table, vnodes, budget, commits = 3, 64, 64, 64
+		small, dflt := NewLiveState(), NewLiveState()
+		small.SetBucketBudget(budget)
+		small.AddTable(table, vnodes)
+		dflt.AddTable(table, vnodes)
+		m := liveModel{}
+		for c := range commits {
+			ops := map[uint16]map[string]LiveCounts{}
+			for range 500 {
+				v := uint16(r.IntN(vnodes))
+				if inOrder {
+					v = uint16(c * vnodes / commits)
+				}
+				pk := livePK(r.IntN(1 << 20))
+				if m[v] == nil {
+					m[v] = map[string]int64{}
+				}
+				if ops[v] == nil {
+					ops[v] = map[string]LiveCounts{}
+				}
+				if _, ok := m[v][string(pk)]; ok {
+					continue // inserts only
+				}
+				nb := int64(8 + r.IntN(50))
+				m[v][string(pk)] = nb
+				ops[v][string(pk)] = LiveCounts{Rows: 1, Bytes: nb}
 			}
-			if ops[v] == nil {
-				ops[v] = map[string]LiveCounts{}
-			}
-			if _, ok := m[v][string(pk)]; ok {
-				continue // inserts only
-			}
-			nb := int64(8 + r.IntN(50))
-			m[v][string(pk)] = nb
-			ops[v][string(pk)] = LiveCounts{Rows: 1, Bytes: nb}
-		}
-		for _, s := range []*LiveState{small, dflt} {
-			b := s.Begin()
-			for v, byPK := range ops {
-				for pk, d := range byPK {
-					require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: v, PK: []byte(pk), LiveCounts: d, Live: true}))
+			for _, s := range []*LiveState{small, dflt} {
+				b := s.Begin()
+				for v, byPK := range ops {
+					for pk, d := range byPK {
+						require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: v, PK: []byte(pk), LiveCounts: d, Live: true}))
+					}
+				}
+				b.Normalize()
+				b.MetaEntries()
+				b.Publish()
+				for _, req := range b.Rescans() {
+					require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
 				}
 			}
-			b.Normalize()
-			b.MetaEntries()
-			b.Publish()
-			for _, req := range b.Rescans() {
-				require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
+		}
+		l := small.Current()
+		lt := l.table(table)
+		rows := lt.total.Rows
+		limit := splitLimit(0, rows, budget)
+		require.Positive(t, lt.coarsened, "in order %v: the table was never coarsened", inOrder)
+		for v := uint16(0); v < vnodes; v++ {
+			require.Equal(t, m.count(v, nil, nil), l.Vnode(table, v), "vnode %d", v)
+			bs := lt.vnode(v).buckets
+			for i := 1; i < len(bs); i++ {
+				require.False(t, mergesLeft(&bs[i-1], &bs[i], lt.coarsened), "in order %v: vnode %d buckets %d and %d (%d and %d rows) merge under the last coarsening's limit %d",
+					inOrder, v, i-1, i, bs[i-1].Rows, bs[i].Rows, lt.coarsened)
+			}
+			for range 20 {
+				lo, hi := livePK(r.IntN(1<<20)), livePK(r.IntN(1<<20))
+				if bytes.Compare(lo, hi) > 0 {
+					lo, hi = hi, lo
+				}
+				truth := m.count(v, lo, hi).Rows
+				est := l.EstimateRows(table, v, lo, hi)
+				require.LessOrEqual(t, est.Lower, truth, "vnode %d [%x, %x)", v, lo, hi)
+				require.GreaterOrEqual(t, est.Upper, truth, "vnode %d [%x, %x)", v, lo, hi)
+				require.LessOrEqual(t, est.Upper-est.Lower, 2*lt.splitLimit(l.Vnode(table, v).Rows), "bounds wider than two buckets")
 			}
 		}
+		n, n0 := l.bucketCount(), dflt.Current().bucketCount()
+		t.Logf("in order %v: %d rows in %d vnodes: %d buckets with a budget of %d (limit %d rows, last coarsened at %d), %d with the default",
+			inOrder, rows, vnodes, n, budget, limit, lt.coarsened, n0)
+		require.LessOrEqual(t, n, 8*budget+vnodes, "in order %v", inOrder)
+		require.Less(t, n, n0, "in order %v: the budget must bind here", inOrder)
 	}
-	l := small.Current()
-	rows := l.Table(table).Rows
-	limit := splitLimit(0, rows, budget)
-	for v := uint16(0); v < vnodes; v++ {
-		require.Equal(t, m.count(v, nil, nil), l.Vnode(table, v), "vnode %d", v)
-		for range 50 {
-			lo, hi := livePK(r.IntN(1<<20)), livePK(r.IntN(1<<20))
-			if bytes.Compare(lo, hi) > 0 {
-				lo, hi = hi, lo
-			}
-			truth := m.count(v, lo, hi).Rows
-			est := l.EstimateRows(table, v, lo, hi)
-			require.LessOrEqual(t, est.Lower, truth, "vnode %d [%x, %x)", v, lo, hi)
-			require.GreaterOrEqual(t, est.Upper, truth, "vnode %d [%x, %x)", v, lo, hi)
-			require.LessOrEqual(t, est.Upper-est.Lower, 2*limit, "bounds wider than two buckets")
-		}
-	}
-	n, n0 := l.bucketCount(), dflt.Current().bucketCount()
-	t.Logf("%d rows in %d vnodes: %d buckets with a budget of %d (limit %d rows), %d with the default", rows, vnodes, n, budget, limit, n0)
-	require.GreaterOrEqual(t, n, budget)
-	require.LessOrEqual(t, n, 4*budget+vnodes)
-	require.Greater(t, n0, 4*budget+vnodes, "the default budget must not bind here")
 }
