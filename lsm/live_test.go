@@ -88,10 +88,12 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 }
 
 // TestStatsBucketBudget: Options.StatsBucketBudget bounds a table's buckets
-// whatever its rows: a table of 8 vnodes filled over several commits keeps
-// between the budget and 4·budget + vnodes buckets, its estimates hold the
-// truth, Verify recounts every bucket exactly, and a store reopened with
-// the same budget keeps the same buckets.
+// whatever its rows: a table of 8 vnodes filled over several commits, each
+// spread over all vnodes, keeps between the budget and 4·budget + vnodes
+// buckets (tighter than the 8·budget + vnodes of any fill order: every
+// vnode is merged at every commit here), its estimates hold the truth,
+// Verify recounts every bucket exactly, and a store reopened with the same
+// budget keeps the same buckets.
 func TestStatsBucketBudget(t *testing.T) {
 	const budget, vnodes = 16, 8
 	dir := t.TempDir()

@@ -57,11 +57,10 @@ type Options struct {
 	// stats.SplitDivisor (24,576 for 256 vnodes); above that the buckets
 	// follow the vnodes (at most about 1% of a vnode each). A smaller
 	// budget widens EstimateRows' bounds, which span the two buckets that
-	// hold a range's ends, and the progress estimate's: keep a few buckets
-	// per vnode at least. The accuracy matrix's goals held with budgets of
-	// 256 and 1,024, and one cell missed them with 64 (a timeseries table
-	// of 256 vnodes, fewer buckets than vnodes). Zero means
-	// stats.TableBucketBudget (65,536).
+	// hold a range's ends, and the progress estimate's. The accuracy
+	// matrix's goals held with budgets of 256 and 1,024; with 64, whose
+	// limit exceeded a whole vnode's rows, one cell missed them
+	// (docs/design.md). Zero means stats.TableBucketBudget (65,536).
 	StatsBucketBudget int
 
 	// L0StopSublevels makes Commit wait for compactions while L0 has at least

@@ -712,12 +712,12 @@ func (s *Store) waitForMemtable() error {
 	}
 }
 
-// stallErr adds to a stall's error the failure of the last compaction, if
-// it failed: the cause, which errors.Is finds (an I/O error, a corrupt
+// stallErr wraps the failure of the last compaction, if it failed, with a
+// stall's error: the cause, which errors.Is finds (an I/O error, a corrupt
 // block).
 func (s *Store) stallErr(err error) error {
 	if p := s.compactErr.Load(); p != nil {
-		return errors.WithSecondaryError(errors.Wrapf(*p, "%v; the last compaction failed", err), err)
+		return errors.Wrapf(*p, "%v; the last compaction failed", err)
 	}
 	return err
 }
