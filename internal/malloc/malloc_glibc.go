@@ -22,6 +22,12 @@ __attribute__((constructor)) static void limit_arenas(void) {
 }
 
 static int limited(void) { return arenas_limited; }
+
+static void trim(void) {
+#if defined(__GLIBC__)
+	malloc_trim(0);
+#endif
+}
 */
 import "C"
 
@@ -30,3 +36,8 @@ const cgoEnabled = true
 // ArenasLimited reports whether the process started with glibc's malloc
 // limited to one arena by this package.
 func ArenasLimited() bool { return C.limited() == 1 }
+
+// Trim returns the memory free in malloc's arenas to the OS (glibc's
+// malloc_trim), so that the next allocations fault in fresh pages as a
+// new process's would.
+func Trim() { C.trim() }

@@ -7,3 +7,6 @@ const cgoEnabled = false
 // ArenasLimited is false without cgo or outside Linux: Pebble's manual
 // memory is then Go's, or the platform's allocator has no arenas to limit.
 func ArenasLimited() bool { return false }
+
+// Trim does nothing without cgo or outside Linux.
+func Trim() {}
