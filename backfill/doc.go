@@ -17,7 +17,15 @@
 // RisingWave reads (Interleaved: two to three times the cost per row on an
 // embedded store, where there is no remote latency for the interleaving
 // to hide). Every n-th barrier is a checkpoint: the
-// store commits the epoch, and everything above is durable together. A
+// store commits the epoch, and everything above is durable together.
+// Under Run, an actor reads the next barrier's snapshot rows as soon as it
+// has acknowledged a barrier (Barrier.ReadAhead), so its reads overlap the
+// job's commit instead of waiting for it: the next barrier reads at the
+// epoch just acknowledged, which the actor's replicated table already
+// holds whole, committed or not, and from the cursors it just set; the
+// upstream chunks that arrive in between belong to a later epoch. The rows
+// taken are those of a read at the barrier (TestReadAhead compares a Run
+// with a Step loop); only the vnodes' states wait for the barrier. A
 // restart resumes every vnode from its persisted state, with any number of
 // actors (rescale), and the MV ends equal to the upstream table (checked by
 // the tests after crashes, and by every benchmark run).
@@ -61,7 +69,8 @@
 //
 // Run and Step return ctx's error, within a chunk of work, when ctx is
 // cancelled in any phase of a step: between upstream ops (every 1024), in
-// the actors' snapshot reads (every output chunk), between phases and
+// the actors' snapshot reads (every chunk's worth of rows, read ahead or
+// not), between phases and
 // in JobConfig.Score (backfilltest.Truth looks between its oracle's
 // vnodes). A commit in progress is atomic and is not
 // interrupted: the cancellation is returned when it ends. No goroutine of

@@ -145,9 +145,9 @@ type Actor struct {
 	saved  [][]byte     // the persisted state row of each vnode, nil if none
 	index  map[uint32]int
 	buffer []RowOp
-	// chunk, arena and streams are readSnapshot's buffers, kept between
+	// plan, arena and streams are readPlan's buffers, kept between
 	// barriers.
-	chunk   []RowOp
+	plan    snapPlan
 	arena   []byte
 	streams []stream
 	snapAt  uint64 // snapshot reads are at this epoch (the previous barrier's)
@@ -260,7 +260,9 @@ func (a *Actor) Close() error {
 }
 
 // Run handles messages until in is closed or ctx is done. Each barrier is
-// acknowledged on acks after the actor sealed its writers at barrier.Prev.
+// acknowledged on acks after the actor sealed its writers at barrier.Prev;
+// then, if the barrier says ReadAhead, the actor reads the next barrier's
+// snapshot rows (readAhead) while the job commits.
 func (a *Actor) Run(ctx context.Context, in <-chan Message, acks chan<- Ack) error {
 	for {
 		select {
@@ -277,6 +279,9 @@ func (a *Actor) Run(ctx context.Context, in <-chan Message, acks chan<- Ack) err
 			case Barrier:
 				err = a.OnBarrier(ctx, m)
 				acks <- Ack{Actor: a.cfg.ID, Epoch: m.Prev, Err: err}
+				if err == nil && m.ReadAhead {
+					a.readAhead(ctx)
+				}
 			}
 			if err != nil {
 				return err
@@ -358,9 +363,80 @@ func (a *Actor) OnBarrier(ctx context.Context, b Barrier) error {
 	return err
 }
 
-// readSnapshot reads up to BarrierRows rows of the unfinished vnodes at the
-// previous barrier's epoch: one row of each in turn (Interleaved), or the
-// first vnode's to its end, then the next's (VnodeOrder).
+// readSnapshot takes up to BarrierRows rows of the unfinished vnodes at the
+// previous barrier's epoch (readPlan, or the plan read ahead after the last
+// barrier) and writes them into the MV: it moves each vnode's cursor to its
+// last row taken and marks the vnodes found exhausted finished.
+func (a *Actor) readSnapshot(ctx context.Context) error {
+	p := &a.plan
+	if !p.ready || p.at != a.snapAt {
+		if err := a.readPlan(ctx); err != nil {
+			return err
+		}
+	}
+	p.ready = false
+	for _, i := range p.visited {
+		a.dirty[i] = true
+	}
+	for k, op := range p.ops {
+		st := &a.vnodes[p.idx[k]]
+		st.Cursor = append(st.Cursor[:0], op.PK...)
+		st.RowCount++
+	}
+	for _, i := range p.finished {
+		a.vnodes[i].Finished = true
+	}
+	for rest := p.ops; len(rest) > 0; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := min(len(rest), a.cfg.ChunkSize)
+		if a.cfg.Limiter != nil {
+			if err := a.cfg.Limiter.WaitN(ctx, n); err != nil {
+				return err
+			}
+		}
+		if err := a.apply(rest[:n]); err != nil {
+			return err
+		}
+		rest = rest[n:]
+	}
+	return nil
+}
+
+// snapPlan is what one barrier takes from the snapshot: the rows in the
+// order the actor writes them (pk and row in the actor's arena), the index
+// in Actor.vnodes of each row's vnode, the vnodes the read visited and
+// those it found exhausted. A plan only reads: the vnodes' states change
+// when readSnapshot takes it, so the actor can read the next barrier's
+// plan ahead, while the job commits the checkpoint it just acknowledged.
+type snapPlan struct {
+	ready    bool
+	at       uint64 // the epoch read (Actor.snapAt)
+	ops      []RowOp
+	idx      []int
+	visited  []int
+	finished []int
+}
+
+// readAhead reads the next barrier's plan, after the actor acknowledged a
+// barrier of a job that goes on: the snapshot's epoch (the barrier's Prev)
+// and the vnodes' cursors are what the next barrier reads at, and the
+// upstream chunks that arrive in between belong to a later epoch, which the
+// snapshot does not see. A failed read is dropped; the next barrier reads
+// again and reports the error.
+func (a *Actor) readAhead(ctx context.Context) {
+	if a.Finished() {
+		return
+	}
+	if err := a.readPlan(ctx); err != nil {
+		a.plan.ready = false
+	}
+}
+
+// readPlan reads the plan of up to BarrierRows rows of the unfinished vnodes
+// at a.snapAt: one row of each in turn (Interleaved), or the first vnode's
+// to its end, then the next's (VnodeOrder).
 //
 // One snapshot iterator serves every vnode: it visits the vnodes in turn
 // and buffers the rows each will take this barrier (its share of the quota,
@@ -368,7 +444,10 @@ func (a *Actor) OnBarrier(ctx context.Context, b Barrier) error {
 // takes them from the buffers. The rows taken, their order and the vnodes
 // found finished are those of one iterator per vnode read in turn, at the
 // cost of at most one row read and not taken per vnode.
-func (a *Actor) readSnapshot(ctx context.Context) error {
+func (a *Actor) readPlan(ctx context.Context) error {
+	p := &a.plan
+	p.ready, p.at = false, a.snapAt
+	p.ops, p.idx, p.visited, p.finished = p.ops[:0], p.idx[:0], p.visited[:0], p.finished[:0]
 	// One snapshot and one iterator per upstream table, opened when a
 	// vnode of the table first needs them; with a fixed snapshot, one pin
 	// of its epoch for every table.
@@ -399,6 +478,9 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 	quota := a.cfg.BarrierRows
 	// fill buffers up to n rows of a stream's vnode after its last row.
 	fill := func(s *stream, n int) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		st := &a.vnodes[s.i]
 		after := s.last
 		if after == nil {
@@ -435,6 +517,11 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 		}
 		s.rows, s.next = s.rows[:0], 0
 		for len(s.rows) < n {
+			if len(s.rows)%a.cfg.ChunkSize == a.cfg.ChunkSize-1 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
 			if !it.Next() {
 				if err := it.Err(); err != nil {
 					return errors.Wrapf(err, "backfill actor %d: snapshot of vnode %d", a.cfg.ID, st.Vnode)
@@ -448,27 +535,7 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 		}
 		return nil
 	}
-	chunk := a.chunk[:0]
-	defer func() { a.chunk = chunk[:0] }()
-	flush := func() error {
-		if len(chunk) == 0 {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if a.cfg.Limiter != nil {
-			if err := a.cfg.Limiter.WaitN(ctx, len(chunk)); err != nil {
-				return err
-			}
-		}
-		if err := a.apply(chunk); err != nil {
-			return err
-		}
-		chunk = chunk[:0]
-		return nil
-	}
-	// take moves the next row of s into the chunk, reading up to n rows of
+	// take moves the next row of s into the plan, reading up to n rows of
 	// its vnode first if none is buffered; false: the vnode has no more
 	// rows, and is finished.
 	take := func(s *stream, n int) (bool, error) {
@@ -477,21 +544,18 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 				return false, err
 			}
 		}
-		st := &a.vnodes[s.i]
-		a.dirty[s.i] = true
+		if !s.visited {
+			s.visited = true
+			p.visited = append(p.visited, s.i)
+		}
 		if s.next == len(s.rows) {
-			st.Finished = true
+			p.finished = append(p.finished, s.i)
 			return false, nil
 		}
-		op := s.rows[s.next]
+		p.ops = append(p.ops, s.rows[s.next])
+		p.idx = append(p.idx, s.i)
 		s.next++
-		st.Cursor = append(st.Cursor[:0], op.PK...)
-		st.RowCount++
-		chunk = append(chunk, op)
 		quota--
-		if len(chunk) == a.cfg.ChunkSize {
-			return true, flush()
-		}
 		return true, nil
 	}
 	if a.cfg.Order == VnodeOrder {
@@ -505,28 +569,29 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 				streams = streams[1:]
 			}
 		}
-		return flush()
-	}
-	for quota > 0 && len(streams) > 0 {
-		live := streams[:0]
-		share := quota/len(streams) + 2 // a round's worth for each, and one to see the end
-		for j := range streams {
-			s := &streams[j]
-			if quota == 0 {
-				live = append(live, *s)
-				continue
+	} else {
+		for quota > 0 && len(streams) > 0 {
+			live := streams[:0]
+			share := quota/len(streams) + 2 // a round's worth for each, and one to see the end
+			for j := range streams {
+				s := &streams[j]
+				if quota == 0 {
+					live = append(live, *s)
+					continue
+				}
+				more, err := take(s, share)
+				if err != nil {
+					return err
+				}
+				if more {
+					live = append(live, *s)
+				}
 			}
-			more, err := take(s, share)
-			if err != nil {
-				return err
-			}
-			if more {
-				live = append(live, *s)
-			}
+			streams = live
 		}
-		streams = live
 	}
-	return flush()
+	p.ready = true
+	return nil
 }
 
 // rowIter iterates the live rows of a vnode after a pk: a replicated
@@ -587,11 +652,12 @@ type stream struct {
 	next      int
 	last      []byte
 	exhausted bool
+	visited   bool
 }
 
 // copy copies b into the actor's arena, which lives until the next
-// readSnapshot: the rows buffered and chunked during one barrier cost no
-// allocation of their own (the MV writer copies them again).
+// readPlan: the rows of one barrier's plan cost no allocation of their own
+// (the MV writer copies them again when readSnapshot takes the plan).
 func (a *Actor) copy(b []byte) []byte {
 	if len(a.arena)+len(b) > cap(a.arena) {
 		// A new slab: the rows in the old one stay valid.

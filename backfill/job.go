@@ -238,8 +238,11 @@ type Job struct {
 	actors  []*Actor
 	metaRow []byte // the persisted meta row, nil if none
 
-	step     uint64 // committed source step
-	epoch    uint64 // the next epoch
+	step  uint64 // committed source step
+	epoch uint64 // the next epoch
+	// running is set during Run: its steps' barriers let the actors read
+	// the next barrier's rows ahead (Barrier.ReadAhead).
+	running  bool
 	barrier  uint64 // checkpoints since the job started
 	started  bool
 	finished bool
@@ -753,6 +756,8 @@ type Result struct {
 // TailSteps more steps ran, or when ctx is done.
 func (j *Job) Run(ctx context.Context) (Result, error) {
 	var res Result
+	j.running = true
+	defer func() { j.running = false }()
 	defer j.stopActors()
 	for !j.finished || j.tail < j.cfg.TailSteps {
 		if err := ctx.Err(); err != nil {
@@ -889,7 +894,7 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 		j.barriers++
 		checkpoint = j.barriers%j.cfg.CheckpointEvery == 0
 		j.onPhase("backfill")
-		if err := j.runActors(ops, Barrier{Prev: epoch, Curr: epoch + 1, Checkpoint: checkpoint}); err != nil {
+		if err := j.runActors(ops, Barrier{Prev: epoch, Curr: epoch + 1, Checkpoint: checkpoint, ReadAhead: j.running}); err != nil {
 			return Record{}, false, err
 		}
 		if checkpoint {

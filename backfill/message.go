@@ -64,9 +64,16 @@ type Chunk struct {
 // Barrier ends epoch Prev and starts epoch Curr. Data between two barriers
 // belongs to the first one's Curr. A checkpoint barrier's Prev is committed
 // once every part has handled it.
+//
+// ReadAhead lets an actor that ran the barrier read the next barrier's
+// snapshot rows as soon as it acknowledged this one, while the job commits
+// Prev: the job sets it when another barrier follows (Job.Run, not
+// Job.Step, whose actors stop after the step). The rows read and the
+// output are the same either way; only the time of the read changes.
 type Barrier struct {
 	Prev, Curr uint64
 	Checkpoint bool
+	ReadAhead  bool
 }
 
 func (Chunk) isMessage()   {}

@@ -1,0 +1,80 @@
+package backfill_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench/genjob"
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/stretchr/testify/require"
+)
+
+// TestReadAhead: a job run by Run, whose actors read each barrier's
+// snapshot rows ahead while the job commits the barrier before
+// (Barrier.ReadAhead), takes the same rows at every checkpoint as the same
+// job stepped by Step, whose actors read at the barrier: the same cursors,
+// row counts and finished vnodes in every record, the same truth, and an MV
+// equal to its upstream. The workloads change the upstream during the
+// backfill, so the rows read ahead come from the replicated table's
+// uncommitted overlay as well as from the store.
+func TestReadAhead(t *testing.T) {
+	for _, name := range []string{"update-churn", "delete-churn", "insert-during"} {
+		for _, order := range []backfill.SnapshotOrder{backfill.VnodeOrder, backfill.Interleaved} {
+			t.Run(fmt.Sprintf("%s/%s", name, order), func(t *testing.T) {
+				run := func(stepped bool) []backfill.Record {
+					p, err := workload.Preset(name, 3000, 16, 42)
+					require.NoError(t, err)
+					p.BatchRows = 500
+					p.DuringSteps = 12
+					g, err := workload.New(p)
+					require.NoError(t, err)
+					s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+					require.NoError(t, err)
+					defer s.Close()
+					j, err := backfill.OpenJob(backfill.JobConfig{
+						Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4, KeepRecords: true,
+						Actors: 3, ChunkSize: 16, BarrierRows: 60, SnapshotOrder: order,
+						Source: genjob.Source{G: g},
+						Score:  backfilltest.Oracles(genjob.Oracle{G: g}),
+					})
+					require.NoError(t, err)
+					defer j.Close()
+					var recs []backfill.Record
+					if stepped {
+						for {
+							rec, ok, err := j.Step(context.Background())
+							require.NoError(t, err)
+							if ok {
+								recs = append(recs, rec)
+								if rec.Finished {
+									break
+								}
+							}
+						}
+					} else {
+						res, err := j.Run(context.Background())
+						require.NoError(t, err)
+						require.True(t, res.Finished)
+						recs = res.Records
+					}
+					require.NoError(t, j.Compare())
+					return recs
+				}
+				ahead, stepped := run(false), run(true)
+				require.Greater(t, len(stepped), 10, "checkpoints")
+				require.GreaterOrEqual(t, len(ahead), len(stepped))
+				for i, want := range stepped {
+					got := ahead[i]
+					require.Equal(t, want.Epoch, got.Epoch, "record %d", i)
+					require.Equal(t, want.Vnodes, got.Vnodes, "record %d (epoch %d): vnode states", i, want.Epoch)
+					require.Equal(t, want.Truth, got.Truth, "record %d (epoch %d): truth", i, want.Epoch)
+				}
+			})
+		}
+	}
+}
