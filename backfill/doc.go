@@ -18,15 +18,16 @@
 // embedded store, where there is no remote latency for the interleaving
 // to hide). Every n-th barrier is a checkpoint: the
 // store commits the epoch, and everything above is durable together.
-// Under Run, an actor reads the next barrier's snapshot rows as soon as it
-// has acknowledged a barrier (Barrier.ReadAhead), so its reads overlap the
-// job's commit instead of waiting for it: the next barrier reads at the
-// epoch just acknowledged, which the actor's replicated table already
-// holds whole, committed or not, and from the cursors it just set; the
-// upstream chunks that arrive in between belong to a later epoch. The rows
-// taken are those of a read at the barrier (TestReadAhead compares a Run
-// with a Step loop); only the vnodes' states wait for the barrier. A
-// restart resumes every vnode from its persisted state, with any number of
+// Under Run, an actor reads the next barrier's snapshot rows, and writes
+// them into the MV, as soon as it has acknowledged a barrier
+// (Barrier.ReadAhead), so that this work overlaps the job's commit instead
+// of waiting for it: the next barrier reads at the epoch just acknowledged,
+// which the actor's replicated table already holds whole, committed or
+// not, and from the cursors just set; the upstream chunks that arrive in
+// between belong to a later epoch, and their forwarded ops still follow the
+// snapshot rows in the MV's epoch. The output is that of a read at the
+// barrier (TestReadAhead compares a Run with a Step loop); only the
+// vnodes' states wait for the barrier. A restart resumes every vnode from its persisted state, with any number of
 // actors (rescale), and the MV ends equal to the upstream table (checked by
 // the tests after crashes, and by every benchmark run).
 //

@@ -150,9 +150,11 @@ type Actor struct {
 	plan    snapPlan
 	arena   []byte
 	streams []stream
-	snapAt  uint64 // snapshot reads are at this epoch (the previous barrier's)
-	curr    uint64 // the epoch being written
-	started bool   // the first barrier arrived
+	// aheadErr is readAhead's failed write, which the next barrier returns.
+	aheadErr error
+	snapAt   uint64 // snapshot reads are at this epoch (the previous barrier's)
+	curr     uint64 // the epoch being written
+	started  bool   // the first barrier arrived
 	// stateBytes counts the state rows written (pk + row bytes), and
 	// statsOnlyBytes what they would have been without row counts (the
 	// stats approach's state).
@@ -365,16 +367,26 @@ func (a *Actor) OnBarrier(ctx context.Context, b Barrier) error {
 
 // readSnapshot takes up to BarrierRows rows of the unfinished vnodes at the
 // previous barrier's epoch (readPlan, or the plan read ahead after the last
-// barrier) and writes them into the MV: it moves each vnode's cursor to its
-// last row taken and marks the vnodes found exhausted finished.
+// barrier), writes them into the MV (writePlan, unless read ahead) and
+// moves each vnode's cursor to its last row taken, marking the vnodes found
+// exhausted finished.
 func (a *Actor) readSnapshot(ctx context.Context) error {
 	p := &a.plan
+	if err := a.aheadErr; err != nil {
+		a.aheadErr = nil
+		return err
+	}
 	if !p.ready || p.at != a.snapAt {
 		if err := a.readPlan(ctx); err != nil {
 			return err
 		}
 	}
-	p.ready = false
+	if !p.written {
+		if err := a.writePlan(ctx); err != nil {
+			return err
+		}
+	}
+	p.ready, p.written = false, false
 	for _, i := range p.visited {
 		a.dirty[i] = true
 	}
@@ -386,6 +398,13 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 	for _, i := range p.finished {
 		a.vnodes[i].Finished = true
 	}
+	return nil
+}
+
+// writePlan writes the plan's rows into the MV at the current epoch, in
+// chunks of ChunkSize under the rate limiter.
+func (a *Actor) writePlan(ctx context.Context) error {
+	p := &a.plan
 	for rest := p.ops; len(rest) > 0; {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -401,36 +420,50 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 		}
 		rest = rest[n:]
 	}
+	p.written = true
 	return nil
 }
 
 // snapPlan is what one barrier takes from the snapshot: the rows in the
 // order the actor writes them (pk and row in the actor's arena), the index
 // in Actor.vnodes of each row's vnode, the vnodes the read visited and
-// those it found exhausted. A plan only reads: the vnodes' states change
-// when readSnapshot takes it, so the actor can read the next barrier's
-// plan ahead, while the job commits the checkpoint it just acknowledged.
+// those it found exhausted. Reading a plan and writing its rows change no
+// vnode state: readSnapshot does that at the barrier. So the actor can
+// read and write the next barrier's plan ahead, while the job commits the
+// checkpoint it just acknowledged.
 type snapPlan struct {
-	ready    bool
-	at       uint64 // the epoch read (Actor.snapAt)
-	ops      []RowOp
-	idx      []int
-	visited  []int
-	finished []int
+	ready, written bool
+	at             uint64 // the epoch read (Actor.snapAt)
+	ops            []RowOp
+	idx            []int
+	visited        []int
+	finished       []int
 }
 
-// readAhead reads the next barrier's plan, after the actor acknowledged a
-// barrier of a job that goes on: the snapshot's epoch (the barrier's Prev)
-// and the vnodes' cursors are what the next barrier reads at, and the
-// upstream chunks that arrive in between belong to a later epoch, which the
-// snapshot does not see. A failed read is dropped; the next barrier reads
-// again and reports the error.
+// readAhead reads and writes the next barrier's plan, after the actor
+// acknowledged a barrier of a job that goes on.
+//
+// The read is the one the next barrier would make: at the epoch just
+// acknowledged (the next barrier's snapshot epoch), which the replicated
+// table holds whole, committed or not, and from the cursors just set; the
+// upstream chunks that arrive in between belong to a later epoch, which
+// the snapshot does not see. The write is the one the next barrier would
+// make too: the snapshot rows go into the MV at the current epoch before
+// that epoch's forwarded ops, as they do at the barrier (forward runs after
+// readSnapshot), and the writer keeps the last op of a pk in an epoch.
+//
+// A failed read is dropped, and the next barrier reads again. A failed
+// write leaves rows in the MV's epoch: the next barrier returns its error.
 func (a *Actor) readAhead(ctx context.Context) {
 	if a.Finished() {
 		return
 	}
 	if err := a.readPlan(ctx); err != nil {
 		a.plan.ready = false
+		return
+	}
+	if err := a.writePlan(ctx); err != nil {
+		a.aheadErr = err
 	}
 }
 
@@ -446,7 +479,7 @@ func (a *Actor) readAhead(ctx context.Context) {
 // cost of at most one row read and not taken per vnode.
 func (a *Actor) readPlan(ctx context.Context) error {
 	p := &a.plan
-	p.ready, p.at = false, a.snapAt
+	p.ready, p.written, p.at = false, false, a.snapAt
 	p.ops, p.idx, p.visited, p.finished = p.ops[:0], p.idx[:0], p.visited[:0], p.finished[:0]
 	// One snapshot and one iterator per upstream table, opened when a
 	// vnode of the table first needs them; with a fixed snapshot, one pin

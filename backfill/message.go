@@ -66,10 +66,11 @@ type Chunk struct {
 // once every part has handled it.
 //
 // ReadAhead lets an actor that ran the barrier read the next barrier's
-// snapshot rows as soon as it acknowledged this one, while the job commits
-// Prev: the job sets it when another barrier follows (Job.Run, not
-// Job.Step, whose actors stop after the step). The rows read and the
-// output are the same either way; only the time of the read changes.
+// snapshot rows, and write them into the MV, as soon as it acknowledged
+// this one, while the job commits Prev. The job sets it when another
+// barrier may follow (Job.Run; not Job.Step, whose actors stop after the
+// step). The output is the same either way; only the time of the work
+// changes.
 type Barrier struct {
 	Prev, Curr uint64
 	Checkpoint bool
