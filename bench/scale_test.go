@@ -66,13 +66,15 @@ var (
 //	load-ns/row, load-cpu-ns/row            each phase (the store's)
 //	solo-peak-rss-MB, solo-cache-MB,        a child process holding only
 //	solo-memtable-MB, solo-beyond-caches-MB, the store and the job
-//	solo-go-heap-MB, solo-go-live-MB        (solo_test.go; the uniform
-//	                                        workload only): its peak RSS,
-//	                                        the largest block cache and
+//	solo-go-heap-MB, solo-go-live-MB,       (solo_test.go; the uniform
+//	solo-malloc-in-use-MB,                  workload only): its peak RSS,
+//	solo-malloc-free-MB                     the largest block cache and
 //	                                        memtables Pebble reported, the
-//	                                        peak RSS beyond those two, and
-//	                                        the Go heap it kept from the OS
-//	                                        and held live at the end
+//	                                        peak RSS beyond those two, the
+//	                                        Go heap it kept from the OS and
+//	                                        held live at the end, and what
+//	                                        malloc held at the end, in use
+//	                                        and free but kept
 //	solo-load-ns/row, solo-load-cpu-ns/row, the child's wall and CPU per
 //	solo-backfill-ns/row,                   row of the load and of the
 //	solo-backfill-cpu-ns/row                backfill, without the harness
@@ -327,6 +329,8 @@ func reportSolo(b *testing.B, rows int, name string, order backfill.SnapshotOrde
 	b.ReportMetric(r.Beyond()/1e6, "solo-beyond-caches-MB")
 	b.ReportMetric(r.HeapSys/1e6, "solo-go-heap-MB")
 	b.ReportMetric(r.HeapLive/1e6, "solo-go-live-MB")
+	b.ReportMetric(r.MallocInUse/1e6, "solo-malloc-in-use-MB")
+	b.ReportMetric(r.MallocFree/1e6, "solo-malloc-free-MB")
 	perRow := func(sec float64) float64 { return sec * 1e9 / float64(rows) }
 	b.ReportMetric(perRow(r.Load), "solo-load-ns/row")
 	b.ReportMetric(perRow(r.LoadCPU), "solo-load-cpu-ns/row")

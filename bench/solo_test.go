@@ -53,8 +53,9 @@ import (
 //  5. prints one JSON line (soloResult): its peak RSS (VmHWM), the largest
 //     block cache and memtables Pebble reported (every 16th checkpoint and
 //     at the end), its Go heap (what the runtime kept from the OS, and what
-//     was live at the end) and the wall and CPU times of the load and of
-//     the backfill (from opening the job to its end).
+//     was live at the end), what malloc held at the end (in use, and free
+//     but kept) and the wall and CPU times of the load and of the backfill
+//     (from opening the job to its end).
 //
 // The per-row times are the store's own, without the harness: in
 // BenchmarkScale's process the workload model is live heap that every
@@ -82,6 +83,12 @@ type soloResult struct {
 	BackfillCPU float64 `json:"backfill_cpu_s"`
 	// ArenasLimited says glibc's malloc had one arena (package malloc).
 	ArenasLimited bool `json:"arenas_limited"`
+	// MallocInUse and MallocFree are what malloc held at the end, after
+	// the comparison (malloc.ReadStats; 0 where it cannot say): the live
+	// C allocations (Pebble's block cache and memtables, the cache's
+	// entries, its other manual memory) and the free memory it kept.
+	MallocInUse float64 `json:"malloc_in_use"`
+	MallocFree  float64 `json:"malloc_free"`
 }
 
 // Beyond is the peak RSS beyond the block cache and the memtables.
@@ -270,6 +277,9 @@ func solo(spec soloSpec) (res soloResult, err error) {
 		return res, err
 	}
 	sample()
+	if st, ok := malloc.ReadStats(); ok {
+		res.MallocInUse, res.MallocFree = float64(st.InUse), float64(st.Free)
+	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	res.HeapSys = float64(ms.HeapSys - ms.HeapReleased)

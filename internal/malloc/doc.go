@@ -39,3 +39,10 @@
 // MALLOC_ARENA_MAX=1 (README.md, "Memory"). Without cgo or off Linux the
 // package does nothing, and ArenasLimited says so.
 package malloc
+
+// Stats is what malloc holds: InUse the bytes of live allocations (those
+// it mapped on their own included), Free the free bytes it keeps in its
+// arenas, which the process holds but no allocation uses.
+type Stats struct {
+	InUse, Free uint64
+}

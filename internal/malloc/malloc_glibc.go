@@ -23,6 +23,17 @@ __attribute__((constructor)) static void limit_arenas(void) {
 
 static int limited(void) { return arenas_limited; }
 
+static void stats(size_t *in_use, size_t *free_held) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+	struct mallinfo2 m = mallinfo2();
+	*in_use = m.uordblks + m.hblkhd;
+	*free_held = m.fordblks;
+#else
+	*in_use = 0;
+	*free_held = 0;
+#endif
+}
+
 static void trim(void) {
 #if defined(__GLIBC__)
 	malloc_trim(0);
@@ -41,3 +52,14 @@ func ArenasLimited() bool { return C.limited() == 1 }
 // malloc_trim), so that the next allocations fault in fresh pages as a
 // new process's would.
 func Trim() { C.trim() }
+
+// ReadStats returns what glibc's malloc holds (mallinfo2); false where it
+// cannot say (a glibc older than 2.33).
+func ReadStats() (Stats, bool) {
+	var inUse, free C.size_t
+	C.stats(&inUse, &free)
+	if inUse == 0 && free == 0 {
+		return Stats{}, false
+	}
+	return Stats{InUse: uint64(inUse), Free: uint64(free)}, true
+}

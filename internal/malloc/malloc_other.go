@@ -10,3 +10,6 @@ func ArenasLimited() bool { return false }
 
 // Trim does nothing without cgo or outside Linux.
 func Trim() {}
+
+// ReadStats returns false without cgo or outside Linux.
+func ReadStats() (Stats, bool) { return Stats{}, false }

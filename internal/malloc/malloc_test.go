@@ -16,3 +16,24 @@ func TestArenasLimited(t *testing.T) {
 			got, runtime.GOOS, cgoEnabled, os.Getenv("MALLOC_ARENA_MAX"), want)
 	}
 }
+
+// TestReadStats: with cgo on Linux, malloc's figures are readable and
+// not zero (the runtime's cgo threads allocate), and Trim does not leave
+// more free memory held than there was.
+func TestReadStats(t *testing.T) {
+	st, ok := ReadStats()
+	if !cgoEnabled || runtime.GOOS != "linux" {
+		if ok {
+			t.Fatalf("ReadStats() = %+v, true without cgo on Linux", st)
+		}
+		return
+	}
+	if !ok || st.InUse == 0 {
+		t.Fatalf("ReadStats() = %+v, %v with cgo on Linux", st, ok)
+	}
+	Trim()
+	after, _ := ReadStats()
+	if after.Free > st.Free+1<<20 {
+		t.Fatalf("free memory held after Trim %d > %d before (+1 MiB)", after.Free, st.Free)
+	}
+}

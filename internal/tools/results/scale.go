@@ -97,7 +97,7 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 		return
 	}
 	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"interleaved order\" ran with `--snapshot-order interleaved`, the others in the default vnode order; the first × raw is against raw Pebble scanning in pk order, the second against raw Pebble reading the vnodes in turn; \"alone\" is a child process holding only a store and the job, on the uniform workload's rows (bench/solo_test.go: no workload model, glibc's malloc limited to one arena): its cost per row, and its peak RSS over the job and a read of both tables; ![plot](docs/scale.png)):\n\n")
-	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | alone: backfill, load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file: probe / whole run (listings) | a listing of the SSTs | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
+	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | alone: backfill, load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest (of which malloc's free memory) | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file: probe / whole run (listings) | a listing of the SSTs | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {
 		x := p.m
@@ -120,13 +120,18 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 }
 
 // solo is the solo child's memory (bench/solo_test.go): its peak RSS as the
-// sum of the block cache, the memtables and the rest.
+// sum of the block cache, the memtables and the rest, and of the rest, when
+// the run measured it, the free memory malloc kept at the end.
 func solo(x map[string]float64) string {
 	peak, ok := x["solo-peak-rss-MB"]
 	if !ok {
 		return "—"
 	}
-	return fmt.Sprintf("%.0f MB = %.0f + %.0f + %.0f", peak, x["solo-cache-MB"], x["solo-memtable-MB"], x["solo-beyond-caches-MB"])
+	v := fmt.Sprintf("%.0f MB = %.0f + %.0f + %.0f", peak, x["solo-cache-MB"], x["solo-memtable-MB"], x["solo-beyond-caches-MB"])
+	if free, ok := x["solo-malloc-free-MB"]; ok && free > 0 {
+		v += fmt.Sprintf(" (%.0f free in malloc)", free)
+	}
+	return v
 }
 
 // soloPerRow is the solo child's wall and CPU per row of the backfill and
