@@ -376,6 +376,11 @@ func (a *Actor) readSnapshot(ctx context.Context) error {
 		a.aheadErr = nil
 		return err
 	}
+	if p.written && p.at != a.snapAt {
+		// Rows written ahead for another epoch's read: a bug, never to be
+		// read again and written twice.
+		return errors.AssertionFailedf("backfill actor %d: rows written ahead at snapshot epoch %d, barrier reads at %d", a.cfg.ID, p.at, a.snapAt)
+	}
 	if !p.ready || p.at != a.snapAt {
 		if err := a.readPlan(ctx); err != nil {
 			return err
