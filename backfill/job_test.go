@@ -30,18 +30,31 @@ func (o bothOracles) Rows(epoch uint64, v uint16, cursor []byte) (int64, int64, 
 	return b1, t1, nil
 }
 
+// smallPreset returns a preset workload of 3,000 rows in 16 vnodes (seed
+// 42, 1,000 rows a step, 10 steps during the backfill), its generator and
+// an empty store, closed when the test ends: the small job of the tests
+// that run every preset or order. tweak, if given, changes the parameters
+// before the generator is made.
+func smallPreset(t *testing.T, name string, tweak ...func(*workload.Params)) (workload.Params, *workload.Generator, *lsm.Store) {
+	p, err := workload.Preset(name, 3000, 16, 42)
+	require.NoError(t, err)
+	p.BatchRows = 1000
+	p.DuringSteps = 10
+	for _, f := range tweak {
+		f(&p)
+	}
+	g, err := workload.New(p)
+	require.NoError(t, err)
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return p, g, s
+}
+
 func TestJobSmall(t *testing.T) {
 	for _, name := range workload.PresetNames() {
 		t.Run(name, func(t *testing.T) {
-			p, err := workload.Preset(name, 3000, 16, 42)
-			require.NoError(t, err)
-			p.BatchRows = 1000
-			p.DuringSteps = 10
-			g, err := workload.New(p)
-			require.NoError(t, err)
-			s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
-			require.NoError(t, err)
-			defer s.Close()
+			p, g, s := smallPreset(t, name)
 			j, err := backfill.OpenJob(backfill.JobConfig{
 				Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4, KeepRecords: true,
 				Actors: 2, ChunkSize: 32, BarrierRows: 100, CheckpointEvery: 2,

@@ -50,15 +50,7 @@ func orderViolation(states []backfill.VnodeState, vnodes, actors int) int {
 func TestVnodeOrder(t *testing.T) {
 	const vnodes, actors = 16, 3
 	run := func(t *testing.T, name string, order backfill.SnapshotOrder) []backfill.Record {
-		p, err := workload.Preset(name, 3000, vnodes, 42)
-		require.NoError(t, err)
-		p.BatchRows = 1000
-		p.DuringSteps = 10
-		g, err := workload.New(p)
-		require.NoError(t, err)
-		s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
-		require.NoError(t, err)
-		defer s.Close()
+		p, g, s := smallPreset(t, name)
 		j, err := backfill.OpenJob(backfill.JobConfig{
 			Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4, KeepRecords: true,
 			Actors: actors, ChunkSize: 32, BarrierRows: 100, SnapshotOrder: order,

@@ -9,8 +9,6 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
-	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,15 +25,8 @@ func TestReadAhead(t *testing.T) {
 		for _, order := range []backfill.SnapshotOrder{backfill.VnodeOrder, backfill.Interleaved} {
 			t.Run(fmt.Sprintf("%s/%s", name, order), func(t *testing.T) {
 				run := func(stepped bool) []backfill.Record {
-					p, err := workload.Preset(name, 3000, 16, 42)
-					require.NoError(t, err)
-					p.BatchRows = 500
-					p.DuringSteps = 12
-					g, err := workload.New(p)
-					require.NoError(t, err)
-					s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
-					require.NoError(t, err)
-					defer s.Close()
+					// Smaller steps, spread over more of the backfill.
+					p, g, s := smallPreset(t, name, func(p *workload.Params) { p.BatchRows, p.DuringSteps = 500, 12 })
 					j, err := backfill.OpenJob(backfill.JobConfig{
 						Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4, KeepRecords: true,
 						Actors: 3, ChunkSize: 16, BarrierRows: 60, SnapshotOrder: order,
