@@ -9,6 +9,8 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
 
@@ -67,5 +69,54 @@ func TestReadAhead(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestReadAheadJobKinds is TestReadAhead over the other job kinds: three
+// upstream tables of other pk shapes and vnode counts (one actor's plan
+// spans the tables), and a snapshot backfill of them (its actors read a
+// pinned epoch, then forward the log store's changes).
+func TestReadAheadJobKinds(t *testing.T) {
+	for _, mode := range []backfill.JobMode{backfill.ModeArrangement, backfill.ModeSnapshot} {
+		t.Run(mode.String(), func(t *testing.T) {
+			run := func(stepped bool) []backfill.Record {
+				s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+				require.NoError(t, err)
+				defer s.Close()
+				j, _, err := multiJobMode(s, snapshotParams(42, 0.1), backfill.JobConfig{Mode: mode, Actors: 2, BarrierRows: 80, KeepRecords: true})
+				require.NoError(t, err)
+				defer j.Close()
+				var recs []backfill.Record
+				if stepped {
+					for {
+						rec, ok, err := j.Step(context.Background())
+						require.NoError(t, err)
+						if ok {
+							recs = append(recs, rec)
+							if rec.Finished {
+								break
+							}
+						}
+					}
+				} else {
+					res, err := j.Run(context.Background())
+					require.NoError(t, err)
+					require.True(t, res.Finished)
+					recs = res.Records
+				}
+				require.NoError(t, j.Compare())
+				return recs
+			}
+			ahead, stepped := run(false), run(true)
+			require.Greater(t, len(stepped), 10, "checkpoints")
+			require.GreaterOrEqual(t, len(ahead), len(stepped))
+			for i, want := range stepped {
+				got := ahead[i]
+				require.Equal(t, want.Epoch, got.Epoch, "record %d", i)
+				require.Equal(t, want.Phase, got.Phase, "record %d (epoch %d): phase", i, want.Epoch)
+				require.Equal(t, want.Vnodes, got.Vnodes, "record %d (epoch %d): vnode states", i, want.Epoch)
+				require.Equal(t, want.Truth, got.Truth, "record %d (epoch %d): truth", i, want.Epoch)
+			}
+		})
 	}
 }
