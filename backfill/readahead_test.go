@@ -17,16 +17,15 @@ import (
 // TestReadAhead: a job run by Run, whose actors read each barrier's
 // snapshot rows ahead while the job commits the barrier before
 // (Barrier.ReadAhead), takes the same rows at every checkpoint as the same
-// job stepped by Step, whose actors read at the barrier: the same cursors,
-// row counts and finished vnodes in every record, the same truth, and an MV
-// equal to its upstream. The workloads change the upstream during the
-// backfill, so the rows read ahead come from the replicated table's
-// uncommitted overlay as well as from the store.
+// job stepped by Step, whose actors read at the barrier. The workloads
+// change the upstream during the backfill, so the rows read ahead come
+// from the replicated table's uncommitted overlay as well as from the
+// store.
 func TestReadAhead(t *testing.T) {
 	for _, name := range []string{"update-churn", "delete-churn", "insert-during"} {
 		for _, order := range []backfill.SnapshotOrder{backfill.VnodeOrder, backfill.Interleaved} {
 			t.Run(fmt.Sprintf("%s/%s", name, order), func(t *testing.T) {
-				run := func(stepped bool) []backfill.Record {
+				requireReadAheadSame(t, func(t *testing.T) *backfill.Job {
 					// Smaller steps, spread over more of the backfill.
 					p, g, s := smallPreset(t, name, func(p *workload.Params) { p.BatchRows, p.DuringSteps = 500, 12 })
 					j, err := backfill.OpenJob(backfill.JobConfig{
@@ -36,37 +35,8 @@ func TestReadAhead(t *testing.T) {
 						Score:  backfilltest.Oracles(genjob.Oracle{G: g}),
 					})
 					require.NoError(t, err)
-					defer j.Close()
-					var recs []backfill.Record
-					if stepped {
-						for {
-							rec, ok, err := j.Step(context.Background())
-							require.NoError(t, err)
-							if ok {
-								recs = append(recs, rec)
-								if rec.Finished {
-									break
-								}
-							}
-						}
-					} else {
-						res, err := j.Run(context.Background())
-						require.NoError(t, err)
-						require.True(t, res.Finished)
-						recs = res.Records
-					}
-					require.NoError(t, j.Compare())
-					return recs
-				}
-				ahead, stepped := run(false), run(true)
-				require.Greater(t, len(stepped), 10, "checkpoints")
-				require.GreaterOrEqual(t, len(ahead), len(stepped))
-				for i, want := range stepped {
-					got := ahead[i]
-					require.Equal(t, want.Epoch, got.Epoch, "record %d", i)
-					require.Equal(t, want.Vnodes, got.Vnodes, "record %d (epoch %d): vnode states", i, want.Epoch)
-					require.Equal(t, want.Truth, got.Truth, "record %d (epoch %d): truth", i, want.Epoch)
-				}
+					return j
+				})
 			})
 		}
 	}
@@ -79,44 +49,57 @@ func TestReadAhead(t *testing.T) {
 func TestReadAheadJobKinds(t *testing.T) {
 	for _, mode := range []backfill.JobMode{backfill.ModeArrangement, backfill.ModeSnapshot} {
 		t.Run(mode.String(), func(t *testing.T) {
-			run := func(stepped bool) []backfill.Record {
+			requireReadAheadSame(t, func(t *testing.T) *backfill.Job {
 				s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
 				require.NoError(t, err)
-				defer s.Close()
+				t.Cleanup(func() { _ = s.Close() })
 				j, _, err := multiJobMode(s, snapshotParams(42, 0.1), backfill.JobConfig{Mode: mode, Actors: 2, BarrierRows: 80, KeepRecords: true})
 				require.NoError(t, err)
-				defer j.Close()
-				var recs []backfill.Record
-				if stepped {
-					for {
-						rec, ok, err := j.Step(context.Background())
-						require.NoError(t, err)
-						if ok {
-							recs = append(recs, rec)
-							if rec.Finished {
-								break
-							}
-						}
-					}
-				} else {
-					res, err := j.Run(context.Background())
-					require.NoError(t, err)
-					require.True(t, res.Finished)
-					recs = res.Records
-				}
-				require.NoError(t, j.Compare())
-				return recs
-			}
-			ahead, stepped := run(false), run(true)
-			require.Greater(t, len(stepped), 10, "checkpoints")
-			require.GreaterOrEqual(t, len(ahead), len(stepped))
-			for i, want := range stepped {
-				got := ahead[i]
-				require.Equal(t, want.Epoch, got.Epoch, "record %d", i)
-				require.Equal(t, want.Phase, got.Phase, "record %d (epoch %d): phase", i, want.Epoch)
-				require.Equal(t, want.Vnodes, got.Vnodes, "record %d (epoch %d): vnode states", i, want.Epoch)
-				require.Equal(t, want.Truth, got.Truth, "record %d (epoch %d): truth", i, want.Epoch)
-			}
+				return j
+			})
 		})
+	}
+}
+
+// requireReadAheadSame runs the job open makes (on a store of its own,
+// KeepRecords set) twice: by Run, whose actors read ahead, and by a Step
+// loop, whose actors read at each barrier. Both must have the same phase,
+// vnode states (cursors, row counts, finished) and truth at every
+// checkpoint, and an MV equal to its upstream at the end.
+func requireReadAheadSame(t *testing.T, open func(t *testing.T) *backfill.Job) {
+	t.Helper()
+	run := func(stepped bool) []backfill.Record {
+		j := open(t)
+		defer j.Close()
+		var recs []backfill.Record
+		if stepped {
+			for {
+				rec, ok, err := j.Step(context.Background())
+				require.NoError(t, err)
+				if ok {
+					recs = append(recs, rec)
+					if rec.Finished {
+						break
+					}
+				}
+			}
+		} else {
+			res, err := j.Run(context.Background())
+			require.NoError(t, err)
+			require.True(t, res.Finished)
+			recs = res.Records
+		}
+		require.NoError(t, j.Compare())
+		return recs
+	}
+	ahead, stepped := run(false), run(true)
+	require.Greater(t, len(stepped), 10, "checkpoints")
+	require.GreaterOrEqual(t, len(ahead), len(stepped))
+	for i, want := range stepped {
+		got := ahead[i]
+		require.Equal(t, want.Epoch, got.Epoch, "record %d", i)
+		require.Equal(t, want.Phase, got.Phase, "record %d (epoch %d): phase", i, want.Epoch)
+		require.Equal(t, want.Vnodes, got.Vnodes, "record %d (epoch %d): vnode states", i, want.Epoch)
+		require.Equal(t, want.Truth, got.Truth, "record %d (epoch %d): truth", i, want.Epoch)
 	}
 }
