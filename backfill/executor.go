@@ -516,9 +516,6 @@ func (a *Actor) readPlan(ctx context.Context) error {
 	quota := a.cfg.BarrierRows
 	// fill buffers up to n rows of a stream's vnode after its last row.
 	fill := func(s *stream, n int) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		st := &a.vnodes[s.i]
 		after := s.last
 		if after == nil {
@@ -555,7 +552,8 @@ func (a *Actor) readPlan(ctx context.Context) error {
 		}
 		s.rows, s.next = s.rows[:0], 0
 		for len(s.rows) < n {
-			if len(s.rows)%a.cfg.ChunkSize == a.cfg.ChunkSize-1 {
+			if len(s.rows)%a.cfg.ChunkSize == 0 {
+				// Once a chunk's worth of rows, as the writes look.
 				if err := ctx.Err(); err != nil {
 					return err
 				}

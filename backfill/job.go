@@ -238,11 +238,8 @@ type Job struct {
 	actors  []*Actor
 	metaRow []byte // the persisted meta row, nil if none
 
-	step  uint64 // committed source step
-	epoch uint64 // the next epoch
-	// running is set during Run: its steps' barriers let the actors read
-	// the next barrier's rows ahead (Barrier.ReadAhead).
-	running  bool
+	step     uint64 // committed source step
+	epoch    uint64 // the next epoch
 	barrier  uint64 // checkpoints since the job started
 	started  bool
 	finished bool
@@ -756,14 +753,12 @@ type Result struct {
 // TailSteps more steps ran, or when ctx is done.
 func (j *Job) Run(ctx context.Context) (Result, error) {
 	var res Result
-	j.running = true
-	defer func() { j.running = false }()
 	defer j.stopActors()
 	for !j.finished || j.tail < j.cfg.TailSteps {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		rec, ok, err := j.runStep(ctx)
+		rec, ok, err := j.runStep(ctx, true)
 		if err != nil {
 			return res, err
 		}
@@ -792,7 +787,7 @@ func (j *Job) onPhase(p string) {
 // it ended in a checkpoint of the job, whose record is returned.
 func (j *Job) Step(ctx context.Context) (rec Record, ok bool, err error) {
 	defer j.stopActors()
-	return j.runStep(ctx)
+	return j.runStep(ctx, false)
 }
 
 // spawnActors starts one goroutine per actor.
@@ -833,12 +828,14 @@ func (j *Job) stopActors() {
 // upstream's ops (every cancelCheckOps), in the actors' snapshot reads
 // (every chunk), between phases and in JobConfig.Score. A commit
 // in progress is not interrupted (it is atomic): the cancellation is seen
-// when it returns. Whatever the phase, the error is ctx's own.
-func (j *Job) runStep(ctx context.Context) (Record, bool, error) {
+// when it returns. Whatever the phase, the error is ctx's own. readAhead
+// (Run's steps) lets the actors read the next barrier's rows while the
+// step commits (Barrier.ReadAhead).
+func (j *Job) runStep(ctx context.Context, readAhead bool) (Record, bool, error) {
 	if j.stopped != nil {
 		return Record{}, false, errors.Wrapf(ErrStopped, "%v", j.stopped)
 	}
-	rec, ok, err := j.step1(ctx)
+	rec, ok, err := j.step1(ctx, readAhead)
 	if err != nil && ctx.Err() != nil {
 		// The actors' acks wrap ctx's error with their ids; a cancelled
 		// step returns the cancellation itself.
@@ -860,7 +857,7 @@ var ErrStopped = errors.New("lsmstats/backfill: the job stopped in a step (faile
 // looks at its context.
 const cancelCheckOps = 1024
 
-func (j *Job) step1(ctx context.Context) (Record, bool, error) {
+func (j *Job) step1(ctx context.Context, readAhead bool) (Record, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return Record{}, false, err
 	}
@@ -894,7 +891,7 @@ func (j *Job) step1(ctx context.Context) (Record, bool, error) {
 		j.barriers++
 		checkpoint = j.barriers%j.cfg.CheckpointEvery == 0
 		j.onPhase("backfill")
-		if err := j.runActors(ops, Barrier{Prev: epoch, Curr: epoch + 1, Checkpoint: checkpoint, ReadAhead: j.running}); err != nil {
+		if err := j.runActors(ops, Barrier{Prev: epoch, Curr: epoch + 1, Checkpoint: checkpoint, ReadAhead: readAhead}); err != nil {
 			return Record{}, false, err
 		}
 		if checkpoint {
