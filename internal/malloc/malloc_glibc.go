@@ -5,6 +5,7 @@ package malloc
 /*
 #include <malloc.h>
 #include <stdlib.h>
+#include <string.h>
 
 // arenas_limited is set by limit_arenas, which the dynamic loader runs
 // before the Go runtime starts its threads: glibc fixes its arena limit
@@ -32,6 +33,23 @@ static void stats(size_t *in_use, size_t *free_held) {
 	*in_use = 0;
 	*free_held = 0;
 #endif
+}
+
+// hold_free leaves n blocks of size bytes, written, free in the arena,
+// each followed by a small block kept (leaked) so that free can neither
+// merge them nor return them by shrinking the heap's top: what a block
+// cache that evicted leaves behind.
+static void hold_free(int n, size_t size) {
+	void **p = malloc(sizeof(void *) * n);
+	for (int i = 0; i < n; i++) {
+		p[i] = malloc(size);
+		memset(p[i], 1, size);
+		memset(malloc(64), 1, 64);
+	}
+	for (int i = 0; i < n; i++) {
+		free(p[i]);
+	}
+	free(p);
 }
 
 static void trim(void) {
@@ -63,3 +81,7 @@ func ReadStats() (Stats, bool) {
 	}
 	return Stats{InUse: uint64(inUse), Free: uint64(free)}, true
 }
+
+// holdFree leaves n written blocks of size bytes free in malloc's arena,
+// which the process keeps until Trim (for the tests).
+func holdFree(n, size int) { C.hold_free(C.int(n), C.size_t(size)) }
