@@ -76,6 +76,11 @@ func TestPolicyFaults(t *testing.T) {
 		// during the round would take the fault meant for the round's
 		// work (an SST write), and Pebble retries a failed flush by itself.
 		require.NoError(t, lsminternal.DB(s).Flush(), c.name)
+		// The flush may start one of Pebble's own compactions (of the
+		// small metadata SSTs in L0, say), which would take the fault and
+		// retry by itself: let it end first.
+		require.Eventually(t, func() bool { return lsminternal.DB(s).Metrics().Compact.NumInProgress == 0 },
+			10*time.Second, 5*time.Millisecond, c.name)
 		sw.Set(c.inj)
 		had := sw.Counts.Total()
 		_, err := p.RunRound(context.Background())

@@ -80,6 +80,15 @@
 // the store against raw Pebble both ways (RunRaw, RunRawInterleaved in
 // package bench).
 //
+// Every SST, Pebble's flushes and compactions (Options.Experimental's
+// SpanPolicyFunc) and the store's own, ends where a table ends and where
+// one of the table's 16 vnode partitions ends (sstSpans, spans.go). A
+// memtable holds rows of several tables, the backfill's state and the
+// metadata of its checkpoints, and the MV rows of each actor's vnode
+// range: cut at those bounds, the MV pieces of a backfill in vnode order
+// overlap nothing and move down the levels unrewritten, as raw Pebble's
+// SSTs of a scan in key order do.
+//
 // # Epoch high-water mark
 //
 // Epochs only increase, across restarts too. A spill that writes data of an

@@ -259,6 +259,9 @@ func (o *Options) pebbleOptions() *pebble.Options {
 	// compacted 0 instead of 165 bytes per row and ran in 2.4–2.7 s instead
 	// of 3.1–3.7 s. Ordinary compactions still drop those tombstones.
 	popts.Experimental.TombstoneDenseCompactionThreshold = -1
+	// Flushes and compactions cut their SSTs where a table ends (Open adds
+	// the vnode partitions of the catalog's tables: sstSpans).
+	popts.Experimental.SpanPolicyFunc = (*sstSpans)(nil).policy
 	// An ingestion that overlaps the memtable (which holds only what was
 	// written through DB()) would be queued as a flushable, outside the LSM
 	// version until a flush: the statistics refresh at the end of Commit

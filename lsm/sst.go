@@ -31,11 +31,14 @@ type output struct {
 	target uint64
 	path   func() string
 	noSync bool
+	// spans says where an SST must end (nil: at tables only).
+	spans *sstSpans
 
 	paths  []string
 	files  []vfs.File // open files, synced and closed by finish
 	w      *sstable.Writer
 	prefix []byte // prefix of the last key written
+	end    []byte // the end of the current file's span (sstSpans.end)
 	n      int    // keys in the current file
 }
 
@@ -55,7 +58,8 @@ func (w *heldWritable) Finish() error { return w.bw.Flush() }
 func (w *heldWritable) Abort() {}
 
 func (s *Store) newOutput() *output {
-	return &output{fs: s.fs, opts: s.wopts, target: uint64(s.opts.TargetFileSize), path: func() string { return s.stagingPath("ingest") }}
+	return &output{fs: s.fs, opts: s.wopts, target: uint64(s.opts.TargetFileSize), spans: &s.spans,
+		path: func() string { return s.stagingPath("ingest") }}
 }
 
 func (o *output) open() error {
@@ -71,25 +75,26 @@ func (o *output) open() error {
 	return nil
 }
 
-// cut closes the current file when key starts another table (the
-// metadata table included), or a new prefix once the file is big enough.
-// One table per SST keeps each SST's bounds inside its table: checkpoint
-// SSTs of different tables never overlap in L0, a compaction of one table's
-// range rewrites no other table's data, and per-table value sizes apportion
-// exactly.
+// cut closes the current file when key lies past its span (another
+// table, the metadata table included, or another vnode partition:
+// sstSpans), or at a new prefix once the file is big enough. Spans keep
+// checkpoint SSTs of different tables and partitions from overlapping in
+// L0, a compaction of one table's range rewrites no other table's data,
+// and per-table value sizes apportion exactly.
 func (o *output) cut(key []byte) error {
 	if o.w != nil && o.n > 0 {
-		t1, _ := keys.TableOf(key)
-		t0, _ := keys.TableOf(o.prefix)
 		p := key[:keys.Split(key)]
-		if t1 != t0 || o.w.Raw().EstimatedSize() >= o.target && !bytes.Equal(p, o.prefix) {
+		if !within(key, o.end) || o.w.Raw().EstimatedSize() >= o.target && !bytes.Equal(p, o.prefix) {
 			if err := o.closeFile(); err != nil {
 				return err
 			}
 		}
 	}
 	if o.w == nil {
-		return o.open()
+		if err := o.open(); err != nil {
+			return err
+		}
+		o.end = o.spans.end(key)
 	}
 	return nil
 }

@@ -56,6 +56,9 @@ type Store struct {
 	db      *pebble.DB
 	popts   *pebble.Options
 	tracker *keystats.Tracker
+	// spans says where SSTs end, Pebble's and the store's: at tables and
+	// at the catalog's tables' vnode partitions.
+	spans sstSpans
 	// flushFailures counts the flushes that failed, and flushErr holds the
 	// last one's error (waitForMemtable, flushMemtable).
 	flushFailures atomic.Int64
@@ -213,6 +216,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 			s.compactErr.Store(&info.Err)
 		}
 	}
+	popts.Experimental.SpanPolicyFunc = s.spans.policy
 	popts.AddEventListener(el)
 	if o.EventListener != nil {
 		popts.AddEventListener(*o.EventListener)
@@ -451,6 +455,7 @@ func (s *Store) load() error {
 				continue
 			}
 			s.mu.catalog[id] = def
+			s.spans.add(id, def.VnodeCount)
 			s.mu.live.AddTable(id, def.VnodeCount)
 		case strings.HasPrefix(n, keys.LivePrefix) || strings.HasPrefix(n, keys.LiveEstimatesPrefix):
 			liveEntries = append(liveEntries, [2][]byte{append([]byte(nil), it.Key()...), append([]byte(nil), val...)})
@@ -810,6 +815,7 @@ func (s *Store) CreateTable(def TableDef) error {
 	}
 	s.mu.Lock()
 	s.mu.catalog[def.ID] = &def
+	s.spans.add(def.ID, def.VnodeCount)
 	s.mu.live.AddTable(def.ID, def.VnodeCount)
 	s.mu.Unlock()
 	return nil

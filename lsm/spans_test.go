@@ -1,0 +1,123 @@
+package lsm
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSSTSpans checks that Pebble's flushes and compactions cut their SSTs
+// where a table or one of its vnode partitions ends (sstSpans):
+// checkpoints of two tables committed as batches share memtables, and every
+// SST of the flushes and of a compaction of the whole key space holds keys
+// of one table's partition only. With every checkpoint ingested, the
+// store's own SSTs (output.cut) do the same.
+func TestSSTSpans(t *testing.T) {
+	t.Run("batches", func(t *testing.T) { testSSTSpans(t, 0) })
+	t.Run("ingested", func(t *testing.T) { testSSTSpans(t, -1) })
+}
+
+func testSSTSpans(t *testing.T, commitBatchBytes int64) {
+	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{W: io.Discard}, CommitBatchBytes: commitBatchBytes,
+		Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true }})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	var ws []*Writer
+	def := TableDef{VnodeCount: 32, PK: keys.Schema{keys.Uint64}}
+	for _, id := range []uint32{1, 2} {
+		def.ID = id
+		require.NoError(t, s.CreateTable(def))
+		w, err := s.NewWriter(id, nil, nil)
+		require.NoError(t, err)
+		ws = append(ws, w)
+	}
+	for e := uint64(1); e <= 3; e++ {
+		for i, w := range ws {
+			for k := range uint64(200) {
+				pk := keys.AppendUint64(nil, e*1000+k)
+				require.NoError(t, w.Insert(e, def.VnodeOf(pk), pk, fmt.Appendf(nil, "row %d of table %d", k, i+1)))
+			}
+			require.NoError(t, w.Seal(e))
+		}
+		require.NoError(t, s.Commit(e))
+	}
+	for _, w := range ws {
+		require.NoError(t, w.Close())
+	}
+
+	check := func(what string, minFiles int) {
+		levels, err := s.db.SSTables()
+		require.NoError(t, err)
+		files := 0
+		for level, tables := range levels {
+			for _, tbl := range tables {
+				files++
+				end := s.spans.end(tbl.Smallest.UserKey)
+				require.True(t, within(tbl.Largest.UserKey, end), "%s: L%d SST %d spans %x to %x, past %x",
+					what, level, tbl.FileNum, tbl.Smallest.UserKey, tbl.Largest.UserKey, end)
+			}
+		}
+		// 16 partitions of tables 1 and 2, and the metadata table.
+		require.GreaterOrEqual(t, files, minFiles, what)
+	}
+	require.NoError(t, s.db.Flush())
+	check("flush", 33)
+	require.NoError(t, s.db.Compact(t.Context(), []byte{0}, bytes.Repeat([]byte{0xff}, 8), true))
+	check("compaction", 33)
+}
+
+func TestSSTSpanEnds(t *testing.T) {
+	var p sstSpans
+	p.add(7, 256)
+	p.add(8, 100)
+	p.add(9, 4)
+	p.add(10, 1)
+	vnode := keys.AppendVnodeBound
+	table := func(id uint32) []byte { return keys.AppendTableBound(nil, id) }
+	for _, tc := range []struct {
+		spans      *sstSpans
+		start, end []byte
+	}{
+		// 256 vnodes: partitions of 16.
+		{&p, table(7), vnode(nil, 7, 16)},
+		{&p, vnode(nil, 7, 15), vnode(nil, 7, 16)},
+		{&p, vnode(nil, 7, 16), vnode(nil, 7, 32)},
+		{&p, keys.AppendVersioned(nil, 7, 200, keys.AppendUint64(nil, 1), keys.MakeVersion(1, 0), keys.KindPut), vnode(nil, 7, 208)},
+		{&p, vnode(nil, 7, 240), table(8)},
+		// 100 vnodes: partition k starts at ceil(100k/16).
+		{&p, vnode(nil, 8, 0), vnode(nil, 8, 7)},
+		{&p, vnode(nil, 8, 6), vnode(nil, 8, 7)},
+		{&p, vnode(nil, 8, 7), vnode(nil, 8, 13)},
+		{&p, vnode(nil, 8, 94), table(9)},
+		// A vnode out of the table's range, and a 5-byte key (its vnode
+		// padded: 0x0100).
+		{&p, vnode(nil, 8, 300), table(9)},
+		{&p, append(table(9), 0), vnode(nil, 9, 1)},
+		{&p, append(table(8), 1), table(9)},
+		// 4 vnodes: one each; 1 vnode: the table.
+		{&p, vnode(nil, 9, 2), vnode(nil, 9, 3)},
+		{&p, vnode(nil, 10, 0), table(11)},
+		// A table not in the catalog, and no catalog at all: the table.
+		{&p, vnode(nil, 11, 0), table(12)},
+		{nil, vnode(nil, 7, 3), table(8)},
+		{&p, keys.MetaKey([]byte("name")), nil},
+		// Keys shorter than a table id (not the store's) end at the
+		// table bound just above them.
+		{&p, nil, []byte{0, 0, 0, 0}},
+		{nil, []byte{9, 1}, []byte{9, 1, 0, 0}},
+	} {
+		_, end, err := tc.spans.policy(tc.start)
+		require.NoError(t, err)
+		require.Equal(t, tc.end, end, "start %x", tc.start)
+		require.True(t, within(tc.start, end), "start %x", tc.start)
+		if end != nil {
+			require.Negative(t, keys.Comparer.Compare(tc.start, end), "start %x", tc.start)
+		}
+	}
+}
