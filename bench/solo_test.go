@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
@@ -51,8 +54,9 @@ import (
 //     tables once more through the block cache: it fills to its capacity
 //     and evicts, the allocator's steady state;
 //  5. prints one JSON line (soloResult): its peak RSS (VmHWM), the largest
-//     block cache and memtables Pebble reported (every 16th checkpoint and
-//     at the end), its Go heap (what the runtime kept from the OS, and what
+//     block cache (its blocks, and its maps and entries, as Pebble's
+//     metrics count them) and memtables Pebble reported (every 16th
+//     checkpoint and at the end), its Go heap (what the runtime kept from the OS, and what
 //     was live at the end), what malloc held at the end (in use, and free
 //     but kept) and the wall and CPU times of the load and of the backfill
 //     (from opening the job to its end).
@@ -69,12 +73,15 @@ const soloEnv = "LSMSTATS_BENCH_SOLO"
 
 // soloResult is what a solo child measured, in bytes.
 type soloResult struct {
-	PeakRSS  float64 `json:"peak_rss"`
-	Cache    float64 `json:"cache"`
-	MemTable float64 `json:"memtable"`
-	HeapSys  float64 `json:"heap_sys"`
-	HeapLive float64 `json:"heap_live"`
-	Rows     uint64  `json:"rows"`
+	PeakRSS float64 `json:"peak_rss"`
+	// Cache is the block cache's memory as Pebble counts it: the cached
+	// blocks and the cache's own hash maps and entries (CacheMeta of it).
+	Cache     float64 `json:"cache"`
+	CacheMeta float64 `json:"cache_meta"`
+	MemTable  float64 `json:"memtable"`
+	HeapSys   float64 `json:"heap_sys"`
+	HeapLive  float64 `json:"heap_live"`
+	Rows      uint64  `json:"rows"`
 	// Load and Backfill are the phases' wall times, and LoadCPU and
 	// BackfillCPU their process CPU times, in seconds.
 	Load        float64 `json:"load_s"`
@@ -91,7 +98,8 @@ type soloResult struct {
 	MallocFree  float64 `json:"malloc_free"`
 }
 
-// Beyond is the peak RSS beyond the block cache and the memtables.
+// Beyond is the peak RSS beyond the block cache (with its maps and
+// entries) and the memtables.
 func (r soloResult) Beyond() float64 { return r.PeakRSS - r.Cache - r.MemTable }
 
 // soloSpec is what the parent asks of a child: rows=N,order=O,cache=B,dir=D
@@ -188,7 +196,10 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	db := lsminternal.DB(s)
 	sample := func() {
 		m := db.Metrics()
-		res.Cache = max(res.Cache, float64(m.BlockCache.Size))
+		meta := cacheMeta(m)
+		if c := float64(m.BlockCache.Size) + meta; c > res.Cache {
+			res.Cache, res.CacheMeta = c, meta
+		}
 		res.MemTable = max(res.MemTable, float64(m.MemTable.Size))
 	}
 
@@ -288,6 +299,31 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	return res, nil
 }
 
+// cacheMetaRE matches the cache's maps and entries in the "Cgo memory
+// usage" line of Pebble's metrics, the only place Pebble shows them.
+var cacheMetaRE = regexp.MustCompile(`block cache: [^(]*\(data: [^,]*, maps: ([0-9.]+)([KMGTPE]?B), entries: ([0-9.]+)([KMGTPE]?B)\)`)
+
+// cacheMeta returns the bytes of the block cache's hash maps and entries:
+// C memory Pebble allocates beside the cached blocks, about 150 bytes per
+// block, which BlockCache.Size leaves out. It is read from Metrics' text,
+// to two or three digits; 0 when the text has no such line.
+func cacheMeta(m *pebble.Metrics) float64 {
+	g := cacheMetaRE.FindStringSubmatch(m.String())
+	if g == nil {
+		return 0
+	}
+	return parseHumanBytes(g[1], g[2]) + parseHumanBytes(g[3], g[4])
+}
+
+// parseHumanBytes parses Pebble's humanized sizes: "66MB" is 66 MiB.
+func parseHumanBytes(num, unit string) float64 {
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0
+	}
+	return v * math.Pow(1024, float64(strings.Index("BKMGTPE", unit[:1])))
+}
+
 // quietSource is an upstream that changes nothing: the table was loaded
 // before the job.
 type quietSource struct{ step uint64 }
@@ -308,6 +344,8 @@ func TestSoloChild(t *testing.T) {
 	profile := filepath.Join(t.TempDir(), "backfill.pprof")
 	r := runSolo(t, 20000, backfill.Interleaved, profile)
 	require.Positive(t, r.Cache, "block cache")
+	require.Positive(t, r.CacheMeta, "the cache's maps and entries, from Pebble's metrics text")
+	require.Less(t, r.CacheMeta, r.Cache/2, "the cache's maps and entries")
 	require.Positive(t, r.MemTable, "memtables")
 	require.Greater(t, r.PeakRSS, r.Cache+r.MemTable/4, "peak RSS")
 	require.Positive(t, r.HeapLive)
