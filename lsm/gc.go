@@ -466,7 +466,14 @@ func (s *Store) CompactRange(ctx context.Context, table uint32, vnodeLo, vnodeHi
 	if err := s.flushUnflushed(); err != nil {
 		return errors.Wrapf(err, "lsmstats: compact vnodes [%d, %d) of table %d", vnodeLo, vnodeHi, table)
 	}
-	if err := s.db.Compact(ctx, lower, upper, true); err != nil {
+	// Not parallelized. Pebble (v2.1.7) splits a parallel manual
+	// compaction into one per in-use key range, and when one of them fails
+	// it drops the others from its queue, including one it may have picked
+	// and cached while its compaction slots were full; running that cached
+	// pick later panics in Pebble's goroutine ("did not find manual
+	// compaction with id"). SSTs cut at vnode partitions make many such
+	// ranges. One compaction per level has no sibling to drop.
+	if err := s.db.Compact(ctx, lower, upper, false); err != nil {
 		return closedErr(ctx, errors.Wrapf(err, "lsmstats: compact vnodes [%d, %d) of table %d", vnodeLo, vnodeHi, table))
 	}
 	s.gc.compactions.Add(1)
