@@ -28,6 +28,9 @@ func tune(o *lsm.Options) {
 	if v, ok := kv["cache"]; ok {
 		o.CacheSize = v << 20
 	}
+	if v, ok := kv["partition"]; ok {
+		o.PartitionBytes = v
+	}
 	if v, ok := kv["batch"]; ok {
 		o.CommitBatchBytes = v
 	}

@@ -114,6 +114,7 @@ func (s *Store) Commit(epoch uint64) error {
 	}
 	s.mu.Lock()
 	batch.Publish()
+	s.partitionLarge()
 	s.committed.Store(epoch)
 	s.pub.Store(&published{epoch: epoch, gen: s.pub.Load().gen + 1})
 	s.mu.hwm = hwm

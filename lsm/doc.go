@@ -81,13 +81,15 @@
 // package bench).
 //
 // Every SST, Pebble's flushes and compactions (Options.Experimental's
-// SpanPolicyFunc) and the store's own, ends where a table ends and where
-// one of the table's 16 vnode partitions ends (sstSpans, spans.go). A
-// memtable holds rows of several tables, the backfill's state and the
-// metadata of its checkpoints, and the MV rows of each actor's vnode
-// range: cut at those bounds, the MV pieces of a backfill in vnode order
-// overlap nothing and move down the levels unrewritten, as raw Pebble's
-// SSTs of a scan in key order do.
+// SpanPolicyFunc) and the store's own, ends where a table ends and, once
+// the table's live bytes reach Options.PartitionBytes, where one of its 16
+// vnode partitions ends (sstSpans, spans.go). A memtable holds rows of
+// several tables, the backfill's state and the metadata of its
+// checkpoints, and the MV rows of each actor's vnode range: cut at those
+// bounds, the MV pieces of a backfill in vnode order overlap nothing and
+// move down the levels unrewritten, as raw Pebble's SSTs of a scan in key
+// order do. Small tables are not partitioned: 64 of them would make each
+// flush about a thousand tiny SSTs (BenchmarkSmallTables).
 //
 // # Epoch high-water mark
 //

@@ -28,6 +28,17 @@ type Options struct {
 	// Zero means 16 MiB.
 	TargetFileSize int64
 
+	// PartitionBytes: once a table's live bytes (its live statistics)
+	// reach this, its SSTs, Pebble's flushes and compactions and the
+	// store's own, are cut at its 16 vnode partitions as well as at its
+	// ends, so that writes in vnode order (a backfill's actors) make SSTs
+	// that overlap nothing and move down the levels unrewritten. Smaller
+	// tables are cut at their ends only, so that many small tables do not
+	// make every flush hundreds of tiny files. Zero means 32 MiB, 2 MiB
+	// (Pebble's L0 target file size) a partition; negative never
+	// partitions. See sstSpans in spans.go.
+	PartitionBytes int64
+
 	// CommitBatchBytes: a checkpoint without spilled pieces whose buffers
 	// hold fewer bytes than this is committed as one synced Pebble batch,
 	// through the WAL and the memtable, so that many small checkpoints reach
@@ -140,6 +151,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if out.TargetFileSize <= 0 {
 		out.TargetFileSize = 16 << 20
+	}
+	if out.PartitionBytes == 0 {
+		out.PartitionBytes = 32 << 20
 	}
 	if out.L0StopSublevels == 0 {
 		out.L0StopSublevels = 48
@@ -260,7 +274,7 @@ func (o *Options) pebbleOptions() *pebble.Options {
 	// of 3.1–3.7 s. Ordinary compactions still drop those tombstones.
 	popts.Experimental.TombstoneDenseCompactionThreshold = -1
 	// Flushes and compactions cut their SSTs where a table ends (Open adds
-	// the vnode partitions of the catalog's tables: sstSpans).
+	// the vnode partitions of its large tables: sstSpans).
 	popts.Experimental.SpanPolicyFunc = (*sstSpans)(nil).policy
 	// An ingestion that overlaps the memtable (which holds only what was
 	// written through DB()) would be queued as a flushable, outside the LSM

@@ -42,19 +42,37 @@ const vnodePartitions = 16
 //
 // The price is more and smaller SSTs where a table's writes spread over
 // its vnodes (a load, an interleaved backfill): up to 16 per table per
-// flush where there was one, in the same sublevels.
+// flush where there was one, in the same sublevels. A small table gains
+// nothing for it (its compactions are small whatever they rewrite), and
+// many small tables would make a flush hundreds of tiny SSTs, each with
+// its file, sync, metadata and statistics payload. So a table is cut
+// into partitions only once its live bytes reach Options.PartitionBytes
+// (32 MiB by default, 2 MiB a partition; Store.partitionLarge), as Hummock
+// splits a table by vnode only when it is large or written fast. A table
+// stays partitioned while the store is open; Open decides afresh from the
+// live statistics.
 //
-// A nil *sstSpans knows no catalog and cuts at tables only. Tables
-// unknown to it (not in the catalog yet, or foreign keys) are cut at
-// their ends only.
+// A nil *sstSpans knows no catalog and cuts at tables only, and so are
+// tables not (or not yet) partitioned and foreign keys.
 type sstSpans struct {
-	// vnodes is each table's vnode count, copied on write: Pebble's
-	// compactions read it concurrently with CreateTable.
+	// vnodes is each partitioned table's vnode count, copied on write:
+	// Pebble's compactions read it concurrently with partition.
 	vnodes atomic.Pointer[map[uint32]int]
 }
 
-// add records a table's vnode count. Callers serialise adds (Store.mu).
-func (p *sstSpans) add(table uint32, vnodeCount int) {
+// partitioned reports whether a table's SSTs are cut at its partitions.
+func (p *sstSpans) partitioned(table uint32) bool {
+	m := p.vnodes.Load()
+	if m == nil {
+		return false
+	}
+	_, ok := (*m)[table]
+	return ok
+}
+
+// partition cuts a table's SSTs at its vnode partitions from now on.
+// Callers serialise partitions (Store.mu).
+func (p *sstSpans) partition(table uint32, vnodeCount int) {
 	m := map[uint32]int{}
 	if old := p.vnodes.Load(); old != nil {
 		m = maps.Clone(*old)

@@ -13,33 +13,53 @@ import (
 )
 
 // TestSSTSpans checks that Pebble's flushes and compactions cut their SSTs
-// where a table or one of its vnode partitions ends (sstSpans):
-// checkpoints of two tables committed as batches share memtables, and every
-// SST of the flushes and of a compaction of the whole key space holds keys
-// of one table's partition only. With every checkpoint ingested, the
-// store's own SSTs (output.cut) do the same.
+// where a table ends, and where one of its vnode partitions ends once the
+// table's live bytes reach PartitionBytes (sstSpans): checkpoints of a
+// large and a small table committed as batches share memtables; every SST
+// of the flushes and of a compaction of the whole key space holds keys of
+// one table only, the large table's of one partition only, and the small
+// table's span its partitions. With every checkpoint ingested, the store's
+// own SSTs (output.cut) do the same. A reopened store decides again from
+// its live statistics.
 func TestSSTSpans(t *testing.T) {
 	t.Run("batches", func(t *testing.T) { testSSTSpans(t, 0) })
 	t.Run("ingested", func(t *testing.T) { testSSTSpans(t, -1) })
 }
 
 func testSSTSpans(t *testing.T, commitBatchBytes int64) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{W: io.Discard}, CommitBatchBytes: commitBatchBytes,
-		Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true }})
+	dir := t.TempDir()
+	opts := &Options{Logger: quietlog.Logger{W: io.Discard}, CommitBatchBytes: commitBatchBytes, PartitionBytes: 16 << 10,
+		Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true }}
+	s, err := Open(dir, opts)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
+	const large, small = 1, 2
 	var ws []*Writer
 	def := TableDef{VnodeCount: 32, PK: keys.Schema{keys.Uint64}}
-	for _, id := range []uint32{1, 2} {
+	for _, id := range []uint32{large, small} {
 		def.ID = id
 		require.NoError(t, s.CreateTable(def))
 		w, err := s.NewWriter(id, nil, nil)
 		require.NoError(t, err)
 		ws = append(ws, w)
 	}
-	for e := uint64(1); e <= 3; e++ {
+	// Epoch 1 takes the large table past PartitionBytes with one row (an
+	// SST of one key lies in one partition, cut or not): the store
+	// partitions it when the checkpoint is published. The small table
+	// stays below: 1 + 3·20 rows of about 30 bytes.
+	pk := keys.AppendUint64(nil, 0)
+	require.NoError(t, ws[0].Insert(1, def.VnodeOf(pk), pk, bytes.Repeat([]byte{'x'}, 16<<10)))
+	require.NoError(t, ws[1].Insert(1, def.VnodeOf(pk), pk, []byte("first")))
+	for _, w := range ws {
+		require.NoError(t, w.Seal(1))
+	}
+	require.NoError(t, s.Commit(1))
+	require.True(t, s.spans.partitioned(large))
+	require.False(t, s.spans.partitioned(small))
+	for e := uint64(2); e <= 4; e++ {
 		for i, w := range ws {
-			for k := range uint64(200) {
+			rows := map[int]uint64{0: 200, 1: 20}[i]
+			for k := range rows {
 				pk := keys.AppendUint64(nil, e*1000+k)
 				require.NoError(t, w.Insert(e, def.VnodeOf(pk), pk, fmt.Appendf(nil, "row %d of table %d", k, i+1)))
 			}
@@ -50,34 +70,53 @@ func testSSTSpans(t *testing.T, commitBatchBytes int64) {
 	for _, w := range ws {
 		require.NoError(t, w.Close())
 	}
+	require.False(t, s.spans.partitioned(small), "small table: %d live bytes", s.mu.live.Current().Table(small).Bytes)
 
-	check := func(what string, minFiles int) {
+	// cut knows the small table's partitions, which the store does not use.
+	var cut sstSpans
+	cut.partition(small, def.VnodeCount)
+	check := func(s *Store, what string) {
 		levels, err := s.db.SSTables()
 		require.NoError(t, err)
-		files := 0
+		largeFiles, smallSpread := 0, false
 		for level, tables := range levels {
 			for _, tbl := range tables {
-				files++
 				end := s.spans.end(tbl.Smallest.UserKey)
 				require.True(t, within(tbl.Largest.UserKey, end), "%s: L%d SST %d spans %x to %x, past %x",
 					what, level, tbl.FileNum, tbl.Smallest.UserKey, tbl.Largest.UserKey, end)
+				id, _ := keys.TableOf(tbl.Smallest.UserKey)
+				switch id {
+				case large:
+					largeFiles++
+				case small:
+					// Not cut at partitions: an SST of the small table's
+					// 80 rows spans more than one.
+					smallSpread = smallSpread || !within(tbl.Largest.UserKey, cut.end(tbl.Smallest.UserKey))
+				}
 			}
 		}
-		// 16 partitions of tables 1 and 2, and the metadata table.
-		require.GreaterOrEqual(t, files, minFiles, what)
+		// The large table's 601 rows over its 16 partitions.
+		require.GreaterOrEqual(t, largeFiles, 16, what)
+		require.True(t, smallSpread, "%s: the small table's SSTs are cut at partitions", what)
 	}
 	require.NoError(t, s.db.Flush())
-	check("flush", 33)
+	check(s, "flush")
 	require.NoError(t, s.db.Compact(t.Context(), []byte{0}, bytes.Repeat([]byte{0xff}, 8), true))
-	check("compaction", 33)
+	check(s, "compaction")
+
+	require.NoError(t, s.Close())
+	s, err = Open(dir, opts)
+	require.NoError(t, err)
+	require.True(t, s.spans.partitioned(large), "after reopen")
+	require.False(t, s.spans.partitioned(small), "after reopen")
 }
 
 func TestSSTSpanEnds(t *testing.T) {
 	var p sstSpans
-	p.add(7, 256)
-	p.add(8, 100)
-	p.add(9, 4)
-	p.add(10, 1)
+	p.partition(7, 256)
+	p.partition(8, 100)
+	p.partition(9, 4)
+	p.partition(10, 1)
 	vnode := keys.AppendVnodeBound
 	table := func(id uint32) []byte { return keys.AppendTableBound(nil, id) }
 	for _, tc := range []struct {

@@ -57,7 +57,7 @@ type Store struct {
 	popts   *pebble.Options
 	tracker *keystats.Tracker
 	// spans says where SSTs end, Pebble's and the store's: at tables and
-	// at the catalog's tables' vnode partitions.
+	// at the vnode partitions of the tables partitionLarge picked.
 	spans sstSpans
 	// flushFailures counts the flushes that failed, and flushErr holds the
 	// last one's error (waitForMemtable, flushMemtable).
@@ -455,7 +455,6 @@ func (s *Store) load() error {
 				continue
 			}
 			s.mu.catalog[id] = def
-			s.spans.add(id, def.VnodeCount)
 			s.mu.live.AddTable(id, def.VnodeCount)
 		case strings.HasPrefix(n, keys.LivePrefix) || strings.HasPrefix(n, keys.LiveEstimatesPrefix):
 			liveEntries = append(liveEntries, [2][]byte{append([]byte(nil), it.Key()...), append([]byte(nil), val...)})
@@ -501,6 +500,7 @@ func (s *Store) load() error {
 		}
 	}
 	s.mu.live.FinishLoad()
+	s.partitionLarge()
 	for t, n := range leftOut {
 		if n > 0 {
 			s.popts.Logger.Errorf("lsmstats: %s: %d live-statistics rows of table %d left out with its catalog entry", s.dir, n, t)
@@ -815,10 +815,24 @@ func (s *Store) CreateTable(def TableDef) error {
 	}
 	s.mu.Lock()
 	s.mu.catalog[def.ID] = &def
-	s.spans.add(def.ID, def.VnodeCount)
 	s.mu.live.AddTable(def.ID, def.VnodeCount)
 	s.mu.Unlock()
 	return nil
+}
+
+// partitionLarge cuts the SSTs of every table whose live bytes have
+// reached Options.PartitionBytes at its vnode partitions from now on
+// (sstSpans). Callers hold s.mu, or have the store to themselves (Open).
+func (s *Store) partitionLarge() {
+	if s.opts.PartitionBytes < 0 {
+		return
+	}
+	live := s.mu.live.Current()
+	for id, def := range s.mu.catalog {
+		if def.VnodeCount > 1 && !s.spans.partitioned(id) && live.Table(id).Bytes >= s.opts.PartitionBytes {
+			s.spans.partition(id, def.VnodeCount)
+		}
+	}
 }
 
 // Table returns a table's definition.

@@ -74,7 +74,7 @@ func TestExitCodes(t *testing.T) {
 
 	corrupt := filepath.Join(root, "corrupt")
 	files := ddBuild(t, corrupt, 4, 500)
-	ddCorruptBlock(t, filepath.Join(corrupt, "db", sstOf(t, files, "L6 t1/v1/")), "data", 0)
+	ddCorruptBlock(t, filepath.Join(corrupt, "db", sstOf(t, files, "L0 t1/")), "data", 0)
 	_, errOut, code = runCmd(t, "verify", "--dir", corrupt)
 	check("corrupt verify", code, exitCorrupt, errOut, "lsmstats verify: the store is corrupt")
 	_, errOut, code = runCmd(t, "verify", "--dir", corrupt, "--recompute-live")
@@ -193,7 +193,7 @@ func interruptCLI(t *testing.T, args []string, after string, env []string) (int,
 }
 
 // sstOf returns the file name of the first SST of a ddBuild listing whose
-// line holds what (its level and first key, such as "L6 t1/v1/").
+// line holds what (its level and first key, such as "L0 t1/").
 func sstOf(t *testing.T, listing, what string) string {
 	for _, line := range strings.Split(listing, "\n") {
 		if num, rest, ok := strings.Cut(line, " "); ok && strings.HasPrefix(rest, what) {
