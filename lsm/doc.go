@@ -194,4 +194,13 @@
 // in Pebble's compaction goroutine), after which the store reopens at its
 // last checkpoint (TestSingleDelElisionPanic). faults_test.go and
 // faults_crash_test.go inject each of these with Pebble's errorfs.
+//
+// One Pebble panic the store does contain: a manual compaction
+// (CompactRange) cancelled by its caller or by Close after Pebble picked it
+// and cached the pick for a free compaction slot, which Pebble then runs
+// when a slot frees without a new LSM version — after a failed compaction —
+// and panics on ("did not find manual compaction with id"). The store runs
+// Pebble's compactions through its own scheduler (scheduler.go), whose
+// policy is Pebble's default and which drops that stale pick
+// (TestStaleManualPick).
 package lsm

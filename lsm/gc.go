@@ -472,7 +472,9 @@ func (s *Store) CompactRange(ctx context.Context, table uint32, vnodeLo, vnodeHi
 	// and cached while its compaction slots were full; running that cached
 	// pick later panics in Pebble's goroutine ("did not find manual
 	// compaction with id"). SSTs cut at vnode partitions make many such
-	// ranges. One compaction per level has no sibling to drop.
+	// ranges. One compaction per level has no sibling to drop. That pick
+	// cached and then cancelled (by ctx) is dropped by the store's
+	// compaction scheduler (scheduler.go).
 	if err := s.db.Compact(ctx, lower, upper, false); err != nil {
 		return closedErr(ctx, errors.Wrapf(err, "lsmstats: compact vnodes [%d, %d) of table %d", vnodeLo, vnodeHi, table))
 	}

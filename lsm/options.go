@@ -127,7 +127,9 @@ type Options struct {
 
 	// Pebble, if set, is called on the Pebble options after the store has set
 	// its own, to tune them further. It must not change the comparer or the
-	// block property collectors.
+	// block property collectors. A CompactionScheduler it sets replaces the
+	// store's, and with it the store's guard against a Pebble panic on a
+	// cancelled manual compaction (compactionScheduler).
 	Pebble func(*pebble.Options)
 
 	// OnPhase, if set, is called synchronously, from the goroutine doing the

@@ -224,6 +224,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if o.Pebble != nil {
 		o.Pebble(popts)
 	}
+	if popts.Experimental.CompactionScheduler == nil {
+		popts.Experimental.CompactionScheduler = newCompactionScheduler(popts.Logger)
+	}
 	// Pebble's default reaction to corrupt data is Logger.Fatalf, which ends
 	// the process: the read that met it returns the error anyway (naming
 	// the file and block), so the store logs and counts it instead.
