@@ -39,6 +39,20 @@ func (noopGrant) MeasureCPU(pebble.CompactionGoroutineKind)         {}
 func (noopGrant) CumulativeStats(pebble.CompactionGrantHandleStats) {}
 func (noopGrant) Done()                                             {}
 
+// openOverlappingL0 opens a Pebble DB with opts and flushes files L0
+// files, each holding the same 100 keys.
+func openOverlappingL0(t *testing.T, opts *pebble.Options, files int) *pebble.DB {
+	db, err := pebble.Open("db", opts)
+	require.NoError(t, err)
+	for round := range files {
+		for i := range 100 {
+			require.NoError(t, db.Set(fmt.Appendf(nil, "k%03d", i), fmt.Appendf(nil, "v%d", round), pebble.NoSync))
+		}
+		require.NoError(t, db.Flush())
+	}
+	return db
+}
+
 // cancelledManualPick opens a Pebble DB whose scheduler refuses every
 // compaction, gives it two overlapping L0 files, and cancels a manual
 // compaction of them after Pebble has picked it and cached the pick.
@@ -50,14 +64,7 @@ func cancelledManualPick(t *testing.T) (*pebble.DB, *gateScheduler) {
 		Logger:                      &recordingLogger{},
 	}
 	opts.Experimental.CompactionScheduler = gate
-	db, err := pebble.Open("db", opts)
-	require.NoError(t, err)
-	for round := range 2 {
-		for i := range 100 {
-			require.NoError(t, db.Set(fmt.Appendf(nil, "k%03d", i), fmt.Appendf(nil, "v%d", round), pebble.NoSync))
-		}
-		require.NoError(t, db.Flush())
-	}
+	db := openOverlappingL0(t, opts, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- db.Compact(ctx, []byte("k"), []byte("l"), false) }()
@@ -132,14 +139,7 @@ func TestCompactionScheduler(t *testing.T) {
 		Logger:                &recordingLogger{},
 	}
 	opts.Experimental.CompactionScheduler = newCompactionScheduler(&recordingLogger{})
-	db, err := pebble.Open("db", opts)
-	require.NoError(t, err)
-	for round := range 8 {
-		for i := range 100 {
-			require.NoError(t, db.Set(fmt.Appendf(nil, "k%03d", i), fmt.Appendf(nil, "v%d", round), pebble.NoSync))
-		}
-		require.NoError(t, db.Flush())
-	}
+	db := openOverlappingL0(t, opts, 8)
 	require.Eventually(t, func() bool {
 		m := db.Metrics()
 		return m.Levels[0].TablesCount < 2 && m.Compact.Count > 0
