@@ -12,8 +12,8 @@ import (
 // is Pebble's default one: run as many compactions as the DB allows without
 // permission (GetAllowedWithoutPermission), and when one ends, or every
 // 100 ms, or when Pebble says its allowance grew, start waiting ones up to
-// that number. It exists for one guard, staleManualPickGuard: Pebble's own
-// scheduler is built inside pebble.Open, so it cannot be wrapped.
+// that number. It exists for one guard, guardedDB: Pebble's own scheduler
+// is built inside pebble.Open, so it cannot be wrapped.
 //
 // The guard. Pebble v2.1.7 caches a compaction it picked while every slot
 // was taken, and runs that pick when a slot frees (Schedule). A manual
@@ -200,7 +200,6 @@ func (g guardedDB) Schedule(h pebble.CompactionGrantHandle) (started bool) {
 				panic(r)
 			}
 			g.logger.Infof("lsmstats: dropped a cancelled manual compaction that Pebble had picked: %v", err)
-			started = false
 		}
 	}()
 	return g.DBForCompaction.Schedule(h)

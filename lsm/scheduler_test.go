@@ -39,18 +39,15 @@ func (noopGrant) MeasureCPU(pebble.CompactionGoroutineKind)         {}
 func (noopGrant) CumulativeStats(pebble.CompactionGrantHandleStats) {}
 func (noopGrant) Done()                                             {}
 
-// openOverlappingL0 opens a Pebble DB with opts and flushes files L0
-// files, each holding the same 100 keys.
-func openOverlappingL0(t *testing.T, opts *pebble.Options, files int) *pebble.DB {
-	db, err := pebble.Open("db", opts)
-	require.NoError(t, err)
+// flushOverlapping flushes files L0 files into db, each holding the same
+// 100 keys.
+func flushOverlapping(t *testing.T, db *pebble.DB, files int) {
 	for round := range files {
 		for i := range 100 {
 			require.NoError(t, db.Set(fmt.Appendf(nil, "k%03d", i), fmt.Appendf(nil, "v%d", round), pebble.NoSync))
 		}
 		require.NoError(t, db.Flush())
 	}
-	return db
 }
 
 // cancelledManualPick opens a Pebble DB whose scheduler refuses every
@@ -64,7 +61,9 @@ func cancelledManualPick(t *testing.T) (*pebble.DB, *gateScheduler) {
 		Logger:                      &recordingLogger{},
 	}
 	opts.Experimental.CompactionScheduler = gate
-	db := openOverlappingL0(t, opts, 2)
+	db, err := pebble.Open("db", opts)
+	require.NoError(t, err)
+	flushOverlapping(t, db, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- db.Compact(ctx, []byte("k"), []byte("l"), false) }()
@@ -129,20 +128,31 @@ func TestStaleManualPick(t *testing.T) {
 }
 
 // TestCompactionScheduler runs Pebble's automatic compactions through the
-// store's scheduler: L0 past its threshold gets compacted without any call
-// but the writes, and Close stops the scheduler's goroutine (TestMain's
-// leak check).
+// store's scheduler with one compaction slot. While the test holds the
+// slot, L0 past its threshold waits (over several of the scheduler's
+// ticks); once the slot is Done, the scheduler grants the waiting
+// compaction itself, since Pebble asked once and now waits for it. Close
+// stops the scheduler's goroutine (TestMain's leak check).
 func TestCompactionScheduler(t *testing.T) {
+	sched := newCompactionScheduler(&recordingLogger{})
 	opts := &pebble.Options{
-		FS:                    vfs.NewMem(),
-		L0CompactionThreshold: 2,
-		Logger:                &recordingLogger{},
+		FS:                         vfs.NewMem(),
+		L0CompactionThreshold:      2,
+		CompactionConcurrencyRange: func() (int, int) { return 1, 1 },
+		Logger:                     &recordingLogger{},
 	}
-	opts.Experimental.CompactionScheduler = newCompactionScheduler(&recordingLogger{})
-	db := openOverlappingL0(t, opts, 8)
+	opts.Experimental.CompactionScheduler = sched
+	db, err := pebble.Open("db", opts)
+	require.NoError(t, err)
+	ok, held := sched.TrySchedule()
+	require.True(t, ok, "the one slot of an idle DB")
+	flushOverlapping(t, db, 8)
+	time.Sleep(5 * schedulerTick)
+	require.Zero(t, db.Metrics().Compact.Count, "a compaction ran while the only slot was held")
+	held.Done()
 	require.Eventually(t, func() bool {
 		m := db.Metrics()
 		return m.Levels[0].TablesCount < 2 && m.Compact.Count > 0
-	}, 10*time.Second, 10*time.Millisecond, "L0 was not compacted")
+	}, 10*time.Second, 10*time.Millisecond, "L0 was not compacted after the slot was freed")
 	require.NoError(t, db.Close())
 }
