@@ -42,6 +42,7 @@ var (
 	scaleSolo      = flag.Bool("scale-solo", true, "run the uniform workload's solo child too (solo_test.go): the memory of a process holding only the store and the job")
 	scaleSoloCache = flag.Int64("scale-solo-cache", 0, "block cache of the solo child, in bytes (0: the store's default, an eighth of the machine's memory)")
 	scaleSoloProf  = flag.String("scale-solo-profile", "", "directory for CPU profiles of the solo child's backfills (solo-<rows>-<order>.pprof; empty: none)")
+	scaleSoloRaw   = flag.Bool("scale-solo-raw", true, "run the raw-Pebble solo child beside the store's (solo_test.go): its memory and cost per row are the yardstick of the store's")
 	scaleSoloOnly  = flag.Bool("scale-solo-only", false, "run the solo child alone, without the in-process pipelines (its metrics merge into an earlier run's in make results)")
 )
 
@@ -78,6 +79,8 @@ var (
 //	solo-load-ns/row, solo-load-cpu-ns/row, the child's wall and CPU per
 //	solo-backfill-ns/row,                   row of the load and of the
 //	solo-backfill-cpu-ns/row                backfill, without the harness
+//	solo-raw-...                            the same of the raw-Pebble
+//	                                        child (-scale-solo-raw)
 //	peak-rss-MB, raw-peak-rss-MB,           peak RSS of the process during
 //	harness-MB, cache-MB                    each pipeline (both hold the
 //	                                        workload model, harness-MB of
@@ -321,21 +324,26 @@ func reportSolo(b *testing.B, rows int, name string, order backfill.SnapshotOrde
 	if *scaleSoloProf != "" {
 		profile = filepath.Join(*scaleSoloProf, fmt.Sprintf("solo-%s-%s.pprof", sizeName(rows), order))
 	}
-	r := runSolo(b, rows, order, profile)
-	b.Logf("rows=%d solo child: %+v", rows, r)
-	b.ReportMetric(r.PeakRSS/1e6, "solo-peak-rss-MB")
-	b.ReportMetric(r.Cache/1e6, "solo-cache-MB")
-	b.ReportMetric(r.MemTable/1e6, "solo-memtable-MB")
-	b.ReportMetric(r.Beyond()/1e6, "solo-beyond-caches-MB")
-	b.ReportMetric(r.HeapSys/1e6, "solo-go-heap-MB")
-	b.ReportMetric(r.HeapLive/1e6, "solo-go-live-MB")
-	b.ReportMetric(r.MallocInUse/1e6, "solo-malloc-in-use-MB")
-	b.ReportMetric(r.MallocFree/1e6, "solo-malloc-free-MB")
-	perRow := func(sec float64) float64 { return sec * 1e9 / float64(rows) }
-	b.ReportMetric(perRow(r.Load), "solo-load-ns/row")
-	b.ReportMetric(perRow(r.LoadCPU), "solo-load-cpu-ns/row")
-	b.ReportMetric(perRow(r.Backfill), "solo-backfill-ns/row")
-	b.ReportMetric(perRow(r.BackfillCPU), "solo-backfill-cpu-ns/row")
+	report := func(prefix string, r soloResult) {
+		b.Logf("rows=%d %s child: %+v", rows, strings.TrimSuffix(prefix, "-"), r)
+		b.ReportMetric(r.PeakRSS/1e6, prefix+"peak-rss-MB")
+		b.ReportMetric(r.Cache/1e6, prefix+"cache-MB")
+		b.ReportMetric(r.MemTable/1e6, prefix+"memtable-MB")
+		b.ReportMetric(r.Beyond()/1e6, prefix+"beyond-caches-MB")
+		b.ReportMetric(r.HeapSys/1e6, prefix+"go-heap-MB")
+		b.ReportMetric(r.HeapLive/1e6, prefix+"go-live-MB")
+		b.ReportMetric(r.MallocInUse/1e6, prefix+"malloc-in-use-MB")
+		b.ReportMetric(r.MallocFree/1e6, prefix+"malloc-free-MB")
+		perRow := func(sec float64) float64 { return sec * 1e9 / float64(rows) }
+		b.ReportMetric(perRow(r.Load), prefix+"load-ns/row")
+		b.ReportMetric(perRow(r.LoadCPU), prefix+"load-cpu-ns/row")
+		b.ReportMetric(perRow(r.Backfill), prefix+"backfill-ns/row")
+		b.ReportMetric(perRow(r.BackfillCPU), prefix+"backfill-cpu-ns/row")
+	}
+	report("solo-", runSolo(b, false, rows, order, profile))
+	if *scaleSoloRaw {
+		report("solo-raw-", runSolo(b, true, rows, order, ""))
+	}
 }
 
 // scaleProbe is what probeStore measured on a finished store.

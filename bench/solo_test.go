@@ -25,6 +25,7 @@ import (
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/malloc"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -69,6 +70,15 @@ import (
 // What it holds beyond the block cache and the memtables should not grow
 // with the table: that is the issue's "peak RSS flat in table size beyond
 // the configured caches and memtables".
+//
+// A raw child (raw=true) does the same on raw Pebble, in a database opened
+// with the store's Pebble options (the same cache and memtables): the
+// same load, one synced batch per 20,000 rows; the raw pipeline's scan
+// (raw.go), one synced batch per checkpoint's worth of rows (2 × 2,048),
+// in key order or interleaved as the store's child; and the raw
+// pipeline's comparison. Its memory beyond the caches, and its cost per
+// row, are the yardstick of the store's: what an LSM holding the same
+// rows needs anyway.
 const soloEnv = "LSMSTATS_BENCH_SOLO"
 
 // soloResult is what a solo child measured, in bytes.
@@ -109,6 +119,7 @@ func (r soloResult) Beyond() float64 { return r.PeakRSS - r.Cache - r.MemTable }
 //
 //	LSMSTATS_BENCH_SOLO=rows=1000000,order=vnode,cache=0,dir=/tmp/s,profile=/tmp/p ./bench.test
 type soloSpec struct {
+	raw     bool
 	rows    int
 	order   backfill.SnapshotOrder
 	cache   int64
@@ -120,6 +131,9 @@ func (s soloSpec) String() string {
 	v := fmt.Sprintf("rows=%d,order=%s,cache=%d,dir=%s", s.rows, s.order, s.cache, s.dir)
 	if s.profile != "" {
 		v += ",profile=" + s.profile
+	}
+	if s.raw {
+		v += ",raw=true"
 	}
 	return v
 }
@@ -140,6 +154,8 @@ func parseSoloSpec(v string) (soloSpec, error) {
 			s.dir = val
 		case "profile":
 			s.profile = val
+		case "raw":
+			s.raw, err = strconv.ParseBool(val)
 		default:
 			err = errors.Newf("unknown field %q", k)
 		}
@@ -153,11 +169,11 @@ func parseSoloSpec(v string) (soloSpec, error) {
 	return s, nil
 }
 
-// runSolo runs a solo child and returns what it measured.
-// profile, if not empty, is where the child writes a CPU profile of its
-// backfill.
-func runSolo(b testing.TB, rows int, order backfill.SnapshotOrder, profile string) soloResult {
-	spec := soloSpec{rows: rows, order: order, cache: *scaleSoloCache, dir: b.TempDir(), profile: profile}
+// runSolo runs a solo child (a raw-Pebble one if raw) and returns what it
+// measured. profile, if not empty, is where the child writes a CPU profile
+// of its backfill.
+func runSolo(b testing.TB, raw bool, rows int, order backfill.SnapshotOrder, profile string) soloResult {
+	spec := soloSpec{raw: raw, rows: rows, order: order, cache: *scaleSoloCache, dir: b.TempDir(), profile: profile}
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
 	cmd.Env = append(os.Environ(), soloEnv+"="+spec.String())
 	var stderr strings.Builder
@@ -174,8 +190,12 @@ func runSolo(b testing.TB, rows int, order backfill.SnapshotOrder, profile strin
 func soloChild(v string) int {
 	spec, err := parseSoloSpec(v)
 	if err == nil {
+		run := solo
+		if spec.raw {
+			run = soloRaw
+		}
 		var r soloResult
-		if r, err = solo(spec); err == nil {
+		if r, err = run(spec); err == nil {
 			err = json.NewEncoder(os.Stdout).Encode(r)
 		}
 	}
@@ -193,15 +213,7 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	}
 	defer func() { err = errors.CombineErrors(err, s.Close()) }()
 	res.ArenasLimited = malloc.ArenasLimited()
-	db := lsminternal.DB(s)
-	sample := func() {
-		m := db.Metrics()
-		meta := cacheMeta(m)
-		if c := float64(m.BlockCache.Size) + meta; c > res.Cache {
-			res.Cache, res.CacheMeta = c, meta
-		}
-		res.MemTable = max(res.MemTable, float64(m.MemTable.Size))
-	}
+	sample := func() { res.sample(lsminternal.DB(s)) }
 
 	// The uniform workload's table and pks (seed 7, as scaleConfig's).
 	const seed = 7
@@ -240,19 +252,11 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	res.Load, res.LoadCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
 	// The profile covers the backfill only: stopped right after it, or by
 	// the deferred call if the job fails first.
-	stopProfile := func() error { return nil }
-	if spec.profile != "" {
-		f, err := os.Create(spec.profile)
-		if err != nil {
-			return res, err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			_ = f.Close()
-			return res, err
-		}
-		stopProfile = sync.OnceValue(func() error { pprof.StopCPUProfile(); return f.Close() })
-		defer func() { err = errors.CombineErrors(err, stopProfile()) }()
+	stopProfile, err := startProfile(spec.profile)
+	if err != nil {
+		return res, err
 	}
+	defer func() { err = errors.CombineErrors(err, stopProfile()) }()
 	start, cpu = time.Now(), processCPU()
 	checkpoints := 0
 	j, err := backfill.OpenJob(backfill.JobConfig{
@@ -288,15 +292,122 @@ func solo(spec soloSpec) (res soloResult, err error) {
 		return res, err
 	}
 	sample()
+	res.finish()
+	return res, nil
+}
+
+// soloRaw is solo on raw Pebble (see soloEnv).
+func soloRaw(spec soloSpec) (res soloResult, err error) {
+	db, err := pebble.Open(spec.dir, lsminternal.PebbleOptions(&lsm.Options{Logger: quietlog.Logger{}, CacheSize: spec.cache}))
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.CombineErrors(err, db.Close()) }()
+	res.ArenasLimited = malloc.ArenasLimited()
+
+	const seed = 7
+	def := workload.Params{VnodeCount: 256}.TableDef(UpstreamTable)
+	const batch = 20000
+	row := make([]byte, 100)
+	var key []byte
+	r := &rawRun{db: db}
+	start, cpu := time.Now(), processCPU()
+	for lo := 0; lo < spec.rows; lo += batch {
+		r.epoch++
+		b := db.NewBatch()
+		for id := uint64(lo); id < uint64(min(lo+batch, spec.rows)); id++ {
+			binary.LittleEndian.PutUint64(row, id)
+			pk := workload.HashedPK(id, seed)
+			key = keys.AppendVersioned(key[:0], UpstreamTable, def.VnodeOf(pk), pk, keys.MakeVersion(r.epoch, 0), keys.KindPut)
+			if err := b.Set(key, row, nil); err != nil {
+				return res, err
+			}
+		}
+		if err := b.Commit(pebble.Sync); err != nil {
+			return res, err
+		}
+		_ = b.Close()
+	}
+	res.Load, res.LoadCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
+
+	stopProfile, err := startProfile(spec.profile)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.CombineErrors(err, stopProfile()) }()
+	scan := r.scan
+	if spec.order == backfill.Interleaved {
+		r.cursors, r.finished = make([][]byte, def.VnodeCount), make([]bool, def.VnodeCount)
+		scan = r.scanInterleaved
+	}
+	start, cpu = time.Now(), processCPU()
+	for commits, done := 0, false; !done; commits++ {
+		r.epoch++
+		b := db.NewBatch()
+		n, finished, err := scan(b, 2*2048)
+		if err != nil {
+			return res, err
+		}
+		res.Rows += uint64(n)
+		if err := b.Commit(pebble.Sync); err != nil {
+			return res, err
+		}
+		_ = b.Close()
+		if done = finished; commits%16 == 15 {
+			res.sample(db)
+		}
+	}
+	res.Backfill, res.BackfillCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
+	if err := stopProfile(); err != nil {
+		return res, err
+	}
+	if err := r.compare(); err != nil {
+		return res, err
+	}
+	res.sample(db)
+	res.finish()
+	return res, nil
+}
+
+// sample keeps the largest block cache (with its maps and entries) and
+// memtables db reports.
+func (r *soloResult) sample(db *pebble.DB) {
+	m := db.Metrics()
+	meta := cacheMeta(m)
+	if c := float64(m.BlockCache.Size) + meta; c > r.Cache {
+		r.Cache, r.CacheMeta = c, meta
+	}
+	r.MemTable = max(r.MemTable, float64(m.MemTable.Size))
+}
+
+// finish reads what the process holds at the end: malloc's memory, the Go
+// heap and the peak RSS.
+func (r *soloResult) finish() {
 	if st, ok := malloc.ReadStats(); ok {
-		res.MallocInUse, res.MallocFree = float64(st.InUse), float64(st.Free)
+		r.MallocInUse, r.MallocFree = float64(st.InUse), float64(st.Free)
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	res.HeapSys = float64(ms.HeapSys - ms.HeapReleased)
-	res.PeakRSS = peakRSS()
-	res.HeapLive = heapLive()
-	return res, nil
+	r.HeapSys = float64(ms.HeapSys - ms.HeapReleased)
+	r.PeakRSS = peakRSS()
+	r.HeapLive = heapLive()
+}
+
+// startProfile starts a CPU profile into path (none if empty) and returns
+// its stop, which may be called more than once.
+func startProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return sync.OnceValue(func() error { pprof.StopCPUProfile(); return f.Close() }), nil
 }
 
 // cacheMetaRE matches the cache's maps and entries in the "Cgo memory
@@ -337,15 +448,25 @@ func (q *quietSource) Next(context.Context) ([]backfill.RowOp, error) {
 	return nil, nil
 }
 
-// TestSoloChild runs a small solo child: it finishes the backfill, and its
-// figures are those of a process that did (a cache and memtables in use,
-// a peak RSS above them, one arena on this platform).
+// TestSoloChild runs a small solo child of each kind: it finishes the
+// backfill, and its figures are those of a process that did (a cache and
+// memtables in use, a peak RSS above them, one arena on this platform).
+// The raw child's 20,000 rows never leave its memtable, so its cache holds
+// only the cache's own maps; the store's child commits SSTs and reads them.
 func TestSoloChild(t *testing.T) {
+	for _, raw := range []bool{false, true} {
+		t.Run(fmt.Sprintf("raw=%t", raw), func(t *testing.T) { testSoloChild(t, raw) })
+	}
+}
+
+func testSoloChild(t *testing.T, raw bool) {
 	profile := filepath.Join(t.TempDir(), "backfill.pprof")
-	r := runSolo(t, 20000, backfill.Interleaved, profile)
+	r := runSolo(t, raw, 20000, backfill.Interleaved, profile)
 	require.Positive(t, r.Cache, "block cache")
 	require.Positive(t, r.CacheMeta, "the cache's maps and entries, from Pebble's metrics text")
-	require.Less(t, r.CacheMeta, r.Cache/2, "the cache's maps and entries")
+	if !raw {
+		require.Less(t, r.CacheMeta, r.Cache/2, "the cache's maps and entries")
+	}
 	require.Positive(t, r.MemTable, "memtables")
 	require.Greater(t, r.PeakRSS, r.Cache+r.MemTable/4, "peak RSS")
 	require.Positive(t, r.HeapLive)
@@ -362,11 +483,11 @@ func TestSoloChild(t *testing.T) {
 
 // TestSoloSpec: the child refuses a spec it cannot run, naming it.
 func TestSoloSpec(t *testing.T) {
-	for _, bad := range []string{"", "rows=10", "rows=x,dir=/d", "rows=10,order=sideways,dir=/d", "rows=10,cache=-1,dir=/d", "rows=10,dir=/d,colour=red"} {
+	for _, bad := range []string{"", "rows=10", "rows=x,dir=/d", "rows=10,order=sideways,dir=/d", "rows=10,cache=-1,dir=/d", "rows=10,dir=/d,colour=red", "rows=10,dir=/d,raw=maybe"} {
 		_, err := parseSoloSpec(bad)
 		require.ErrorContains(t, err, soloEnv, "spec %q", bad)
 	}
-	want := soloSpec{rows: 10, order: backfill.Interleaved, cache: 1 << 20, dir: "/d", profile: "/p"}
+	want := soloSpec{raw: true, rows: 10, order: backfill.Interleaved, cache: 1 << 20, dir: "/d", profile: "/p"}
 	got, err := parseSoloSpec(want.String())
 	require.NoError(t, err)
 	require.Equal(t, want, got)

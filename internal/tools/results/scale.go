@@ -97,7 +97,7 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 		return
 	}
 	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"interleaved order\" ran with `--snapshot-order interleaved`, the others in the default vnode order; the first × raw is against raw Pebble scanning in pk order, the second against raw Pebble reading the vnodes in turn; \"alone\" is a child process holding only a store and the job, on the uniform workload's rows (bench/solo_test.go: no workload model, glibc's malloc limited to one arena): its cost per row, and its peak RSS over the job and a read of both tables; ![plot](docs/scale.png)):\n\n")
-	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | alone: backfill, load wall / CPU per row | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest (of which malloc's free memory) | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file: probe / whole run (listings) | a listing of the SSTs | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
+	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | alone: backfill, load wall / CPU per row (raw Pebble alone) | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest (of which malloc's free memory) [raw Pebble alone: the rest] | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file: probe / whole run (listings) | a listing of the SSTs | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {
 		x := p.m
@@ -131,6 +131,13 @@ func solo(x map[string]float64) string {
 	if free, ok := x["solo-malloc-free-MB"]; ok && free > 0 {
 		v += fmt.Sprintf(" (%.0f free in malloc)", free)
 	}
+	if raw, ok := x["solo-raw-beyond-caches-MB"]; ok {
+		v += fmt.Sprintf(" [%.0f", raw)
+		if free := x["solo-raw-malloc-free-MB"]; free > 0 {
+			v += fmt.Sprintf(" (%.0f)", free)
+		}
+		v += "]"
+	}
 	return v
 }
 
@@ -140,8 +147,13 @@ func soloPerRow(x map[string]float64) string {
 	if _, ok := x["solo-backfill-ns/row"]; !ok {
 		return "—"
 	}
-	return fmt.Sprintf("%s / %s, %s / %s", dur(x, "solo-backfill-ns/row"), dur(x, "solo-backfill-cpu-ns/row"),
+	v := fmt.Sprintf("%s / %s, %s / %s", dur(x, "solo-backfill-ns/row"), dur(x, "solo-backfill-cpu-ns/row"),
 		dur(x, "solo-load-ns/row"), dur(x, "solo-load-cpu-ns/row"))
+	if _, ok := x["solo-raw-backfill-ns/row"]; ok {
+		v += fmt.Sprintf(" (%s / %s, %s / %s)", dur(x, "solo-raw-backfill-ns/row"), dur(x, "solo-raw-backfill-cpu-ns/row"),
+			dur(x, "solo-raw-load-ns/row"), dur(x, "solo-raw-load-cpu-ns/row"))
+	}
+	return v
 }
 
 // runRefresh is the refresh time per changed file of the probe and of the
@@ -178,6 +190,7 @@ var (
 	grey   = color.RGBA{R: 110, G: 110, B: 110, A: 255}
 	purple = color.RGBA{R: 148, G: 103, B: 189, A: 255}
 	black  = color.RGBA{A: 255}
+	brown  = color.RGBA{R: 140, G: 86, B: 75, A: 255}
 )
 
 // plotScale draws the scale table against rows: six panels, one line per
@@ -199,7 +212,8 @@ func plotScale(path string, pts []scalePoint) error {
 			{"peak RSS", "peak-rss-MB", 1, blue}, {"raw peak RSS", "raw-peak-rss-MB", 1, grey},
 			{"block cache", "cache-MB", 1, green}, {"Go heap of the store and job", "closed-heap-MB", 1, purple},
 			{"stats heap", "stats-heap-MB", 1, red}, {"payload held by readers", "reader-payload-MB", 1, orange},
-			{"alone: RSS beyond cache and memtables", "solo-beyond-caches-MB", 1, black}}},
+			{"alone: RSS beyond cache and memtables", "solo-beyond-caches-MB", 1, black},
+			{"raw Pebble alone: the same", "solo-raw-beyond-caches-MB", 1, brown}}},
 		{"Statistics per checkpoint", "µs", []series{
 			{"progress CPU per checkpoint", "progress-cpu-ns/barrier", 1e-3, blue},
 			{"refresh per changed file (probe)", "refresh-ns/changed-file", 1e-3, red},
