@@ -106,6 +106,9 @@ type soloResult struct {
 	// entries, its other manual memory) and the free memory it kept.
 	MallocInUse float64 `json:"malloc_in_use"`
 	MallocFree  float64 `json:"malloc_free"`
+	// LoadLSM and BackfillLSM are the bytes Pebble wrote in each phase.
+	LoadLSM     LSMWrites `json:"load_lsm"`
+	BackfillLSM LSMWrites `json:"backfill_lsm"`
 }
 
 // Beyond is the peak RSS beyond the block cache (with its maps and
@@ -120,6 +123,7 @@ func (r soloResult) Beyond() float64 { return r.PeakRSS - r.Cache - r.MemTable }
 //	LSMSTATS_BENCH_SOLO=rows=1000000,order=vnode,cache=0,dir=/tmp/s,profile=/tmp/p ./bench.test
 type soloSpec struct {
 	raw     bool
+	budget  int // the store's Options.StatsBucketBudget
 	rows    int
 	order   backfill.SnapshotOrder
 	cache   int64
@@ -134,6 +138,9 @@ func (s soloSpec) String() string {
 	}
 	if s.raw {
 		v += ",raw=true"
+	}
+	if s.budget != 0 {
+		v += ",budget=" + strconv.Itoa(s.budget)
 	}
 	return v
 }
@@ -156,6 +163,8 @@ func parseSoloSpec(v string) (soloSpec, error) {
 			s.profile = val
 		case "raw":
 			s.raw, err = strconv.ParseBool(val)
+		case "budget":
+			s.budget, err = strconv.Atoi(val)
 		default:
 			err = errors.Newf("unknown field %q", k)
 		}
@@ -163,7 +172,7 @@ func parseSoloSpec(v string) (soloSpec, error) {
 			return s, errors.Wrapf(err, "%s=%q", soloEnv, v)
 		}
 	}
-	if s.rows <= 0 || s.cache < 0 || s.dir == "" {
+	if s.rows <= 0 || s.cache < 0 || s.budget < 0 || s.dir == "" {
 		return s, errors.Newf("%s=%q: want rows=N,order=O,cache=B,dir=D", soloEnv, v)
 	}
 	return s, nil
@@ -173,7 +182,7 @@ func parseSoloSpec(v string) (soloSpec, error) {
 // measured. profile, if not empty, is where the child writes a CPU profile
 // of its backfill.
 func runSolo(b testing.TB, raw bool, rows int, order backfill.SnapshotOrder, profile string) soloResult {
-	spec := soloSpec{raw: raw, rows: rows, order: order, cache: *scaleSoloCache, dir: b.TempDir(), profile: profile}
+	spec := soloSpec{raw: raw, budget: *scaleBudget, rows: rows, order: order, cache: *scaleSoloCache, dir: b.TempDir(), profile: profile}
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
 	cmd.Env = append(os.Environ(), soloEnv+"="+spec.String())
 	var stderr strings.Builder
@@ -207,7 +216,7 @@ func soloChild(v string) int {
 }
 
 func solo(spec soloSpec) (res soloResult, err error) {
-	s, err := lsm.Open(spec.dir, &lsm.Options{Logger: quietlog.Logger{}, CacheSize: spec.cache})
+	s, err := lsm.Open(spec.dir, &lsm.Options{Logger: quietlog.Logger{}, CacheSize: spec.cache, StatsBucketBudget: spec.budget})
 	if err != nil {
 		return res, err
 	}
@@ -227,6 +236,7 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	}
 	const batch = 20000
 	row := make([]byte, 100)
+	lsm0 := lsmWrites(lsminternal.DB(s))
 	start, cpu := time.Now(), processCPU()
 	epoch := s.EpochFloor()
 	for lo := 0; lo < spec.rows; lo += batch {
@@ -250,6 +260,8 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	}
 
 	res.Load, res.LoadCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
+	lsm1 := lsmWrites(lsminternal.DB(s))
+	res.LoadLSM = lsm1.Sub(lsm0)
 	// The profile covers the backfill only: stopped right after it, or by
 	// the deferred call if the job fails first.
 	stopProfile, err := startProfile(spec.profile)
@@ -278,6 +290,7 @@ func solo(spec soloSpec) (res soloResult, err error) {
 		return res, err
 	}
 	res.Backfill, res.BackfillCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
+	res.BackfillLSM = lsmWrites(lsminternal.DB(s)).Sub(lsm1)
 	if err := stopProfile(); err != nil {
 		return res, err
 	}
@@ -311,6 +324,7 @@ func soloRaw(spec soloSpec) (res soloResult, err error) {
 	row := make([]byte, 100)
 	var key []byte
 	r := &rawRun{db: db}
+	lsm0 := lsmWrites(db)
 	start, cpu := time.Now(), processCPU()
 	for lo := 0; lo < spec.rows; lo += batch {
 		r.epoch++
@@ -329,6 +343,8 @@ func soloRaw(spec soloSpec) (res soloResult, err error) {
 		_ = b.Close()
 	}
 	res.Load, res.LoadCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
+	lsm1 := lsmWrites(db)
+	res.LoadLSM = lsm1.Sub(lsm0)
 
 	stopProfile, err := startProfile(spec.profile)
 	if err != nil {
@@ -358,6 +374,7 @@ func soloRaw(spec soloSpec) (res soloResult, err error) {
 		}
 	}
 	res.Backfill, res.BackfillCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
+	res.BackfillLSM = lsmWrites(db).Sub(lsm1)
 	if err := stopProfile(); err != nil {
 		return res, err
 	}
@@ -483,11 +500,11 @@ func testSoloChild(t *testing.T, raw bool) {
 
 // TestSoloSpec: the child refuses a spec it cannot run, naming it.
 func TestSoloSpec(t *testing.T) {
-	for _, bad := range []string{"", "rows=10", "rows=x,dir=/d", "rows=10,order=sideways,dir=/d", "rows=10,cache=-1,dir=/d", "rows=10,dir=/d,colour=red", "rows=10,dir=/d,raw=maybe"} {
+	for _, bad := range []string{"", "rows=10", "rows=x,dir=/d", "rows=10,order=sideways,dir=/d", "rows=10,cache=-1,dir=/d", "rows=10,dir=/d,colour=red", "rows=10,dir=/d,raw=maybe", "rows=10,dir=/d,budget=-1"} {
 		_, err := parseSoloSpec(bad)
 		require.ErrorContains(t, err, soloEnv, "spec %q", bad)
 	}
-	want := soloSpec{raw: true, rows: 10, order: backfill.Interleaved, cache: 1 << 20, dir: "/d", profile: "/p"}
+	want := soloSpec{raw: true, budget: 1024, rows: 10, order: backfill.Interleaved, cache: 1 << 20, dir: "/d", profile: "/p"}
 	got, err := parseSoloSpec(want.String())
 	require.NoError(t, err)
 	require.Equal(t, want, got)
