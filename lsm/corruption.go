@@ -47,15 +47,8 @@ func (e *cleanMessage) Unwrap() error { return e.cause }
 // that names another comparer is left to pebble.Open, which compares the
 // MANIFEST's comparer first and so tells a store of another comparer from
 // a damaged OPTIONS file (openError).
-func (s *Store) checkOptionsFile(popts *pebble.Options) error {
+func (s *Store) checkOptionsFile(names []string, popts *pebble.Options) error {
 	dbDir := s.fs.PathJoin(s.dir, pebbleDir)
-	names, err := s.fs.List(dbDir)
-	if err != nil {
-		if oserror.IsNotExist(err) {
-			return nil // a new store
-		}
-		return errors.Wrapf(err, "lsmstats: list %s", dbDir)
-	}
 	latest, latestNum := "", uint64(0)
 	for _, n := range names {
 		num, ok := strings.CutPrefix(n, "OPTIONS-")

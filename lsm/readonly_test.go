@@ -344,9 +344,9 @@ func TestCheckpointMark(t *testing.T) {
 		b, err := os.ReadFile(p)
 		require.NoError(t, err)
 		require.Len(t, b, markLen)
-		e, err := decodeMark(b)
+		m, err := decodeMark(b)
 		require.NoError(t, err)
-		require.Equal(t, uint64(3), e)
+		require.Equal(t, uint64(3), m.epoch)
 		b[6] ^= 1
 		require.NoError(t, os.WriteFile(p, b, 0o644))
 
@@ -363,13 +363,13 @@ func TestCheckpointMark(t *testing.T) {
 		require.NoError(t, s.Close())
 		b, err = os.ReadFile(p)
 		require.NoError(t, err)
-		e, err = decodeMark(b)
+		m, err = decodeMark(b)
 		require.NoError(t, err, "a writable open rewrote the mark")
-		require.Equal(t, uint64(3), e)
+		require.Equal(t, uint64(3), m.epoch)
 	})
 	t.Run("mark-ahead", func(t *testing.T) {
 		dir := smallStore(t, false)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, markName), encodeMark(4), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, markName), encodeMark(mark{epoch: 4}), 0o644))
 		for _, readOnly := range []bool{true, false} {
 			_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: quietlog.Logger{W: io.Discard}})
 			require.True(t, errors.Is(err, lsmstats.ErrCorruption), "%v", err)

@@ -125,6 +125,11 @@ type Store struct {
 	// mark is the checkpoint mark, open for writing (checkpoint.go); nil
 	// until the first write, and on a read-only store.
 	mark vfs.File
+	// manifestNum is the file number of Pebble's current MANIFEST (from
+	// Open, then Pebble's ManifestCreated events), and tail follows it for
+	// the mark (checkpoint.go).
+	manifestNum atomic.Uint64
+	tail        manifestTail
 	// corruptMeta are the metadata rows a read-only Open left out because
 	// they do not decode (Verify reports them).
 	corruptMeta []error
@@ -175,6 +180,23 @@ func Open(dir string, opts *Options) (*Store, error) {
 			return nil, err
 		}
 	}
+	// What the store committed, against what Pebble is about to recover:
+	// a MANIFEST that would open an older version is refused before Pebble
+	// reads it, or the store changes anything, and Pebble's removals wait
+	// until Open accepts the rest (checkpoint.go, manifest.go).
+	names, err := listPebbleDir(s.fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	m, hasMark, err := s.openMark(o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	num, err := s.checkManifest(names, m, hasMark)
+	if err != nil {
+		return nil, err
+	}
+	s.manifestNum.Store(num)
 	if o.ReadOnly {
 		ro := errors.Wrapf(ErrReadOnly, "store %s", dir)
 		s.failed.Store(&ro)
@@ -198,6 +220,11 @@ func Open(dir string, opts *Options) (*Store, error) {
 	})
 	el := s.tracker.EventListener()
 	el.WriteStallBegin = func(pebble.WriteStallBeginInfo) { s.metrics.pebbleStalls.Add(1) }
+	el.ManifestCreated = func(info pebble.ManifestCreateInfo) {
+		if info.Err == nil {
+			s.manifestNum.Store(uint64(info.FileNum))
+		}
+	}
 	flushEnd := el.FlushEnd
 	el.FlushEnd = func(info pebble.FlushInfo) {
 		flushEnd(info)
@@ -243,8 +270,13 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 	s.popts = popts
 
-	if err := s.checkOptionsFile(popts); err != nil {
+	if err := s.checkOptionsFile(names, popts); err != nil {
 		return nil, err
+	}
+	var deferred *deferredRemoveFS
+	if !o.ReadOnly {
+		deferred = newDeferredRemoveFS(popts.FS)
+		popts.FS = deferred
 	}
 	db, err := pebble.Open(s.fs.PathJoin(dir, pebbleDir), popts)
 	if err != nil {
@@ -269,16 +301,18 @@ func Open(dir string, opts *Options) (*Store, error) {
 		}
 	}
 
-	if err := s.load(); err != nil {
-		_ = s.tracker.Close()
-		_ = db.Close()
-		return nil, err
+	err = s.load(m, hasMark)
+	if err == nil {
+		err = s.checkMark(m, hasMark)
 	}
-	if err := s.checkMark(); err != nil {
+	if err != nil {
 		_ = s.tracker.Close()
 		_ = db.Close()
 		s.closeMark()
 		return nil, err
+	}
+	if deferred != nil {
+		deferred.accept(popts.Logger)
 	}
 	// The first refresh after SetDB lists the live SSTs (load's metadata
 	// ingestion may have run it; this one then takes the changes since).
@@ -370,7 +404,7 @@ func (s *Store) resetStaging() error {
 
 // load reads the metadata: format version, committed epoch, high-water
 // mark, catalog and live statistics. A new store is initialised.
-func (s *Store) load() error {
+func (s *Store) load(m mark, hasMark bool) error {
 	start, end := keys.TableSpan(keys.MetaTable)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
 	if err != nil {
@@ -524,7 +558,7 @@ func (s *Store) load() error {
 				"Pebble's MANIFEST lost edits (it reads a damaged or cut MANIFEST up to its last valid record)",
 				s.dir, s.committed.Load())
 		}
-		if err := s.checkMarkWithoutMetadata(); err != nil {
+		if err := s.checkMarkWithoutMetadata(m, hasMark); err != nil {
 			return err
 		}
 		if s.opts.ReadOnly {
@@ -739,15 +773,6 @@ func (s *Store) flushUnflushed() error {
 		return nil
 	}
 	return s.flushMemtable()
-}
-
-func (s *Store) closeMark() {
-	if s.mark != nil {
-		if err := s.mark.Close(); err != nil {
-			s.popts.Logger.Errorf("lsmstats: close the checkpoint mark: %v", err)
-		}
-		s.mark = nil
-	}
 }
 
 // checkWritable returns ErrClosed or the failure that stopped writes. It

@@ -5,6 +5,7 @@
 //	lsmstats backfill [flags]          run a backfill (see lsmstats backfill -h)
 //	lsmstats stats --dir PATH [--table ID] [--json]
 //	lsmstats verify --dir PATH [--recompute-live]
+//	lsmstats repair --dir PATH
 //
 // stats and verify open the store read-only: they create and write nothing,
 // and refuse a path that holds no store. Every exit status is listed in
@@ -77,6 +78,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		code, err = statsCmd(args[1:], stdout, stderr)
 	case "verify":
 		code, err = verifyCmd(args[1:], stdout, stderr)
+	case "repair":
+		code, err = repairCmd(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -112,6 +115,8 @@ func usage(w io.Writer) {
                                             non-zero exit on a difference or corruption
                                             (--recompute-live: first rescan the live statistics of
                                             tables written by unchecked writers, and persist them)
+  lsmstats repair --dir PATH                restore a damaged MANIFEST from the store's own copy of
+                                            it, then verify the store as verify does
 
 stats and verify open the store read-only (verify --recompute-live writes the
 recomputed statistics) and refuse a path that holds no store.

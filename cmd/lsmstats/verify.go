@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/lsm"
 )
 
 // verifyCmd recomputes every statistic of a store and checks every block of
@@ -49,6 +50,12 @@ func verifyCmd(args []string, stdout, stderr io.Writer) (int, error) {
 				def.ID, before.Rows, before.Bytes, after.Rows, after.Bytes)
 		}
 	}
+	return verifyStore(s, stdout)
+}
+
+// verifyStore runs Verify on s and prints its report; the exit status and
+// error are verify's.
+func verifyStore(s *lsm.Store, stdout io.Writer) (int, error) {
 	rep, err := s.Verify()
 	if err != nil {
 		return exitOK, err
@@ -80,4 +87,38 @@ func verifyCmd(args []string, stdout, stderr io.Writer) (int, error) {
 			plural(len(rep.Differences), "difference"))
 	}
 	return exitOK, nil
+}
+
+// repairCmd restores a damaged MANIFEST from the store's own copy of it
+// (lsm.RepairManifest), then verifies the store as verify does. A MANIFEST
+// the copy cannot restore is left as it is (exit 7: the store must be
+// restored from a copy); one that is not damaged is only verified.
+func repairCmd(args []string, stdout, stderr io.Writer) (int, error) {
+	fs := flag.NewFlagSet("repair", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "", "store directory")
+	if err := fs.Parse(args); err != nil {
+		return usageError(err)
+	}
+	if fs.NArg() > 0 {
+		return usageError(errors.Newf("unexpected argument %q", fs.Arg(0)))
+	}
+	if *dir == "" {
+		return usageError(errors.New("--dir is required"))
+	}
+	repaired, err := lsm.RepairManifest(*dir, &lsm.Options{Logger: cliLogger{w: stderr}})
+	if err != nil {
+		return exitOK, err
+	}
+	if repaired {
+		fmt.Fprintf(stdout, "restored the MANIFEST of %s from the store's copy of it (the damaged one is kept in %s)\n", *dir, *dir)
+	} else {
+		fmt.Fprintf(stdout, "the MANIFEST of %s is not damaged: nothing to restore\n", *dir)
+	}
+	s, err := openStore(*dir, stderr, false)
+	if err != nil {
+		return exitOK, err
+	}
+	defer s.Close()
+	return verifyStore(s, stdout)
 }
