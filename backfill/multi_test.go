@@ -15,7 +15,6 @@ import (
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -140,7 +139,7 @@ func TestMultiUpstreamAccuracy(t *testing.T) {
 		recs++
 	}
 	open := func(actors int) (*lsm.Store, *backfill.Job) {
-		s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+		s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 		require.NoError(t, err)
 		j, _, err := multiJob(s, ps, actors, 512, record)
 		require.NoError(t, err)
@@ -194,7 +193,7 @@ func TestSingleAsMulti(t *testing.T) {
 	require.NoError(t, err)
 	p.DuringSteps = 10
 	run := func(multi bool) []backfill.Record {
-		s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+		s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 		require.NoError(t, err)
 		defer s.Close()
 		g, err := workload.New(p)
@@ -229,7 +228,7 @@ func TestSingleAsMulti(t *testing.T) {
 // TestMultiUpstreamConfig checks the errors of a misconfigured job over
 // several upstreams and of a source naming an upstream the job lacks.
 func TestMultiUpstreamConfig(t *testing.T) {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	ps := multiParams(1, 0.05)
@@ -350,7 +349,7 @@ func TestMultiUpstreamCrash(t *testing.T) {
 	require.NoError(t, display.Done())
 	require.GreaterOrEqual(t, killed, kills)
 
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	ps := multiParams(seed, 0.2)
@@ -398,7 +397,7 @@ func TestMultiUpstreamCrash(t *testing.T) {
 // tables: the catalog allocates every table's id by name, and the reopened
 // job finds the same ones.
 func TestMultiUpstreamNamed(t *testing.T) {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	ps := multiParams(1, 0.05)

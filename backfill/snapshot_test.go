@@ -14,7 +14,6 @@ import (
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -73,7 +72,7 @@ func TestSnapshotAccuracy(t *testing.T) {
 		require.Equal(t, r.Phase == "joined", r.Finished, "finished only once joined: %s", r.Figure("stats").Shown)
 	}
 	open := func(actors int) (*lsm.Store, *backfill.Job) {
-		s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+		s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 		require.NoError(t, err)
 		j, _, err := multiJobMode(s, ps, backfill.JobConfig{Mode: backfill.ModeSnapshot, Actors: actors, BarrierRows: 100,
 			OnCheckpoint: record})
@@ -217,7 +216,7 @@ func TestSnapshotCrash(t *testing.T) {
 		require.GreaterOrEqual(t, kills[p], perPhase, "kills in the %s phase", p)
 	}
 
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	ps := snapshotParams(seed, 0.2)
@@ -255,7 +254,7 @@ func TestSnapshotPinHoldsGC(t *testing.T) {
 	require.NoError(t, err)
 	p.DuringSteps = 20
 	p.UpdateDuring = 1
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	g, err := workload.New(p)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -109,7 +108,7 @@ func addChildLines(t *testing.T, display *backfilltest.Display, run int, lines [
 // them, and "D" once the job finished, then closes both.
 func runJobChild(dir string, line func(kind string, r backfill.Record) string,
 	open func(s *lsm.Store, onCheckpoint func(backfill.Record)) (*backfill.Job, error)) error {
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}, MemoryWatermark: 256 << 10})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil), MemoryWatermark: 256 << 10})
 	if err != nil {
 		return err
 	}
@@ -146,7 +145,7 @@ func TestUserTableCrash(t *testing.T) {
 	dir := t.TempDir()
 
 	// The test's own writer loads the table.
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	def := userTable(1)
 	require.NoError(t, s.CreateTable(def))
@@ -244,7 +243,7 @@ func TestUserTableCrash(t *testing.T) {
 
 	// The final state: the MV equals the upstream, and the upstream is the
 	// load plus the source's steps up to the committed one.
-	s, err = lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+	s, err = lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	src := &newUserCrashSource().userSource // silent

@@ -19,7 +19,6 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/lsm"
 )
 
@@ -79,11 +78,11 @@ type Config struct {
 	OnCheckpoint func(backfill.Record)
 	// OnPhase, if set, sees the pipeline's phases (backfill.JobConfig).
 	OnPhase func(string)
-	// OnStart, if set, is called by Run and RunRaw with their Pebble
-	// database once everything is open, right before the load; OnEnd with
-	// the finished session (RunRaw's has only Raw set), before it closes.
-	// For measurements outside the timed work.
-	OnStart func(*pebble.DB)
+	// OnStart, if set, is called by Run and RunRaw with their session
+	// once everything is open, right before the load; OnEnd with the
+	// finished session, before it closes. RunRaw's sessions have only Raw
+	// set. For measurements outside the timed work.
+	OnStart func(*Session)
 	OnEnd   func(*Session)
 	// OnOpen, if set, is called by Run with each session it opens (the
 	// job recovered from cfg.Dir, and again after RestartAt), before its
@@ -543,13 +542,17 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		}
 	}
 	if cfg.OnStart != nil {
-		cfg.OnStart(lsminternal.DB(s.Store))
+		cfg.OnStart(s)
 	}
 	// CPU profiles tell the phases apart by this label; goroutines started
 	// during a phase (actors, Pebble's compactions) inherit it.
 	defer pprof.SetGoroutineLabels(ctx)
 	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "load")))
-	start, cpu, lsm0 := time.Now(), processCPU(), lsmWrites(lsminternal.DB(s.Store))
+	lsm0, err := storeWrites(s.Store)
+	if err != nil {
+		return sum, err
+	}
+	start, cpu := time.Now(), processCPU()
 	// The load is every step before the backfill's first (which starts
 	// the actors): the same steps as the raw pipeline's load.
 	for !s.Job.Started() && s.Source.Step()+1 < s.Source.BackfillStep() {
@@ -560,7 +563,11 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			cfg.OnLoadStep(s.Source.Step(), s.Source.BackfillStep()-1)
 		}
 	}
-	jobStart, jobCPU, jobLSM := time.Now(), processCPU(), lsmWrites(lsminternal.DB(s.Store))
+	jobStart, jobCPU := time.Now(), processCPU()
+	jobLSM, err := storeWrites(s.Store)
+	if err != nil {
+		return sum, err
+	}
 	sum.LoadLSM = jobLSM.Sub(lsm0)
 	sum.LoadOps = s.h.ops
 	sum.Load = jobStart.Sub(start) - s.h.d
@@ -594,7 +601,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			}
 		}
 		// The reopened Pebble counts its bytes from zero.
-		jobLSM = lsmWrites(lsminternal.DB(s.Store))
+		if jobLSM, err = storeWrites(s.Store); err != nil {
+			return sum, err
+		}
 		if rec := s.Initial(); rec != nil {
 			cfg.OnCheckpoint(*rec)
 		}
@@ -608,7 +617,11 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	sum.Backfill = time.Since(jobStart) - s.h.d
 	sum.BackfillCPU = processCPU() - jobCPU - s.h.cpu
-	sum.BackfillLSM = lsmWrites(lsminternal.DB(s.Store)).Sub(jobLSM)
+	end, err := storeWrites(s.Store)
+	if err != nil {
+		return sum, err
+	}
+	sum.BackfillLSM = end.Sub(jobLSM)
 	sum.Harness += s.h.d
 	sum.Epoch = res.Epoch
 	finish(&sum, s)
@@ -623,9 +636,19 @@ type LSMWrites struct {
 	Ingested, Flushed, Compacted uint64
 }
 
-func lsmWrites(db *pebble.DB) LSMWrites {
+// storeWrites returns the bytes the store's Pebble wrote since it opened.
+func storeWrites(s *lsm.Store) (LSMWrites, error) {
+	m, err := s.PebbleMetrics()
+	if err != nil {
+		return LSMWrites{}, err
+	}
+	return lsmWrites(m), nil
+}
+
+// lsmWrites returns the bytes into SSTs that m counts.
+func lsmWrites(m *pebble.Metrics) LSMWrites {
 	var w LSMWrites
-	for _, l := range db.Metrics().Levels {
+	for _, l := range m.Levels {
 		w.Ingested += l.TableBytesIngested
 		w.Flushed += l.TableBytesFlushed
 		w.Compacted += l.TableBytesCompacted
