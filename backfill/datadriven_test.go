@@ -133,7 +133,7 @@ func (c *jobCommands) job(t *testing.T, _ *storetest.Harness, td *datadriven.Tes
 		c.cfg.Mode, c.cfg.LogStore = backfill.ModeSnapshot, 5
 	}
 	c.open(t, intArg(td, "actors", 1))
-	return fmt.Sprintf("backfill starts at step %d", c.cfg.Source.BackfillStep())
+	return fmt.Sprintf("backfill starts at step %d", c.cfg.Source.(backfill.Loader).BackfillStep())
 }
 
 func (c *jobCommands) steps(t *testing.T, _ *storetest.Harness, td *datadriven.TestData) string {

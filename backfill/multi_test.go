@@ -57,13 +57,23 @@ func multiJob(s *lsm.Store, ps []workload.Params, actors, barrierRows int, onChe
 // with cfg's mode, actors, barrier rows, tail steps and callback (a
 // snapshot backfill's log store is table 40).
 func multiJobMode(s *lsm.Store, ps []workload.Params, cfg backfill.JobConfig) (*backfill.Job, *genjob.Multi, error) {
+	cfg, src, err := multiJobConfig(s, ps, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	j, err := backfill.OpenJob(cfg)
+	return j, src, err
+}
+
+// multiJobConfig is the configuration multiJobMode opens its job with.
+func multiJobConfig(s *lsm.Store, ps []workload.Params, cfg backfill.JobConfig) (backfill.JobConfig, *genjob.Multi, error) {
 	gs := make([]*workload.Generator, len(ps))
 	var ups []backfill.UpstreamConfig
 	truth := backfilltest.Truth{Store: s}
 	for i, p := range ps {
 		g, err := workload.New(p)
 		if err != nil {
-			return nil, nil, err
+			return cfg, nil, err
 		}
 		gs[i] = g
 		id := uint32(1 + i)
@@ -79,8 +89,7 @@ func multiJobMode(s *lsm.Store, ps []workload.Params, cfg backfill.JobConfig) (*
 	}
 	truth.LogStore = cfg.LogStore
 	cfg.Score = truth.Score
-	j, err := backfill.OpenJob(cfg)
-	return j, src, err
+	return cfg, src, nil
 }
 
 // checkMultiRecord checks that a record's figures are the sums of its
@@ -299,9 +308,9 @@ const multiChildDirEnv = "LSMSTATS_BACKFILL_MULTI_CHILD_DIR"
 // multiCrashChild runs the job of TestMultiUpstreamCrash until it finishes
 // or is killed, with the actor count the parent asks for.
 func multiCrashChild(dir string, actors int, seed uint64) error {
-	return runJobChild(dir, recordLine, func(s *lsm.Store, onCheckpoint func(backfill.Record)) (*backfill.Job, error) {
-		j, _, err := multiJob(s, multiParams(seed, 0.2), actors, 60, onCheckpoint)
-		return j, err
+	return runJobChild(dir, recordLine, func(s *lsm.Store) (backfill.JobConfig, error) {
+		cfg, _, err := multiJobConfig(s, multiParams(seed, 0.2), backfill.JobConfig{Actors: actors, BarrierRows: 60})
+		return cfg, err
 	})
 }
 

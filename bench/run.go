@@ -146,6 +146,8 @@ type Session struct {
 	// a Session with this field alone.
 	Raw *pebble.DB
 	h   *harness
+	// src is the job's Source, timed, which counts its steps.
+	src *timedSource
 	// initial is the job's Initial record, with the times of its figures.
 	initial *backfill.Record
 	// closers run first in Close (OnClose).
@@ -189,22 +191,48 @@ func (h *harness) time(f func()) {
 	h.d += time.Since(start)
 }
 
-// timedSource is the job's source, timed.
+// timedSource is the job's source, timed. It counts the steps, from the
+// one the job resumed it at, and forwards the source's optional methods.
 type timedSource struct {
 	backfill.Source
-	h *harness
+	h    *harness
+	step uint64 // the last step produced
 }
 
-func (s timedSource) Next(ctx context.Context) ([]backfill.RowOp, error) {
+func (s *timedSource) Resume(at backfill.Position) error {
+	err := s.Source.Resume(at)
+	s.step = at.Step
+	return err
+}
+
+func (s *timedSource) Next(ctx context.Context) ([]backfill.RowOp, error) {
 	var ops []backfill.RowOp
 	var err error
 	s.h.time(func() { ops, err = s.Source.Next(ctx) })
+	if err == nil {
+		s.step++
+	}
 	for _, op := range ops {
 		if op.Kind != backfill.UpdateInsert {
 			s.h.ops++ // an update is one op of the workload
 		}
 	}
 	return ops, err
+}
+
+// BackfillStep is the source's (backfill.Loader), 0 without.
+func (s *timedSource) BackfillStep() uint64 {
+	if l, ok := s.Source.(backfill.Loader); ok {
+		return l.BackfillStep()
+	}
+	return 0
+}
+
+// Finished tells the source, if it listens (backfill.FinishListener).
+func (s *timedSource) Finished(step uint64) {
+	if f, ok := s.Source.(backfill.FinishListener); ok {
+		f.Finished(step)
+	}
 }
 
 // timedOracle is an oracle of the run's truth, timed.
@@ -296,7 +324,8 @@ func Open(cfg Config) (*Session, error) {
 	if snapshot && cfg.User == nil {
 		jc.LogStore = LogStoreTable
 	}
-	jc.Source = timedSource{src, h}
+	timed := &timedSource{Source: src, h: h}
+	jc.Source = timed
 	if len(oracles) > 0 {
 		// The job knows no truth: the run scores each checkpoint.
 		truth := backfilltest.Truth{Store: s, LogStore: jc.LogStore}
@@ -323,7 +352,7 @@ func Open(cfg Config) (*Session, error) {
 	// Recovery resumed the source (the generator rebuilt its model from
 	// the upstream table): that is Open's work, not the run's.
 	*h = harness{}
-	sess := &Session{Store: s, Gen: g, Gens: gs, Source: src, Job: j, h: h}
+	sess := &Session{Store: s, Gen: g, Gens: gs, Source: src, Job: j, h: h, src: timed}
 	if rec := j.Initial(); rec != nil {
 		r := pt.stamp(*rec)
 		sess.initial = &r
@@ -555,12 +584,12 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	start, cpu := time.Now(), processCPU()
 	// The load is every step before the backfill's first (which starts
 	// the actors): the same steps as the raw pipeline's load.
-	for !s.Job.Started() && s.Source.Step()+1 < s.Source.BackfillStep() {
+	for !s.Job.Started() && s.src.step+1 < s.src.BackfillStep() {
 		if _, _, err := s.Job.Step(ctx); err != nil {
 			return sum, err
 		}
 		if cfg.OnLoadStep != nil {
-			cfg.OnLoadStep(s.Source.Step(), s.Source.BackfillStep()-1)
+			cfg.OnLoadStep(s.src.step, s.src.BackfillStep()-1)
 		}
 	}
 	jobStart, jobCPU := time.Now(), processCPU()
