@@ -46,7 +46,7 @@
 // its first new barrier (Job.Initial), marked Record.Reopened, also when
 // the opening is a Run in a new process after a crash or a cancel.
 // ExampleDriver crashes a job at 50% and reopens it with twice the
-// actors.
+// actors; package bench's Run is a Driver with its measurements around it.
 //
 // # Several upstream tables, and snapshot backfill
 //
