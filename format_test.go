@@ -15,7 +15,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -65,7 +64,7 @@ func TestFormatFixture(t *testing.T) {
 	// takes a lock file).
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(dir, os.DirFS(fixtureDir)))
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}, ReadOnly: true})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil), ReadOnly: true})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	want, err := os.ReadFile(fixtureDump)
@@ -84,7 +83,7 @@ func TestFormatFixture(t *testing.T) {
 // payloads of one flushed SST would encode the same way). It returns the
 // store's directory.
 func buildFixtureStore(t *testing.T, dir string) string {
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}, CommitBatchBytes: -1, Pebble: func(o *pebble.Options) {
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil), CommitBatchBytes: -1, Pebble: func(o *pebble.Options) {
 		o.DisableAutomaticCompactions = true
 	}})
 	require.NoError(t, err)
@@ -138,7 +137,7 @@ func buildFixtureStore(t *testing.T, dir string) string {
 // payloads, in hex, in key order.
 func encodingVectors(t *testing.T, dir string) string {
 	db, err := pebble.Open(filepath.Join(dir, "db"), &pebble.Options{Comparer: keys.Comparer, ReadOnly: true,
-		Logger: quietlog.Logger{}})
+		Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
 	var b strings.Builder
@@ -230,7 +229,7 @@ func writeFixture(t *testing.T) {
 	require.NoError(t, os.WriteFile(fixtureVectors, []byte(vec), 0o644))
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(dir, os.DirFS(fixtureDir)))
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}, ReadOnly: true})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil), ReadOnly: true})
 	require.NoError(t, err)
 	dump := dumpStore(t, s)
 	require.NoError(t, s.Close())

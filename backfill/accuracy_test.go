@@ -10,7 +10,6 @@ import (
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -41,7 +40,7 @@ func TestCanonicalAccuracy(t *testing.T) {
 					recs++
 				}
 				open := func() (*lsm.Store, *backfill.Job) {
-					s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+					s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 					require.NoError(t, err)
 					g, err := workload.New(p)
 					require.NoError(t, err)

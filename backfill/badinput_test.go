@@ -9,7 +9,6 @@ import (
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -28,7 +27,7 @@ func TestOpenJobBadState(t *testing.T) {
 	require.NoError(t, err)
 	p.BatchRows = 500
 	p.DuringSteps = 4
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	const upstream, mv, state, meta = 1, 2, 3, 4

@@ -12,7 +12,6 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -30,7 +29,7 @@ func TestRunCancelled(t *testing.T) {
 	require.NoError(t, err)
 	p.BatchRows = 2000
 	p.DuringSteps = 20
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	cancels := 0
@@ -100,7 +99,7 @@ func TestCancelPhase(t *testing.T) {
 				require.NoError(t, err)
 				p.BatchRows = 1000
 				p.DuringSteps = 10
-				s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+				s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 				require.NoError(t, err)
 				defer func() { require.NoError(t, s.Close()) }()
 				open := func(onPhase func(string)) *backfill.Job {

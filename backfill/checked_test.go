@@ -6,7 +6,6 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -18,7 +17,7 @@ import (
 // a live row must fail the step with lsm.ErrInconsistentOp.
 func TestCheckedOps(t *testing.T) {
 	for _, unchecked := range []bool{false, true} {
-		s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+		s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 		require.NoError(t, err)
 		def := userTable(1)
 		src := &userSource{def: def, rows: 60, load: 4, last: 40}

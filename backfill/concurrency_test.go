@@ -12,8 +12,6 @@ import (
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/compaction"
-	"github.com/lsmstats/lsmstats/internal/lsminternal"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,7 +35,7 @@ func TestConcurrentProgress(t *testing.T) {
 	p.DuringSteps = 20
 	g, err := workload.New(p)
 	require.NoError(t, err)
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}, MemoryWatermark: 64 << 10})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil), MemoryWatermark: 64 << 10})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	const upstream, state = 1, 3
@@ -142,7 +140,7 @@ func TestConcurrentProgress(t *testing.T) {
 		require.NoError(t, err)
 	}
 	t.Logf("steps %d (finished %t), progress computations %d, scrapes %d, policy %+v, store %+v",
-		steps, finished, figures, scrapes, pol.Counters(), lsminternal.StoreMetrics(s))
+		steps, finished, figures, scrapes, pol.Counters(), s.Metrics())
 	require.Positive(t, figures)
 	require.Positive(t, scrapes)
 	if finished {

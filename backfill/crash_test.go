@@ -15,7 +15,6 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -68,7 +67,7 @@ func crashParams(seed uint64) workload.Params {
 }
 
 func openCrashJob(dir string, actors int, seed uint64) (*lsm.Store, *backfill.Job, *workload.Generator, error) {
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}, MemoryWatermark: 256 << 10})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil), MemoryWatermark: 256 << 10})
 	if err != nil {
 		return nil, nil, nil, err
 	}

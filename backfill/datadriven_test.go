@@ -12,7 +12,6 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/storetest"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -82,7 +81,7 @@ func (c *jobCommands) closeJob(t *testing.T) {
 
 func (c *jobCommands) open(t *testing.T, actors int) {
 	c.closeJob(t)
-	require.NoError(t, c.h.OpenWith(t, &lsm.Options{Logger: quietlog.Logger{}}))
+	require.NoError(t, c.h.OpenWith(t, &lsm.Options{Logger: lsm.QuietLogger(nil)}))
 	s := c.h.Store
 	g, err := workload.New(c.p)
 	require.NoError(t, err)
@@ -134,7 +133,7 @@ func (c *jobCommands) job(t *testing.T, _ *storetest.Harness, td *datadriven.Tes
 		c.cfg.Mode, c.cfg.LogStore = backfill.ModeSnapshot, 5
 	}
 	c.open(t, intArg(td, "actors", 1))
-	return fmt.Sprintf("backfill starts at step %d", c.cfg.Source.BackfillStep())
+	return fmt.Sprintf("backfill starts at step %d", c.cfg.Source.(backfill.Loader).BackfillStep())
 }
 
 func (c *jobCommands) steps(t *testing.T, _ *storetest.Harness, td *datadriven.TestData) string {

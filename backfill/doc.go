@@ -6,7 +6,9 @@
 //
 // A Job drives a Source (the upstream: one step of row ops per epoch,
 // resumed after a restart from the last step the job committed, never
-// replayed from the beginning) through the store and a set of Actors, each
+// replayed from the beginning; Resume and Next are all it needs, and a
+// source that loads its table first or wants to hear of the finish also
+// implements Loader or FinishListener) through the store and a set of Actors, each
 // owning a contiguous range of the upstream table's vnodes: an actor applies
 // upstream changes to its replicated table (package replicated) as they
 // come, and at each barrier reads a quota of snapshot rows, forwards the
@@ -30,6 +32,21 @@
 // vnodes' states wait for the barrier. A restart resumes every vnode from its persisted state, with any number of
 // actors (rescale), and the MV ends equal to the upstream table (checked by
 // the tests after crashes, and by every benchmark run).
+//
+// # The driver (driver.go)
+//
+// OpenJob and Job.Run run one opening of a job. A Driver runs the job to
+// its end through every opening: Driver.Open configures each (the store,
+// the source), Driver.Run opens the job and runs it, and after each
+// checkpoint Driver.Restart may stop it there as a close, a cancel or a
+// crash would (RestartClose, RestartCancel, RestartCrash), with another
+// number of actors if it asks (a rescale), and open it again at once.
+// Driver.OnCheckpoint gets every record in order: each checkpoint's, and
+// after each opening of a job that had started the figure it shows before
+// its first new barrier (Job.Initial), marked Record.Reopened, also when
+// the opening is a Run in a new process after a crash or a cancel.
+// ExampleDriver crashes a job at 50% and reopens it with twice the
+// actors; package bench's Run is a Driver with its measurements around it.
 //
 // # Several upstream tables, and snapshot backfill
 //

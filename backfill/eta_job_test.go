@@ -9,7 +9,6 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -33,7 +32,7 @@ func TestJobETA(t *testing.T) {
 	open := func(actors int) (*lsm.Store, *backfill.Job) {
 		g, err := workload.New(p)
 		require.NoError(t, err)
-		s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+		s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		j, err := backfill.OpenJob(backfill.JobConfig{
@@ -112,7 +111,7 @@ func TestJobSetRateLimit(t *testing.T) {
 	require.NoError(t, err)
 	g, err := workload.New(p)
 	require.NoError(t, err)
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	cfg := backfill.JobConfig{Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4, KeepRecords: true,
@@ -158,7 +157,7 @@ func TestJobETASchedule(t *testing.T) {
 	require.NoError(t, err)
 	g, err := workload.New(p)
 	require.NoError(t, err)
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	const limit = 3000

@@ -23,23 +23,39 @@ import (
 // after it. Nothing is replayed from the beginning: a source keeps its own
 // durable position (a log offset, a table it reads) or rebuilds its state
 // from the committed upstream table, which Position gives it.
+//
+// These two methods are all a source needs. One whose first steps load
+// the upstream table before the backfill starts also implements Loader,
+// and one that wants to know when the backfill finished (to stop its
+// writes after a few more steps, say) implements FinishListener; the job
+// finds them with type assertions. A source that wraps another (to time
+// it, or to keep a model of the table up to date) should forward both,
+// or the job will not see them through it.
 type Source interface {
 	// Resume positions the source after the job's last committed step: its
 	// next Next returns step at.Step+1. OpenJob calls it once, before any
-	// Next (at.Step is 0 for a new job).
+	// Next (at.Step is 0 for a new job). The job counts the steps from
+	// there: the k-th Next after Resume is step at.Step+k.
 	Resume(at Position) error
 	// Next returns the ops of the next step; an update is an UpdateDelete
 	// and UpdateInsert pair. An error stops the job's step (Run returns it).
 	Next(ctx context.Context) ([]RowOp, error)
-	// Step is the number of the last step produced.
-	Step() uint64
-	// BackfillStep is the step at which the backfill job starts; earlier
-	// steps load the table.
+}
+
+// Loader is a Source whose first steps load the upstream table: the steps
+// before BackfillStep only write the table, and the backfill starts at
+// step BackfillStep. A Source without it (or whose BackfillStep is 0 or
+// 1) starts the backfill at its first step: its table was loaded before
+// the job.
+type Loader interface {
 	BackfillStep() uint64
-	// Finished tells the source that the backfill finished, at the step of
-	// the checkpoint that showed it: Run then asks for TailSteps more steps
-	// and no others. It is called once per opened job (by OpenJob for a job
-	// that had finished before).
+}
+
+// FinishListener is a Source that is told when the backfill finished, at
+// the step of the checkpoint that showed it: Run then asks for
+// JobConfig.TailSteps more steps and no others. Finished is called once
+// per opened job (by OpenJob for a job that had finished before).
+type FinishListener interface {
 	Finished(step uint64)
 }
 
@@ -179,12 +195,20 @@ type RateChange struct {
 	Limit float64
 }
 
-// Record is the progress of one checkpoint barrier.
+// Record is the progress of one checkpoint barrier, or of a job reopened
+// from the store (Reopened).
 type Record struct {
 	// Barrier counts checkpoints since the job started, across restarts.
 	Barrier uint64
 	Epoch   uint64
 	Step    uint64
+	// Reopened marks the figure a job reopened from the store shows before
+	// its first new barrier (Job.Initial): computed at the committed epoch
+	// from the persisted state, it is no checkpoint of its own, and its
+	// Barrier, Epoch and Step are those of the last checkpoint before the
+	// restart. Driver.OnCheckpoint gets it after every reopening; a job's
+	// own JobConfig.OnCheckpoint does not.
+	Reopened bool
 	// Time is the wall time the figures were computed at.
 	Time time.Time
 	// SnapshotRows is the number of snapshot rows the job's vnodes read
@@ -239,6 +263,7 @@ type Job struct {
 	metaRow []byte // the persisted meta row, nil if none
 
 	step     uint64 // committed source step
+	srcStep  uint64 // the last step the source produced
 	epoch    uint64 // the next epoch
 	barrier  uint64 // checkpoints since the job started
 	started  bool
@@ -384,8 +409,9 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	if err := cfg.Source.Resume(Position{Step: j.step, Epoch: s.CommittedEpoch(), Store: s, Upstream: defs[0], Upstreams: defs}); err != nil {
 		return nil, errors.Wrapf(err, "lsmstats/backfill: resuming the source at step %d", j.step)
 	}
+	j.srcStep = j.step
 	if j.finished {
-		j.cfg.Source.Finished(j.step)
+		j.sourceFinished(j.step)
 	}
 	if j.started {
 		if err := j.startActors(false); err != nil {
@@ -396,10 +422,28 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 			return nil, err
 		}
 		j.applyRateChanges(rec)
-		j.initial = &rec // not a new checkpoint: OnCheckpoint does not see it
+		rec.Reopened = true // not a new checkpoint: OnCheckpoint does not see it
+		j.initial = &rec
 		j.setLast(rec)
 	}
 	return j, nil
+}
+
+// backfillStep is the step at which the backfill starts (Loader; 0 for a
+// source without it: at once).
+func (j *Job) backfillStep() uint64 {
+	if l, ok := j.cfg.Source.(Loader); ok {
+		return l.BackfillStep()
+	}
+	return 0
+}
+
+// sourceFinished tells the source, if it listens, that the backfill
+// finished at step.
+func (j *Job) sourceFinished(step uint64) {
+	if f, ok := j.cfg.Source.(FinishListener); ok {
+		f.Finished(step)
+	}
 }
 
 // openUpstreams resolves the job's upstream tables (cfg.Upstreams, or the
@@ -540,7 +584,9 @@ func (j *Job) Upstreams() []UpstreamConfig {
 }
 
 // Initial returns the progress at the committed epoch when the job was
-// opened after a restart (nil for a job that had not started).
+// opened after a restart, marked Record.Reopened (nil for a job that had
+// not started). JobConfig.OnCheckpoint does not get it; a Driver's
+// OnCheckpoint does.
 func (j *Job) Initial() *Record { return j.initial }
 
 // Started reports whether the backfill started.
@@ -751,7 +797,11 @@ type Result struct {
 // barrier; each actor runs in its own goroutine. Steps before the backfill
 // only load the upstream table. Run returns when the job has finished and
 // TailSteps more steps ran, or when ctx is done.
-func (j *Job) Run(ctx context.Context) (Result, error) {
+func (j *Job) Run(ctx context.Context) (Result, error) { return j.runUntil(ctx, nil) }
+
+// runUntil is Run, which also returns, with no error, after a checkpoint whose
+// record stop (if set) returns true for (Driver's restarts).
+func (j *Job) runUntil(ctx context.Context, stop func(Record) bool) (Result, error) {
 	var res Result
 	defer j.stopActors()
 	for !j.finished || j.tail < j.cfg.TailSteps {
@@ -767,6 +817,9 @@ func (j *Job) Run(ctx context.Context) (Result, error) {
 			res.Last = rec
 			if j.cfg.KeepRecords {
 				res.Records = append(res.Records, rec)
+			}
+			if stop != nil && stop(rec) {
+				break
 			}
 		}
 		if j.finished {
@@ -861,7 +914,7 @@ func (j *Job) step1(ctx context.Context, readAhead bool) (Record, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return Record{}, false, err
 	}
-	if !j.started && j.cfg.Source.Step()+1 >= j.cfg.Source.BackfillStep() {
+	if !j.started && j.srcStep+1 >= j.backfillStep() {
 		j.started = true
 		if err := j.startActors(true); err != nil {
 			return Record{}, false, err
@@ -875,8 +928,9 @@ func (j *Job) step1(ctx context.Context, readAhead bool) (Record, bool, error) {
 	j.onPhase("upstream")
 	ops, err := j.cfg.Source.Next(ctx)
 	if err != nil {
-		return Record{}, false, errors.Wrapf(err, "lsmstats/backfill: source step %d", j.cfg.Source.Step()+1)
+		return Record{}, false, errors.Wrapf(err, "lsmstats/backfill: source step %d", j.srcStep+1)
 	}
+	j.srcStep++
 	if ops, err = j.writeUpstream(ctx, epoch, ops); err != nil {
 		return Record{}, false, err
 	}
@@ -922,7 +976,7 @@ func (j *Job) step1(ctx context.Context, readAhead bool) (Record, bool, error) {
 		return Record{}, false, err
 	}
 	j.logUncommitted = 0
-	j.step = j.cfg.Source.Step()
+	j.step = j.srcStep
 	if err := ctx.Err(); err != nil {
 		return Record{}, false, err
 	}
@@ -985,7 +1039,7 @@ func (j *Job) writeUpstream(ctx context.Context, epoch uint64, ops []RowOp) ([]R
 	for _, op := range ops {
 		if op.Upstream < 0 || op.Upstream >= len(j.ups) {
 			return nil, errors.Newf("lsmstats/backfill: upstream step %d: %s of pk %x names upstream %d, job of %d upstreams",
-				j.cfg.Source.Step(), op.Kind, op.PK, op.Upstream, len(j.ups))
+				j.srcStep, op.Kind, op.PK, op.Upstream, len(j.ups))
 		}
 	}
 	m := &multiMaterialize{j: j}
@@ -1001,7 +1055,7 @@ func (j *Job) writeUpstream(ctx context.Context, epoch uint64, ops []RowOp) ([]R
 				n++ // an update pair stays together
 			}
 			if err := m.Apply(epoch, ops[done:done+n]); err != nil {
-				return errors.Wrapf(err, "upstream step %d", j.cfg.Source.Step())
+				return errors.Wrapf(err, "upstream step %d", j.srcStep)
 			}
 			if out != nil {
 				out = append(out, ops[done:done+n]...)
@@ -1023,11 +1077,11 @@ func (j *Job) writeUpstream(ctx context.Context, epoch uint64, ops []RowOp) ([]R
 		up := &j.ups[op.Upstream]
 		old, ok, err := up.writer.Get(op.Vnode, op.PK)
 		if err != nil {
-			return nil, errors.Wrapf(err, "upstream step %d: %s of pk %x", j.cfg.Source.Step(), op.Kind, op.PK)
+			return nil, errors.Wrapf(err, "upstream step %d: %s of pk %x", j.srcStep, op.Kind, op.PK)
 		}
 		if !ok {
 			return nil, errors.Wrapf(lsm.ErrInconsistentOp, "upstream step %d: %s of pk %s in vnode %d: no live row",
-				j.cfg.Source.Step(), op.Kind, up.def.PK.Format(op.PK), op.Vnode)
+				j.srcStep, op.Kind, up.def.PK.Format(op.PK), op.Vnode)
 		}
 		var plain []RowOp
 		if op.Kind == CheckedDelete {
@@ -1037,7 +1091,7 @@ func (j *Job) writeUpstream(ctx context.Context, epoch uint64, ops []RowOp) ([]R
 				{Kind: UpdateInsert, Upstream: op.Upstream, Vnode: op.Vnode, PK: op.PK, Row: op.Row}}
 		}
 		if err := m.Apply(epoch, plain); err != nil {
-			return nil, errors.Wrapf(err, "upstream step %d", j.cfg.Source.Step())
+			return nil, errors.Wrapf(err, "upstream step %d", j.srcStep)
 		}
 		out = append(out, plain...)
 		done = i + 1
@@ -1071,7 +1125,7 @@ func (m *multiMaterialize) Apply(epoch uint64, ops []RowOp) error {
 }
 
 func (j *Job) writeMeta(epoch uint64) error {
-	m := jobMeta{step: j.cfg.Source.Step(), barrier: j.barrier, started: j.started, finished: j.finished, hwm: j.tracker.HighWater(),
+	m := jobMeta{step: j.srcStep, barrier: j.barrier, started: j.started, finished: j.finished, hwm: j.tracker.HighWater(),
 		limit: j.RateLimit(), resume: j.eta.Resume(), mode: j.cfg.Mode, phase: j.phase, snapEpoch: j.snapEpoch,
 		snapTotals: j.snapTotals, logConsumed: j.logConsumed, logCursor: j.logCursor, upstreams: j.tracker.upstreams}
 	row := encodeMeta(m)
@@ -1107,7 +1161,7 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.cfg.Source.Step(), Time: time.Now(), Truth: -1, Figures: p.Figures, Finished: p.Finished,
+	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.srcStep, Time: time.Now(), Truth: -1, Figures: p.Figures, Finished: p.Finished,
 		Vnodes: p.Vnodes, Estimates: p.Estimates, RateLimit: j.RateLimit(), Upstreams: p.Upstreams}
 	if ph != nil {
 		rec.Phase, rec.LogConsumed, rec.LogPending = ph.Phase.String(), ph.LogConsumed, uint64(ph.logPending(st))
@@ -1125,7 +1179,7 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 	}
 	if p.Finished && !j.finished {
 		j.finished = true
-		j.cfg.Source.Finished(j.cfg.Source.Step())
+		j.sourceFinished(j.srcStep)
 	}
 	rec.ETA = j.observeETA(rec)
 	if j.cfg.Score != nil {

@@ -9,7 +9,6 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -45,7 +44,7 @@ func smallPreset(t *testing.T, name string, tweak ...func(*workload.Params)) (wo
 	}
 	g, err := workload.New(p)
 	require.NoError(t, err)
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return p, g, s
@@ -99,7 +98,7 @@ func TestRunKeepsLastRecord(t *testing.T) {
 	p.BatchRows = 1000
 	g, err := workload.New(p)
 	require.NoError(t, err)
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	seen := 0

@@ -6,7 +6,6 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -19,7 +18,7 @@ import (
 // and each vnode's account, whose sum is the stats figure's consumed rows.
 // Before the backfill's first checkpoint neither has anything to show.
 func TestProgressAndCollector(t *testing.T) {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	def := userTable(1)
@@ -100,7 +99,7 @@ func labelOf(m *dto.Metric, name string) string {
 // backfill over two upstream tables at every checkpoint: each table's
 // figure, the phase and the log rows are the record's.
 func TestCollectorPhasesAndUpstreams(t *testing.T) {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	reg := prometheus.NewRegistry()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -18,7 +17,7 @@ import (
 // they must agree at every checkpoint, before and after a restart in the
 // middle (which rebuilds the model from the table, without a replay).
 func TestModelOracle(t *testing.T) {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	def := userTable(1)

@@ -15,7 +15,6 @@ import (
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -58,13 +57,23 @@ func multiJob(s *lsm.Store, ps []workload.Params, actors, barrierRows int, onChe
 // with cfg's mode, actors, barrier rows, tail steps and callback (a
 // snapshot backfill's log store is table 40).
 func multiJobMode(s *lsm.Store, ps []workload.Params, cfg backfill.JobConfig) (*backfill.Job, *genjob.Multi, error) {
+	cfg, src, err := multiJobConfig(s, ps, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	j, err := backfill.OpenJob(cfg)
+	return j, src, err
+}
+
+// multiJobConfig is the configuration multiJobMode opens its job with.
+func multiJobConfig(s *lsm.Store, ps []workload.Params, cfg backfill.JobConfig) (backfill.JobConfig, *genjob.Multi, error) {
 	gs := make([]*workload.Generator, len(ps))
 	var ups []backfill.UpstreamConfig
 	truth := backfilltest.Truth{Store: s}
 	for i, p := range ps {
 		g, err := workload.New(p)
 		if err != nil {
-			return nil, nil, err
+			return cfg, nil, err
 		}
 		gs[i] = g
 		id := uint32(1 + i)
@@ -80,8 +89,7 @@ func multiJobMode(s *lsm.Store, ps []workload.Params, cfg backfill.JobConfig) (*
 	}
 	truth.LogStore = cfg.LogStore
 	cfg.Score = truth.Score
-	j, err := backfill.OpenJob(cfg)
-	return j, src, err
+	return cfg, src, nil
 }
 
 // checkMultiRecord checks that a record's figures are the sums of its
@@ -140,7 +148,7 @@ func TestMultiUpstreamAccuracy(t *testing.T) {
 		recs++
 	}
 	open := func(actors int) (*lsm.Store, *backfill.Job) {
-		s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+		s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 		require.NoError(t, err)
 		j, _, err := multiJob(s, ps, actors, 512, record)
 		require.NoError(t, err)
@@ -194,7 +202,7 @@ func TestSingleAsMulti(t *testing.T) {
 	require.NoError(t, err)
 	p.DuringSteps = 10
 	run := func(multi bool) []backfill.Record {
-		s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+		s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 		require.NoError(t, err)
 		defer s.Close()
 		g, err := workload.New(p)
@@ -229,7 +237,7 @@ func TestSingleAsMulti(t *testing.T) {
 // TestMultiUpstreamConfig checks the errors of a misconfigured job over
 // several upstreams and of a source naming an upstream the job lacks.
 func TestMultiUpstreamConfig(t *testing.T) {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	ps := multiParams(1, 0.05)
@@ -300,9 +308,9 @@ const multiChildDirEnv = "LSMSTATS_BACKFILL_MULTI_CHILD_DIR"
 // multiCrashChild runs the job of TestMultiUpstreamCrash until it finishes
 // or is killed, with the actor count the parent asks for.
 func multiCrashChild(dir string, actors int, seed uint64) error {
-	return runJobChild(dir, recordLine, func(s *lsm.Store, onCheckpoint func(backfill.Record)) (*backfill.Job, error) {
-		j, _, err := multiJob(s, multiParams(seed, 0.2), actors, 60, onCheckpoint)
-		return j, err
+	return runJobChild(dir, recordLine, func(s *lsm.Store) (backfill.JobConfig, error) {
+		cfg, _, err := multiJobConfig(s, multiParams(seed, 0.2), backfill.JobConfig{Actors: actors, BarrierRows: 60})
+		return cfg, err
 	})
 }
 
@@ -350,7 +358,7 @@ func TestMultiUpstreamCrash(t *testing.T) {
 	require.NoError(t, display.Done())
 	require.GreaterOrEqual(t, killed, kills)
 
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	ps := multiParams(seed, 0.2)
@@ -398,7 +406,7 @@ func TestMultiUpstreamCrash(t *testing.T) {
 // tables: the catalog allocates every table's id by name, and the reopened
 // job finds the same ones.
 func TestMultiUpstreamNamed(t *testing.T) {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	ps := multiParams(1, 0.05)

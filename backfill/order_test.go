@@ -10,7 +10,6 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -100,7 +99,7 @@ func TestSnapshotOrderSwitch(t *testing.T) {
 	p.DuringSteps = 12
 	dir := t.TempDir()
 	open := func(order backfill.SnapshotOrder, actors int) (*lsm.Store, *backfill.Job) {
-		s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+		s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 		require.NoError(t, err)
 		g, err := workload.New(p)
 		require.NoError(t, err)
@@ -172,7 +171,7 @@ func TestSnapshotOrderInvalid(t *testing.T) {
 	require.ErrorContains(t, err, "invalid snapshot order 9")
 	var o backfill.SnapshotOrder
 	require.ErrorContains(t, json.Unmarshal([]byte(`"random"`), &o), `unknown snapshot order "random"`)
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	p, err := workload.Preset("uniform", 100, 4, 1)

@@ -9,7 +9,6 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -50,7 +49,7 @@ func TestReadAheadJobKinds(t *testing.T) {
 	for _, mode := range []backfill.JobMode{backfill.ModeArrangement, backfill.ModeSnapshot} {
 		t.Run(mode.String(), func(t *testing.T) {
 			requireReadAheadSame(t, func(t *testing.T) *backfill.Job {
-				s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+				s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = s.Close() })
 				j, _, err := multiJobMode(s, snapshotParams(42, 0.1), backfill.JobConfig{Mode: mode, Actors: 2, BarrierRows: 80, KeepRecords: true})

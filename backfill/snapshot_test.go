@@ -14,7 +14,6 @@ import (
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -73,7 +72,7 @@ func TestSnapshotAccuracy(t *testing.T) {
 		require.Equal(t, r.Phase == "joined", r.Finished, "finished only once joined: %s", r.Figure("stats").Shown)
 	}
 	open := func(actors int) (*lsm.Store, *backfill.Job) {
-		s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+		s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 		require.NoError(t, err)
 		j, _, err := multiJobMode(s, ps, backfill.JobConfig{Mode: backfill.ModeSnapshot, Actors: actors, BarrierRows: 100,
 			OnCheckpoint: record})
@@ -129,11 +128,12 @@ func compact(phases []string) []string {
 
 const snapChildDirEnv = "LSMSTATS_BACKFILL_SNAPSHOT_CHILD_DIR"
 
-// snapshotCrashJob opens the job of TestSnapshotCrash: a snapshot backfill
-// over three tables that stays joined for 40 steps before Run returns.
-func snapshotCrashJob(s *lsm.Store, seed uint64, actors int, onCheckpoint func(backfill.Record)) (*backfill.Job, *genjob.Multi, error) {
-	return multiJobMode(s, snapshotParams(seed, 0.2), backfill.JobConfig{Mode: backfill.ModeSnapshot, Actors: actors,
-		BarrierRows: 60, TailSteps: 40, OnCheckpoint: onCheckpoint})
+// snapshotCrashJob is the configuration of TestSnapshotCrash's job: a
+// snapshot backfill over three tables that stays joined for 40 steps
+// before Run returns.
+func snapshotCrashJob(s *lsm.Store, seed uint64, actors int) (backfill.JobConfig, *genjob.Multi, error) {
+	return multiJobConfig(s, snapshotParams(seed, 0.2), backfill.JobConfig{Mode: backfill.ModeSnapshot, Actors: actors,
+		BarrierRows: 60, TailSteps: 40})
 }
 
 // phaseLine prints a record for the parent: "R barrier step finished
@@ -147,9 +147,9 @@ func phaseLine(kind string, r backfill.Record) string {
 
 // snapshotCrashChild runs the job until it finishes or is killed.
 func snapshotCrashChild(dir string, actors int, seed uint64) error {
-	return runJobChild(dir, phaseLine, func(s *lsm.Store, onCheckpoint func(backfill.Record)) (*backfill.Job, error) {
-		j, _, err := snapshotCrashJob(s, seed, actors, onCheckpoint)
-		return j, err
+	return runJobChild(dir, phaseLine, func(s *lsm.Store) (backfill.JobConfig, error) {
+		cfg, _, err := snapshotCrashJob(s, seed, actors)
+		return cfg, err
 	})
 }
 
@@ -217,11 +217,13 @@ func TestSnapshotCrash(t *testing.T) {
 		require.GreaterOrEqual(t, kills[p], perPhase, "kills in the %s phase", p)
 	}
 
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	ps := snapshotParams(seed, 0.2)
-	j, src, err := snapshotCrashJob(s, seed, 2, nil)
+	cfg, src, err := snapshotCrashJob(s, seed, 2)
+	require.NoError(t, err)
+	j, err := backfill.OpenJob(cfg)
 	require.NoError(t, err)
 	require.True(t, j.Finished())
 	require.NoError(t, j.Compare())
@@ -255,7 +257,7 @@ func TestSnapshotPinHoldsGC(t *testing.T) {
 	require.NoError(t, err)
 	p.DuringSteps = 20
 	p.UpdateDuring = 1
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	g, err := workload.New(p)

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/lsmstats/lsmstats/backfill"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -17,7 +16,7 @@ import (
 // user's, a reopened job finds the same tables by name, and each MV equals
 // its upstream. Misuse is refused with an error that says what was wrong.
 func TestNamedTables(t *testing.T) {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	orders, payments := userTable(7), userTable(9)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -38,10 +37,11 @@ func (s *userCrashSource) Next(ctx context.Context) ([]backfill.RowOp, error) {
 	return ops, err
 }
 
-func userCrashJob(s *lsm.Store, src backfill.Source, onCheckpoint func(backfill.Record)) (*backfill.Job, error) {
-	return backfill.OpenJob(backfill.JobConfig{Store: s, Upstream: userTable(1), MV: 2, State: 3, Meta: 4,
+// userCrashJob is the configuration of TestUserTableCrash's job.
+func userCrashJob(s *lsm.Store, src backfill.Source) backfill.JobConfig {
+	return backfill.JobConfig{Store: s, Upstream: userTable(1), MV: 2, State: 3, Meta: 4,
 		Actors: 2, ChunkSize: 16, BarrierRows: 20, CheckpointEvery: 2, Source: src,
-		Score: backfilltest.Oracles(backfilltest.ScanOracle{Store: s, Table: 1}), OnCheckpoint: onCheckpoint})
+		Score: backfilltest.Oracles(backfilltest.ScanOracle{Store: s, Table: 1})}
 }
 
 func newUserCrashSource() *userCrashSource {
@@ -80,8 +80,8 @@ func parseRecordLine(t *testing.T, l string) backfill.Record {
 // userCrashChild runs the job of TestUserTableCrash until it finishes or is
 // killed.
 func userCrashChild(dir string) error {
-	return runJobChild(dir, recordLine, func(s *lsm.Store, onCheckpoint func(backfill.Record)) (*backfill.Job, error) {
-		return userCrashJob(s, newUserCrashSource(), onCheckpoint)
+	return runJobChild(dir, recordLine, func(s *lsm.Store) (backfill.JobConfig, error) {
+		return userCrashJob(s, newUserCrashSource()), nil
 	})
 }
 
@@ -104,28 +104,32 @@ func addChildLines(t *testing.T, display *backfilltest.Display, run int, lines [
 }
 
 // runJobChild is the body of a crash test's child process: it opens the
-// store in dir and the job (open, given the checkpoint printer), prints the
-// figure recovered at open ("I"), every checkpoint's ("R") as line formats
-// them, and "D" once the job finished, then closes both.
+// store in dir and runs the job (configured by config) with a
+// backfill.Driver to its end, printing every record the driver delivers,
+// as line formats them: the figure recovered at open ("I": Reopened) and
+// each checkpoint's ("R"), and "D" once the job finished.
 func runJobChild(dir string, line func(kind string, r backfill.Record) string,
-	open func(s *lsm.Store, onCheckpoint func(backfill.Record)) (*backfill.Job, error)) error {
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}, MemoryWatermark: 256 << 10})
+	config func(s *lsm.Store) (backfill.JobConfig, error)) error {
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil), MemoryWatermark: 256 << 10})
 	if err != nil {
 		return err
 	}
-	j, err := open(s, func(r backfill.Record) { fmt.Println(line("R", r)) })
-	if err != nil {
+	d := backfill.Driver{
+		Open: func(backfill.Opening) (backfill.JobConfig, error) { return config(s) },
+		OnCheckpoint: func(r backfill.Record) {
+			kind := "R"
+			if r.Reopened {
+				kind = "I"
+			}
+			fmt.Println(line(kind, r))
+		},
+	}
+	if _, err := d.Run(context.Background()); err != nil {
 		_ = s.Close()
 		return err
 	}
-	if r := j.Initial(); r != nil {
-		fmt.Println(line("I", *r))
-	}
-	if _, err := j.Run(context.Background()); err != nil {
-		return err
-	}
 	fmt.Println("D")
-	return errorsCombine(j.Close(), s.Close())
+	return s.Close()
 }
 
 // TestUserTableCrash is acceptance 1 of issue 15: a backfill over a user's
@@ -146,7 +150,7 @@ func TestUserTableCrash(t *testing.T) {
 	dir := t.TempDir()
 
 	// The test's own writer loads the table.
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	def := userTable(1)
 	require.NoError(t, s.CreateTable(def))
@@ -244,11 +248,11 @@ func TestUserTableCrash(t *testing.T) {
 
 	// The final state: the MV equals the upstream, and the upstream is the
 	// load plus the source's steps up to the committed one.
-	s, err = lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{}})
+	s, err = lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	src := &newUserCrashSource().userSource // silent
-	j, err := userCrashJob(s, src, nil)
+	j, err := backfill.OpenJob(userCrashJob(s, src))
 	require.NoError(t, err)
 	require.NoError(t, j.Compare())
 	require.True(t, j.Finished())

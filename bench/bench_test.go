@@ -11,7 +11,6 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -28,7 +27,7 @@ func canonical(b *testing.B, name string, approach []string) Config {
 	require.NoError(b, err)
 	p.DuringSteps = 40
 	return Config{Dir: b.TempDir(), Workload: p, Actors: 2, ChunkSize: 256, BarrierRows: 2048,
-		Approaches: approach, Store: &lsm.Options{Logger: quietlog.Logger{}}}
+		Approaches: approach, Store: &lsm.Options{Logger: lsm.QuietLogger(nil)}}
 }
 
 // BenchmarkBackfill runs each workload once per approach and reports how

@@ -12,7 +12,6 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -112,7 +111,7 @@ func BenchmarkETA(b *testing.B) {
 					p.DuringSteps = w.during
 				}
 				cfg := Config{Dir: b.TempDir(), Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: 512,
-					RateLimit: limit, Store: &lsm.Options{Logger: quietlog.Logger{}}}
+					RateLimit: limit, Store: &lsm.Options{Logger: lsm.QuietLogger(nil)}}
 				for _, c := range w.changes {
 					cfg.RateChanges = append(cfg.RateChanges, backfill.RateChange{AtPercent: c.AtPercent, Limit: c.Limit * limit})
 				}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 )
 
@@ -94,7 +93,7 @@ func (c Cell) Config(dir string, seed uint64) (Config, error) {
 	p.DuringSteps = max(1, c.Rows/(actors*barrierRows))
 	return Config{
 		Dir: dir, Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows,
-		Store:     &lsm.Options{Logger: quietlog.Logger{}, StatsBucketBudget: c.BucketBudget},
+		Store:     &lsm.Options{Logger: lsm.QuietLogger(nil), StatsBucketBudget: c.BucketBudget},
 		RestartAt: matrixCheckpoints / 2,
 	}, nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -38,7 +37,7 @@ func BenchmarkMultiUpstream(b *testing.B) {
 			ps, err := MultiWorkloads(rows, 7)
 			require.NoError(b, err)
 			cfg := Config{Dir: b.TempDir(), Upstreams: ps, Actors: 2, ChunkSize: 256, BarrierRows: 2048,
-				Store: &lsm.Options{Logger: quietlog.Logger{}}}
+				Store: &lsm.Options{Logger: lsm.QuietLogger(nil)}}
 			sum, err := Run(context.Background(), cfg)
 			require.NoError(b, err)
 			require.True(b, sum.MVMatches, sum.MVError)
@@ -117,7 +116,7 @@ func BenchmarkSnapshotBackfill(b *testing.B) {
 			var snapRows float64
 			logAt := -1.0
 			cfg := Config{Dir: b.TempDir(), Upstreams: ps, Mode: backfill.ModeSnapshot, Actors: 2, ChunkSize: 256, BarrierRows: 2048,
-				Store: &lsm.Options{Logger: quietlog.Logger{}},
+				Store: &lsm.Options{Logger: lsm.QuietLogger(nil)},
 				OnCheckpoint: func(r backfill.Record) {
 					require.NoError(b, display.Add(r))
 					require.Equal(b, r.Phase == "joined", r.Finished)

@@ -10,13 +10,12 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
 // The raw-Pebble pipeline is the yardstick of the store's throughput: the
 // same work on the same rows, written by hand on a Pebble database opened
-// with the store's own Pebble options (lsminternal.PebbleOptions: comparer,
+// with the store's own Pebble options (lsm.Options.PebbleOptions: comparer,
 // statistics collector, L0 and compaction settings), in the same key format,
 // with the same sync policy — one synced commit per checkpoint. What it
 // leaves out is what the store adds: buffering writers, epochs, atomic
@@ -91,7 +90,7 @@ func runRaw(ctx context.Context, cfg Config, interleaved bool) (RawResult, error
 	if err != nil {
 		return res, err
 	}
-	db, err := pebble.Open(cfg.Dir, lsminternal.PebbleOptions(cfg.Store))
+	db, err := pebble.Open(cfg.Dir, cfg.Store.PebbleOptions())
 	if err != nil {
 		return res, errors.Wrap(err, "bench: open raw pebble")
 	}
@@ -102,13 +101,13 @@ func runRaw(ctx context.Context, cfg Config, interleaved bool) (RawResult, error
 		r.finished = make([]bool, g.Params().VnodeCount)
 	}
 	if cfg.OnStart != nil {
-		cfg.OnStart(db)
+		cfg.OnStart(&Session{Raw: db})
 	}
 
 	// The load and the churn before the backfill.
 	defer pprof.SetGoroutineLabels(ctx)
 	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "raw-load")))
-	start, cpu, lsm0 := time.Now(), processCPU(), lsmWrites(db)
+	start, cpu, lsm0 := time.Now(), processCPU(), lsmWrites(db.Metrics())
 	for g.Step()+1 < g.BackfillStep() {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -126,7 +125,7 @@ func runRaw(ctx context.Context, cfg Config, interleaved bool) (RawResult, error
 	}
 	res.Load = time.Since(start) - r.h.d
 	res.LoadCPU = processCPU() - cpu - r.h.cpu
-	lsm1 := lsmWrites(db)
+	lsm1 := lsmWrites(db.Metrics())
 	res.LoadLSM = lsm1.Sub(lsm0)
 	r.h = harness{}
 
@@ -173,7 +172,7 @@ func runRaw(ctx context.Context, cfg Config, interleaved bool) (RawResult, error
 	}
 	res.Backfill = time.Since(start) - r.h.d
 	res.BackfillCPU = processCPU() - cpu - r.h.cpu
-	res.BackfillLSM = lsmWrites(db).Sub(lsm1)
+	res.BackfillLSM = lsmWrites(db.Metrics()).Sub(lsm1)
 	if err := r.compare(); err != nil {
 		return res, err
 	}

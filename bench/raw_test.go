@@ -7,8 +7,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/lsminternal"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -20,7 +18,7 @@ func smallConfig(t *testing.T, name string) Config {
 	p.BatchRows = 700
 	p.DuringSteps = 4
 	return Config{Dir: t.TempDir(), Workload: p, Actors: 2, ChunkSize: 64, BarrierRows: 128,
-		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: quietlog.Logger{}}}
+		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: lsm.QuietLogger(nil)}}
 }
 
 // TestRawPipelines runs both raw-Pebble pipelines and the store on the same
@@ -68,7 +66,7 @@ func TestRawPipelines(t *testing.T) {
 // TestRawCompare: the raw pipeline's final check finds an MV that differs
 // from its upstream.
 func TestRawCompare(t *testing.T) {
-	db, err := pebble.Open(t.TempDir(), lsminternal.PebbleOptions(&lsm.Options{Logger: quietlog.Logger{}}))
+	db, err := pebble.Open(t.TempDir(), (&lsm.Options{Logger: lsm.QuietLogger(nil)}).PebbleOptions())
 	require.NoError(t, err)
 	defer db.Close()
 	r := &rawRun{db: db}

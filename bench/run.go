@@ -1,9 +1,10 @@
 // Package bench runs the backfill workloads end to end and summarises how
-// close each progress approach came to the truth and at what cost. Its
-// driver (Open, Run) uses backfill's public API only, and runs a user's
-// table, source and oracle as well (Config.User). The
-// benchmarks of bench_test.go, the lsmstats CLI and `make results` all use
-// it.
+// close each progress approach came to the truth and at what cost. Run
+// drives the job with backfill.Driver (the restarts of Config.RestartAt
+// are its crashes and rescales) and measures around it; it uses the
+// public APIs of backfill and lsm only, and runs a user's table, source
+// and oracle as well (Config.User). The benchmarks of bench_test.go, the
+// lsmstats CLI and `make results` all use it.
 package bench
 
 import (
@@ -19,7 +20,6 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/lsm"
 )
 
@@ -74,41 +74,49 @@ type Config struct {
 	// raw Pebble does; the upstream's live statistics are then flagged as
 	// possibly containing estimates (Verify still recounts them).
 	Checked bool
-	// OnCheckpoint, if set, sees every checkpoint record, with the times
-	// of its figures (backfill.Figure.Time and CPU) that the run measured.
+	// OnCheckpoint, if set, sees every record (backfill.Driver's: each
+	// checkpoint's, and the figure of each job reopened from the store,
+	// marked Reopened), with the times of its figures
+	// (backfill.Figure.Time and CPU) that the run measured.
 	OnCheckpoint func(backfill.Record)
 	// OnPhase, if set, sees the pipeline's phases (backfill.JobConfig).
 	OnPhase func(string)
-	// OnStart, if set, is called by Run and RunRaw with their Pebble
-	// database once everything is open, right before the load; OnEnd with
-	// the finished session (RunRaw's has only Raw set), before it closes.
-	// For measurements outside the timed work.
-	OnStart func(*pebble.DB)
+	// OnStart, if set, is called by Run and RunRaw with their session
+	// once everything is open, right before the load; OnEnd with the
+	// finished session, before it closes. RunRaw's sessions have only Raw
+	// set. For measurements outside the timed work.
+	OnStart func(*Session)
 	OnEnd   func(*Session)
 	// OnOpen, if set, is called by Run with each session it opens (the
 	// job recovered from cfg.Dir, and again after RestartAt), before its
-	// first step; an error ends the run. OnLoadStep, if set, is called
-	// after each load step with the source's step and the last load step.
-	// The lsmstats CLI's worker reports through them.
+	// first step and before OnCheckpoint gets the reopened job's figure
+	// (Session.Initial); an error ends the run. OnLoadStep, if set, is
+	// called after each load step with the source's step and the last load
+	// step. The lsmstats CLI's worker reports through them.
 	OnOpen     func(*Session) error
 	OnLoadStep func(step, last uint64)
 	// User, if set, runs the job over a user's table, source and oracle
 	// instead of the workload's (Workload is then ignored, and RunRaw does
 	// not apply): the same driver, measurements and restart.
 	User *UserJob
-	// RestartAt, if positive, drops the run after that many checkpoints of
-	// the job, without closing it (its uncommitted work is lost, as in a
-	// crash), and reopens it from what the store persisted; the figure the
-	// reopened job shows before its first new checkpoint is a record too.
-	// RescaleTo, if positive, is the reopened job's number of actors.
+	// RestartAt, if positive, drops the run after that many records of
+	// the job (or once it finished), without closing it (its uncommitted
+	// work is lost, as in a crash: backfill.RestartCrash), and reopens it
+	// from what the store persisted; the figure the reopened job shows
+	// before its first new checkpoint is a record too. RescaleTo, if
+	// positive, is the reopened job's number of actors.
 	RestartAt, RescaleTo int
 }
 
 // UserJob is a job over a user's table: the table (created if missing),
 // and the source and oracle of each opening of the job. Its tables are
-// allocated by name (backfill.JobConfig.Name, "bench").
+// allocated by name (backfill.JobConfig.Name). A user's program that needs
+// no measurements runs its job with backfill.Driver instead.
 type UserJob struct {
 	Table lsm.TableDef
+	// Name names the job's tables (backfill.JobConfig.Name); empty means
+	// "bench".
+	Name string
 	// New returns the job's source and oracle (nil: no truth) on the store
 	// just opened, or reopened after a restart.
 	New func(*lsm.Store) (backfill.Source, backfilltest.Oracle)
@@ -147,6 +155,10 @@ type Session struct {
 	// a Session with this field alone.
 	Raw *pebble.DB
 	h   *harness
+	// pt times the job's estimators (JobConfig.OnEstimate) and src is the
+	// job's Source, timed, which counts its steps.
+	pt  *progressTimer
+	src *timedSource
 	// initial is the job's Initial record, with the times of its figures.
 	initial *backfill.Record
 	// closers run first in Close (OnClose).
@@ -190,22 +202,48 @@ func (h *harness) time(f func()) {
 	h.d += time.Since(start)
 }
 
-// timedSource is the job's source, timed.
+// timedSource is the job's source, timed. It counts the steps, from the
+// one the job resumed it at, and forwards the source's optional methods.
 type timedSource struct {
 	backfill.Source
-	h *harness
+	h    *harness
+	step uint64 // the last step produced
 }
 
-func (s timedSource) Next(ctx context.Context) ([]backfill.RowOp, error) {
+func (s *timedSource) Resume(at backfill.Position) error {
+	err := s.Source.Resume(at)
+	s.step = at.Step
+	return err
+}
+
+func (s *timedSource) Next(ctx context.Context) ([]backfill.RowOp, error) {
 	var ops []backfill.RowOp
 	var err error
 	s.h.time(func() { ops, err = s.Source.Next(ctx) })
+	if err == nil {
+		s.step++
+	}
 	for _, op := range ops {
 		if op.Kind != backfill.UpdateInsert {
 			s.h.ops++ // an update is one op of the workload
 		}
 	}
 	return ops, err
+}
+
+// BackfillStep is the source's (backfill.Loader), 0 without.
+func (s *timedSource) BackfillStep() uint64 {
+	if l, ok := s.Source.(backfill.Loader); ok {
+		return l.BackfillStep()
+	}
+	return 0
+}
+
+// Finished tells the source, if it listens (backfill.FinishListener).
+func (s *timedSource) Finished(step uint64) {
+	if f, ok := s.Source.(backfill.FinishListener); ok {
+		f.Finished(step)
+	}
 }
 
 // timedOracle is an oracle of the run's truth, timed.
@@ -221,9 +259,40 @@ func (o timedOracle) Rows(epoch uint64, vnode uint16, cursor []byte) (behind, to
 
 // Open opens (or recovers) a run in cfg.Dir.
 func Open(cfg Config) (*Session, error) {
-	est, err := Estimators(cfg.Approaches)
+	sess, jc, err := newSession(cfg)
 	if err != nil {
 		return nil, err
+	}
+	j, err := backfill.OpenJob(jc)
+	if err != nil {
+		_ = sess.Store.Close()
+		return nil, err
+	}
+	sess.opened(j)
+	return sess, nil
+}
+
+// opened sets the session's job, just opened.
+func (s *Session) opened(j *backfill.Job) {
+	s.Job = j
+	// Recovery resumed the source (the generator rebuilt its model from
+	// the upstream table): that is Open's work, not the run's.
+	*s.h = harness{}
+	if rec := j.Initial(); rec != nil {
+		r := s.pt.stamp(*rec)
+		s.initial = &r
+	}
+}
+
+// newSession opens the store in cfg.Dir and returns a session without a
+// job yet, and the configuration to open the job with (its OnCheckpoint
+// stamps each record with its figures' times, then calls
+// cfg.OnCheckpoint).
+func newSession(cfg Config) (*Session, backfill.JobConfig, error) {
+	var jc backfill.JobConfig
+	est, err := Estimators(cfg.Approaches)
+	if err != nil {
+		return nil, jc, err
 	}
 	var gs []*workload.Generator
 	var g *workload.Generator
@@ -235,7 +304,7 @@ func Open(cfg Config) (*Session, error) {
 		for _, p := range ps {
 			g, err := workload.New(p)
 			if err != nil {
-				return nil, err
+				return nil, jc, err
 			}
 			gs = append(gs, g)
 		}
@@ -243,13 +312,13 @@ func Open(cfg Config) (*Session, error) {
 	}
 	s, err := lsm.Open(cfg.Dir, cfg.Store)
 	if err != nil {
-		return nil, err
+		return nil, jc, err
 	}
 	h := &harness{}
 	// The job does not time its estimators: the run does, and sets the
 	// times in the records it hands on.
 	pt := newProgressTimer()
-	jc := backfill.JobConfig{
+	jc = backfill.JobConfig{
 		Store: s, Actors: cfg.Actors, ChunkSize: cfg.ChunkSize, BarrierRows: cfg.BarrierRows,
 		CheckpointEvery: cfg.CheckpointEvery, RateLimit: cfg.RateLimit, RateChanges: cfg.RateChanges,
 		Estimators: est, OnEstimate: pt.estimate, OnPhase: cfg.OnPhase, Unchecked: !cfg.Checked, Mode: cfg.Mode,
@@ -276,7 +345,10 @@ func Open(cfg Config) (*Session, error) {
 		if oracle != nil {
 			oracles = append(oracles, oracle)
 		}
-		jc.Upstream, jc.Name = cfg.User.Table, "bench"
+		jc.Upstream, jc.Name = cfg.User.Table, cfg.User.Name
+		if jc.Name == "" {
+			jc.Name = "bench"
+		}
 	} else if len(cfg.Upstreams) > 0 {
 		m := genjob.NewMulti(gs...)
 		src = m
@@ -297,7 +369,8 @@ func Open(cfg Config) (*Session, error) {
 	if snapshot && cfg.User == nil {
 		jc.LogStore = LogStoreTable
 	}
-	jc.Source = timedSource{src, h}
+	timed := &timedSource{Source: src, h: h}
+	jc.Source = timed
 	if len(oracles) > 0 {
 		// The job knows no truth: the run scores each checkpoint.
 		truth := backfilltest.Truth{Store: s, LogStore: jc.LogStore}
@@ -316,20 +389,7 @@ func Open(cfg Config) (*Session, error) {
 			return truth.Score(ctx, r)
 		}
 	}
-	j, err := backfill.OpenJob(jc)
-	if err != nil {
-		_ = s.Close()
-		return nil, err
-	}
-	// Recovery resumed the source (the generator rebuilt its model from
-	// the upstream table): that is Open's work, not the run's.
-	*h = harness{}
-	sess := &Session{Store: s, Gen: g, Gens: gs, Source: src, Job: j, h: h}
-	if rec := j.Initial(); rec != nil {
-		r := pt.stamp(*rec)
-		sess.initial = &r
-	}
-	return sess, nil
+	return &Session{Store: s, Gen: g, Gens: gs, Source: src, h: h, pt: pt, src: timed}, jc, nil
 }
 
 // Close runs the functions OnClose registered, then closes the job and
@@ -506,16 +566,10 @@ func tally(records []backfill.Record) *Tally {
 }
 
 // Run opens the run in cfg.Dir (a fresh one, or the job it recovers) and
-// drives it to the end.
+// drives it to the end with backfill.Driver: the load steps first (timed
+// apart), then the backfill, restarted once with Config.RestartAt.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	sum := Summary{Restart: -1}
-	user := cfg.OnCheckpoint
-	cfg.OnCheckpoint = func(r backfill.Record) {
-		sum.Records = append(sum.Records, r)
-		if user != nil {
-			user(r)
-		}
-	}
 	// A commit's latency runs from its phase to the next one.
 	commits := &sum.LoadCommits
 	var commitStart time.Time
@@ -532,90 +586,129 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			userPhase(p)
 		}
 	}
-	s, err := Open(cfg)
-	if err != nil {
-		return sum, err
-	}
-	defer func() { _ = s.Close() }()
-	if cfg.OnOpen != nil {
-		if err := cfg.OnOpen(s); err != nil {
-			return sum, err
-		}
-	}
-	if cfg.OnStart != nil {
-		cfg.OnStart(lsminternal.DB(s.Store))
-	}
 	// CPU profiles tell the phases apart by this label; goroutines started
 	// during a phase (actors, Pebble's compactions) inherit it.
 	defer pprof.SetGoroutineLabels(ctx)
-	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "load")))
-	start, cpu, lsm0 := time.Now(), processCPU(), lsmWrites(lsminternal.DB(s.Store))
-	// The load is every step before the backfill's first (which starts
-	// the actors): the same steps as the raw pipeline's load.
-	for !s.Job.Started() && s.Source.Step()+1 < s.Source.BackfillStep() {
-		if _, _, err := s.Job.Step(ctx); err != nil {
-			return sum, err
+
+	var s *Session // the opening's
+	defer func() {
+		// The driver closed the jobs; the last store is the run's.
+		if s != nil {
+			s.runClosers()
+			_ = s.Store.Close()
 		}
-		if cfg.OnLoadStep != nil {
-			cfg.OnLoadStep(s.Source.Step(), s.Source.BackfillStep()-1)
-		}
-	}
-	jobStart, jobCPU, jobLSM := time.Now(), processCPU(), lsmWrites(lsminternal.DB(s.Store))
-	sum.LoadLSM = jobLSM.Sub(lsm0)
-	sum.LoadOps = s.h.ops
-	sum.Load = jobStart.Sub(start) - s.h.d
-	sum.LoadCPU = jobCPU - cpu - s.h.cpu
-	sum.Harness = s.h.d
-	*s.h = harness{}
-	commits = &sum.BackfillCommits
-	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "backfill")))
-	if cfg.RestartAt > 0 {
-		for len(sum.Records) < cfg.RestartAt && !s.Job.Finished() {
-			if _, _, err := s.Job.Step(ctx); err != nil {
-				return sum, err
+	}()
+	var (
+		jobStart       time.Time
+		jobCPU         time.Duration
+		jobLSM         LSMWrites
+		restarted      bool
+		measuredOpened bool // the first opening's load measured
+	)
+	d := backfill.Driver{
+		Open: func(backfill.Opening) (backfill.JobConfig, error) {
+			sess, jc, err := newSession(cfg)
+			if err != nil {
+				return jc, err
 			}
-		}
-		// The job is dropped unclosed: only what the last checkpoint
-		// committed survives the store's Close.
-		s.runClosers()
-		if err := s.Store.Close(); err != nil {
-			return sum, err
-		}
-		if cfg.RescaleTo > 0 {
-			cfg.Actors = cfg.RescaleTo
-		}
-		if s, err = Open(cfg); err != nil {
-			return sum, err
-		}
-		sum.Restart = len(sum.Records)
-		if cfg.OnOpen != nil {
-			if err := cfg.OnOpen(s); err != nil {
-				return sum, err
+			s = sess
+			jc.OnCheckpoint = nil // the driver's OnCheckpoint sees every record
+			return jc, nil
+		},
+		OnOpen: func(j *backfill.Job) error {
+			s.opened(j)
+			if restarted {
+				sum.Restart = len(sum.Records)
 			}
-		}
-		// The reopened Pebble counts its bytes from zero.
-		jobLSM = lsmWrites(lsminternal.DB(s.Store))
-		if rec := s.Initial(); rec != nil {
-			cfg.OnCheckpoint(*rec)
-		}
+			if cfg.OnOpen != nil {
+				if err := cfg.OnOpen(s); err != nil {
+					return err
+				}
+			}
+			if measuredOpened {
+				// The reopened Pebble counts its bytes from zero.
+				var err error
+				jobLSM, err = storeWrites(s.Store)
+				return err
+			}
+			measuredOpened = true
+			if cfg.OnStart != nil {
+				cfg.OnStart(s)
+			}
+			pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "load")))
+			lsm0, err := storeWrites(s.Store)
+			if err != nil {
+				return err
+			}
+			start, cpu := time.Now(), processCPU()
+			// The load is every step before the backfill's first (which
+			// starts the actors): the same steps as the raw pipeline's load.
+			for !s.Job.Started() && s.src.step+1 < s.src.BackfillStep() {
+				if _, _, err := s.Job.Step(ctx); err != nil {
+					return err
+				}
+				if cfg.OnLoadStep != nil {
+					cfg.OnLoadStep(s.src.step, s.src.BackfillStep()-1)
+				}
+			}
+			jobStart, jobCPU = time.Now(), processCPU()
+			if jobLSM, err = storeWrites(s.Store); err != nil {
+				return err
+			}
+			sum.LoadLSM = jobLSM.Sub(lsm0)
+			sum.LoadOps = s.h.ops
+			sum.Load = jobStart.Sub(start) - s.h.d
+			sum.LoadCPU = jobCPU - cpu - s.h.cpu
+			sum.Harness = s.h.d
+			*s.h = harness{}
+			commits = &sum.BackfillCommits
+			pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "backfill")))
+			return nil
+		},
+		OnCheckpoint: func(r backfill.Record) {
+			if r.Reopened && s.initial != nil {
+				r = *s.initial // stamped when the job opened
+			} else {
+				r = s.pt.stamp(r)
+			}
+			sum.Records = append(sum.Records, r)
+			if cfg.OnCheckpoint != nil {
+				cfg.OnCheckpoint(r)
+			}
+		},
+		Restart: func(r backfill.Record) (backfill.Restart, bool) {
+			if cfg.RestartAt <= 0 || restarted || (len(sum.Records) < cfg.RestartAt && !r.Finished) {
+				return backfill.Restart{}, false
+			}
+			restarted = true
+			// The job is dropped unclosed: only what the last checkpoint
+			// committed survives the store's Close.
+			s.runClosers()
+			return backfill.Restart{Kind: backfill.RestartCrash, Actors: cfg.RescaleTo}, true
+		},
+		OnEnd: func(*backfill.Job) error {
+			if !commitStart.IsZero() {
+				*commits = append(*commits, time.Since(commitStart))
+			}
+			sum.Backfill = time.Since(jobStart) - s.h.d
+			sum.BackfillCPU = processCPU() - jobCPU - s.h.cpu
+			end, err := storeWrites(s.Store)
+			if err != nil {
+				return err
+			}
+			sum.BackfillLSM = end.Sub(jobLSM)
+			sum.Harness += s.h.d
+			sum.Epoch = s.Store.CommittedEpoch()
+			finish(&sum, s)
+			if cfg.OnEnd != nil {
+				cfg.OnEnd(s)
+			}
+			s.runClosers() // before the driver closes the job
+			return nil
+		},
 	}
-	res, err := s.Job.Run(ctx)
-	if err != nil {
-		return sum, err
-	}
-	if !commitStart.IsZero() {
-		*commits = append(*commits, time.Since(commitStart))
-	}
-	sum.Backfill = time.Since(jobStart) - s.h.d
-	sum.BackfillCPU = processCPU() - jobCPU - s.h.cpu
-	sum.BackfillLSM = lsmWrites(lsminternal.DB(s.Store)).Sub(jobLSM)
-	sum.Harness += s.h.d
-	sum.Epoch = res.Epoch
-	finish(&sum, s)
-	if cfg.OnEnd != nil {
-		cfg.OnEnd(s)
-	}
-	return sum, nil
+	_, err := d.Run(ctx)
+	return sum, err
 }
 
 // LSMWrites are the bytes Pebble wrote into SSTs, by way.
@@ -623,9 +716,19 @@ type LSMWrites struct {
 	Ingested, Flushed, Compacted uint64
 }
 
-func lsmWrites(db *pebble.DB) LSMWrites {
+// storeWrites returns the bytes the store's Pebble wrote since it opened.
+func storeWrites(s *lsm.Store) (LSMWrites, error) {
+	m, err := s.PebbleMetrics()
+	if err != nil {
+		return LSMWrites{}, err
+	}
+	return lsmWrites(m), nil
+}
+
+// lsmWrites returns the bytes into SSTs that m counts.
+func lsmWrites(m *pebble.Metrics) LSMWrites {
 	var w LSMWrites
-	for _, l := range db.Metrics().Levels {
+	for _, l := range m.Levels {
 		w.Ingested += l.TableBytesIngested
 		w.Flushed += l.TableBytesFlushed
 		w.Compacted += l.TableBytesCompacted

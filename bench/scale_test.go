@@ -25,7 +25,6 @@ import (
 	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/malloc"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -174,7 +173,7 @@ func scaleConfig(b *testing.B, rows int, name string, order backfill.SnapshotOrd
 	const actors, barrierRows = 2, 2048
 	p.DuringSteps = max(1, rows/(actors*barrierRows)) // the CLI's default
 	cfg := Config{Dir: b.TempDir(), Workload: p, Actors: actors, ChunkSize: 256, BarrierRows: barrierRows, SnapshotOrder: order,
-		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: quietlog.Logger{}, StatsBucketBudget: *scaleBudget}}
+		Approaches: []string{"stats"}, Store: &lsm.Options{Logger: lsm.QuietLogger(nil), StatsBucketBudget: *scaleBudget}}
 	tune(cfg.Store)
 	return cfg
 }
@@ -190,15 +189,15 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	var (
 		base, harness         float64
 		maxL0, checkpoints    int
-		db                    *pebble.DB
+		store                 *lsm.Store
 		probe                 scaleProbe
 		peakStore, peakRaw    float64
 		baseStore, baseRawRSS float64
 		heapAtEnd             float64
 		gens                  []*workload.Generator
 	)
-	cfg.OnStart = func(d *pebble.DB) {
-		db = d
+	cfg.OnStart = func(s *Session) {
+		store = s.Store
 		base = heapLive()
 		baseStore = resetPeakRSS()
 	}
@@ -207,18 +206,22 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 		// mutex and walks the version; not every time).
 		if p == "progress" {
 			if checkpoints++; checkpoints%16 == 0 {
-				maxL0 = max(maxL0, int(db.Metrics().Levels[0].Sublevels))
+				if m, err := store.PebbleMetrics(); err == nil { // open while the run runs
+					maxL0 = max(maxL0, int(m.Levels[0].Sublevels))
+				}
 			}
 		}
 	}
 	heapBeforeOpen := heapLive()
-	var splits lsminternal.Metrics
+	var splits lsm.Metrics
 	var refreshes keystats.RefreshCounts
 	cfg.OnEnd = func(s *Session) {
-		splits = lsminternal.StoreMetrics(s.Store)
+		splits = s.Store.Metrics()
 		refreshes = lsminternal.StoreTracker(s.Store).RefreshCounts()
 		if *scaleLSM {
-			b.Logf("store LSM at the end:\n%s", lsminternal.DB(s.Store).Metrics())
+			m, err := s.Store.PebbleMetrics()
+			require.NoError(b, err)
+			b.Logf("store LSM at the end:\n%s", m)
 		}
 		peakStore = peakRSS()
 		harness = base - heapBeforeOpen
@@ -230,7 +233,7 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	require.True(b, sum.MVMatches, sum.MVError)
 	// Run closed the session: the store, the job and their sources are
 	// gone, the workload model (gens) and the run's records (sum) are not.
-	db = nil
+	store = nil
 	closedHeap := heapAtEnd - heapLive()
 	runtime.KeepAlive(gens)
 
@@ -241,7 +244,7 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 			b.Logf("raw LSM at the end:\n%s", s.Raw.Metrics())
 		}
 	}
-	rcfg.OnStart = func(*pebble.DB) { baseRawRSS = resetPeakRSS() }
+	rcfg.OnStart = func(*Session) { baseRawRSS = resetPeakRSS() }
 	raw, err := RunRaw(context.Background(), rcfg)
 	require.NoError(b, err)
 	peakRaw = peakRSS()
@@ -368,8 +371,8 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	for _, l := range m.Levels {
 		p.ssts += int(l.TablesCount)
 	}
-	ropts := lsminternal.PebbleOptions(cfg.Store).MakeReaderOptions()
-	tcfg := keystats.TrackerConfig{DB: db, Dir: lsminternal.PebbleDir(s.Store), ReaderOptions: ropts, Logger: quietlog.Logger{}}
+	ropts := cfg.Store.PebbleOptions().MakeReaderOptions()
+	tcfg := keystats.TrackerConfig{DB: db, Dir: lsminternal.PebbleDir(s.Store), ReaderOptions: ropts, Logger: lsm.QuietLogger(nil)}
 
 	// Heap held by the statistics: a physical Version built from the live
 	// SSTs and the live buckets loaded from their metadata, as the store

@@ -22,9 +22,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/malloc"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -216,13 +214,17 @@ func soloChild(v string) int {
 }
 
 func solo(spec soloSpec) (res soloResult, err error) {
-	s, err := lsm.Open(spec.dir, &lsm.Options{Logger: quietlog.Logger{}, CacheSize: spec.cache, StatsBucketBudget: spec.budget})
+	s, err := lsm.Open(spec.dir, &lsm.Options{Logger: lsm.QuietLogger(nil), CacheSize: spec.cache, StatsBucketBudget: spec.budget})
 	if err != nil {
 		return res, err
 	}
 	defer func() { err = errors.CombineErrors(err, s.Close()) }()
 	res.ArenasLimited = malloc.ArenasLimited()
-	sample := func() { res.sample(lsminternal.DB(s)) }
+	sample := func() {
+		if m, err := s.PebbleMetrics(); err == nil { // the store is open
+			res.sample(m)
+		}
+	}
 
 	// The uniform workload's table and pks (seed 7, as scaleConfig's).
 	const seed = 7
@@ -236,7 +238,10 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	}
 	const batch = 20000
 	row := make([]byte, 100)
-	lsm0 := lsmWrites(lsminternal.DB(s))
+	lsm0, err := storeWrites(s)
+	if err != nil {
+		return res, err
+	}
 	start, cpu := time.Now(), processCPU()
 	epoch := s.EpochFloor()
 	for lo := 0; lo < spec.rows; lo += batch {
@@ -260,7 +265,10 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	}
 
 	res.Load, res.LoadCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
-	lsm1 := lsmWrites(lsminternal.DB(s))
+	lsm1, err := storeWrites(s)
+	if err != nil {
+		return res, err
+	}
 	res.LoadLSM = lsm1.Sub(lsm0)
 	// The profile covers the backfill only: stopped right after it, or by
 	// the deferred call if the job fails first.
@@ -290,7 +298,11 @@ func solo(spec soloSpec) (res soloResult, err error) {
 		return res, err
 	}
 	res.Backfill, res.BackfillCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
-	res.BackfillLSM = lsmWrites(lsminternal.DB(s)).Sub(lsm1)
+	lsm2, err := storeWrites(s)
+	if err != nil {
+		return res, err
+	}
+	res.BackfillLSM = lsm2.Sub(lsm1)
 	if err := stopProfile(); err != nil {
 		return res, err
 	}
@@ -311,7 +323,7 @@ func solo(spec soloSpec) (res soloResult, err error) {
 
 // soloRaw is solo on raw Pebble (see soloEnv).
 func soloRaw(spec soloSpec) (res soloResult, err error) {
-	db, err := pebble.Open(spec.dir, lsminternal.PebbleOptions(&lsm.Options{Logger: quietlog.Logger{}, CacheSize: spec.cache}))
+	db, err := pebble.Open(spec.dir, (&lsm.Options{Logger: lsm.QuietLogger(nil), CacheSize: spec.cache}).PebbleOptions())
 	if err != nil {
 		return res, err
 	}
@@ -324,7 +336,7 @@ func soloRaw(spec soloSpec) (res soloResult, err error) {
 	row := make([]byte, 100)
 	var key []byte
 	r := &rawRun{db: db}
-	lsm0 := lsmWrites(db)
+	lsm0 := lsmWrites(db.Metrics())
 	start, cpu := time.Now(), processCPU()
 	for lo := 0; lo < spec.rows; lo += batch {
 		r.epoch++
@@ -343,7 +355,7 @@ func soloRaw(spec soloSpec) (res soloResult, err error) {
 		_ = b.Close()
 	}
 	res.Load, res.LoadCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
-	lsm1 := lsmWrites(db)
+	lsm1 := lsmWrites(db.Metrics())
 	res.LoadLSM = lsm1.Sub(lsm0)
 
 	stopProfile, err := startProfile(spec.profile)
@@ -370,26 +382,25 @@ func soloRaw(spec soloSpec) (res soloResult, err error) {
 		}
 		_ = b.Close()
 		if done = finished; commits%16 == 15 {
-			res.sample(db)
+			res.sample(db.Metrics())
 		}
 	}
 	res.Backfill, res.BackfillCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
-	res.BackfillLSM = lsmWrites(db).Sub(lsm1)
+	res.BackfillLSM = lsmWrites(db.Metrics()).Sub(lsm1)
 	if err := stopProfile(); err != nil {
 		return res, err
 	}
 	if err := r.compare(); err != nil {
 		return res, err
 	}
-	res.sample(db)
+	res.sample(db.Metrics())
 	res.finish()
 	return res, nil
 }
 
 // sample keeps the largest block cache (with its maps and entries) and
 // memtables db reports.
-func (r *soloResult) sample(db *pebble.DB) {
-	m := db.Metrics()
+func (r *soloResult) sample(m *pebble.Metrics) {
 	meta := cacheMeta(m)
 	if c := float64(m.BlockCache.Size) + meta; c > r.Cache {
 		r.Cache, r.CacheMeta = c, meta

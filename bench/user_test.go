@@ -7,7 +7,6 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -59,7 +58,7 @@ func (s *stream) Next(context.Context) ([]backfill.RowOp, error) {
 func TestRunUserJob(t *testing.T) {
 	def := lsm.TableDef{ID: 2, Name: "orders", VnodeCount: 16, PK: keys.Schema{keys.Bytes, keys.Uint64}, DistKeyColumns: 1}
 	cfg := Config{Dir: t.TempDir(), Actors: 2, ChunkSize: 32, BarrierRows: 40, CheckpointEvery: 2, RestartAt: 4,
-		Store: &lsm.Options{Logger: quietlog.Logger{}},
+		Store: &lsm.Options{Logger: lsm.QuietLogger(nil)},
 		User: &UserJob{Table: def, New: func(s *lsm.Store) (backfill.Source, backfilltest.Oracle) {
 			return &stream{def: def}, backfilltest.ScanOracle{Store: s, Table: def.ID}
 		}}}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -85,7 +84,7 @@ func BenchmarkPolicyRoundWork(b *testing.B) {
 				require.NoError(b, s.CompactRange(context.Background(), 1, 0, 0))
 				p, err := New(Config{Store: s, MaxRangesPerRound: 1 << 10, MaxVnodesPerRange: width, Thresholds: Thresholds{MinGarbage: 64}, Rate: -1})
 				require.NoError(b, err)
-				before := compactedBytes(s)
+				before := compactedBytes(b, s)
 				b.StartTimer()
 				start := time.Now()
 				rd, err := p.RunRound(context.Background())
@@ -93,8 +92,10 @@ func BenchmarkPolicyRoundWork(b *testing.B) {
 				b.StopTimer()
 				require.NoError(b, err)
 				ranges += len(rd.Candidates)
-				compacted += compactedBytes(s) - before
-				live += lsminternal.DB(s).Metrics().Total().TablesSize
+				compacted += compactedBytes(b, s) - before
+				pm, err := s.PebbleMetrics()
+				require.NoError(b, err)
+				live += pm.Total().TablesSize
 				requireClean(b, s, wl)
 				require.NoError(b, s.Close())
 			}
@@ -107,9 +108,10 @@ func BenchmarkPolicyRoundWork(b *testing.B) {
 	}
 }
 
-func compactedBytes(s *lsm.Store) int64 {
+func compactedBytes(b *testing.B, s *lsm.Store) int64 {
 	var n int64
-	m := lsminternal.DB(s).Metrics()
+	m, err := s.PebbleMetrics()
+	require.NoError(b, err)
 	for i := range m.Levels {
 		n += int64(m.Levels[i].TableBytesCompacted)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -28,7 +27,7 @@ import (
 func openFaultStore(t *testing.T, sw *faultfs.Switch, opts lsm.Options) (*lsm.Store, string) {
 	dir := t.TempDir()
 	opts.FS = errorfs.Wrap(vfs.Default, sw)
-	opts.Logger = quietlog.Logger{}
+	opts.Logger = lsm.QuietLogger(nil)
 	// After a failed compaction Pebble keeps its input spans out of
 	// compactions for 30 s: no commit back-pressure on L0.
 	opts.L0StopSublevels = -1
@@ -79,7 +78,7 @@ func TestPolicyFaults(t *testing.T) {
 		// The flush may start one of Pebble's own compactions (of the
 		// small metadata SSTs in L0, say), which would take the fault and
 		// retry by itself: let it end first.
-		require.Eventually(t, func() bool { return lsminternal.DB(s).Metrics().Compact.NumInProgress == 0 },
+		require.Eventually(t, func() bool { m, err := s.PebbleMetrics(); return err == nil && m.Compact.NumInProgress == 0 },
 			10*time.Second, 5*time.Millisecond, c.name)
 		sw.Set(c.inj)
 		had := sw.Counts.Total()

@@ -8,8 +8,6 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/internal/keystats"
-	"github.com/lsmstats/lsmstats/internal/lsminternal"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -26,7 +24,7 @@ func TestMain(m *testing.M) {
 func testSeed(t testing.TB) uint64 { return testutil.Seed(t, "seed", *seedFlag) }
 
 func openStore(t testing.TB) *lsm.Store {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	return s
 }
@@ -259,9 +257,9 @@ func TestPolicyStartStop(t *testing.T) {
 	run(t, s, 4, 300, 30, 30, wl)
 	slow, err := New(Config{Store: s, Thresholds: Thresholds{MinGarbage: 16}, Interval: time.Millisecond, Rate: 50, Burst: 10})
 	require.NoError(t, err)
-	passes := lsminternal.StoreGCMetrics(s).Passes
+	passes := s.Metrics().GCPasses
 	require.NoError(t, slow.Start())
-	for lsminternal.StoreGCMetrics(s).Passes == passes {
+	for s.Metrics().GCPasses == passes {
 		require.True(t, time.Now().Before(deadline), "the slow round never started")
 		time.Sleep(time.Millisecond)
 	}

@@ -4,7 +4,6 @@ import (
 	"io"
 	"testing"
 
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -13,7 +12,7 @@ import (
 // next Commit; those of an aborted writer are gone, and a new writer can
 // take the same epoch over the same rows.
 func TestWriterAbort(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{W: io.Discard}})
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger(io.Discard)})
 	require.NoError(t, err)
 	defer s.Close()
 	def := TableDef{ID: 1, VnodeCount: 1, PK: keys.Schema{keys.Uint64}}
@@ -27,7 +26,7 @@ func TestWriterAbort(t *testing.T) {
 		return w
 	}
 	require.NoError(t, write(1, "aborted").Abort())
-	require.Zero(t, s.counters().BufferedBytes, "the aborted epoch's buffer is released")
+	require.Zero(t, s.Metrics().BufferedBytes, "the aborted epoch's buffer is released")
 	w := write(1, "kept") // the same epoch and row again: no collision
 	require.NoError(t, w.Close())
 	require.NoError(t, s.Commit(1))

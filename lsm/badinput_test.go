@@ -15,7 +15,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -46,7 +45,7 @@ type ddBad struct {
 func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *datadriven.TestData) (string, bool) {
 	switch td.Cmd {
 	case "raw-pebble-set":
-		opts := &pebble.Options{Comparer: keys.Comparer, Logger: quietlog.Logger{}}
+		opts := &pebble.Options{Comparer: keys.Comparer, Logger: QuietLogger(nil)}
 		db, err := pebble.Open(filepath.Join(d.dir, pebbleDir), opts)
 		require.NoError(t, err)
 		for _, line := range strings.Split(strings.TrimSpace(td.Input), "\n") {
@@ -213,13 +212,17 @@ func (c *corruptCollector) FinishTable(buf []byte) ([]byte, error) {
 
 // recordingLogger keeps the store's lines (Infof) and Pebble's errors.
 type recordingLogger struct {
-	quietlog.Logger
 	mu    sync.Mutex
 	lines []string
 }
 
 func (l *recordingLogger) Infof(format string, args ...any)  { l.record(format, args...) }
 func (l *recordingLogger) Errorf(format string, args ...any) { l.record(format, args...) }
+
+// Fatalf writes the line and exits, as QuietLogger's does.
+func (l *recordingLogger) Fatalf(format string, args ...any) {
+	QuietLogger(nil).Fatalf(format, args...)
+}
 
 func (l *recordingLogger) record(format string, args ...any) {
 	l.mu.Lock()
@@ -303,7 +306,7 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 // has outstanding references"), and one used after Close panicked in
 // Pebble's iterator (an integer divide by zero).
 func TestIterAfterClose(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	c := newChurn(t, s, TableDef{ID: 1, VnodeCount: 2, PK: keys.Schema{keys.Uint64}}, 1)
 	c.step(50, 0, 0)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -21,7 +20,7 @@ import (
 const benchVnodes = 16
 
 func benchStore(b *testing.B) *Store {
-	s, err := Open(b.TempDir(), &Options{Logger: quietlog.Logger{}})
+	s, err := Open(b.TempDir(), &Options{Logger: QuietLogger(nil)})
 	require.NoError(b, err)
 	require.NoError(b, s.CreateTable(TableDef{ID: 1, VnodeCount: benchVnodes, PK: keys.Schema{keys.Uint64}}))
 	b.Cleanup(func() { _ = s.Close() })

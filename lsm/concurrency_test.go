@@ -14,7 +14,6 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,7 +38,7 @@ func TestConcurrent(t *testing.T) {
 		vnodes  = 16
 		pks     = 480
 	)
-	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 12 << 10, TargetFileSize: 16 << 10, Logger: quietlog.Logger{}})
+	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 12 << 10, TargetFileSize: 16 << 10, Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: vnodes, PK: keys.Schema{keys.Uint64}}
@@ -291,8 +290,8 @@ func TestConcurrent(t *testing.T) {
 			if _, err := reg.Gather(); err != nil {
 				return err
 			}
-			_ = s.counters()
-			_ = s.gcCounters()
+			_ = s.Metrics()
+			_, _ = s.PebbleMetrics()
 			counts.scrapes.Add(1)
 		}
 		return nil
@@ -346,12 +345,12 @@ func TestConcurrent(t *testing.T) {
 		require.NoError(t, err)
 	}
 	t.Logf("commits %d, spills %d, full reads %d, estimates %d, partitions %d, scrapes %d, GC passes %d, compactions %d, verifies %d",
-		counts.commits.Load(), s.counters().Spills, counts.reads.Load(), counts.estimates.Load(), counts.partitions.Load(),
+		counts.commits.Load(), s.Metrics().Spills, counts.reads.Load(), counts.estimates.Load(), counts.partitions.Load(),
 		counts.scrapes.Load(), counts.gcs.Load(), counts.compactions.Load(), counts.verifies.Load())
 	require.Positive(t, counts.commits.Load())
 	require.Positive(t, counts.reads.Load())
 	require.Positive(t, counts.gcs.Load())
-	require.Positive(t, s.counters().Spills)
+	require.Positive(t, s.Metrics().Spills)
 	for _, w := range ws {
 		require.NoError(t, w.Close())
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -80,7 +79,7 @@ func (g *crashGen) step(k uint64) []crashOp {
 }
 
 func crashOpen(dir string) (*Store, error) {
-	s, err := Open(dir, &Options{MemoryWatermark: 48 << 10, Logger: quietlog.Logger{}})
+	s, err := Open(dir, &Options{MemoryWatermark: 48 << 10, Logger: QuietLogger(nil)})
 	if err != nil {
 		return nil, err
 	}

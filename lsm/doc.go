@@ -91,6 +91,22 @@
 // order do. Small tables are not partitioned: 64 of them would make each
 // flush about a thousand tiny SSTs (BenchmarkSmallTables).
 //
+// Options.PebbleOptions returns these options, for a comparison with raw
+// Pebble doing the same work; Store.PebbleMetrics returns the metrics of
+// the Pebble database under a store (its LSM shape and the bytes written
+// into each level), and Store.Metrics the store's own counters (commits,
+// spills, commit stalls, corruptions, GC), which Store.Collector exports
+// to Prometheus.
+//
+// # Logging
+//
+// Pebble and the store log through Options.Logger, a pebble.Logger: the
+// store takes Pebble's interface as it is rather than one of its own, so
+// that any logger a Pebble user has serves both, and one logger gets both
+// kinds of lines. Nil is Pebble's default logger (every line to standard
+// error, a line per flush, compaction and ingestion among them);
+// QuietLogger keeps the errors only.
+//
 // # Epoch high-water mark
 //
 // Epochs only increase, across restarts too. A spill that writes data of an

@@ -3,7 +3,6 @@ package lsm
 import (
 	"testing"
 
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -11,7 +10,7 @@ import (
 // TestEpochSealedIsEpochOrder: an op on an epoch its writer sealed keeps
 // its own message and is an ErrEpochOrder, which callers test for.
 func TestEpochSealedIsEpochOrder(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -72,8 +71,13 @@ var fatalRules = []struct {
 	{name: "list", kinds: "list", path: `.`, maxSkip: 1},
 }
 
-// faultLogger is the child's logger: Fatalf reports and exits.
-type faultLogger struct{ quietlog.Logger }
+// faultLogger is the child's logger: QuietLogger's, but Fatalf reports
+// on stdout and exits with faultExitFatal.
+type faultLogger struct{}
+
+func (faultLogger) Infof(string, ...any) {}
+
+func (faultLogger) Errorf(format string, args ...any) { QuietLogger(nil).Errorf(format, args...) }
 
 func (faultLogger) Fatalf(format string, args ...any) {
 	fmt.Printf("F %s\n", strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", " "))

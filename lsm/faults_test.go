@@ -15,7 +15,6 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -75,7 +74,7 @@ func newFaultStore(t *testing.T, seed uint64, opts Options) *faultStore {
 	fs := &faultStore{t: t, dir: dir, f: newFaultInjector(dir, seed), opts: opts, committed: map[uint64]string{}}
 	fs.opts.FS = fs.f.fs()
 	if fs.opts.Logger == nil {
-		fs.opts.Logger = quietlog.Logger{}
+		fs.opts.Logger = QuietLogger(nil)
 	}
 	logFaults(t, fs.f)
 	fs.open()
@@ -155,7 +154,7 @@ func TestFaultsOpen(t *testing.T) {
 			for skip := 0; ; skip++ {
 				dir := t.TempDir()
 				f := newFaultInjector(dir, 1)
-				opts := &Options{FS: f.fs(), Logger: quietlog.Logger{}, MemoryWatermark: -1}
+				opts := &Options{FS: f.fs(), Logger: QuietLogger(nil), MemoryWatermark: -1}
 				want := map[uint64]string{}
 				if !fresh {
 					s, err := Open(dir, opts)
@@ -187,7 +186,7 @@ func TestFaultsOpen(t *testing.T) {
 					require.NoError(t, s.Close())
 				}
 				require.NoError(t, goleak.Find(before), "open with %s fault #%d (%v)", kind, skip, err)
-				s, err = Open(dir, &Options{Logger: quietlog.Logger{}, MemoryWatermark: -1})
+				s, err = Open(dir, &Options{Logger: QuietLogger(nil), MemoryWatermark: -1})
 				require.NoError(t, err)
 				if !fresh {
 					def, err := s.Table(faultTable.ID)
@@ -505,10 +504,10 @@ func TestFaultsCompaction(t *testing.T) {
 	}
 	err := fs.s.CompactRange(context.Background(), fs.def.ID, 0, 0)
 	require.True(t, isInjected(err), "%v", err)
-	l0 := fs.s.counters().L0Files
+	l0 := fs.s.Metrics().L0Files
 	fs.f.disarm()
 	require.NoError(t, fs.s.CompactRange(context.Background(), fs.def.ID, 0, 0))
-	require.Less(t, fs.s.counters().L0Files, l0)
+	require.Less(t, fs.s.Metrics().L0Files, l0)
 	fs.check("after the faults")
 	// The metadata SSTs of every checkpoint are still in L0, whose depth
 	// would stall memtable writes (Pebble's own write stall).

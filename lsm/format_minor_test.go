@@ -7,7 +7,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -17,7 +16,7 @@ import (
 // ignored in a store of a newer minor format, which opens read-only only.
 func TestMetadataOfNewerMinor(t *testing.T) {
 	dir := t.TempDir()
-	opts := &Options{Logger: quietlog.Logger{}}
+	opts := &Options{Logger: QuietLogger(nil)}
 	s, err := Open(dir, opts)
 	require.NoError(t, err)
 	def := TableDef{ID: 1, Name: "t", VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
@@ -36,7 +35,7 @@ func TestMetadataOfNewerMinor(t *testing.T) {
 	// Rows written as a later version would: a new name, and maybe its
 	// minor version.
 	setMeta := func(name string, value []byte) {
-		db, err := pebble.Open(pebbleDir, pebbleOptionsFor(opts))
+		db, err := pebble.Open(pebbleDir, opts.PebbleOptions())
 		require.NoError(t, err)
 		require.NoError(t, db.Set(keys.MetaKey([]byte(name)), value, pebble.Sync))
 		require.NoError(t, db.Close())
@@ -49,7 +48,7 @@ func TestMetadataOfNewerMinor(t *testing.T) {
 	require.True(t, lsmstats.IsCorruption(err))
 	require.ErrorContains(t, err, `"zz_future_feature"`)
 	// Read-only, it is left out and reported by Verify.
-	ro, err := Open(dir, &Options{Logger: quietlog.Logger{}, ReadOnly: true})
+	ro, err := Open(dir, &Options{Logger: QuietLogger(nil), ReadOnly: true})
 	require.NoError(t, err)
 	rep, err := ro.Verify()
 	require.NoError(t, err)
@@ -62,7 +61,7 @@ func TestMetadataOfNewerMinor(t *testing.T) {
 	_, err = Open(dir, opts)
 	require.True(t, errors.Is(err, ErrFormatTooNew), "%v", err)
 	require.ErrorContains(t, err, "read-only")
-	ro, err = Open(dir, &Options{Logger: quietlog.Logger{}, ReadOnly: true})
+	ro, err = Open(dir, &Options{Logger: QuietLogger(nil), ReadOnly: true})
 	require.NoError(t, err)
 	row, ok, err := ro.Get(1, v, pk)
 	require.NoError(t, err)

@@ -66,7 +66,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
-	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"golang.org/x/time/rate"
 )
@@ -182,16 +181,6 @@ func (s *Store) GCEpoch() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.mu.gcEpoch
-}
-
-// gcCounters returns the cumulative GC counters
-// (lsminternal.StoreGCMetrics).
-func (s *Store) gcCounters() lsminternal.GCMetrics {
-	g := &s.gc
-	return lsminternal.GCMetrics{
-		Passes: g.passes.Load(), Examined: g.examined.Load(), Deleted: g.deleted.Load(),
-		DeletedBytes: g.deletedBytes.Load(), Ingestions: g.ingestions.Load(), Compactions: g.compactions.Load(),
-	}
 }
 
 // gcRange validates a request's table and vnodes and returns the key bounds

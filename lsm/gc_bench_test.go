@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/lsmstats/lsmstats/internal/keystats"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -87,7 +86,7 @@ func BenchmarkGC(b *testing.B) {
 			var before, after, errBefore, errAfter, maxBefore, maxAfter float64
 			b.StopTimer()
 			for i := 0; i < b.N; i++ {
-				s, err := Open(b.TempDir(), &Options{Logger: quietlog.Logger{}})
+				s, err := Open(b.TempDir(), &Options{Logger: QuietLogger(nil)})
 				require.NoError(b, err)
 				def := TableDef{ID: 1, VnodeCount: 64, PK: keys.Schema{keys.Uint64}}
 				c := newChurn(b, s, def, uint64(i+1))

@@ -12,7 +12,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -189,7 +188,7 @@ func requireEntriesEqualLive(t testing.TB, s *Store, def TableDef) {
 // physical entries == live rows in every vnode, exactly.
 func TestGCEntriesEqualLiveRows(t *testing.T) {
 	seed := testSeed(t)
-	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 64 << 10, Logger: quietlog.Logger{}})
+	s, err := Open(t.TempDir(), &Options{MemoryWatermark: 64 << 10, Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: 16, PK: keys.Schema{keys.Uint64}}
@@ -243,7 +242,7 @@ func TestGCModel(t *testing.T) {
 	dir := t.TempDir()
 	def := TableDef{ID: 1, VnodeCount: 8, PK: keys.Schema{keys.Uint64}}
 	open := func() *Store {
-		s, err := Open(dir, &Options{MemoryWatermark: int64(2048 + r.IntN(8192)), Logger: quietlog.Logger{}})
+		s, err := Open(dir, &Options{MemoryWatermark: int64(2048 + r.IntN(8192)), Logger: QuietLogger(nil)})
 		require.NoError(t, err)
 		return s
 	}
@@ -376,7 +375,7 @@ func TestGCModel(t *testing.T) {
 // TestGCPacingAndCancel: the limiter paces examined versions, and a
 // cancelled pass returns where to resume without losing anything.
 func TestGCPacingAndCancel(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
@@ -409,7 +408,7 @@ func TestGCPacingAndCancel(t *testing.T) {
 // TestGCBadInput: every malformed request is refused with a clear error and
 // changes nothing.
 func TestGCBadInput(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	c := newChurn(t, s, def, 1)
@@ -428,7 +427,7 @@ func TestGCBadInput(t *testing.T) {
 		require.Error(t, err, "%+v", req)
 	}
 	require.Error(t, s.CompactRange(ctx, 1, 2, 1))
-	require.Zero(t, s.gcCounters().Passes)
+	require.Zero(t, s.Metrics().GCPasses)
 	require.NoError(t, s.Close())
 	_, err = s.GC(ctx, GCRequest{Table: 1})
 	require.True(t, errors.Is(err, ErrClosed), "%v", err)
@@ -439,7 +438,7 @@ func TestGCBadInput(t *testing.T) {
 // work: compacting a GC'd range removes exactly the deleted versions and
 // their SINGLEDELs.
 func TestGCCompactionDeltas(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}, Pebble: func(o *pebble.Options) {
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger(nil), Pebble: func(o *pebble.Options) {
 		o.DisableAutomaticCompactions = true
 	}})
 	require.NoError(t, err)
@@ -500,7 +499,7 @@ func TestGCCompactionDeltas(t *testing.T) {
 // below it is refused even before the pass's first ingestion raised the
 // watermark, and pins at or above it are granted.
 func TestGCRefusesPinsDuringPass(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
@@ -542,7 +541,7 @@ func TestGCRefusesPinsDuringPass(t *testing.T) {
 // reports ErrClosed and where to resume, and nothing is lost.
 func TestGCCloseCancels(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, &Options{Logger: quietlog.Logger{}})
+	s, err := Open(dir, &Options{Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	c := newChurn(t, s, def, 4)
@@ -557,7 +556,7 @@ func TestGCCloseCancels(t *testing.T) {
 		res, err := s.GC(context.Background(), GCRequest{Table: 1, Limiter: rate.NewLimiter(20, 5)})
 		done <- result{res, err}
 	}()
-	for s.gcCounters().Passes == 0 {
+	for s.Metrics().GCPasses == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -567,7 +566,7 @@ func TestGCCloseCancels(t *testing.T) {
 	r := <-done
 	require.True(t, errors.Is(r.err, ErrClosed), "%v", r.err)
 	require.NotNil(t, r.res.Resume)
-	s, err = Open(dir, &Options{Logger: quietlog.Logger{}})
+	s, err = Open(dir, &Options{Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	require.Equal(t, c.live, readAt(t, s, def, s.CommittedEpoch()))

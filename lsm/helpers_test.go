@@ -13,6 +13,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(quietFatalChildEnv) != "" {
+		quietFatalChild() // logger_test.go
+	}
 	if dir := os.Getenv(singleDelChildEnv); dir != "" {
 		singleDelChild(dir, os.Getenv(singleDelFaultEnv)) // singledel_test.go
 	}

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/lsmstats/lsmstats/internal/keystats"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -16,7 +15,7 @@ import (
 // figure must not go backwards).
 func TestSplitsReproducedAfterRestart(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, &Options{Logger: quietlog.Logger{}})
+	s, err := Open(dir, &Options{Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	require.NoError(t, s.CreateTable(TableDef{ID: 1, VnodeCount: 2, PK: keys.Schema{keys.Uint64}}))
 	def, _ := s.table(1)
@@ -34,7 +33,7 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 	est := before.EstimateRows(1, 0, nil, cursor)
 	crashForTest(s)
 
-	s, err = Open(dir, &Options{Logger: quietlog.Logger{}})
+	s, err = Open(dir, &Options{Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	after := s.Stats().Live
@@ -50,7 +49,7 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 // and seeks over the gaps; the split buckets must count exactly what the
 // table holds (Verify recounts them bucket by bucket).
 func TestRescansOfAdjacentBuckets(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	require.NoError(t, s.CreateTable(TableDef{ID: 1, VnodeCount: 1, PK: keys.Schema{keys.Uint64}}))
@@ -70,7 +69,7 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 	})
 	buckets := len(keystats.Detail(s.Stats().Live, 1, 0).Buckets)
 	require.Greater(t, buckets, 50)
-	scans := s.counters().BucketScans
+	scans := s.Metrics().BucketScans
 	// Fill a run of adjacent buckets, and two lone ones further on.
 	commit(2, func(yield func(uint64)) {
 		for _, i := range []uint64{200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 700, 1100} {
@@ -79,7 +78,7 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 			}
 		}
 	})
-	require.Greater(t, s.counters().BucketScans-scans, int64(3), "the commit must have rescanned several buckets")
+	require.Greater(t, s.Metrics().BucketScans-scans, int64(3), "the commit must have rescanned several buckets")
 	require.Greater(t, len(keystats.Detail(s.Stats().Live, 1, 0).Buckets), buckets)
 	rep, err := s.Verify()
 	require.NoError(t, err)
@@ -97,7 +96,7 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 func TestStatsBucketBudget(t *testing.T) {
 	const budget, vnodes = 16, 8
 	dir := t.TempDir()
-	opts := &Options{Logger: quietlog.Logger{}, StatsBucketBudget: budget}
+	opts := &Options{Logger: QuietLogger(nil), StatsBucketBudget: budget}
 	s, err := Open(dir, opts)
 	require.NoError(t, err)
 	require.NoError(t, s.CreateTable(TableDef{ID: 1, VnodeCount: vnodes, PK: keys.Schema{keys.Uint64}}))

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
@@ -20,7 +19,7 @@ import (
 // beside its statistics, in one registry, under the same options, and a
 // scrape after Close neither fails nor panics.
 func TestStoreCollector(t *testing.T) {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	def := lsm.TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	require.NoError(t, s.CreateTable(def))
@@ -67,9 +66,25 @@ kv_store_corruptions_total{store="a"} 0
 		return gathered(t, reg, "kv_compaction_entries_total", map[string]string{"table": "1", "side": "input"}) >= 300
 	}, 10*time.Second, 10*time.Millisecond, "the compaction's input entries")
 
+	// The same counters as a struct, and Pebble's metrics: the three
+	// flushes and the compaction that merged their files.
+	m := s.Metrics()
+	require.Equal(t, int64(3), m.Commits)
+	require.Equal(t, int64(1), m.GCCompactions)
+	require.Zero(t, m.GCPasses)
+	require.Zero(t, m.Corruptions)
+	pm, err := s.PebbleMetrics()
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, pm.Flush.Count, int64(3))
+	require.Positive(t, pm.Compact.Count)
+
 	require.NoError(t, w.Close())
 	require.NoError(t, s.Close())
 	require.Greater(t, promtest.CollectAndCount(c), 19, "a scrape after Close")
+	require.Equal(t, int64(3), s.Metrics().Commits, "counters after Close")
+	require.Zero(t, s.Metrics().L0Files, "no LSM after Close")
+	_, err = s.PebbleMetrics()
+	require.ErrorIs(t, err, lsm.ErrClosed)
 }
 
 // gathered gathers reg and returns the value of the counter named name

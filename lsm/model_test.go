@@ -9,7 +9,6 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
@@ -67,7 +66,7 @@ func TestModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 1))
 	dir := t.TempDir()
 	open := func() *Store {
-		s, err := Open(dir, &Options{MemoryWatermark: int64(2048 + r.IntN(8192)), Logger: quietlog.Logger{}})
+		s, err := Open(dir, &Options{MemoryWatermark: int64(2048 + r.IntN(8192)), Logger: QuietLogger(nil)})
 		require.NoError(t, err)
 		return s
 	}

@@ -118,12 +118,21 @@ type Options struct {
 	// of creating one there.
 	MustExist bool
 
-	// Logger receives Pebble's and the store's log lines; nil means Pebble's
-	// default logger. Pebble calls Fatalf on WAL and MANIFEST write errors.
-	// It no longer does on corrupt data: the store takes Pebble's
-	// DataCorruption event, logs it with Errorf and counts it, and the
-	// read that met the corruption returns
-	// an error marked lsmstats.ErrCorruption that names the file.
+	// Logger receives Pebble's log lines and the store's own (its errors:
+	// a failed flush at Close, corrupt data met, metadata rows a read-only
+	// store left out). Nil means Pebble's default logger,
+	// pebble.DefaultLogger: every line, the informational ones included
+	// (each flush, compaction and ingestion), through the standard
+	// library's log package to standard error. QuietLogger keeps the
+	// errors only. Pebble calls Fatalf on a failed write or sync of its
+	// WAL or MANIFEST and expects it not to return (its default logger
+	// ends the process). It no longer does on corrupt data: the store
+	// takes Pebble's DataCorruption event, logs it with Errorf and counts
+	// it, and the read that met the corruption returns an error marked
+	// lsmstats.ErrCorruption that names the file. The logger is called
+	// from many goroutines at once. It wins over a logger that the Pebble
+	// hook sets: the store sets Pebble's Logger back to this one after
+	// the hook.
 	Logger pebble.Logger
 
 	// EventListener, if set, receives Pebble's events in addition to the
@@ -132,9 +141,11 @@ type Options struct {
 
 	// Pebble, if set, is called on the Pebble options after the store has set
 	// its own, to tune them further. It must not change the comparer or the
-	// block property collectors. A CompactionScheduler it sets replaces the
-	// store's, and with it the store's guard against a Pebble panic on a
-	// cancelled manual compaction (compactionScheduler).
+	// block property collectors. A Logger it sets is replaced by
+	// Options.Logger (Pebble's and the store's lines go to one logger). A
+	// CompactionScheduler it sets replaces the store's, and with it the
+	// store's guard against a Pebble panic on a cancelled manual compaction
+	// (compactionScheduler).
 	Pebble func(*pebble.Options)
 
 	// OnPhase, if set, is called synchronously, from the goroutine doing the
@@ -200,26 +211,37 @@ type WriterOptions struct {
 	Unchecked bool
 }
 
-// pebbleOptionsFor returns the Pebble options of a store opened with opts
-// (lsminternal.PebbleOptions).
-func pebbleOptionsFor(opts *Options) *pebble.Options {
-	o := opts.withDefaults()
-	popts := o.pebbleOptions()
+// PebbleOptions returns the Pebble options a store opened with o (nil: the
+// defaults) opens its database with, the Pebble hook applied: the store's
+// comparer, the statistics' block property collector, its L0 and memtable
+// settings, filters, compression and block cache size, for a comparison
+// with raw Pebble doing the same work (package bench's RunRaw opens its
+// database with them). They leave out what Open adds for the store itself:
+// its event listeners (the statistics' tracker, Options.EventListener),
+// the span policy of its large tables' vnode partitions, and its
+// compaction scheduler (Pebble's default one runs). Each call returns new
+// options: open one database with each.
+func (o *Options) PebbleOptions() *pebble.Options {
+	d := o.withDefaults()
+	popts := d.pebbleOptions()
+	d.applyHook(popts)
+	return popts
+}
+
+// applyHook calls the Pebble hook, if any, on popts, and sets the logger
+// back to the store's (Options.Logger wins over the hook's).
+func (o *Options) applyHook(popts *pebble.Options) {
+	logger := popts.Logger
 	if o.Pebble != nil {
 		o.Pebble(popts)
 	}
-	return popts
+	popts.Logger = logger
 }
 
 func init() {
 	lsminternal.Hooks.DB = func(s any) *pebble.DB { return s.(*Store).db }
 	lsminternal.Hooks.PebbleDir = func(s any) string { return s.(*Store).pebbleDirPath() }
-	lsminternal.Hooks.PebbleOptions = func(o any) *pebble.Options {
-		opts, _ := o.(*Options) // nil: the defaults
-		return pebbleOptionsFor(opts)
-	}
-	lsminternal.Hooks.Metrics = func(s any) lsminternal.Metrics { return s.(*Store).counters() }
-	lsminternal.Hooks.GCMetrics = func(s any) lsminternal.GCMetrics { return s.(*Store).gcCounters() }
+	lsminternal.Hooks.Metrics = func(s any) lsminternal.Metrics { return lsminternal.Metrics(s.(*Store).Metrics()) }
 	lsminternal.Hooks.Tracker = func(s any) *keystats.Tracker { return s.(*Store).tracker }
 }
 

@@ -3,7 +3,6 @@ package lsm
 import (
 	"testing"
 
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -13,7 +12,7 @@ import (
 // a vnode out of range, a bound that does not decode and a closed store
 // are errors.
 func TestIterReset(t *testing.T) {
-	s, err := Open(t.TempDir(), &Options{Logger: quietlog.Logger{}})
+	s, err := Open(t.TempDir(), &Options{Logger: QuietLogger(nil)})
 	require.NoError(t, err)
 	closed := false
 	defer func() {

@@ -15,7 +15,6 @@ import (
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
 	"github.com/lsmstats/lsmstats/internal/keystats"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -31,7 +30,7 @@ import (
 func smallStore(t *testing.T, noCompactions bool) string {
 	t.Helper()
 	dir := t.TempDir()
-	o := &Options{Logger: quietlog.Logger{W: io.Discard}, TargetFileSize: 8 << 10, CommitBatchBytes: -1}
+	o := &Options{Logger: QuietLogger(io.Discard), TargetFileSize: 8 << 10, CommitBatchBytes: -1}
 	if noCompactions {
 		o.Pebble = func(po *pebble.Options) { po.DisableAutomaticCompactions = true }
 	}
@@ -88,7 +87,7 @@ func dirState(t *testing.T, root string) map[string]string {
 }
 
 func roOpen(dir string) (*Store, error) {
-	return Open(dir, &Options{ReadOnly: true, Logger: quietlog.Logger{W: io.Discard}})
+	return Open(dir, &Options{ReadOnly: true, Logger: QuietLogger(io.Discard)})
 }
 
 // TestReadOnly: a read-only store reads, reports statistics and verifies,
@@ -169,7 +168,7 @@ func TestOpenNoStore(t *testing.T) {
 		{filepath.Join(store, pebbleDir), "it is a store's Pebble directory: the store is " + store},
 	} {
 		for _, o := range []*Options{{ReadOnly: true}, {MustExist: true}} {
-			o.Logger = quietlog.Logger{W: io.Discard}
+			o.Logger = QuietLogger(io.Discard)
 			_, err := Open(c.dir, o)
 			require.True(t, errors.Is(err, ErrNoStore), "%s: %v", c.dir, err)
 			require.Contains(t, err.Error(), c.dir)
@@ -188,7 +187,7 @@ func TestOpenNoStore(t *testing.T) {
 	require.True(t, errors.Is(err, ErrFormatTooNew), "%v", err)
 
 	other := t.TempDir()
-	db, err := pebble.Open(filepath.Join(other, pebbleDir), &pebble.Options{Logger: quietlog.Logger{W: io.Discard}})
+	db, err := pebble.Open(filepath.Join(other, pebbleDir), &pebble.Options{Logger: QuietLogger(io.Discard)})
 	require.NoError(t, err)
 	require.NoError(t, db.Set([]byte("k"), []byte("v"), pebble.Sync))
 	require.NoError(t, db.Close())
@@ -224,7 +223,7 @@ func TestReadOnlyCorruptMetadata(t *testing.T) {
 			require.NoError(t, s.db.Set(c.key, c.value, pebble.Sync))
 			require.NoError(t, s.Close())
 
-			_, err = Open(dir, &Options{Logger: quietlog.Logger{W: io.Discard}})
+			_, err = Open(dir, &Options{Logger: QuietLogger(io.Discard)})
 			require.True(t, errors.Is(err, errCorruptMetadata), "%v", err)
 			require.True(t, errors.Is(err, lsmstats.ErrCorruption), "%v", err)
 
@@ -289,7 +288,7 @@ func TestCheckpointMark(t *testing.T) {
 			m := filepath.Join(dir, pebbleDir, filepath.Base(manifests[0]))
 			require.NoError(t, os.Truncate(m, n))
 			for _, readOnly := range []bool{true, false} {
-				s, err := Open(dir, &Options{ReadOnly: readOnly, Logger: quietlog.Logger{W: io.Discard}})
+				s, err := Open(dir, &Options{ReadOnly: readOnly, Logger: QuietLogger(io.Discard)})
 				if err != nil {
 					require.True(t, lsmstats.IsCorruption(err), "cut at %d: %v", n, err)
 					require.True(t, errors.Is(err, lsmstats.ErrCorruption), "cut at %d: %v", n, err)
@@ -327,7 +326,7 @@ func TestCheckpointMark(t *testing.T) {
 				}
 				before := dirState(t, dir)
 				for _, readOnly := range []bool{true, false} {
-					_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: quietlog.Logger{W: io.Discard}})
+					_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: QuietLogger(io.Discard)})
 					require.True(t, errors.Is(err, lsmstats.ErrCorruption), "read-only %v: %v", readOnly, err)
 					require.ErrorContains(t, err, "holds none of the store's metadata")
 					require.ErrorContains(t, err, want)
@@ -358,7 +357,7 @@ func TestCheckpointMark(t *testing.T) {
 		require.Contains(t, rep.Corrupt[0], "checkpoint mark CHECKPOINT does not decode")
 		require.NoError(t, s.Close())
 
-		s, err = Open(dir, &Options{Logger: quietlog.Logger{W: io.Discard}})
+		s, err = Open(dir, &Options{Logger: QuietLogger(io.Discard)})
 		require.NoError(t, err)
 		require.NoError(t, s.Close())
 		b, err = os.ReadFile(p)
@@ -371,7 +370,7 @@ func TestCheckpointMark(t *testing.T) {
 		dir := smallStore(t, false)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, markName), encodeMark(mark{epoch: 4}), 0o644))
 		for _, readOnly := range []bool{true, false} {
-			_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: quietlog.Logger{W: io.Discard}})
+			_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: QuietLogger(io.Discard)})
 			require.True(t, errors.Is(err, lsmstats.ErrCorruption), "%v", err)
 			require.ErrorContains(t, err, "opens at committed epoch 3, but its checkpoint mark (CHECKPOINT) says epoch 4 was committed")
 		}
@@ -445,7 +444,7 @@ func TestCorruptSST(t *testing.T) {
 					require.NoError(t, s.Stats().PhysicalErr)
 					require.NoError(t, s.RefreshStats())
 				}
-				require.Positive(t, s.counters().Corruptions)
+				require.Positive(t, s.Metrics().Corruptions)
 				require.Contains(t, log.text(), "corrupt data in")
 				require.NoError(t, s.Close())
 			}
@@ -535,7 +534,7 @@ func TestOpenDamagedFiles(t *testing.T) {
 			c.damage(t, dir)
 			before := dirState(t, dir)
 			for _, readOnly := range []bool{true, false} {
-				_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: quietlog.Logger{W: io.Discard}})
+				_, err := Open(dir, &Options{ReadOnly: readOnly, Logger: QuietLogger(io.Discard)})
 				require.Error(t, err, "read-only %v", readOnly)
 				require.True(t, errors.Is(err, lsmstats.ErrCorruption), "read-only %v: %v", readOnly, err)
 				require.ErrorContains(t, err, c.want)

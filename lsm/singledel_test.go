@@ -14,7 +14,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -59,7 +58,7 @@ func singleDelChild(dir, fault string) {
 	if _, err := fmt.Sscanf(fault, "%s %d", &f.file, &f.offset); err != nil {
 		testutil.ExitChild(err)
 	}
-	s, err := Open(dir, &Options{FS: errorfs.Wrap(vfs.Default, f), Logger: quietlog.Logger{W: io.Discard},
+	s, err := Open(dir, &Options{FS: errorfs.Wrap(vfs.Default, f), Logger: QuietLogger(io.Discard),
 		Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true }})
 	if err != nil {
 		testutil.ExitChild(err)
@@ -72,7 +71,7 @@ func singleDelChild(dir, fault string) {
 
 func TestSingleDelElisionPanic(t *testing.T) {
 	dir := t.TempDir()
-	o := &Options{Logger: quietlog.Logger{W: io.Discard}, TargetFileSize: 16 << 10, CommitBatchBytes: -1,
+	o := &Options{Logger: QuietLogger(io.Discard), TargetFileSize: 16 << 10, CommitBatchBytes: -1,
 		Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true }}
 	s, err := Open(dir, o)
 	require.NoError(t, err)
@@ -142,7 +141,7 @@ func TestSingleDelElisionPanic(t *testing.T) {
 
 	// Recovered at reopen: the last checkpoint is all there, Verify is clean,
 	// and the compaction the panic cut short now succeeds.
-	s, err = Open(dir, &Options{Logger: quietlog.Logger{W: io.Discard}})
+	s, err = Open(dir, &Options{Logger: QuietLogger(io.Discard)})
 	require.NoError(t, err)
 	defer s.Close()
 	require.Equal(t, uint64(2), s.CommittedEpoch())

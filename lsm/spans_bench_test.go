@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -26,7 +25,7 @@ func BenchmarkSmallTables(b *testing.B) {
 		files   int64
 	}
 	open := func(partitionBytes int64) *side {
-		s, err := Open(b.TempDir(), &Options{Logger: quietlog.Logger{}, PartitionBytes: partitionBytes})
+		s, err := Open(b.TempDir(), &Options{Logger: QuietLogger(nil), PartitionBytes: partitionBytes})
 		require.NoError(b, err)
 		b.Cleanup(func() { _ = s.Close() })
 		sd := &side{s: s}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -28,7 +27,7 @@ func TestSSTSpans(t *testing.T) {
 
 func testSSTSpans(t *testing.T, commitBatchBytes int64) {
 	dir := t.TempDir()
-	opts := &Options{Logger: quietlog.Logger{W: io.Discard}, CommitBatchBytes: commitBatchBytes, PartitionBytes: 16 << 10,
+	opts := &Options{Logger: QuietLogger(io.Discard), CommitBatchBytes: commitBatchBytes, PartitionBytes: 16 << 10,
 		Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true }}
 	s, err := Open(dir, opts)
 	require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -27,7 +26,7 @@ func TestCommitStallOnlyWhileCompactionsDrain(t *testing.T) {
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	t.Run("compactions-off", func(t *testing.T) {
 		s, err := Open(t.TempDir(), &Options{
-			Logger: quietlog.Logger{}, L0StopSublevels: 2, CommitBatchBytes: -1,
+			Logger: QuietLogger(nil), L0StopSublevels: 2, CommitBatchBytes: -1,
 			Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true },
 		})
 		require.NoError(t, err)
@@ -36,7 +35,7 @@ func TestCommitStallOnlyWhileCompactionsDrain(t *testing.T) {
 		for range 6 {
 			c.step(200, 80, 0) // updates all over the keyspace: overlapping L0 files
 		}
-		m := s.counters()
+		m := s.Metrics()
 		require.GreaterOrEqual(t, m.L0Sublevels, 2, "L0 must be past the limit")
 		require.Zero(t, m.CommitStalls)
 	})
@@ -58,7 +57,7 @@ func TestCommitStallOnlyWhileCompactionsDrain(t *testing.T) {
 		for range 6 {
 			c.step(200, 80, 0)
 		}
-		m := s.counters()
+		m := s.Metrics()
 		require.GreaterOrEqual(t, m.CommitStalls, int64(2), "L0 must reach the limit")
 		require.Equal(t, m.CommitStalls, m.CommitStallsAbandoned, "no wait can end with L0 drained")
 		require.Equal(t, 1, strings.Count(log.text(), "committing anyway"), "only the first stall waited:\n%s", log.text())
@@ -106,7 +105,7 @@ func TestCommitStallBounded(t *testing.T) {
 	for range 6 {
 		c.step(200, 80, 0)
 	}
-	m := s.counters()
+	m := s.Metrics()
 	require.Positive(t, m.CommitStalls, "L0 must reach the limit")
 	require.Positive(t, m.CommitStallsAbandoned)
 	require.Contains(t, log.text(), "still after 300ms (Options.L0StallLimit)")

@@ -20,7 +20,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/keystats"
-	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -248,9 +247,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if o.EventListener != nil {
 		popts.AddEventListener(*o.EventListener)
 	}
-	if o.Pebble != nil {
-		o.Pebble(popts)
-	}
+	o.applyHook(popts)
 	if popts.Experimental.CompactionScheduler == nil {
 		popts.Experimental.CompactionScheduler = newCompactionScheduler(popts.Logger)
 	}
@@ -815,7 +812,7 @@ func (s *Store) EpochFloor() uint64 { return max(s.floor, s.committed.Load()) }
 func (s *Store) Dir() string { return s.dir }
 
 // pebbleDirPath returns the directory of the underlying Pebble database
-// (lsminternal.PebbleDir).
+// (lsminternal.PebbleDir, for this module's tools and tests).
 func (s *Store) pebbleDirPath() string { return s.fs.PathJoin(s.dir, pebbleDir) }
 
 // CreateTable adds a table to the catalog, durably. Creating a table that
@@ -952,9 +949,9 @@ func (s *Store) stagingPath(kind string) string {
 	return s.fs.PathJoin(s.staging, fmt.Sprintf("%s-%06d.sst", kind, s.fileSeq.Add(1)))
 }
 
-// counters returns the store's counters (lsminternal.StoreMetrics).
-func (s *Store) counters() lsminternal.Metrics {
-	m := lsminternal.Metrics{
+// counters returns the store's counters but GC's (Store.Metrics).
+func (s *Store) counters() Metrics {
+	m := Metrics{
 		Commits:               s.metrics.commits.Load(),
 		Spills:                s.metrics.spills.Load(),
 		SpilledBytes:          s.metrics.spilledBytes.Load(),

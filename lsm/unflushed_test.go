@@ -8,7 +8,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
@@ -34,7 +33,7 @@ func physicalVnodes(v *stats.Version, def TableDef) map[uint16]stats.Counts {
 // checkpoints replayed from the WAL and counts each once.
 func TestUnflushedCheckpoints(t *testing.T) {
 	dir := t.TempDir()
-	opts := &Options{Logger: quietlog.Logger{W: io.Discard}, MemoryWatermark: -1, Pebble: func(o *pebble.Options) {
+	opts := &Options{Logger: QuietLogger(io.Discard), MemoryWatermark: -1, Pebble: func(o *pebble.Options) {
 		o.DisableAutomaticCompactions = true
 	}}
 	s, err := Open(dir, opts)
@@ -145,7 +144,7 @@ func TestFaultsFlush(t *testing.T) {
 // the small checkpoints around it through their summaries.
 func TestLargeBatchCheckpoint(t *testing.T) {
 	s, err := Open(t.TempDir(), &Options{
-		Logger: quietlog.Logger{W: io.Discard}, MemoryWatermark: -1, CommitBatchBytes: 1 << 40,
+		Logger: QuietLogger(io.Discard), MemoryWatermark: -1, CommitBatchBytes: 1 << 40,
 		Pebble: func(o *pebble.Options) { o.MemTableSize = 1 << 20 },
 	})
 	require.NoError(t, err)

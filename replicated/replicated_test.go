@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/RoaringBitmap/roaring/v2"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -28,7 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestRandom(t *testing.T) {
 	seed := testutil.Seed(t, "seed", *seedFlag)
 	r := rand.New(rand.NewPCG(seed, 9))
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	def := lsm.TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}

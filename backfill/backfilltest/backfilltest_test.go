@@ -6,7 +6,6 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -19,7 +18,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // asks the oracle about each: it answers for the epoch it is told, not the
 // latest; an epoch above the committed one is an error.
 func TestScanOracleEpoch(t *testing.T) {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	def := lsm.TableDef{ID: 1, VnodeCount: 1, PK: keys.Schema{keys.Uint64}}
@@ -89,7 +88,7 @@ func TestDisplay(t *testing.T) {
 // TestModelFreshStore resumes a model on a store that never committed
 // (epoch 0) and at a committed epoch: it answers from the table's rows.
 func TestModelFreshStore(t *testing.T) {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	def := lsm.TableDef{ID: 1, VnodeCount: 1, PK: keys.Schema{keys.Uint64}}
@@ -122,7 +121,7 @@ func TestModelFreshStore(t *testing.T) {
 // two tables: it resumes from its own table and applies its table's ops
 // alone.
 func TestModelOfUpstream(t *testing.T) {
-	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: quietlog.Logger{}})
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
 	a := lsm.TableDef{ID: 1, VnodeCount: 1, PK: keys.Schema{keys.Uint64}}

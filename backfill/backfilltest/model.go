@@ -142,7 +142,8 @@ func (m *Model) Resume(at backfill.Position) error {
 
 // Observe returns src with the models kept up to date: each is rebuilt
 // from its table when the job resumes, and applies every step the source
-// produces. Pass it as the job's Source and the model as its Oracle
+// produces. The result is a backfill.Loader and a backfill.FinishListener
+// that forward to src's, if it has them. Pass it as the job's Source and the model as its Oracle
 // (Truth; in a job over several tables, one model per table, each its
 // table's Oracle).
 func Observe(src backfill.Source, ms ...*Model) backfill.Source {
@@ -164,6 +165,23 @@ func (o *observed) Resume(at backfill.Position) error {
 		}
 	}
 	return nil
+}
+
+// BackfillStep forwards the source's (backfill.Loader; 0 without: the
+// backfill starts at once).
+func (o *observed) BackfillStep() uint64 {
+	if l, ok := o.Source.(backfill.Loader); ok {
+		return l.BackfillStep()
+	}
+	return 0
+}
+
+// Finished forwards to the source's, if it has one
+// (backfill.FinishListener).
+func (o *observed) Finished(step uint64) {
+	if f, ok := o.Source.(backfill.FinishListener); ok {
+		f.Finished(step)
+	}
 }
 
 func (o *observed) Next(ctx context.Context) ([]backfill.RowOp, error) {

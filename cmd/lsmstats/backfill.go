@@ -383,13 +383,16 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 				}
 				s.OnClose(metrics.close)
 			}
-			if r := s.Initial(); r != nil {
-				emit(event{T: "initial", Rec: toJSON(*r)})
-			}
 			return nil
 		},
 		OnLoadStep: func(step, last uint64) { emit(event{T: "load", Step: step, Of: last}) },
 		OnCheckpoint: func(r backfill.Record) {
+			if r.Reopened {
+				// The figure of the job recovered from the store, before
+				// its first new checkpoint.
+				emit(event{T: "initial", Rec: toJSON(r)})
+				return
+			}
 			// Each checkpoint carries the state bytes so far: a killed
 			// worker's bytes count up to its last reported checkpoint.
 			e := event{T: "ckpt", Rec: toJSON(r)}

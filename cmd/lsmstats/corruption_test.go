@@ -27,7 +27,6 @@ import (
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -72,7 +71,7 @@ func corruptionConfig(t testing.TB, dir string) bench.Config {
 	p.DuringSteps = 8
 	return bench.Config{
 		Dir: dir, Workload: p, Actors: 2, ChunkSize: 64, BarrierRows: 192,
-		Store: &lsm.Options{Logger: quietlog.Logger{W: io.Discard}, MemoryWatermark: 48 << 10, TargetFileSize: 16 << 10},
+		Store: &lsm.Options{Logger: lsm.QuietLogger(io.Discard), MemoryWatermark: 48 << 10, TargetFileSize: 16 << 10},
 	}
 }
 
@@ -149,7 +148,7 @@ func buildFixture(t *testing.T) *fixture {
 	require.Positive(t, copyDir(t, spills, filepath.Join(dir, "staging")))
 
 	f := &fixture{dir: dir, reads: map[uint64]map[string]uint64{}}
-	ro, err := lsm.Open(dir, &lsm.Options{ReadOnly: true, Logger: quietlog.Logger{W: io.Discard}})
+	ro, err := lsm.Open(dir, &lsm.Options{ReadOnly: true, Logger: lsm.QuietLogger(io.Discard)})
 	require.NoError(t, err)
 	committed := ro.CommittedEpoch()
 	require.Greater(t, committed, uint64(4))
@@ -383,7 +382,7 @@ func (f *fixture) check(t *testing.T, dir, desc, row string, res outcomes) {
 
 	// Open and reads at several epochs.
 	watchdog(t, desc+": open and reads", func() {
-		s, err := lsm.Open(dir, &lsm.Options{ReadOnly: true, Logger: quietlog.Logger{W: io.Discard}})
+		s, err := lsm.Open(dir, &lsm.Options{ReadOnly: true, Logger: lsm.QuietLogger(io.Discard)})
 		if err != nil {
 			corrupt("open", err)
 			res.add(row, "reads", "not-run")

@@ -14,7 +14,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -75,7 +74,7 @@ func TestDataDriven(t *testing.T) {
 				td.ScanArgs(t, "table", &table)
 				td.ScanArgs(t, "vnode", &vnode)
 				key := stats0BucketKey(uint32(table), uint16(vnode))
-				s, err := lsm.Open(store, &lsm.Options{MustExist: true, Logger: quietlog.Logger{W: io.Discard},
+				s, err := lsm.Open(store, &lsm.Options{MustExist: true, Logger: lsm.QuietLogger(io.Discard),
 					Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true }})
 				require.NoError(t, err)
 				require.NoError(t, lsminternal.DB(s).Set(key, bytes.Repeat([]byte{0xff}, 11), pebble.Sync))
@@ -142,7 +141,7 @@ func stats0BucketKey(table uint32, vnode uint16) []byte {
 }
 
 func ddBuild(t *testing.T, dir string, vnodes, rows int) string {
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{W: io.Discard}, TargetFileSize: 8 << 10, CommitBatchBytes: -1,
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(io.Discard), TargetFileSize: 8 << 10, CommitBatchBytes: -1,
 		Pebble: func(o *pebble.Options) { o.DisableAutomaticCompactions = true }})
 	require.NoError(t, err)
 	def := lsm.TableDef{ID: 1, Name: "t", VnodeCount: vnodes, PK: keys.Schema{keys.Uint64}}

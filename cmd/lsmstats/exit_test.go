@@ -13,7 +13,6 @@ import (
 
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -53,7 +52,7 @@ func TestExitCodes(t *testing.T) {
 	// 6: a difference (a live count persisted by an unchecked writer that
 	// lied), and 7: a corrupt block.
 	lied := filepath.Join(root, "lied")
-	s, err := lsm.Open(lied, &lsm.Options{Logger: quietlog.Logger{W: io.Discard}})
+	s, err := lsm.Open(lied, &lsm.Options{Logger: lsm.QuietLogger(io.Discard)})
 	require.NoError(t, err)
 	def := lsm.TableDef{ID: 5, VnodeCount: 2, PK: keys.Schema{keys.Uint64}}
 	require.NoError(t, s.CreateTable(def))
@@ -88,7 +87,7 @@ func TestExitCodes(t *testing.T) {
 	stray := filepath.Join(root, "stray")
 	p, err := workload.Preset("uniform", 2000, 8, 1)
 	require.NoError(t, err)
-	s, err = lsm.Open(stray, &lsm.Options{Logger: quietlog.Logger{W: io.Discard}})
+	s, err = lsm.Open(stray, &lsm.Options{Logger: lsm.QuietLogger(io.Discard)})
 	require.NoError(t, err)
 	require.NoError(t, s.CreateTable(p.TableDef(bench.UpstreamTable)))
 	up, err := s.Table(bench.UpstreamTable)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -268,7 +267,7 @@ func fmtSscan(s string, p *float64) (int, error) { return fmt.Sscanf(s, "%f%%", 
 // scan corrects it at once.)
 func TestVerifyRecomputeLive(t *testing.T) {
 	dir := t.TempDir()
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{W: io.Discard}})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(io.Discard)})
 	require.NoError(t, err)
 	def := lsm.TableDef{ID: 5, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	require.NoError(t, s.CreateTable(def))

@@ -1,14 +1,17 @@
 // Package lsminternal reaches what package lsm keeps out of its API, for
-// this module's CLI, benchmarks and tests: the Pebble database under a
-// store and its directory, the Pebble options a store opens with (for a
-// comparison with raw Pebble doing the same work), and the store's
-// operational counters. None of it is a user's business: writing to the
-// Pebble database directly bypasses the store's invariants, and the
-// counters describe the implementation (spills, stalls, bucket scans).
+// this module's tests, benchmarks and tools: the Pebble database under a
+// store and its directory, and the tracker of its physical statistics.
+// None of it is a user's business: writing to the Pebble database directly
+// bypasses the store's invariants (the tests do it to corrupt a store, to
+// force a flush or a compaction, or to write what a later version would),
+// and the tracker and the SST files are the statistics' machinery, which
+// the benchmarks measure. What a user needs is public in lsm: the store's
+// counters (Store.Metrics), Pebble's metrics (Store.PebbleMetrics) and the
+// Pebble options a store opens with (Options.PebbleOptions).
 //
 // Package lsm fills in Hooks when it is initialized. The functions take a
-// *lsm.Store (and PebbleOptions an *lsm.Options) as any, because this
-// package cannot import lsm, which imports it; any other value panics.
+// *lsm.Store as any, because this package cannot import lsm, which imports
+// it; any other value panics.
 package lsminternal
 
 import (
@@ -20,12 +23,10 @@ import (
 
 // Hooks are set by package lsm's init.
 var Hooks struct {
-	DB            func(store any) *pebble.DB
-	PebbleDir     func(store any) string
-	PebbleOptions func(opts any) *pebble.Options
-	Metrics       func(store any) Metrics
-	GCMetrics     func(store any) GCMetrics
-	Tracker       func(store any) *keystats.Tracker
+	DB        func(store any) *pebble.DB
+	PebbleDir func(store any) string
+	Metrics   func(store any) Metrics
+	Tracker   func(store any) *keystats.Tracker
 }
 
 // DB returns the Pebble database under store, an *lsm.Store.
@@ -35,51 +36,26 @@ func DB(store any) *pebble.DB { return Hooks.DB(store) }
 // *lsm.Store, for tools that read its SSTs.
 func PebbleDir(store any) string { return Hooks.PebbleDir(store) }
 
-// PebbleOptions returns the Pebble options of a store opened with opts, an
-// *lsm.Options (nil: the defaults), Options.Pebble applied, without
-// the store's event listeners: what a comparison with raw Pebble doing the
-// same work opens its database with. Each call returns new options (and,
-// with CacheSize, a block cache of its own when opened).
-func PebbleOptions(opts any) *pebble.Options { return Hooks.PebbleOptions(opts) }
-
-// StoreMetrics returns the counters of store, an *lsm.Store.
+// StoreMetrics returns the counters of store, an *lsm.Store: its
+// Store.Metrics, for internal/keystats's tests until they call that.
 func StoreMetrics(store any) Metrics { return Hooks.Metrics(store) }
-
-// StoreGCMetrics returns the cumulative GC counters of store, an
-// *lsm.Store.
-func StoreGCMetrics(store any) GCMetrics { return Hooks.GCMetrics(store) }
 
 // StoreTracker returns the tracker of the physical statistics of store, an
 // *lsm.Store.
 func StoreTracker(store any) *keystats.Tracker { return Hooks.Tracker(store) }
 
-// Metrics are a store's counters.
+// Metrics has the fields of lsm.Metrics, which lsm converts to it (so the
+// compiler checks that the two stay alike); see lsm.Metrics for what each
+// counts.
 type Metrics struct {
-	Commits, Spills, SpilledBytes int64
-	// CommitStalls counts the commits and GC batches that found L0 at
-	// Options.L0StopSublevels (none while automatic compactions are off:
-	// nothing would drain L0), and CommitStallTime their total wait.
-	// CommitStallsAbandoned counts those that went on with L0 still deep:
-	// compactions failing, none running (then later ones do not wait until
-	// one succeeds again), or Options.L0StallLimit.
-	CommitStalls, CommitStallsAbandoned int64
-	CommitStallTime                     time.Duration
-	// PebbleWriteStalls counts Pebble's own write stalls (memtable writes).
-	PebbleWriteStalls int64
-	// BufferedBytes is the memory held by writers' buffers now.
-	BufferedBytes int64
-	// BucketScans and BucketScanRows count the scans of live-statistics
-	// buckets (splits of buckets that grew too big, recalibrations) and the
-	// rows they read.
-	BucketScans, BucketScanRows int64
-	// Corruptions counts the corrupt blocks Pebble met (its DataCorruption
-	// events): each read that met one returned an error naming the file.
-	Corruptions int64
-	L0Sublevels int
-	L0Files     int64
-}
-
-// GCMetrics are a store's cumulative GC counters.
-type GCMetrics struct {
-	Passes, Examined, Deleted, DeletedBytes, Ingestions, Compactions int64
+	Commits, Spills, SpilledBytes                                                int64
+	CommitStalls, CommitStallsAbandoned                                          int64
+	CommitStallTime                                                              time.Duration
+	PebbleWriteStalls                                                            int64
+	BufferedBytes                                                                int64
+	BucketScans, BucketScanRows                                                  int64
+	Corruptions                                                                  int64
+	L0Sublevels                                                                  int
+	L0Files                                                                      int64
+	GCPasses, GCExamined, GCDeleted, GCDeletedBytes, GCIngestions, GCCompactions int64
 }

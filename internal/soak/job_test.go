@@ -8,7 +8,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -28,7 +27,7 @@ func TestRunJobReportsCommittedSteps(t *testing.T) {
 	start := g0.BackfillStep()
 	require.Greater(t, start, uint64(2), "a load of several steps")
 
-	s, err := lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{W: io.Discard}})
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(io.Discard)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -46,7 +45,7 @@ func TestRunJobReportsCommittedSteps(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.Positive(t, reported)
 
-	s, err = lsm.Open(dir, &lsm.Options{Logger: quietlog.Logger{W: io.Discard}})
+	s, err = lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(io.Discard)})
 	require.NoError(t, err)
 	defer s.Close()
 	g, err := workload.New(spec.Workload)

@@ -17,7 +17,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
 )
@@ -312,7 +311,7 @@ func shownPct(shown string) (float64, error) {
 // check opens the store and checks every invariant of the package doc.
 func (sk *soak) check(n int) {
 	sk.rep.Checks++
-	s, err := lsm.Open(sk.cfg.Dir, &lsm.Options{Logger: quietlog.Logger{W: io.Discard}})
+	s, err := lsm.Open(sk.cfg.Dir, &lsm.Options{Logger: lsm.QuietLogger(io.Discard)})
 	if err != nil {
 		sk.finding(n, "check-open", "check: open: %v", err)
 		return

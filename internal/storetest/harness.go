@@ -104,7 +104,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -343,7 +342,7 @@ func (h *Harness) Step(t *testing.T, td *datadriven.TestData) string {
 }
 
 func (h *Harness) open(t *testing.T, td *datadriven.TestData) string {
-	opts := &lsm.Options{MemoryWatermark: -1, Logger: quietlog.Logger{}}
+	opts := &lsm.Options{MemoryWatermark: -1, Logger: lsm.QuietLogger(nil)}
 	if td.HasArg("watermark") {
 		opts.MemoryWatermark = int64(ArgUint(t, td, "watermark"))
 	}

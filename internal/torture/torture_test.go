@@ -23,7 +23,6 @@ import (
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/compaction"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -63,7 +62,7 @@ func params(seed uint64) workload.Params {
 
 func config(dir string, seed uint64, store *lsm.Options) bench.Config {
 	if store == nil {
-		store = &lsm.Options{Logger: quietlog.Logger{}}
+		store = &lsm.Options{Logger: lsm.QuietLogger(nil)}
 	}
 	return bench.Config{Dir: dir, Workload: params(seed), Actors: 2, ChunkSize: 32, BarrierRows: 64,
 		CheckpointEvery: 2, Store: store}
@@ -93,7 +92,7 @@ func child(dir string, seed uint64) error {
 		CompactionBegin: func(pebble.CompactionInfo) { emit("+compaction") },
 		CompactionEnd:   func(pebble.CompactionInfo) { emit("-compaction") },
 	}
-	cfg := config(dir, seed, &lsm.Options{Logger: quietlog.Logger{}, MemoryWatermark: 12 << 10, EventListener: el,
+	cfg := config(dir, seed, &lsm.Options{Logger: lsm.QuietLogger(nil), MemoryWatermark: 12 << 10, EventListener: el,
 		OnPhase: func(p string) { emit("S " + p) }})
 	cfg.OnPhase = func(p string) { emit("F " + p) }
 	cfg.OnCheckpoint = func(backfill.Record) { emit("C") }

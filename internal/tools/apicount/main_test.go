@@ -8,9 +8,18 @@ import (
 
 // TestContractBudget holds the exported API of packages stats and lsm, the
 // contract a storage engineer reads, to the budget of issue 14: at most 42
-// top-level names, at most 196 counting the exported methods and fields of
+// top-level names, at most 217 counting the exported methods and fields of
 // their types (through aliases). A name added past it needs a name taken
 // out, or a reason to raise the budget here.
+//
+// Raised from 196 to 217 by issue 37, which made public what the module's
+// own benchmarks, tests and CLI reached for through internal packages and
+// a user needs as much: the store's counters as a struct (Metrics, its
+// 19 fields, and Store.Metrics: what Store.Collector exports, for a caller
+// without Prometheus), Pebble's metrics (Store.PebbleMetrics), the Pebble
+// options a store opens with (Options.PebbleOptions, for a comparison
+// with raw Pebble) and a logger that keeps Pebble's informational lines
+// off standard error (QuietLogger).
 func TestContractBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list -export")
@@ -25,7 +34,7 @@ func TestContractBudget(t *testing.T) {
 		all += len(c.names) + len(c.members)
 	}
 	require.LessOrEqual(t, top, 42, "exported top-level names of stats and lsm")
-	require.LessOrEqual(t, all, 196, "exported names, methods and fields of stats and lsm")
+	require.LessOrEqual(t, all, 217, "exported names, methods and fields of stats and lsm")
 }
 
 // TestMembersFollowAliases: an alias counts the methods and fields of the
