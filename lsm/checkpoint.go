@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"io"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/errors/oserror"
@@ -219,13 +220,9 @@ func (t *manifestTail) follow(s *Store, num uint64) {
 	}
 	if num != t.num {
 		t.close(s, false)
-		if t.num != 0 {
-			// The new MANIFEST starts with a snapshot of the version: the
-			// old one and its copy are history.
-			if err := s.fs.Remove(manifestCopyPath(s.fs, s.dir, t.num)); err != nil && !oserror.IsNotExist(err) {
-				s.popts.Logger.Errorf("lsmstats: remove the copy of %s: %v", manifestName(t.num), err)
-			}
-		}
+		// Pebble opens MANIFEST num now: it starts with a snapshot of the
+		// version, and copies of older MANIFESTs are history.
+		s.removeManifestCopies(num)
 		*t = manifestTail{num: num, buf: t.buf}
 		path := s.fs.PathJoin(s.dir, pebbleDir, manifestName(num))
 		f, err := s.fs.Open(path)
@@ -297,4 +294,23 @@ func (t *manifestTail) close(s *Store, sync bool) {
 // manifestCopyPath is the path of the store's copy of MANIFEST num.
 func manifestCopyPath(fs vfs.FS, dir string, num uint64) string {
 	return fs.PathJoin(dir, manifestName(num)+".copy")
+}
+
+// removeManifestCopies removes the store's copies of MANIFESTs other than
+// MANIFEST keep. Failures are logged.
+func (s *Store) removeManifestCopies(keep uint64) {
+	names, err := s.fs.List(s.dir)
+	if err != nil {
+		s.popts.Logger.Errorf("lsmstats: list %s: %v", s.dir, err)
+		return
+	}
+	for _, name := range names {
+		base, ok := strings.CutSuffix(name, ".copy")
+		if num, isManifest := parseManifestName(base); !ok || !isManifest || num == keep {
+			continue
+		}
+		if err := s.fs.Remove(s.fs.PathJoin(s.dir, name)); err != nil && !oserror.IsNotExist(err) {
+			s.popts.Logger.Errorf("lsmstats: remove %s: %v", name, err)
+		}
+	}
 }

@@ -173,8 +173,16 @@
 //     whose live counts are short of a left-out row;
 //   - a corrupt MANIFEST or OPTIONS file fails Open naming the file. Pebble
 //     reads a MANIFEST up to its last valid record and takes the rest for
-//     a torn write; the checkpoint mark (checkpoint.go) tells when that lost
-//     committed checkpoints, and Open refuses the store.
+//     a torn write, which would open an older version and lose committed
+//     rows without an error. The store refuses, before Pebble reads it, a
+//     MANIFEST with a valid record after a damaged one, or shorter than
+//     the checkpoint mark says was synced, and after Pebble opened a
+//     committed epoch below the mark's (manifest.go, checkpoint.go); a
+//     refused writable Open removes no file. The way back is the store's
+//     own copy of the MANIFEST: RepairManifest (lsmstats repair) restores
+//     a damaged MANIFEST from it when the result is exactly the MANIFEST
+//     Pebble wrote, and refuses otherwise (then the store must be restored
+//     from a copy of the whole store). Run Verify after it;
 //
 // Verify checks every block of every live SST and goes on past
 // corruption: it reports every corrupt file and metadata row (Corrupt) and

@@ -10,7 +10,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -34,7 +33,7 @@ func BenchmarkOpen(b *testing.B) {
 		require.NoError(b, err)
 		for _, readOnly := range []bool{true, false} {
 			b.Run(fmt.Sprintf("files=%d/read-only=%t", files, readOnly), func(b *testing.B) {
-				o := &Options{ReadOnly: readOnly, Logger: quietlog.Logger{W: io.Discard}}
+				o := &Options{ReadOnly: readOnly, Logger: QuietLogger(io.Discard)}
 				var open, check time.Duration
 				for range b.N {
 					start := time.Now()
@@ -73,7 +72,7 @@ func BenchmarkOpen(b *testing.B) {
 // manySSTs writes a store of about files SSTs: one ingested checkpoint per
 // two files (its rows, its metadata), no compactions.
 func manySSTs(b *testing.B, dir string, files int) {
-	s, err := Open(dir, &Options{Logger: quietlog.Logger{W: io.Discard}, CommitBatchBytes: -1, Pebble: func(o *pebble.Options) {
+	s, err := Open(dir, &Options{Logger: QuietLogger(io.Discard), CommitBatchBytes: -1, Pebble: func(o *pebble.Options) {
 		o.DisableAutomaticCompactions = true
 	}})
 	require.NoError(b, err)

@@ -19,7 +19,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/record"
 	"github.com/lsmstats/lsmstats"
-	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -137,7 +136,7 @@ func pebbleRecords(b []byte) int {
 // alone open an older version, silently. It returns the store's answers:
 // its committed epoch, its rows and its live statistics.
 func historyStore(t *testing.T, dir string) string {
-	o := &Options{Logger: quietlog.Logger{W: io.Discard}, TargetFileSize: 16 << 10, Pebble: func(po *pebble.Options) {
+	o := &Options{Logger: QuietLogger(io.Discard), TargetFileSize: 16 << 10, Pebble: func(po *pebble.Options) {
 		po.MemTableSize = 256 << 10
 		po.DisableAutomaticCompactions = true
 	}}
@@ -244,7 +243,7 @@ func TestManifestRollback(t *testing.T) {
 		before := dirState(t, dir)
 		outcome := ""
 		for _, readOnly := range []bool{true, false} {
-			s, err := Open(dir, &Options{ReadOnly: readOnly, Logger: quietlog.Logger{W: io.Discard}})
+			s, err := Open(dir, &Options{ReadOnly: readOnly, Logger: QuietLogger(io.Discard)})
 			if err != nil {
 				require.True(t, errors.Is(err, lsmstats.ErrCorruption), "%s: %v", desc, err)
 				require.Contains(t, err.Error(), "MANIFEST-", "%s", desc)
@@ -265,10 +264,10 @@ func TestManifestRollback(t *testing.T) {
 		default:
 			t.Fatalf("%s: read-only and writable opens disagree: %s", desc, outcome)
 		}
-		ok, err := RepairManifest(dir, &Options{Logger: quietlog.Logger{W: io.Discard}})
+		ok, err := RepairManifest(dir, &Options{Logger: QuietLogger(io.Discard)})
 		require.NoError(t, err, "%s", desc)
 		require.True(t, ok, "%s", desc)
-		s, err := Open(dir, &Options{Logger: quietlog.Logger{W: io.Discard}})
+		s, err := Open(dir, &Options{Logger: QuietLogger(io.Discard)})
 		require.NoError(t, err, "%s: after the repair", desc)
 		require.Equal(t, want, storeAnswers(t, s), "%s: after the repair", desc)
 		rep, err := s.Verify()
@@ -315,7 +314,7 @@ func pebbleVersion(t *testing.T, dir string) string {
 
 func pebbleVersionOrFail(dir string) (string, bool) {
 	db, err := pebble.Open(filepath.Join(dir, pebbleDir), &pebble.Options{
-		Comparer: keys.Comparer, ReadOnly: true, Logger: quietlog.Logger{W: io.Discard}})
+		Comparer: keys.Comparer, ReadOnly: true, Logger: QuietLogger(io.Discard)})
 	if err != nil {
 		return "", false
 	}
@@ -343,7 +342,7 @@ func pebbleVersionOrFail(dir string) (string, bool) {
 // goes ahead.
 func TestRefusedOpenKeepsFiles(t *testing.T) {
 	src := t.TempDir()
-	s, err := Open(src, &Options{Logger: quietlog.Logger{W: io.Discard}})
+	s, err := Open(src, &Options{Logger: QuietLogger(io.Discard)})
 	require.NoError(t, err)
 	def := TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	require.NoError(t, s.CreateTable(def))
@@ -371,7 +370,7 @@ func TestRefusedOpenKeepsFiles(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "store")
 		require.NoError(t, os.CopyFS(dir, os.DirFS(image)))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, markName), encodeMark(mark{epoch: 3 + b2u(ahead)}), 0o644))
-		s, err := Open(dir, &Options{Logger: quietlog.Logger{W: io.Discard}})
+		s, err := Open(dir, &Options{Logger: QuietLogger(io.Discard)})
 		kept := 0
 		for _, wal := range wals {
 			if _, err := os.Stat(filepath.Join(dir, pebbleDir, filepath.Base(wal))); err == nil {

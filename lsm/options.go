@@ -290,6 +290,11 @@ func (o *Options) pebbleOptions() *pebble.Options {
 	// Pebble's memtable arena, filled as it is written; the Options.Pebble
 	// hook can set another size.
 	popts.MemTableSize = 64 << 20
+	// A new MANIFEST (a snapshot of the version) once one passes 4 MiB
+	// (Pebble's default is 128 MiB): Open reads the MANIFEST before Pebble
+	// does, to refuse one that would open an older version, and the store
+	// keeps a copy of it (manifest.go).
+	popts.MaxManifestFileSize = maxManifestFileSize
 	popts.EnsureDefaults()
 	// No tombstone-density compactions. Pebble picks an SST whose blocks are
 	// dense with point tombstones and compacts it into the next level with

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,10 +34,13 @@ import (
 )
 
 // TestCorruption damages the files of a real store that a backfill left
-// behind — a block of an SST of every kind, the MANIFEST, Pebble's OPTIONS,
-// the WAL, the checkpoint mark, a staged spill — by flipping, zeroing or
-// cutting a random byte range, one injection per copy of the store, and
-// then runs what a user would: a read-only open and reads of every table
+// behind — a block of an SST of every kind, the MANIFEST (spread over its
+// whole length; the last edits of the fixture add SSTs that no later edit
+// removes, so that an older version of it opens in Pebble without an
+// error) and the store's copy of it, Pebble's OPTIONS, the WAL, the
+// checkpoint mark, a staged spill — by flipping, zeroing or cutting a
+// random byte range, one injection per copy of the store, and then runs
+// what a user would: a read-only open and reads of every table
 // at several epochs, `lsmstats stats`, `lsmstats verify`, and a resume of
 // the backfill to its end. Every outcome must be one of
 //
@@ -85,6 +89,8 @@ type fixture struct {
 	stats, verify string
 	// targets are the damageable things: files, and SST blocks by kind.
 	targets []target
+	// ssts are the SSTs of the version Pebble alone opens.
+	ssts string
 }
 
 // target is one file, or one block of an SST, that can be damaged.
@@ -128,18 +134,29 @@ func buildFixture(t *testing.T) *fixture {
 	}
 	// Most of the backfill's checkpoints (it has 13 with one actor):
 	// the resume has the rest to do, with two actors, and stays quick.
-	for n := 0; n < 9; {
-		rec, ok, err := s.Job.Step(ctx)
-		require.NoError(t, err)
-		if ok {
-			require.False(t, rec.Finished, "the backfill finished before the fixture was taken")
-			n++
+	checkpoints := func(k int, flush bool) {
+		for n := 0; n < k; {
+			rec, ok, err := s.Job.Step(ctx)
+			require.NoError(t, err)
+			if ok {
+				require.False(t, rec.Finished, "the backfill finished before the fixture was taken")
+				n++
+				if flush {
+					require.NoError(t, lsminternal.DB(s.Store).Flush())
+				}
+			}
 		}
 	}
+	checkpoints(2, false)
 	// Compact it all, once (a manual compaction is deterministic): reads
 	// and the resume then meet a few SSTs per level, not an L0 of every
 	// checkpoint's.
 	require.NoError(t, lsminternal.DB(s.Store).Compact(ctx, []byte{0}, []byte{0xff, 0xff, 0xff, 0xff, 0xff}, false))
+	// Seven more, each flushed into L0, over WALs of their own: the
+	// MANIFEST's edits after the compaction add SSTs that no later edit
+	// removes, so a MANIFEST damaged among them would open an older version
+	// whose files all exist — what Pebble alone opens without an error.
+	checkpoints(7, true)
 	// A synced WAL record, as a tool sharing the DB would write: the store
 	// itself writes none (every checkpoint is an ingestion).
 	require.NoError(t, lsminternal.DB(s.Store).LogData([]byte("lsmstats corruption test"), pebble.Sync))
@@ -165,6 +182,8 @@ func buildFixture(t *testing.T) *fixture {
 	f.verify, _, code = runQuiet("verify", "--dir", dir)
 	require.Equal(t, exitOK, code, f.verify)
 	f.targets = listTargets(t, dir)
+	f.ssts = pebbleSSTs(filepath.Join(dir, "db"))
+	require.NotEmpty(t, f.ssts)
 	return f
 }
 
@@ -215,6 +234,8 @@ func listTargets(t *testing.T, dir string) []target {
 				out = append(out, target{kind: "sst:" + b.Kind, rel: rel, off: b.Offset, size: b.Len})
 			}
 			return nil
+		case strings.HasPrefix(name, "MANIFEST-") && strings.HasSuffix(name, ".copy"):
+			kind = "manifest-copy"
 		case strings.HasPrefix(name, "MANIFEST-"):
 			kind = "manifest"
 		case strings.HasPrefix(name, "OPTIONS-"):
@@ -305,7 +326,7 @@ func TestCorruption(t *testing.T) {
 	}
 	sort.Strings(kinds)
 	for _, want := range []string{"sst:data", "sst:index", "sst:properties", "sst:metaindex", "sst:footer",
-		"manifest", "options", "wal", "checkpoint", "staging"} {
+		"manifest", "manifest-copy", "options", "wal", "checkpoint", "staging"} {
 		require.Contains(t, kinds, want, "the fixture has no %s to damage", want)
 	}
 
@@ -318,15 +339,26 @@ func TestCorruption(t *testing.T) {
 		off, n    int64
 	}
 	var plan []injection
+	manifests := 0
 	for i := 0; i < *corruptionInjections; i++ {
 		kind := kinds[i%len(kinds)]
 		inj := faultfs.Injections[(i/len(kinds))%len(faultfs.Injections)]
 		tg := byKind[kind][r.IntN(len(byKind[kind]))]
+		if kind == "manifest" {
+			// Spread over the MANIFEST's whole length: each injection in
+			// the next of 16 equal parts of it.
+			part := int64(manifests % 16)
+			manifests++
+			tg.off, tg.size = tg.size*part/16, tg.size*(part+1)/16-tg.size*part/16
+		}
 		off, n, err := faultfs.RandomRange(r, filepath.Join(f.dir, tg.rel), inj, tg.off, tg.size)
 		require.NoError(t, err)
 		plan = append(plan, injection{i: i, kind: kind, rel: tg.rel, inj: inj, off: off, n: n})
 	}
 	res := outcomes{}
+	// rollbacks counts the MANIFEST injections after which Pebble alone
+	// opens another version without an error.
+	var rollbacks atomic.Int64
 	work := make(chan injection)
 	var wg sync.WaitGroup
 	for range 2 {
@@ -343,6 +375,11 @@ func TestCorruption(t *testing.T) {
 					continue
 				}
 				desc := fmt.Sprintf("injection %d (seed %d): %s of %s (%s)", in.i, seed, what, in.rel, in.kind)
+				if in.kind == "manifest" {
+					if v := pebbleSSTs(filepath.Join(dir, "db")); v != "" && v != f.ssts {
+						rollbacks.Add(1) // which check must refuse, as it refuses any other answer
+					}
+				}
 				f.check(t, dir, desc, in.kind+" "+string(in.inj), res)
 				if err := os.RemoveAll(filepath.Dir(dir)); err != nil {
 					t.Errorf("%v", err)
@@ -360,6 +397,10 @@ func TestCorruption(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d injections in %s; outcomes per target and injection (ok: as the undamaged store; corrupt: an error marked as corruption naming what is corrupt):\n%s",
 		*corruptionInjections, time.Since(start).Round(time.Millisecond), res.table())
+	t.Logf("after %d of %d MANIFEST injections, Pebble alone opens another version without an error", rollbacks.Load(), manifests)
+	if manifests >= 16 {
+		require.Positive(t, rollbacks.Load(), "no MANIFEST injection made Pebble open another version: the fixture shows nothing")
+	}
 }
 
 // check runs every operation on the damaged store in dir.

@@ -53,7 +53,7 @@ var exitStatuses = []struct {
 	{exitFatal, "Pebble ended the process on a fatal error (a failed WAL or MANIFEST write); the reason is on stderr"},
 	{exitWorkerLost, "backfill worker (internal): its supervisor is gone"},
 	{exitDifferences, "verify: statistics differ from their recomputation"},
-	{exitCorrupt, "the store is corrupt: a checksum failed or stored data does not decode (verify: corrupt files or rows, or statistics it could not check)"},
+	{exitCorrupt, "the store is corrupt: a checksum failed or stored data does not decode (verify: corrupt files or rows, or statistics it could not check; any command: a MANIFEST that would open an older version than the store committed; repair: the store's copy cannot restore it)"},
 	{exitInterrupted, "backfill: interrupted (Ctrl-C, SIGINT or SIGTERM); the store in --dir keeps its last checkpoint (the same command resumes), a temporary one is removed"},
 }
 
