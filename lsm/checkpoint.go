@@ -120,6 +120,7 @@ func (s *Store) openMark(logger pebble.Logger) (mark, bool, error) {
 		if s.opts.ReadOnly {
 			s.corruptMeta = append(s.corruptMeta, err)
 		}
+		s.markDamaged = err
 		return mark{}, false, nil
 	}
 	return m, ok, nil
@@ -146,6 +147,11 @@ func (s *Store) checkMark(m mark, ok bool) error {
 // the edits that added the metadata: corruption, reported before a
 // writable Open would initialise the store over it.
 func (s *Store) checkMarkWithoutMetadata(m mark, ok bool) error {
+	if s.markDamaged != nil {
+		return lsmstats.MarkCorruption(errors.Wrapf(s.markDamaged, "lsmstats: store %s: Pebble's database holds none of the "+
+			"store's metadata, but a checkpoint mark (%s) is there: Pebble's MANIFEST lost edits; the store must be "+
+			"restored from a copy", s.dir, markName))
+	}
 	if ok {
 		return lsmstats.Corruptionf("lsmstats: store %s: Pebble's database holds none of the store's metadata, but its "+
 			"checkpoint mark (%s) says epoch %d was committed: Pebble's MANIFEST lost edits (it reads a damaged or cut "+

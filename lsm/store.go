@@ -129,6 +129,8 @@ type Store struct {
 	// the mark (checkpoint.go).
 	manifestNum atomic.Uint64
 	tail        manifestTail
+	// markDamaged is the error of a checkpoint mark Open found damaged.
+	markDamaged error
 	// corruptMeta are the metadata rows a read-only Open left out because
 	// they do not decode (Verify reports them).
 	corruptMeta []error
