@@ -135,7 +135,10 @@ func (s *Store) checkMark(m mark, ok bool) error {
 			"says epoch %d was committed: Pebble recovered less than the store committed (a WAL or MANIFEST it "+
 			"read up to a damaged record); the store must be restored from a copy", s.dir, committed, markName, m.epoch)
 	}
-	if !s.opts.ReadOnly {
+	// A mark that says what Open found stays as it is: the MANIFEST only
+	// grows or is replaced by a newer one, so what it says was synced still
+	// is, and the first commit follows the MANIFEST into the store's copy.
+	if !s.opts.ReadOnly && (!ok || m.epoch != committed || m.manifest == 0) {
 		s.writeMark(committed)
 	}
 	return nil
