@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"hash/fnv"
@@ -395,4 +396,31 @@ func b2u(b bool) uint64 {
 		return 1
 	}
 	return 0
+}
+
+// TestMarkLayouts pins the checkpoint mark's bytes (docs/format.md, "The
+// checkpoint mark"): the layout this version writes, and the first layout,
+// which it still reads.
+func TestMarkLayouts(t *testing.T) {
+	m := mark{epoch: 125, manifest: 1, synced: 18448}
+	b := encodeMark(m)
+	require.Equal(t, "6c736332"+"000000000000007d"+"0000000000000001"+"0000000000004810"+"7474ee53", fmt.Sprintf("%x", b))
+	got, err := decodeMark(b)
+	require.NoError(t, err)
+	require.Equal(t, m, got)
+
+	v1, err := hex.DecodeString("6c73636b" + "000000000000007d" + "3077a5cc")
+	require.NoError(t, err)
+	got, err = decodeMark(v1)
+	require.NoError(t, err, "a mark of the first layout reads")
+	require.Equal(t, mark{epoch: 125}, got)
+
+	for i := range b {
+		d := slices.Clone(b)
+		d[i] ^= 0x10
+		_, err := decodeMark(d)
+		require.True(t, errors.Is(err, lsmstats.ErrCorruption), "byte %d flipped: %v", i, err)
+	}
+	_, err = decodeMark(b[:markLen-1])
+	require.True(t, errors.Is(err, lsmstats.ErrCorruption))
 }
