@@ -134,7 +134,9 @@ type Options struct {
 	// its own, to tune them further. It must not change the comparer or the
 	// block property collectors. A CompactionScheduler it sets replaces the
 	// store's, and with it the store's guard against a Pebble panic on a
-	// cancelled manual compaction (compactionScheduler).
+	// cancelled manual compaction (compactionScheduler); the hook is called
+	// once per Open, and a scheduler serves one Pebble database at a time,
+	// so it should make a new one on each call.
 	Pebble func(*pebble.Options)
 
 	// OnPhase, if set, is called synchronously, from the goroutine doing the
@@ -201,7 +203,10 @@ type WriterOptions struct {
 }
 
 // pebbleOptionsFor returns the Pebble options of a store opened with opts
-// (lsminternal.PebbleOptions).
+// (lsminternal.PebbleOptions). They carry no compaction scheduler unless
+// Options.Pebble sets one (a scheduler serves one DB: see
+// compactionScheduler.Register): pebble.Open makes one for each DB opened
+// with them, whose policy is the store's scheduler's.
 func pebbleOptionsFor(opts *Options) *pebble.Options {
 	o := opts.withDefaults()
 	popts := o.pebbleOptions()

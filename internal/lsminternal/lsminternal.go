@@ -37,9 +37,12 @@ func PebbleDir(store any) string { return Hooks.PebbleDir(store) }
 
 // PebbleOptions returns the Pebble options of a store opened with opts, an
 // *lsm.Options (nil: the defaults), Options.Pebble applied, without
-// the store's event listeners: what a comparison with raw Pebble doing the
+// the store's event listeners and without its compaction scheduler (unless
+// Options.Pebble sets one): what a comparison with raw Pebble doing the
 // same work opens its database with. Each call returns new options (and,
-// with CacheSize, a block cache of its own when opened).
+// with CacheSize, a block cache of its own when opened); pebble.Open makes
+// each database opened with them a compaction scheduler of its own, with
+// the store's policy (Pebble's default).
 func PebbleOptions(opts any) *pebble.Options { return Hooks.PebbleOptions(opts) }
 
 // StoreMetrics returns the counters of store, an *lsm.Store.
