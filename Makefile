@@ -4,7 +4,7 @@ PKGS     := ./...
 FUZZTIME ?= 10s
 OUT      := out
 
-.PHONY: all build test race bench bench-eta bench-jobs bench-compare matrix scale results demo lint fuzz torture faults soak clean
+.PHONY: all build test race bench bench-smoke bench-eta bench-jobs bench-compare matrix scale results demo lint fuzz torture faults soak clean
 
 all: build test
 
@@ -43,6 +43,15 @@ race:
 bench:
 	@mkdir -p $(OUT)
 	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m $(PKGS) | tee $(OUT)/bench.txt
+
+# Every benchmark of every package once (-benchtime 1x) at the sizes -short
+# gives them (each package's benchmarks say which): jobs, stores and the
+# accuracy matrix small enough that each benchmark takes seconds. It shows
+# that each runs, not how fast, and fails if any fails or panics; its
+# figures are not results. CI runs it. A test binary's own -timeout does not
+# cover benchmarks: go test kills one at -timeout plus a minute.
+bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime 1x -short -timeout 10m $(PKGS)
 
 # BenchmarkETA alone (about 10 minutes: its jobs run under a rate limit),
 # into $(OUT)/eta.txt, whose ETA table make results prefers to make bench's.

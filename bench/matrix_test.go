@@ -30,7 +30,8 @@ var (
 // reducedMatrix is the part of the accuracy matrix that make test runs:
 // every pk shape at 10k rows, in 1, 4, 256 and 4096 vnodes, each vnode
 // count with another churn pattern. Under the race detector, which slows
-// the store tenfold, each shape runs one of those cells.
+// the store tenfold, and under -short (make bench-smoke), each shape runs
+// one of those cells.
 func reducedMatrix() []Cell {
 	var out []Cell
 	for i, shape := range workload.Shapes() {
@@ -40,7 +41,7 @@ func reducedMatrix() []Cell {
 			{shape, 10_000, 4, Updates, *matrixBudget},
 			{shape, 10_000, 1, NoChurn, *matrixBudget},
 		}
-		if raceEnabled {
+		if raceEnabled || testing.Short() {
 			cells = cells[i%len(cells) : i%len(cells)+1]
 		}
 		out = append(out, cells...)

@@ -16,7 +16,8 @@ import (
 // The raw-Pebble pipeline is the yardstick of the store's throughput: the
 // same work on the same rows, written by hand on a Pebble database opened
 // with the store's own Pebble options (lsm.Options.PebbleOptions: comparer,
-// statistics collector, L0 and compaction settings), in the same key format,
+// statistics collector, L0 and compaction settings; a compaction scheduler
+// of its own, with the store's policy), in the same key format,
 // with the same sync policy — one synced commit per checkpoint. What it
 // leaves out is what the store adds: buffering writers, epochs, atomic
 // ingestion, statistics, snapshot reads per vnode, actors, progress.

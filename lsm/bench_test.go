@@ -27,8 +27,13 @@ func benchStore(b *testing.B) *Store {
 	return s
 }
 
+// rawPebble opens raw Pebble with the store's Pebble options, less the
+// store's event listeners and its compaction scheduler, which serves the
+// store's DB: pebble.Open makes raw Pebble a scheduler of its own, with the
+// same policy (Pebble's default; see compactionScheduler).
 func rawPebble(b *testing.B, s *Store) *pebble.DB {
 	o := s.popts.Clone()
+	o.Experimental.CompactionScheduler = nil
 	o.EventListener = &pebble.EventListener{}
 	var stalls int64
 	o.EventListener.WriteStallBegin = func(pebble.WriteStallBeginInfo) { stalls++ }

@@ -226,5 +226,9 @@
 // and panics on ("did not find manual compaction with id"). The store runs
 // Pebble's compactions through its own scheduler (scheduler.go), whose
 // policy is Pebble's default and which drops that stale pick
-// (TestStaleManualPick).
+// (TestStaleManualPick). The scheduler serves one Pebble database: Pebble
+// options cloned from the store's and opened beside it (with the
+// scheduler) make it log an error and grant every compaction until both
+// are closed, rather than panic (TestSchedulerSharedByTwoDBs); options for
+// raw Pebble come without it (Options.PebbleOptions).
 package lsm

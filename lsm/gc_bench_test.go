@@ -73,13 +73,19 @@ func liveTableBytes(s *Store) int64 {
 //	est-err-pp-before    mean error of the physical estimator (Range puts −
 //	est-err-pp-after     deletes scaled to live rows) at 10%..90% cursors
 //	est-maxerr-pp-*      its worst case
+//
+// Under -short (make bench-smoke) only the table of 20,000 rows.
 func BenchmarkGC(b *testing.B) {
-	for _, bc := range []struct {
+	cases := []struct {
 		rows, epochs, ops int
 	}{
 		{rows: 20000, epochs: 40, ops: 1000},
 		{rows: 100000, epochs: 40, ops: 5000},
-	} {
+	}
+	if testing.Short() {
+		cases = cases[:1]
+	}
+	for _, bc := range cases {
 		b.Run(fmt.Sprintf("rows=%d/workload=upd30-del30", bc.rows), func(b *testing.B) {
 			var gcTime time.Duration
 			var examined, deleted, reclaimed, delBytes int64

@@ -25,7 +25,11 @@ import (
 // OPTIONS file.) The goal: at
 // most 1 ms at 1,000 SSTs. manifest-KB is the MANIFEST they read.
 func BenchmarkOpen(b *testing.B) {
-	for _, files := range []int{100, 1000} {
+	sizes := []int{100, 1000}
+	if testing.Short() {
+		sizes = sizes[:1] // make bench-smoke
+	}
+	for _, files := range sizes {
 		dir := filepath.Join(b.TempDir(), "store")
 		manySSTs(b, dir, files)
 		m, err := filepath.Glob(filepath.Join(dir, pebbleDir, "MANIFEST-*"))
@@ -55,7 +59,7 @@ func BenchmarkOpen(b *testing.B) {
 					num, err := c.checkManifest(names, mk, ok)
 					require.NoError(b, err)
 					if !readOnly {
-						c.committed.Store(mk.epoch) // as Pebble recovered it
+						c.committed.Store(mk.epoch)             // as Pebble recovered it
 						require.NoError(b, c.checkMark(mk, ok)) // writes nothing: the mark is current
 						c.manifestNum.Store(num)
 					}

@@ -145,7 +145,9 @@ type Options struct {
 	// Options.Logger (Pebble's and the store's lines go to one logger). A
 	// CompactionScheduler it sets replaces the store's, and with it the
 	// store's guard against a Pebble panic on a cancelled manual compaction
-	// (compactionScheduler).
+	// (compactionScheduler); the hook is called once per Open, and a
+	// scheduler serves one Pebble database at a time, so it should make a
+	// new one on each call.
 	Pebble func(*pebble.Options)
 
 	// OnPhase, if set, is called synchronously, from the goroutine doing the

@@ -156,3 +156,120 @@ func TestCompactionScheduler(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "L0 was not compacted after the slot was freed")
 	require.NoError(t, db.Close())
 }
+
+// compacted reports whether db compacted its L0 below two files.
+func compacted(db *pebble.DB) bool {
+	m := db.Metrics()
+	return m.Levels[0].TablesCount < 2 && m.Compact.Count > 0
+}
+
+// TestSchedulerSharedByTwoDBs opens two Pebble DBs on one store scheduler
+// (options cloned with their scheduler, as rawPebble in bench_test.go did),
+// each with one compaction slot. The second Register is logged as an error
+// and the scheduler falls back to granting everything: the first DB's
+// compaction, waiting because the test holds its slot, runs; the second DB
+// compacts; after either DB closes, the other goes on compacting. A DB
+// opened once both are closed is served afresh, its one slot limiting it
+// again. Before the fallback, two ticker goroutines closed one channel
+// ("close of closed channel") and the second DB took the first's grants.
+func TestSchedulerSharedByTwoDBs(t *testing.T) {
+	for _, closeFirst := range []int{0, 1} {
+		t.Run(fmt.Sprintf("close=db%d-first", closeFirst+1), func(t *testing.T) {
+			log := &recordingLogger{}
+			sched := newCompactionScheduler(log)
+			opts := &pebble.Options{
+				FS:                         vfs.NewMem(),
+				L0CompactionThreshold:      2,
+				CompactionConcurrencyRange: func() (int, int) { return 1, 1 },
+				Logger:                     &recordingLogger{},
+			}
+			opts.Experimental.CompactionScheduler = sched
+			open := func(dir string) *pebble.DB {
+				db, err := pebble.Open(dir, opts.Clone())
+				require.NoError(t, err)
+				return db
+			}
+			dbs := []*pebble.DB{open("db1")}
+			ok, held := sched.TrySchedule()
+			require.True(t, ok, "the one slot of an idle DB")
+			flushOverlapping(t, dbs[0], 8)
+			waiting, _ := dbs[0].GetWaitingCompaction()
+			require.True(t, waiting, "db1 does not wait for its slot")
+			require.Zero(t, dbs[0].Metrics().Compact.Count, "a compaction ran while the only slot was held")
+
+			dbs = append(dbs, open("db2"))
+			require.Eventually(t, func() bool { return compacted(dbs[0]) }, 10*time.Second, 10*time.Millisecond,
+				"db1's waiting compaction did not run in the fallback")
+			require.Contains(t, log.text(), "registered by 2 Pebble databases at once")
+			flushOverlapping(t, dbs[1], 8)
+			require.Eventually(t, func() bool { return compacted(dbs[1]) }, 10*time.Second, 10*time.Millisecond,
+				"db2 did not compact in the fallback")
+			held.Done()
+
+			require.NoError(t, dbs[closeFirst].Close())
+			other := dbs[1-closeFirst]
+			before := other.Metrics().Compact.Count
+			flushOverlapping(t, other, 8)
+			require.Eventually(t, func() bool { return compacted(other) && other.Metrics().Compact.Count > before },
+				10*time.Second, 10*time.Millisecond, "the DB left open did not compact after the other closed")
+			require.NoError(t, other.Close())
+
+			logged := len(log.text())
+			db3 := open("db3")
+			ok, held = sched.TrySchedule()
+			require.True(t, ok, "the one slot of a fresh DB")
+			flushOverlapping(t, db3, 8)
+			time.Sleep(5 * schedulerTick)
+			require.Zero(t, db3.Metrics().Compact.Count, "a compaction ran while the only slot was held: still in the fallback")
+			held.Done()
+			require.Eventually(t, func() bool { return compacted(db3) }, 10*time.Second, 10*time.Millisecond,
+				"L0 was not compacted after the slot was freed")
+			require.NoError(t, db3.Close())
+			require.NotContains(t, log.text()[logged:], "registered by", "a DB opened after the others closed")
+		})
+	}
+}
+
+// TestRawPebbleBesideStore opens raw Pebble beside an open store the two
+// ways the module's benchmarks have: with the store's own Pebble options
+// cloned (their scheduler included; its fallback is logged, and both
+// databases compact and close), and twice with one set of options from
+// Options.PebbleOptions, which carry no scheduler:
+// pebble.Open makes each its own, and nothing is logged.
+func TestRawPebbleBesideStore(t *testing.T) {
+	log := &recordingLogger{}
+	fs := vfs.NewMem()
+	s, err := Open("store", &Options{FS: fs, Logger: log})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	// overlap flushes eight overlapping L0 files into db, whose L0
+	// compaction threshold is 2 (set below), and waits for a compaction.
+	overlap := func(db *pebble.DB) {
+		flushOverlapping(t, db, 8)
+		require.Eventually(t, func() bool { return compacted(db) }, 10*time.Second, 10*time.Millisecond,
+			"raw Pebble did not compact")
+	}
+
+	cloned := s.popts.Clone()
+	cloned.EventListener = &pebble.EventListener{}
+	cloned.L0CompactionThreshold = 2
+	raw, err := pebble.Open("raw", cloned)
+	require.NoError(t, err)
+	require.Contains(t, log.text(), "registered by 2 Pebble databases at once")
+	overlap(raw)
+	require.NoError(t, raw.Close())
+
+	logged := len(log.text())
+	derived := (&Options{FS: fs, Logger: log}).PebbleOptions()
+	derived.L0CompactionThreshold = 2
+	raws := make([]*pebble.DB, 2)
+	for i := range raws {
+		raws[i], err = pebble.Open(fmt.Sprintf("raw%d", i), derived)
+		require.NoError(t, err)
+	}
+	for _, db := range raws {
+		overlap(db)
+		require.NoError(t, db.Close())
+	}
+	require.NotContains(t, log.text()[logged:], "registered by")
+}

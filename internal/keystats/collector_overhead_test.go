@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -44,7 +45,8 @@ func cpuTime(t testing.TB) time.Duration {
 // vary by more than the effect (identical 2M-key compactions took 1.6 to
 // 3.9 s on these machines), which is why the costs are measured apart.
 func BenchmarkCollectorOverhead(b *testing.B) {
-	for _, shape := range []struct{ keys, versions int }{{1_000_000, 1}, {1_000_000, 3}} {
+	n := testutil.BenchSize(1_000_000, 100_000)
+	for _, shape := range []struct{ keys, versions int }{{n, 1}, {n, 3}} {
 		b.Run(fmt.Sprintf("keys=%d/vnodes=256/versions=%d", shape.keys, shape.versions), func(b *testing.B) {
 			r := rand.New(rand.NewPCG(7, uint64(shape.versions)))
 			ks, vals := physBenchKeys(r, shape.keys, 256, shape.versions)

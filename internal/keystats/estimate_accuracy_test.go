@@ -404,9 +404,13 @@ func TestEstimateRowsAccuracy(t *testing.T) {
 
 // BenchmarkEstimateRowsAccuracy runs the 100,000-rows-per-vnode case of
 // acceptance 4 once and reports its p99 figures (the time per op is the
-// whole run: workload, verification and queries).
+// whole run: workload, verification and queries). Under -short it runs
+// TestEstimateRowsAccuracy's 4,000 rows per vnode.
 func BenchmarkEstimateRowsAccuracy(b *testing.B) {
 	cfg := accuracyConfig{liveRows: 100_000, vnodes: 2, loadEpochs: 10, churnEpochs: 30, queriesPerVn: 2000, rowBytes: 24}
+	if testing.Short() {
+		cfg = accuracyConfig{liveRows: 4000, vnodes: 4, loadEpochs: 8, churnEpochs: 24, queriesPerVn: 1000, rowBytes: 24}
+	}
 	seed := storeSeed(b)
 	var res *accuracyResult
 	for b.Loop() {

@@ -74,8 +74,9 @@ func physBenchKeys(r *rand.Rand, n, vnodes, versions int) ([][]byte, [][]byte) {
 // is larger than acceptance 5's overhead-% (BenchmarkCollectorOverhead),
 // which is to the whole of a flush or compaction.
 func BenchmarkCollector(b *testing.B) {
+	big := testutil.BenchSize(200_000, 20_000)
 	for _, shape := range []struct{ keys, vnodes, versions int }{
-		{200_000, 256, 1}, {200_000, 256, 3}, {200_000, 16, 1}, {20_000, 256, 1},
+		{big, 256, 1}, {big, 256, 3}, {big, 16, 1}, {20_000, 256, 1},
 	} {
 		b.Run(fmt.Sprintf("keys=%d/vnodes=%d/versions=%d", shape.keys, shape.vnodes, shape.versions), func(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, uint64(shape.versions)))
@@ -174,9 +175,10 @@ func physSyntheticVersion(b testing.TB, totalKeys, nFiles, vnodes int, l0 bool) 
 	return physVersionOf(&Version{}, files, nil, files), files
 }
 
-// BenchmarkVersionVnode: reading one (table, vnode)'s counts.
+// BenchmarkVersionVnode: reading one (table, vnode)'s counts (1M keys in
+// 1,000 files; 100k under -short).
 func BenchmarkVersionVnode(b *testing.B) {
-	v, _ := physSyntheticVersion(b, 1_000_000, 1000, 256, false)
+	v, _ := physSyntheticVersion(b, testutil.BenchSize(1_000_000, 100_000), 1000, 256, false)
 	tr := NewTracker(TrackerConfig{})
 	tr.current.Store(v)
 	var sink uint64
@@ -190,11 +192,12 @@ func BenchmarkVersionVnode(b *testing.B) {
 	}
 }
 
-// BenchmarkVersionRange: a pk-range query of one vnode.
+// BenchmarkVersionRange: a pk-range query of one vnode (1M keys in 64
+// files; 100k under -short).
 func BenchmarkVersionRange(b *testing.B) {
 	for _, l0 := range []bool{false, true} {
 		b.Run(fmt.Sprintf("l0-shaped=%t", l0), func(b *testing.B) {
-			v, _ := physSyntheticVersion(b, 1_000_000, 64, 256, l0)
+			v, _ := physSyntheticVersion(b, testutil.BenchSize(1_000_000, 100_000), 64, 256, l0)
 			lo, hi := keys.AppendUint64(nil, 100), keys.AppendUint64(nil, 900_000)
 			i := 0
 			for b.Loop() {
@@ -206,14 +209,15 @@ func BenchmarkVersionRange(b *testing.B) {
 	}
 }
 
-// BenchmarkStatsMemory: heap held by a Version per million keys.
+// BenchmarkStatsMemory: heap held by a Version per million keys, of a
+// Version of 1M keys (100k under -short).
 func BenchmarkStatsMemory(b *testing.B) {
+	total := testutil.BenchSize(1_000_000, 100_000)
 	for _, shape := range []struct {
 		files int
 		l0    bool
 	}{{16, false}, {64, false}, {16, true}} {
 		b.Run(fmt.Sprintf("files=%d/l0-shaped=%t", shape.files, shape.l0), func(b *testing.B) {
-			const total = 1_000_000
 			var perM float64
 			for b.Loop() {
 				var before, after runtime.MemStats
@@ -222,7 +226,7 @@ func BenchmarkStatsMemory(b *testing.B) {
 				v, files := physSyntheticVersion(b, total, shape.files, 256, shape.l0)
 				runtime.GC()
 				runtime.ReadMemStats(&after)
-				perM = float64(after.HeapAlloc-before.HeapAlloc) / (total / 1e6)
+				perM = float64(after.HeapAlloc-before.HeapAlloc) / (float64(total) / 1e6)
 				runtime.KeepAlive(v)
 				runtime.KeepAlive(files)
 			}
@@ -231,25 +235,28 @@ func BenchmarkStatsMemory(b *testing.B) {
 	}
 }
 
-// BenchmarkRefresh: a real DB with about 1,000 live SSTs; each iteration
+// BenchmarkRefresh: a real DB with about 1,000 live SSTs (256 under
+// -short); each iteration
 // writes a batch into one vnode, flushes (1 new file) and refreshes, then
 // compacts that vnode (2-3 files out, 1 in) and refreshes from the changes
-// the events report. Only the refreshes are timed; ns/changed-file divides
-// their time by the files that changed. listing-ns is a refresh that lists
-// and finds nothing changed (list + diff).
+// the events report. ns/changed-file divides the refreshes' time by the
+// files that changed. listing-ns is a refresh that lists and finds nothing
+// changed (list + diff). ns/op is a whole round: b.Loop runs rounds until
+// they have taken -benchtime. (With the rest of the round outside the
+// timer, the timed microseconds per round made b.Loop run ever more rounds,
+// each tens of milliseconds of flushing and compacting: at -benchtime 2s
+// millions, hours of them, and make bench stalled here.)
 func BenchmarkRefresh(b *testing.B) {
-	e, r := openRefreshStore(b, 4)
+	tables := testutil.BenchSize(4, 1)
+	e, r := openRefreshStore(b, tables)
 	var refreshNs time.Duration
 	var changed int
 	for b.Loop() {
-		b.StopTimer()
-		for _, c := range refreshRound(b, e, r, 4, nil) {
+		for _, c := range refreshRound(b, e, r, tables, nil) {
 			refreshNs += c.took
 			changed += c.changed
 		}
-		b.StartTimer()
 	}
-	b.StopTimer()
 	b.ReportMetric(float64(refreshNs.Nanoseconds())/float64(max(changed, 1)), "ns/changed-file")
 	b.ReportMetric(idleRefresh(b, e, nil), "listing-ns")
 	b.ReportMetric(float64(e.tr.Current().NumFiles()), "live-files")
@@ -269,13 +276,15 @@ func BenchmarkRefresh(b *testing.B) {
 // the CPU caches, as a refresh after a flush or a compaction meets them.
 // x-of-256-files is the larger store's figure per changed file over the
 // smaller's: 1 is flat; listing-x-of-256-files the same for the listing
-// (16 if it grows with the files).
+// (16 if it grows with the files). Under -short: 256 and 1,024 live SSTs,
+// 8 rounds.
 func BenchmarkRefreshGrowth(b *testing.B) {
-	const rounds = 64
+	rounds := testutil.BenchSize(64, 8)
+	sizes := []int{1, testutil.BenchSize(16, 4)}
 	var perFile, listing [2]float64
 	sweep := make([]byte, 64<<20)
 	for b.Loop() {
-		for i, tables := range []int{1, 16} {
+		for i, tables := range sizes {
 			e, r := openRefreshStore(b, tables)
 			var took []refreshTiming
 			for range rounds {
@@ -293,8 +302,8 @@ func BenchmarkRefreshGrowth(b *testing.B) {
 			b.ReportMetric(listing[i], fmt.Sprintf("listing-ns-%d-files", tables*256))
 		}
 	}
-	b.ReportMetric(perFile[0], "ns/changed-file-256-files")
-	b.ReportMetric(perFile[1], "ns/changed-file-4096-files")
+	b.ReportMetric(perFile[0], fmt.Sprintf("ns/changed-file-%d-files", sizes[0]*256))
+	b.ReportMetric(perFile[1], fmt.Sprintf("ns/changed-file-%d-files", sizes[1]*256))
 	b.ReportMetric(perFile[1]/perFile[0], "x-of-256-files")
 	b.ReportMetric(listing[1]/listing[0], "listing-x-of-256-files")
 }

@@ -91,7 +91,7 @@ func newBenchStore(b *testing.B, vnodes, rowsPerVnode, checkpoints int, shape pk
 }
 
 // BenchmarkStoreStats measures the statistics reads of a backfill on a store
-// of 256 vnodes × 4,000 rows (1,024,000 keys):
+// of 256 vnodes × 4,000 rows (1,024,000 keys; 400 rows under -short):
 //
 //	read=vnode            Store.Stats().Vnode(table, vnode)      goal ≤ 200 ns
 //	read=estimate-rows    one Stats.EstimateRows of a pk range   goal ≤ 2 µs
@@ -106,7 +106,7 @@ func newBenchStore(b *testing.B, vnodes, rowsPerVnode, checkpoints int, shape pk
 //	                      from their metadata), per million keys, as loaded
 //	                      (one SST per checkpoint) and after a full compaction
 func BenchmarkStoreStats(b *testing.B) {
-	bs := newBenchStore(b, keys.DefaultVnodeCount, 4000, 8, pkU64)
+	bs := newBenchStore(b, keys.DefaultVnodeCount, testutil.BenchSize(4000, 400), 8, pkU64)
 	s := bs.e.s
 	b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, s.Stats().Physical.NumFiles(), keystats.BucketCount(s.Stats().Live))
 	r := rand.New(rand.NewPCG(3, 4))
@@ -194,7 +194,8 @@ func BenchmarkStoreStats(b *testing.B) {
 }
 
 // BenchmarkConsumedCold4096 is read=consumed-256-cold on a table of 4096
-// vnodes of 250 rows (1,024,000 keys), all in progress: goal ≤ 1 ms. With
+// vnodes of 250 rows (1,024,000 keys; 25 under -short), all in progress:
+// goal ≤ 1 ms. With
 // pk=u64 the pks are 8-byte integers, whose 8-byte keys decide every
 // comparison; with pk=string they share their first 16 bytes (pkPrefixed),
 // so the 8-byte keys of a vnode's whole bounds are all equal: the queries
@@ -206,7 +207,7 @@ func BenchmarkConsumedCold4096(b *testing.B) {
 		shape pkShape
 	}{{"u64", pkU64}, {"string", pkPrefixed}} {
 		b.Run("pk="+c.name, func(b *testing.B) {
-			bs := newBenchStore(b, 4096, 250, 8, c.shape)
+			bs := newBenchStore(b, 4096, testutil.BenchSize(250, 25), 8, c.shape)
 			b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, bs.e.s.Stats().Physical.NumFiles(), keystats.BucketCount(bs.e.s.Stats().Live))
 			cursors, _ := bs.cursors(rand.New(rand.NewPCG(3, 4)))
 			bs.consumedCold(b, cursors)
@@ -231,11 +232,11 @@ func (bs *benchStore) cursors(r *rand.Rand) ([][]byte, int64) {
 // commit before each checkpoint touched every vnode (one update each:
 // fresh copies of every vnode's buckets), and the job's other work evicted
 // them from the CPU caches (a 64 MiB sweep). A fixed number of such
-// rounds, timed apart; the medians are reported as cold-ns/op and
-// cold-each-ns/op, since one round on a shared machine may be interrupted
-// (the loop then times the warm estimate again).
+// rounds (100; 10 under -short), timed apart; the medians are reported as
+// cold-ns/op and cold-each-ns/op, since one round on a shared machine may
+// be interrupted (the loop then times the warm estimate again).
 func (bs *benchStore) consumedCold(b *testing.B, cursors [][]byte) {
-	const rounds = 100
+	rounds := testutil.BenchSize(100, 10)
 	s := bs.e.s
 	sweep := make([]byte, 64<<20)
 	w := bs.e.writers[benchTable]

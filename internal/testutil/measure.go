@@ -1,6 +1,9 @@
 package testutil
 
-import "slices"
+import (
+	"slices"
+	"testing"
+)
 
 // Median returns the median of xs (the upper one of an even count), which
 // it sorts. Benchmarks on a shared machine report medians: one GC pause or
@@ -17,4 +20,14 @@ func SweepCaches(buf []byte) {
 	for i := 0; i < len(buf); i += 64 {
 		buf[i]++
 	}
+}
+
+// BenchSize returns a benchmark's size: full, or small under -short. make
+// bench runs the full sizes; make bench-smoke runs every benchmark once
+// with -short, at sizes that take seconds, to show that each runs.
+func BenchSize(full, small int) int {
+	if testing.Short() {
+		return small
+	}
+	return full
 }
