@@ -28,9 +28,16 @@ demo:
 # "context deadline exceeded" as a failure when the time runs out while a
 # worker is busy (go.dev/issue/75804, fixed in Go 1.27), and CI machines are
 # shared and busy.
+#
+# Every randomized test runs with a fixed seed (testutil.DefaultSeed) unless
+# its flag names another; each logs its seed. LSMSTATS_RANDOM_SEEDS=1 make
+# test draws time-based seeds instead, for exploration. The fuzz runs'
+# mutator is seeded (GODEBUG=fuzzseed) too, but Go caches the inputs it
+# found in GOCACHE and its workers interleave freely, so those runs are not
+# repeated bit for bit; a failing input is written to testdata/fuzz.
 test: build
 	$(GO) test -count=1 -timeout 30m $(PKGS)
-	$(MAKE) --no-print-directory fuzz FUZZTIME=30000x
+	$(MAKE) --no-print-directory fuzz FUZZTIME=30000x FUZZSEED=1
 
 # Every package under the race detector but the crash torture: its kills are
 # timed to phases of a child process, which the detector slows so far that no
@@ -126,11 +133,13 @@ lint:
 
 # Each fuzz target for FUZZTIME, a duration or an execution count (make fuzz
 # FUZZTIME=10m, or FUZZTIME=5000000x, which Go 1.26's end-of-run race cannot
-# fail; see test).
+# fail; see test). FUZZSEED=N seeds the mutator (default: the clock).
+FUZZSEED ?=
+FUZZENV   = $(if $(FUZZSEED),GODEBUG=fuzzseed=$(FUZZSEED))
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzComparer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./keys
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSummary$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/keystats
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./backfill
+	$(FUZZENV) $(GO) test -run '^$$' -fuzz '^FuzzComparer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./keys
+	$(FUZZENV) $(GO) test -run '^$$' -fuzz '^FuzzDecodeSummary$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/keystats
+	$(FUZZENV) $(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./backfill
 
 # The crash torture of the whole stack: 1,000 SIGKILLs (make test runs 25).
 torture:
@@ -149,10 +158,14 @@ faults:
 # with random SIGKILLs, injected I/O faults (errorfs), context cancels and
 # reopens with rescale, every invariant checked after each event, for
 # SOAK_FOR (make soak SOAK_FOR=30m; make test runs 20 s). It prints the
-# events per kind and the findings, and fails on any finding.
-SOAK_FOR ?= 10m
+# events per kind and the findings, and fails on any finding. make soak
+# explores: its seed is time based (make test's is fixed); SOAK_SEED=N
+# replays the seed a soak printed.
+SOAK_FOR  ?= 10m
+SOAK_SEED ?=
 soak:
-	$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/soak -soak-for $(SOAK_FOR)
+	$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/soak -soak-for $(SOAK_FOR) \
+		$(if $(SOAK_SEED),-soak-seed $(SOAK_SEED),-random-seeds)
 
 clean:
 	rm -rf bin $(OUT)

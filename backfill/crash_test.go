@@ -22,7 +22,7 @@ import (
 )
 
 var (
-	seedFlag    = flag.Uint64("seed", 0, "seed for randomized tests (0: time based)")
+	seedFlag    = flag.Uint64("seed", 0, "seed for randomized tests (0: testutil.DefaultSeed, or time based with -random-seeds)")
 	crashesFlag = flag.Int("crashes", 10, "SIGKILLs of TestCrashRecovery")
 )
 

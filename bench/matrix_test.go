@@ -23,7 +23,7 @@ const (
 
 var (
 	matrixCells  = flag.String("matrix-cells", "", "run only the accuracy matrix cells whose name contains this")
-	matrixSeed   = flag.Uint64("matrix-seed", 0, "workload seed of the accuracy matrix (0: random)")
+	matrixSeed   = flag.Uint64("matrix-seed", 0, "workload seed of the accuracy matrix (0: testutil.DefaultSeed, or time based with -random-seeds)")
 	matrixBudget = flag.Int("matrix-bucket-budget", 0, "the store's StatsBucketBudget in every cell of the accuracy matrix (0: the default)")
 )
 

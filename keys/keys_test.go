@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var seedFlag = flag.Uint64("seed", 0, "seed for randomized tests (0 = time based)")
+var seedFlag = flag.Uint64("seed", 0, "seed for randomized tests (0: testutil.DefaultSeed, or time based with -random-seeds)")
 
 func testRand(t testing.TB) *rand.Rand {
 	seed := testutil.Seed(t, "seed", *seedFlag)

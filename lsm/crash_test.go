@@ -156,6 +156,12 @@ func openCrashChild(dir string, seed uint64) (*Store, *crashGen, uint64, error) 
 	return s, newCrashGenAt(seed, k), k, nil
 }
 
+// childRand returns the random source of a crash child that resumes after
+// committed step k: its epoch gaps and sleeps follow from the test's seed
+// and k, so that a rerun with the same seed makes the same choices (only the
+// kills' timing differs).
+func childRand(seed, k uint64) *rand.Rand { return rand.New(rand.NewPCG(seed^0xc4a5c4, k)) }
+
 // crashChild runs the workload until killed; it returns only on an error.
 // It prints "P <phase>" at each phase change and "C <step>" after each
 // commit returns.
@@ -186,7 +192,7 @@ func crashChild(dir string, seed uint64) error {
 		return wlo
 	}
 	epoch := s.EpochFloor()
-	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	r := childRand(seed, k)
 	for step := k + 1; ; step++ {
 		epoch += 1 + uint64(r.IntN(3))
 		crashSay("P buffering")

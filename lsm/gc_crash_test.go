@@ -43,7 +43,7 @@ func gcCrashChild(dir string, seed uint64) error {
 		return err
 	}
 	epoch := s.EpochFloor()
-	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	r := childRand(seed, k)
 	var pin *Snapshot
 	ctx := context.Background()
 	for step := k + 1; ; step++ {

@@ -16,7 +16,7 @@ import (
 )
 
 var (
-	seedFlag  = flag.Uint64("seed", 0, "seed for randomized tests (0: time based)")
+	seedFlag  = flag.Uint64("seed", 0, "seed for randomized tests (0: testutil.DefaultSeed, or time based with -random-seeds)")
 	stepsFlag = flag.Int("model-steps", 1500, "steps of TestModel")
 )
 

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-var seedFlag = flag.Uint64("seed", 0, "seed for TestRandom (0: time based)")
+var seedFlag = flag.Uint64("seed", 0, "seed for TestRandom (0: testutil.DefaultSeed, or time based with -random-seeds)")
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 

@@ -61,7 +61,7 @@ import (
 
 var (
 	corruptionInjections = flag.Int("corruption-injections", 210, "injections of TestCorruption")
-	corruptionSeed       = flag.Uint64("corruption-seed", 0, "seed of TestCorruption (0: time-based)")
+	corruptionSeed       = flag.Uint64("corruption-seed", 0, "seed of TestCorruption (0: testutil.DefaultSeed, or time based with -random-seeds)")
 )
 
 // opTimeout is the watchdog of each operation on a damaged store.

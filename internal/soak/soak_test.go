@@ -13,7 +13,7 @@ import (
 
 var (
 	soakFor  = flag.Duration("soak-for", 20*time.Second, "how long TestSoak runs (make soak: 10m)")
-	soakSeed = flag.Uint64("soak-seed", 0, "seed of TestSoak (0: time-based)")
+	soakSeed = flag.Uint64("soak-seed", 0, "seed of TestSoak (0: testutil.DefaultSeed, or time based with -random-seeds)")
 	soakDir  = flag.String("soak-dir", "", "store directory of TestSoak (default: a temporary directory)")
 )
 

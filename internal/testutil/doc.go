@@ -1,9 +1,12 @@
 // Package testutil holds what the randomized and crash tests of several
 // packages share, so that each package does not keep its own copy.
 //
-// Seeds: Seed picks a randomized test's seed from its flag (or the clock)
-// and logs the line that reruns it, "seed: N (rerun with -FLAG=N)". Each
-// package keeps registering its own flag (-seed, -torture-seed, ...).
+// Seeds: Seed picks a randomized test's seed from its flag, or the fixed
+// DefaultSeed when the flag is 0 (so make test gives the same result on every
+// run), or the clock under -random-seeds or LSMSTATS_RANDOM_SEEDS=1 (for
+// exploration), and logs the line that reruns it, "seed: N (...; rerun with
+// -FLAG=N)". Each package keeps registering its own flag (-seed,
+// -torture-seed, ...); -random-seeds is this package's.
 //
 // Child processes: a crash test re-runs its own test binary as a child
 // (StartChild); the package's TestMain sees the child's environment

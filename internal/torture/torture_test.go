@@ -32,7 +32,7 @@ import (
 
 var (
 	killsFlag = flag.Int("torture-kills", 25, "SIGKILLs of TestTorture (make torture: 1000)")
-	seedFlag  = flag.Uint64("torture-seed", 0, "seed of TestTorture (0: time based)")
+	seedFlag  = flag.Uint64("torture-seed", 0, "seed of TestTorture (0: testutil.DefaultSeed, or time based with -random-seeds)")
 )
 
 const (
