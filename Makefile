@@ -116,7 +116,7 @@ lint:
 # fail; see test).
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzComparer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./keys
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSummary$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/keystats
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSummary$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/sstsummary
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./backfill
 
 # The crash torture of the whole stack: 1,000 SIGKILLs (make test runs 25).

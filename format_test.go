@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -155,7 +156,7 @@ func encodingVectors(t *testing.T, dir string) string {
 	var payloads []string
 	for _, level := range tables {
 		for _, f := range level {
-			p := f.Properties.UserProperties[keystats.CollectorName]
+			p := f.Properties.UserProperties[sstsummary.CollectorName]
 			payloads = append(payloads, fmt.Sprintf("payload %x..%x %s\n", f.Smallest.UserKey, f.Largest.UserKey, hex.EncodeToString([]byte(p))))
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/malloc"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -454,11 +455,11 @@ func readerPayload(b *testing.B, db *pebble.DB, dir string, ropts sstable.Reader
 		}
 	}
 	for _, r := range readers {
-		payload += float64(len(r.UserProperties[keystats.CollectorName]))
+		payload += float64(len(r.UserProperties[sstsummary.CollectorName]))
 	}
 	withProps := heapLive()
 	for _, r := range readers {
-		delete(r.UserProperties, keystats.CollectorName)
+		delete(r.UserProperties, sstsummary.CollectorName)
 	}
 	held = withProps - heapLive()
 	for _, r := range readers {

@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -247,7 +248,7 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 			log := &recordingLogger{}
 			s, err := Open(dir, &Options{Logger: log, MemoryWatermark: -1, Pebble: func(o *pebble.Options) {
 				o.BlockPropertyCollectors = []func() pebble.BlockPropertyCollector{func() pebble.BlockPropertyCollector {
-					return &corruptCollector{BlockPropertyCollector: keystats.NewCollector(), mode: mode}
+					return &corruptCollector{BlockPropertyCollector: sstsummary.NewCollector(), mode: mode}
 				}}
 			}})
 			require.NoError(t, err)

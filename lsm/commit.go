@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 )
@@ -276,7 +277,7 @@ func (s *Store) commitsAsBatch(bufs []*epochBuf) bool {
 // keys for the physical statistics as the collector would an SST's.
 type batchSink struct {
 	b   *pebble.Batch
-	sum keystats.BatchSummary
+	sum sstsummary.BatchSummary
 	seq uint64 // the batch's first sequence number, once committed
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -230,7 +231,7 @@ func (o *Options) pebbleOptions() *pebble.Options {
 		FS:                          o.FS,
 		Comparer:                    keys.Comparer,
 		Logger:                      o.Logger,
-		BlockPropertyCollectors:     []func() pebble.BlockPropertyCollector{keystats.NewCollector},
+		BlockPropertyCollectors:     []func() pebble.BlockPropertyCollector{sstsummary.NewCollector},
 		FormatMajorVersion:          pebble.FormatNewest,
 		L0CompactionThreshold:       l0CompactionThreshold,
 		L0StopWritesThreshold:       max(2*l0CompactionThreshold, o.L0StopSublevels),

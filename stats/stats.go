@@ -1,6 +1,9 @@
 package stats
 
-import "github.com/lsmstats/lsmstats/internal/keystats"
+import (
+	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
+)
 
 // A Snapshot and what it holds.
 type (
@@ -19,7 +22,7 @@ type (
 	// table totals like Hummock's TableStats) and NumFiles (the live SSTs).
 	Version = keystats.Version
 	// Counts are physical counts: MVCC entries, puts, deletes, prefixes.
-	Counts = keystats.Counts
+	Counts = sstsummary.Counts
 	// TableTotals are a table's physical totals, like Hummock's TableStats.
 	TableTotals = keystats.TableTotals
 

@@ -60,6 +60,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -86,7 +87,7 @@ type Delta struct {
 	PebbleTombstones       int64
 }
 
-func (d *Delta) add(c Counts, sign int64) {
+func (d *Delta) add(c sstsummary.Counts, sign int64) {
 	d.Entries += sign * int64(c.Entries)
 	d.Puts += sign * int64(c.Puts)
 	d.Deletes += sign * int64(c.Deletes)
@@ -110,7 +111,7 @@ type TableDelta struct {
 	Table uint32
 	Delta
 	// In and Out are the table's counts in the inputs and in the outputs.
-	In, Out Counts
+	In, Out sstsummary.Counts
 	Vnodes  []VnodeDelta
 }
 
@@ -173,7 +174,7 @@ type subscriber struct {
 
 // tableIO are the cumulative input and output counts of a table over the
 // complete deltas.
-type tableIO struct{ in, out Counts }
+type tableIO struct{ in, out sstsummary.Counts }
 
 // deltaState is the Tracker's compaction-delta machinery.
 type deltaState struct {
@@ -269,8 +270,8 @@ func (d *deltaState) resolve(n int, base, v *Version) (retry bool) {
 					io = &tableIO{}
 					d.tables[td.Table] = io
 				}
-				io.in.add(td.In)
-				io.out.add(td.Out)
+				io.in.Add(td.In)
+				io.out.Add(td.Out)
 			}
 		} else {
 			d.incomplete++
@@ -419,9 +420,9 @@ func (d *deltaState) compute(ev compactionEvent, v *Version) CompactionDelta {
 					vd.add(c, sign)
 					td.Delta.add(c, sign)
 					if sign < 0 {
-						td.In.add(c)
+						td.In.Add(c)
 					} else {
-						td.Out.add(c)
+						td.Out.Add(c)
 					}
 				}
 			}
@@ -622,7 +623,7 @@ func (c *compactionCollector) Collect(ch chan<- prometheus.Metric) {
 		table := strconv.FormatUint(uint64(id), 10)
 		for _, side := range []struct {
 			name string
-			c    Counts
+			c    sstsummary.Counts
 		}{{"input", io.in}, {"output", io.out}} {
 			counter(c.entries, side.c.Entries, table, side.name)
 			counter(c.deletes, side.c.Deletes, table, side.name)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -19,7 +20,7 @@ import (
 func deltaFile(t testing.TB, num uint64, ops string) *liveFile {
 	parsed := physParseOps(t, ops)
 	s := physCollect(t, parsed)
-	return newLiveFile(FileInfo{FileNum: num, BackingNum: num, Summary: s, NumEntries: s.PointKeys(), RawValueSize: 100 * s.puts()})
+	return newLiveFile(FileInfo{FileNum: num, BackingNum: num, Summary: s, NumEntries: s.PointKeys(), RawValueSize: 100 * s.Puts()})
 }
 
 // TestCompactionDeltaUnit resolves events against synthetic Versions: a
@@ -168,7 +169,7 @@ func TestCompactionDeltasSum(t *testing.T) {
 		table uint32
 		vnode uint16
 	}
-	flushed := map[tv]Counts{}
+	flushed := map[tv]sstsummary.Counts{}
 	written := map[string]bool{}
 	gced := map[string]bool{}
 	var keysWritten []physOp
@@ -204,7 +205,7 @@ func TestCompactionDeltasSum(t *testing.T) {
 		for _, ts := range fs.Tables {
 			for _, vs := range ts.Vnodes {
 				c := flushed[tv{ts.Table, vs.Vnode}]
-				c.add(vs.Counts)
+				c.Add(vs.Counts)
 				flushed[tv{ts.Table, vs.Vnode}] = c
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -177,10 +178,10 @@ func TestCompactionDeltaAfterFailedRefresh(t *testing.T) {
 	case d := <-sub:
 		require.True(t, d.Complete(), "missing %v", d.Missing)
 		require.NotEmpty(t, d.Tables)
-		var in, out Counts
+		var in, out sstsummary.Counts
 		for _, td := range d.Tables {
-			in.add(td.In)
-			out.add(td.Out)
+			in.Add(td.In)
+			out.Add(td.Out)
 		}
 		require.Equal(t, before.Table(1).TotalKeyCount+before.Table(2).TotalKeyCount, in.Entries)
 		require.Equal(t, in.Entries, out.Entries, "no versions were dropped")

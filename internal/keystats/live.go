@@ -51,6 +51,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/internal/pkpos"
 )
 
 const (
@@ -324,12 +325,12 @@ func (v *liveVnode) querySkip() int {
 	if v.minPK == nil || v.maxPK == nil {
 		return 0
 	}
-	n := sharedPrefix(v.minPK, v.maxPK)
+	n := pkpos.SharedPrefix(v.minPK, v.maxPK)
 	for _, b := range v.buckets[1:] {
 		if n < 8 {
 			break
 		}
-		n = min(n, sharedPrefix(b.lower(), v.minPK))
+		n = min(n, pkpos.SharedPrefix(b.lower(), v.minPK))
 	}
 	if n < 8 {
 		return 0
@@ -1021,8 +1022,8 @@ func (v *liveVnode) frame(i int) frame {
 	if i+1 < len(v.keys) {
 		hi = v.buckets[i+1].lower()
 	}
-	n := sharedPrefix(lo, hi)
-	fa, fb := word(lo[n:]), word(hi[n:])
+	n := pkpos.SharedPrefix(lo, hi)
+	fa, fb := pkpos.Word(lo[n:]), pkpos.Word(hi[n:])
 	if fb <= fa {
 		// Anchors that the words cannot tell apart: the bucket's rows
 		// are its anchor (one row, whose pk is both).
@@ -1074,7 +1075,7 @@ func (f frame) at(x []byte, k uint64) float64 {
 	case bytes.Compare(x, f.loPK) <= 0:
 		return 0
 	}
-	return min(float64(word(x[f.off:])-f.lo)/float64(f.hi-f.lo), 1)
+	return min(float64(pkpos.Word(x[f.off:])-f.lo)/float64(f.hi-f.lo), 1)
 }
 
 // moveFrame carries the calibration of bucket i, an end bucket whose
@@ -1120,7 +1121,7 @@ func affine(was, now frame) (a, c float64, ok bool) {
 	case now.off == 0:
 		lo, hi = key8(was.loPK), key8(was.hiPK)
 	case was.off > 0 && now.off <= len(was.loPK) && now.off <= len(was.hiPK):
-		lo, hi = word(was.loPK[now.off:]), word(was.hiPK[now.off:])
+		lo, hi = pkpos.Word(was.loPK[now.off:]), pkpos.Word(was.hiPK[now.off:])
 	default:
 		// Measured by their keys before, by bytes past a shared prefix now
 		// (the bounds were all short): rare, and rescanned.
@@ -1150,7 +1151,7 @@ func position(lo, x, hi []byte) float64 {
 	if hiKey > loKey && (len(lo) <= 8 && len(hi) <= 8 || hiKey-loKey >= 1<<8) {
 		return keyFraction(loKey, key8(x), hiKey)
 	}
-	return interpolate(lo, x, hi)
+	return pkpos.Interpolate(lo, x, hi)
 }
 
 // ScanRange is one part of a Partition: the rows from (StartVnode, StartPK)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/lsmstats/lsmstats"
+	"github.com/lsmstats/lsmstats/internal/pkpos"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -520,7 +521,7 @@ func TestFractionAgrees(t *testing.T) {
 	var keyed, exact int
 	check := func(got float64, lo, x, hi []byte, short bool) {
 		t.Helper()
-		want := interpolate(lo, x, hi)
+		want := pkpos.Interpolate(lo, x, hi)
 		span := key8(hi) - key8(lo)
 		if key8(hi) > key8(lo) && (short || span >= 1<<8) {
 			keyed++

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -107,7 +108,7 @@ func BenchmarkCollector(b *testing.B) {
 					require.NoError(b, err)
 					rd, err := sstable.NewReader(context.Background(), readable, opts.MakeReaderOptions())
 					require.NoError(b, err)
-					propLen = len(rd.UserProperties[CollectorName])
+					propLen = len(rd.UserProperties[sstsummary.CollectorName])
 					require.NoError(b, rd.Close())
 				}
 				return d, st.Size(), propLen
@@ -120,7 +121,7 @@ func BenchmarkCollector(b *testing.B) {
 				writerNs += d
 
 				start := time.Now()
-				c := NewCollector() // pooled, as Pebble gets it
+				c := sstsummary.NewCollector() // pooled, as Pebble gets it
 				for _, k := range ks {
 					if err := c.AddPointKey(pebble.MakeInternalKey(k, 0, pebble.InternalKeyKindSet), nil); err != nil {
 						b.Fatal(err)
@@ -131,7 +132,7 @@ func BenchmarkCollector(b *testing.B) {
 				}
 				collNs += time.Since(start)
 
-				d, sstBytes, payload = write([]func() pebble.BlockPropertyCollector{NewCollector})
+				d, sstBytes, payload = write([]func() pebble.BlockPropertyCollector{sstsummary.NewCollector})
 				withNs += d
 			}
 			n := float64(b.N) * float64(len(ks))
@@ -152,22 +153,22 @@ func physSyntheticVersion(b testing.TB, totalKeys, nFiles, vnodes int, l0 bool) 
 	var files []*liveFile
 	perFile := totalKeys / nFiles
 	for i := range nFiles {
-		c := newCollector()
+		c := sstsummary.NewScanCollector()
 		if l0 {
 			for v := range vnodes {
 				for k := range perFile / vnodes {
-					c.add(keys.AppendVersioned(nil, 1, uint16(v), keys.AppendUint64(nil, uint64(k*nFiles+i)), keys.MakeVersion(uint64(i+1), 0), keys.KindPut), pebble.InternalKeyKindSet)
+					c.Add(keys.AppendVersioned(nil, 1, uint16(v), keys.AppendUint64(nil, uint64(k*nFiles+i)), keys.MakeVersion(uint64(i+1), 0), keys.KindPut), pebble.InternalKeyKindSet)
 				}
 			}
 		} else {
 			start := i * perFile
 			for k := start; k < start+perFile; k++ {
 				v := k * vnodes / totalKeys
-				c.add(keys.AppendVersioned(nil, 1, uint16(v), keys.AppendUint64(nil, uint64(k)), keys.MakeVersion(1, 0), keys.KindPut), pebble.InternalKeyKindSet)
+				c.Add(keys.AppendVersioned(nil, 1, uint16(v), keys.AppendUint64(nil, uint64(k)), keys.MakeVersion(1, 0), keys.KindPut), pebble.InternalKeyKindSet)
 			}
 		}
 		// Through the payload codec, as the tracker reads it.
-		s, err := DecodeSummary(c.Summary().Encode())
+		s, err := sstsummary.DecodeSummary(c.Summary().Encode())
 		require.NoError(b, err)
 		files = append(files, newLiveFile(FileInfo{FileNum: uint64(i + 1), Summary: s, RawValueSize: uint64(perFile) * 100, NumEntries: uint64(perFile)}))
 	}

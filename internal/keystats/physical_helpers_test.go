@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -105,7 +106,7 @@ func (e *physEnv) open() {
 		Comparer:                    keys.Comparer,
 		FS:                          e.fs,
 		FormatMajorVersion:          pebble.FormatNewest,
-		BlockPropertyCollectors:     []func() pebble.BlockPropertyCollector{NewCollector},
+		BlockPropertyCollectors:     []func() pebble.BlockPropertyCollector{sstsummary.NewCollector},
 		DisableAutomaticCompactions: true,
 		L0StopWritesThreshold:       1000,
 		Logger:                      e.log,
@@ -281,4 +282,33 @@ var physEverything = []byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
 
 func (e *physEnv) compactAll() {
 	require.NoError(e.t, e.db.Compact(context.Background(), []byte{0}, physEverything, false))
+}
+
+// physCollect feeds sorted ops to a fresh collector.
+func physCollect(t testing.TB, ops []physOp) *sstsummary.FileSummary {
+	c := sstsummary.NewScanCollector()
+	for _, op := range ops {
+		require.NoError(t, c.AddPointKey(pebble.MakeInternalKey(op.key, 1, op.kind), nil))
+	}
+	return c.Summary()
+}
+
+// physRandomOps returns sorted MVCC puts/deletes over nVnodes vnodes of
+// table 1 with up to maxVersions versions per pk, plus their truth.
+func physRandomOps(r *rand.Rand, nVnodes, pksPerVnode, maxVersions int) []physOp {
+	var ops []physOp
+	for v := range nVnodes {
+		for pk := range pksPerVnode {
+			n := 1 + r.IntN(maxVersions)
+			for e := n; e >= 1; e-- { // newest first, as keys sort
+				kind := keys.KindPut
+				if r.IntN(4) == 0 {
+					kind = keys.KindDelete
+				}
+				ops = append(ops, physOp{key: physKey(1, uint16(v), uint64(pk)*3, uint64(e), kind), kind: pebble.InternalKeyKindSet})
+			}
+		}
+	}
+	slices.SortStableFunc(ops, func(a, b physOp) int { return keys.Compare(a.key, b.key) })
+	return ops
 }

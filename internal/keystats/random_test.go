@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -115,7 +116,7 @@ func physScan(t testing.TB, e *physEnv, v *Version, lo, hi []byte) (map[physVnod
 	return out, true
 }
 
-func requireContains(t testing.TB, e Estimate, truth uint64, msg string) {
+func requireContains(t testing.TB, e sstsummary.Estimate, truth uint64, msg string) {
 	t.Helper()
 	require.LessOrEqual(t, e.Lo, truth, msg)
 	require.GreaterOrEqual(t, e.Hi, truth, msg)

@@ -1,6 +1,9 @@
 package keystats
 
-import "github.com/RoaringBitmap/roaring/v2"
+import (
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
+)
 
 // Snapshot is one consistent view of a store's statistics: the physical
 // statistics of its live SSTs and the live statistics, both as of
@@ -25,7 +28,7 @@ type SnapshotFunc func() Snapshot
 // VnodeStats are one vnode's (or a set of vnodes') physical and live
 // statistics.
 type VnodeStats struct {
-	Physical Counts
+	Physical sstsummary.Counts
 	Live     LiveCounts
 }
 

@@ -64,6 +64,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -729,11 +730,11 @@ func (l *loader) summarize(ctx context.Context, r *sstable.Reader, ref *sstRef, 
 // payloadSummary sets info's summary from r's statistics property, or
 // returns why the property cannot be used.
 func payloadSummary(r *sstable.Reader, info *FileInfo) error {
-	prop, ok := r.UserProperties[CollectorName]
+	prop, ok := r.UserProperties[sstsummary.CollectorName]
 	if !ok {
-		return errors.Newf("lsmstats/stats: no %s property", CollectorName)
+		return errors.Newf("lsmstats/stats: no %s property", sstsummary.CollectorName)
 	}
-	s, err := DecodeSummary([]byte(prop))
+	s, err := sstsummary.DecodeSummary([]byte(prop))
 	if err != nil {
 		return err
 	}
@@ -758,10 +759,10 @@ func summarizeVirtual(ctx context.Context, r *sstable.Reader, ref *sstRef, props
 	// Values go with puts: scale by the share of the backing file's puts
 	// (from its payload) when it is usable, else by point keys.
 	info.RawValueSize = apportion(props.RawValueSize, sc.points, max(physPoints, sc.points))
-	if prop, ok := r.UserProperties[CollectorName]; ok {
-		if backing, err := DecodeSummary([]byte(prop)); err == nil {
-			if puts := backing.puts(); puts >= sc.summary.puts() {
-				info.RawValueSize = apportion(props.RawValueSize, sc.summary.puts(), puts)
+	if prop, ok := r.UserProperties[sstsummary.CollectorName]; ok {
+		if backing, err := sstsummary.DecodeSummary([]byte(prop)); err == nil {
+			if puts := backing.Puts(); puts >= sc.summary.Puts() {
+				info.RawValueSize = apportion(props.RawValueSize, sc.summary.Puts(), puts)
 			}
 		}
 	}
@@ -769,7 +770,7 @@ func summarizeVirtual(ctx context.Context, r *sstable.Reader, ref *sstRef, props
 }
 
 type scanResult struct {
-	summary   *FileSummary
+	summary   *sstsummary.FileSummary
 	points    uint64
 	rangeDels uint64
 }
@@ -784,7 +785,7 @@ func scan(ctx context.Context, r *sstable.Reader, ref *sstRef) (scanResult, erro
 	if err != nil {
 		return res, errors.Wrapf(err, "lsmstats/stats: iterating sst %06d", ref.fileNum)
 	}
-	c := newCollector()
+	c := sstsummary.NewScanCollector()
 	cmp := keys.Compare
 	smallest, largest := ref.smallest(), ref.largest()
 	for kv := it.SeekGE(smallest.UserKey, 0); kv != nil; kv = it.Next() {
@@ -794,12 +795,12 @@ func scan(ctx context.Context, r *sstable.Reader, ref *sstRef) (scanResult, erro
 		if !beforeUpper(cmp, kv.K, largest) {
 			break
 		}
-		c.add(kv.K.UserKey, kv.K.Kind())
+		c.Add(kv.K.UserKey, kv.K.Kind())
 		res.points++
 	}
 	err = errors.CombineErrors(it.Error(), it.Close())
 	if err == nil {
-		err = c.err
+		err = c.Err()
 	}
 	if err != nil {
 		return res, errors.Wrapf(err, "lsmstats/stats: iterating sst %06d", ref.fileNum)

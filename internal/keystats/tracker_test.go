@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -385,11 +386,11 @@ func TestVersionIncrementalUnit(t *testing.T) {
 		// Sum over a bitmap equals the sum of Vnode.
 		for _, id := range cur.Tables() {
 			bm := roaring.New()
-			var want Counts
+			var want sstsummary.Counts
 			for _, vn := range cur.Vnodes(id) {
 				if r.IntN(2) == 0 {
 					bm.Add(uint32(vn))
-					want.add(cur.Vnode(id, vn))
+					want.Add(cur.Vnode(id, vn))
 				}
 			}
 			bm.Add(12345) // a vnode without data
@@ -512,7 +513,7 @@ func TestTrackerCorruptPayload(t *testing.T) {
 	}
 	for _, fe := range rebuilt[:len(rebuilt)-1] {
 		if !strings.Contains(fe.Err.Error(), "NumEntries") { // "lie" decodes but does not add up
-			require.True(t, errors.Is(fe.Err, ErrCorruptPayload), "%v", fe.Err)
+			require.True(t, errors.Is(fe.Err, sstsummary.ErrCorruptPayload), "%v", fe.Err)
 			require.True(t, errors.Is(fe.Err, lsmstats.ErrCorruption), "%v", fe.Err)
 		}
 	}
@@ -538,7 +539,7 @@ func must[T any](v T, err error) T {
 // base's list is never written.
 func TestRebuiltAfter(t *testing.T) {
 	file := func(num uint64, rebuilt bool) *liveFile {
-		f := newLiveFile(FileInfo{FileNum: num, Summary: &FileSummary{}})
+		f := newLiveFile(FileInfo{FileNum: num, Summary: &sstsummary.FileSummary{}})
 		if rebuilt {
 			f.rebuildErr = errors.Newf("sst %d: bad payload", num)
 		}

@@ -26,7 +26,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 )
 
 // MemtableLevel is the Level of an unflushed batch's part (Unflushed).
@@ -36,58 +36,13 @@ const MemtableLevel = -1
 // far above any Pebble table number.
 const unflushedBase = 1 << 62
 
-// BatchSummary summarises the keys of one batch, part by part: a part per
-// table, in the order the keys were added. Each table's keys must come in
-// key order and together. The zero value is ready to use.
-type BatchSummary struct {
-	parts []batchPart
-	cur   *Collector
-}
-
-type batchPart struct {
-	table                        uint32
-	sum                          *FileSummary
-	entries, keyBytes, valueSize uint64
-}
-
-// Add adds one key of the batch, of a Pebble point kind, with its value's
-// length.
-func (b *BatchSummary) Add(key []byte, kind pebble.InternalKeyKind, valueLen int) {
-	t, _ := keys.TableOf(key)
-	if b.cur == nil || b.parts[len(b.parts)-1].table != t {
-		b.finishPart()
-		b.cur = newCollector()
-		b.parts = append(b.parts, batchPart{table: t})
-	}
-	b.cur.add(key, kind)
-	p := &b.parts[len(b.parts)-1]
-	p.entries++
-	p.keyBytes += uint64(len(key))
-	p.valueSize += uint64(valueLen)
-}
-
-func (b *BatchSummary) finishPart() {
-	if b.cur != nil {
-		b.parts[len(b.parts)-1].sum = b.cur.Summary()
-		b.cur = nil
-	}
-}
-
-// Err returns the collector's error, if a key could not be classified.
-func (b *BatchSummary) Err() error {
-	if b.cur != nil {
-		return b.cur.err
-	}
-	return nil
-}
-
 // AddUnflushed adds the batch whose first sequence number is seq, and
 // whose keys b summarises, to the current Version. A batch a recorded
 // flush already wrote is left out: the refresh that the flush's event asked
 // for lists its SST.
-func (t *Tracker) AddUnflushed(seq uint64, b *BatchSummary) {
-	b.finishPart()
-	if len(b.parts) == 0 {
+func (t *Tracker) AddUnflushed(seq uint64, b *sstsummary.BatchSummary) {
+	parts := b.Parts()
+	if len(parts) == 0 {
 		return
 	}
 	t.refreshMu.Lock()
@@ -98,12 +53,12 @@ func (t *Tracker) AddUnflushed(seq uint64, b *BatchSummary) {
 	base := t.current.Load()
 	bld := newBuilder(base)
 	mem := append([]*liveFile(nil), base.mem...)
-	for i, p := range b.parts {
+	for i, p := range parts {
 		num := unflushedBase + seq + uint64(i)
 		f := newLiveFile(FileInfo{
 			FileNum: num, BackingNum: num, Level: MemtableLevel,
-			NumEntries: p.entries, RawKeySize: p.keyBytes, RawValueSize: p.valueSize,
-			Summary: p.sum, Source: FromMemtable,
+			NumEntries: p.Entries, RawKeySize: p.KeyBytes, RawValueSize: p.ValueSize,
+			Summary: p.Summary, Source: FromMemtable,
 		})
 		f.batchSeq = seq
 		bld.apply(f, true)

@@ -26,7 +26,6 @@ package keystats
 import (
 	"bytes"
 	"cmp"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -35,6 +34,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 )
 
 // SummarySource says where a live file's FileSummary came from.
@@ -100,7 +100,7 @@ type FileInfo struct {
 	RawKeySize        uint64
 	RawValueSize      uint64
 	// Summary is shared and read-only.
-	Summary *FileSummary
+	Summary *sstsummary.FileSummary
 	Source  SummarySource
 }
 
@@ -128,28 +128,9 @@ type TableTotals struct {
 	// PebbleTombstones are the Pebble point tombstones of MVCC GC.
 	PebbleTombstones uint64
 	// Counts is the sum over the table's vnodes.
-	Counts Counts
+	Counts sstsummary.Counts
 	// Vnodes is the number of vnodes with data in the live SSTs.
 	Vnodes int
-}
-
-// Estimate is an estimated count with bounds that always hold:
-// Lo <= true value <= Hi and Lo <= Est <= Hi. The zero value is an exact 0.
-type Estimate struct {
-	Est    float64
-	Lo, Hi uint64
-}
-
-// RangeCounts are physical counts of MVCC entries with pk in a range of one
-// vnode, summed over the live SSTs. The zero value is an empty range.
-type RangeCounts struct {
-	Entries  Estimate
-	Puts     Estimate
-	Deletes  Estimate
-	HeadPuts Estimate
-	Prefixes Estimate
-	// Files is the number of live files holding the vnode.
-	Files int
 }
 
 // Version is an immutable snapshot of the physical statistics over one
@@ -217,22 +198,22 @@ type vnodeChunk struct {
 
 type vnodeState struct {
 	gen    uint64
-	counts Counts
+	counts sstsummary.Counts
 	files  []fileVnode
 }
 
 type fileVnode struct {
 	fileNum uint64
-	vs      *VnodeSummary
+	vs      *sstsummary.VnodeSummary
 	values  uint64
 }
 
 // Vnode returns the counts of one (table, vnode): zero if it has no data.
-func (v *Version) Vnode(table uint32, vnode uint16) Counts {
+func (v *Version) Vnode(table uint32, vnode uint16) sstsummary.Counts {
 	if s := v.vnodeState(table, vnode); s != nil {
 		return s.counts
 	}
-	return Counts{}
+	return sstsummary.Counts{}
 }
 
 func (v *Version) table(table uint32) *tableState {
@@ -307,22 +288,22 @@ func (t *tableState) each(f func(uint16, *vnodeState)) {
 
 // Sum returns the counts of a table summed over a set of vnodes; a nil set
 // means every vnode.
-func (v *Version) Sum(table uint32, vnodes *roaring.Bitmap) Counts {
+func (v *Version) Sum(table uint32, vnodes *roaring.Bitmap) sstsummary.Counts {
 	t := v.table(table)
 	if t == nil {
-		return Counts{}
+		return sstsummary.Counts{}
 	}
 	if vnodes == nil {
 		return t.totals.Counts
 	}
-	var sum Counts
+	var sum sstsummary.Counts
 	if vnodes.GetCardinality() <= uint64(t.totals.Vnodes) {
 		vnodes.Iterate(func(x uint32) bool {
 			if x > math.MaxUint16 {
 				return false
 			}
 			if s := v.vnodeState(table, uint16(x)); s != nil {
-				sum.add(s.counts)
+				sum.Add(s.counts)
 			}
 			return true
 		})
@@ -330,7 +311,7 @@ func (v *Version) Sum(table uint32, vnodes *roaring.Bitmap) Counts {
 	}
 	t.each(func(vnode uint16, s *vnodeState) {
 		if vnodes.Contains(uint32(vnode)) {
-			sum.add(s.counts)
+			sum.Add(s.counts)
 		}
 	})
 	return sum
@@ -366,163 +347,17 @@ func Rebuilt(v *Version) []FileError { return slices.Clone(v.rebuilt) }
 // with lo <= pk < hi (nil: unbounded), summed over the live files. Each
 // count comes with bounds that always contain the true value (see the
 // collector's error bound) and a linear interpolation between samples.
-func CountRange(v *Version, table uint32, vnode uint16, lo, hi []byte) RangeCounts {
-	var rc RangeCounts
+func CountRange(v *Version, table uint32, vnode uint16, lo, hi []byte) sstsummary.RangeCounts {
+	var rc sstsummary.RangeCounts
 	s := v.vnodeState(table, vnode)
 	if s == nil || (lo != nil && hi != nil && bytes.Compare(lo, hi) >= 0) {
 		return rc
 	}
-	rc.Files = len(s.files)
 	for _, fv := range s.files {
-		var clo, chi cumBounds
-		if lo != nil {
-			clo = cumAt(fv.vs, lo)
-		}
-		if hi != nil {
-			chi = cumAt(fv.vs, hi)
-		} else {
-			chi = exactCum(totalCum(fv.vs))
-		}
-		for f := range numFields {
-			lower := sat(chi.lo[f], clo.hi[f])
-			upper := chi.hi[f] - clo.lo[f]
-			est := min(max(chi.est[f]-clo.est[f], float64(lower)), float64(upper))
-			e := rc.field(f)
-			e.Lo += lower
-			e.Hi += upper
-			e.Est += est
-		}
+		rc.Add(fv.vs.CountRange(lo, hi))
 	}
-	// Entries = puts + deletes: the sum of their bounds is at least as
-	// tight as bounding the sum.
-	rc.Entries = Estimate{
-		Est: rc.Puts.Est + rc.Deletes.Est,
-		Lo:  rc.Puts.Lo + rc.Deletes.Lo,
-		Hi:  rc.Puts.Hi + rc.Deletes.Hi,
-	}
+	rc.Files = len(s.files)
 	return rc
-}
-
-const (
-	fPuts = iota
-	fDeletes
-	fHeadPuts
-	fPrefixes
-	numFields
-)
-
-func (rc *RangeCounts) field(f int) *Estimate {
-	switch f {
-	case fPuts:
-		return &rc.Puts
-	case fDeletes:
-		return &rc.Deletes
-	case fHeadPuts:
-		return &rc.HeadPuts
-	default:
-		return &rc.Prefixes
-	}
-}
-
-func sat(a, b uint64) uint64 {
-	if a < b {
-		return 0
-	}
-	return a - b
-}
-
-type cum [numFields]uint64
-
-// cumBounds brackets the cumulative counts of entries with pk < x.
-type cumBounds struct {
-	lo, hi cum
-	est    [numFields]float64
-}
-
-func sampleCum(s *Sample) cum { return cum{s.Puts, s.Deletes, s.HeadPuts, s.Prefixes} }
-
-func totalCum(vs *VnodeSummary) cum {
-	c := &vs.Counts
-	return cum{c.Puts, c.Deletes, c.HeadPuts, c.Prefixes}
-}
-
-func exactCum(c cum) cumBounds {
-	b := cumBounds{lo: c, hi: c}
-	for f := range numFields {
-		b.est[f] = float64(c[f])
-	}
-	return b
-}
-
-// cumAt brackets the counts of vs's entries with pk < x. It walks the
-// packed samples (at most maxPayloadVnodeSamples) to the first one above x.
-func cumAt(vs *VnodeSummary, x []byte) cumBounds {
-	it := vs.samples.iter()
-	var below, above Sample
-	haveBelow, haveAbove := false, false
-	for it.next() {
-		if bytes.Compare(it.cur.PK, x) > 0 {
-			above, haveAbove = it.cur, true
-			break
-		}
-		below, haveBelow = it.cur, true
-	}
-	switch {
-	case !haveBelow:
-		return cumBounds{} // before the first pk (or no entries)
-	case bytes.Equal(below.PK, x):
-		return exactCum(sampleCum(&below))
-	case !haveAbove && bytes.Compare(x, vs.LastPK) > 0:
-		return exactCum(totalCum(vs))
-	}
-	b := cumBounds{lo: sampleCum(&below)}
-	var nextPK []byte
-	if haveAbove {
-		b.hi = sampleCum(&above)
-		if b.hi[fPrefixes] == b.lo[fPrefixes]+1 {
-			// The gap holds one prefix, the sampled one, and it sorts
-			// before x: exact.
-			return exactCum(b.hi)
-		}
-		nextPK = above.PK
-	} else {
-		b.hi = totalCum(vs)
-		nextPK = vs.LastPK
-		// x <= LastPK: the last prefix does not sort before x.
-		b.hi[fPrefixes]--
-	}
-	// The sampled prefix itself sorts before x.
-	b.lo[fPrefixes] = min(b.lo[fPrefixes]+1, b.hi[fPrefixes])
-	frac := interpolate(below.PK, x, nextPK)
-	for f := range numFields {
-		b.est[f] = float64(b.lo[f]) + frac*float64(b.hi[f]-b.lo[f])
-	}
-	return b
-}
-
-// interpolate returns the position of x in [a, b] as a fraction: 0 at or
-// below a, 1 at or above b, and in between the eight bytes after a and b's
-// common prefix (which x shares) read as a big-endian number; 0.5 when that
-// number does not grow from a to b.
-func interpolate(a, x, b []byte) float64 {
-	if bytes.Compare(x, b) >= 0 {
-		return 1
-	}
-	if bytes.Compare(x, a) <= 0 {
-		return 0
-	}
-	n := sharedPrefix(a, b)
-	fa, fx, fb := word(a[n:]), word(x[n:]), word(b[n:])
-	if fb <= fa {
-		return 0.5
-	}
-	return min(float64(fx-fa)/float64(fb-fa), 1)
-}
-
-func word(b []byte) uint64 {
-	var w [8]byte
-	copy(w[:], b)
-	return binary.BigEndian.Uint64(w[:])
 }
 
 // DiffVersions returns nil if v and o hold the same files and the same sums, else an
@@ -722,14 +557,14 @@ func (b *builder) apply(f *liveFile, add bool) {
 				return cmp.Compare(fv.fileNum, n)
 			})
 			if add {
-				st.counts.add(c)
-				t.totals.Counts.add(c)
+				st.counts.Add(c)
+				t.totals.Counts.Add(c)
 				if !found {
 					st.files = slices.Insert(st.files, pos, fileVnode{fileNum: f.info.FileNum, vs: vs, values: c.ValueBytes})
 				}
 			} else {
-				st.counts.sub(c)
-				t.totals.Counts.sub(c)
+				st.counts.Sub(c)
+				t.totals.Counts.Sub(c)
 				if found {
 					st.files = slices.Delete(st.files, pos, pos+1)
 				}

@@ -11,19 +11,20 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
 
 // physCorruptCollector wraps the collector and damages its payload.
 type physCorruptCollector struct {
-	*Collector
+	*sstsummary.Collector
 	mode string
 }
 
 func physCorrupting(mode string) []func() pebble.BlockPropertyCollector {
 	return []func() pebble.BlockPropertyCollector{func() pebble.BlockPropertyCollector {
-		return &physCorruptCollector{Collector: newCollector(), mode: mode}
+		return &physCorruptCollector{Collector: sstsummary.NewScanCollector(), mode: mode}
 	}}
 }
 
@@ -48,13 +49,11 @@ func (c *physCorruptCollector) FinishTable(buf []byte) ([]byte, error) {
 		out = out[:n]
 	case "lie":
 		// A well-formed payload with one entry too many.
-		s := &FileSummary{Tables: []TableSummary{{Table: 1, Vnodes: []VnodeSummary{{
-			Vnode:   1,
-			Counts:  Counts{Entries: 2, Puts: 2, Prefixes: 1, HeadPuts: 1, KeyBytes: 50},
-			LastPK:  physPK(1),
-			samples: packSamples(nil, []Sample{{PK: physPK(1)}}),
-		}}}}}
-		out = s.appendPayload(out[:n], nil)
+		lie := sstsummary.NewScanCollector()
+		lie.Add(physKey(1, 1, 1, 1, keys.KindPut), pebble.InternalKeyKindSet)
+		s := lie.Summary()
+		s.Tables[0].Vnodes[0].Counts = sstsummary.Counts{Entries: 2, Puts: 2, Prefixes: 1, HeadPuts: 1, KeyBytes: 50}
+		out = append(out[:n], s.Encode()[1:]...)
 	}
 	return out, nil
 }
@@ -191,7 +190,7 @@ func physRefreshDelta(before, after *Version) string {
 		strings.Join(added, " "), strings.Join(removed, " "), strings.Join(moved, ", "), after.NumFiles())
 }
 
-func physFormatCounts(c Counts) string {
+func physFormatCounts(c sstsummary.Counts) string {
 	return fmt.Sprintf("entries=%d puts=%d dels=%d prefixes=%d head-puts=%d key-bytes=%d value-bytes=%d pebble-tombstones=%d",
 		c.Entries, c.Puts, c.Deletes, c.Prefixes, c.HeadPuts, c.KeyBytes, c.ValueBytes, c.PebbleTombstones)
 }
@@ -243,8 +242,8 @@ func physPKNum(pk []byte) uint64 {
 	return n
 }
 
-func physFormatRange(rc RangeCounts) string {
-	f := func(name string, e Estimate) string {
+func physFormatRange(rc sstsummary.RangeCounts) string {
+	f := func(name string, e sstsummary.Estimate) string {
 		return fmt.Sprintf("%s=%.1f [%d, %d]", name, e.Est, e.Lo, e.Hi)
 	}
 	return strings.Join([]string{

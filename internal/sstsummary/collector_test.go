@@ -1,4 +1,4 @@
-package keystats
+package sstsummary
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 
 // physCollect feeds sorted ops to a fresh collector.
 func physCollect(t testing.TB, ops []physOp) *FileSummary {
-	c := newCollector()
+	c := NewScanCollector()
 	for _, op := range ops {
 		require.NoError(t, c.AddPointKey(pebble.MakeInternalKey(op.key, 1, op.kind), nil))
 	}
@@ -53,7 +53,7 @@ foreign \x00\x01
 		Entries: 5, Puts: 3, Deletes: 2, Prefixes: 3, HeadPuts: 2,
 		KeyBytes: 5 * uint64(len(physKey(1, 0, 1, 1, 1))), PebbleTombstones: 2,
 	}, v.Counts)
-	require.Equal(t, uint64(1), v.Counts.headDeletes())
+	require.Equal(t, uint64(1), v.Counts.HeadDeletes())
 	require.Equal(t, physPK(1), v.Samples()[0].PK)
 	require.Equal(t, physPK(3), v.LastPK)
 	// Stride 1: every prefix head is a sample, with the counts before it.
@@ -111,7 +111,7 @@ func TestCollectorSamplingInvariants(t *testing.T) {
 		{1, 10, 1}, {1, 5000, 1}, {1, 3000, 6}, {4, 20000, 2}, {256, 200, 3}, {300, 3, 2}, {2, 50000, 1},
 	} {
 		ops := physRandomOps(r, shape.vnodes, shape.pks, shape.versions)
-		c := newCollector()
+		c := NewScanCollector()
 		for _, op := range ops {
 			require.NoError(t, c.AddPointKey(pebble.MakeInternalKey(op.key, 1, op.kind), nil))
 		}
@@ -479,7 +479,7 @@ func TestCollectorReuse(t *testing.T) {
 		return b
 	}
 
-	c := newCollector()
+	c := NewScanCollector()
 	for i, ops := range ssts {
 		require.Equal(t, want[i], finish(c, ops), "sst %d after reset", i)
 		c.reset()

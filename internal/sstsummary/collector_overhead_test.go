@@ -1,6 +1,6 @@
 //go:build unix
 
-package keystats
+package sstsummary
 
 import (
 	"context"

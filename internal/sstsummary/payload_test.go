@@ -1,4 +1,4 @@
-package keystats
+package sstsummary
 
 import (
 	"encoding/binary"

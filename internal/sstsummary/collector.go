@@ -1,4 +1,4 @@
-package keystats
+package sstsummary
 
 // The collector: one pass over the sorted point keys of an SST that counts
 // them by (table, vnode) and samples pk positions, without ever reading a
@@ -139,7 +139,7 @@ func NewCollector() pebble.BlockPropertyCollector {
 	return c
 }
 
-var collectorPool = sync.Pool{New: func() any { return newCollector() }}
+var collectorPool = sync.Pool{New: func() any { return NewScanCollector() }}
 
 // Collector is the Pebble block property collector of lsmstats: it writes
 // each SST's FileSummary into the user property CollectorName. It returns
@@ -270,9 +270,19 @@ func (l *lastPrefix) appendTo(dst []byte) []byte {
 	return append(dst, b[:p]...)
 }
 
-func newCollector() *Collector {
+// NewScanCollector returns a Collector of its own (not pooled) for keys fed
+// one by one with Add: a batch's (BatchSummary) or an SST's whose summary
+// is rebuilt from its keys (ssttracker).
+func NewScanCollector() *Collector {
 	return &Collector{globalStride: 1}
 }
+
+// Add classifies one point key, of a Pebble kind, as AddPointKey does.
+// Keys must come in key order; Err reports the first that did not.
+func (c *Collector) Add(userKey []byte, kind pebble.InternalKeyKind) { c.add(userKey, kind) }
+
+// Err returns the collector's error, if a key could not be classified.
+func (c *Collector) Err() error { return c.err }
 
 // reset empties c for another SST, keeping its buffers.
 func (c *Collector) reset() {
