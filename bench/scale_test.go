@@ -27,6 +27,7 @@ import (
 	"github.com/lsmstats/lsmstats/internal/malloc"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/sstsummary"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -214,7 +215,7 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	}
 	heapBeforeOpen := heapLive()
 	var splits lsminternal.Metrics
-	var refreshes keystats.RefreshCounts
+	var refreshes ssttracker.RefreshCounts
 	cfg.OnEnd = func(s *Session) {
 		splits = lsminternal.StoreMetrics(s.Store)
 		refreshes = lsminternal.StoreTracker(s.Store).RefreshCounts()
@@ -370,7 +371,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 		p.ssts += int(l.TablesCount)
 	}
 	ropts := lsminternal.PebbleOptions(cfg.Store).MakeReaderOptions()
-	tcfg := keystats.TrackerConfig{DB: db, Dir: lsminternal.PebbleDir(s.Store), ReaderOptions: ropts, Logger: quietlog.Logger{}}
+	tcfg := ssttracker.TrackerConfig{DB: db, Dir: lsminternal.PebbleDir(s.Store), ReaderOptions: ropts, Logger: quietlog.Logger{}}
 
 	// Heap held by the statistics: a physical Version built from the live
 	// SSTs and the live buckets loaded from their metadata, as the store
@@ -392,7 +393,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	var kept []any
 	before := heapLive()
 	for range statsCopies {
-		v, err := keystats.Recompute(tcfg)
+		v, err := ssttracker.Recompute(tcfg)
 		require.NoError(b, err)
 		kept = append(kept, v)
 		if p.keys == 0 {
@@ -486,7 +487,7 @@ func readerPayload(b *testing.B, db *pebble.DB, dir string, ropts sstable.Reader
 // files. (A scratch table between the catalog and the metadata table would
 // share a bottom-level file with the last table's data and the metadata,
 // and time that file's rewrite, which grows with the table.)
-func refreshProbe(b *testing.B, store *lsm.Store, cfg keystats.TrackerConfig) (perFile, listing float64) {
+func refreshProbe(b *testing.B, store *lsm.Store, cfg ssttracker.TrackerConfig) (perFile, listing float64) {
 	db := lsminternal.DB(store)
 	tr := lsminternal.StoreTracker(store)
 	require.NoError(b, db.Flush())
@@ -526,7 +527,7 @@ func refreshProbe(b *testing.B, store *lsm.Store, cfg keystats.TrackerConfig) (p
 	// Medians: a listing takes 0.1 ms, and one GC pause or page fault in a
 	// process of gigabytes would be most of a mean.
 	quiesce(db)
-	lt := keystats.NewTracker(cfg)
+	lt := ssttracker.NewTracker(cfg)
 	require.NoError(b, lt.Refresh())
 	var idle []float64
 	for range 32 {

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -40,7 +40,7 @@ func estimatorError(t testing.TB, s *Store, def TableDef, live map[uint64]string
 		for q := 1; q <= 9; q++ {
 			i := len(pks) * q / 10
 			cursor := keys.AppendUint64(nil, pks[i])
-			rc := keystats.CountRange(st.Physical, def.ID, uint16(v), nil, cursor)
+			rc := ssttracker.CountRange(st.Physical, def.ID, uint16(v), nil, cursor)
 			est := 0.0
 			if net > 0 {
 				est = (rc.Puts.Est - rc.Deletes.Est) / net * rows

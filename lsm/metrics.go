@@ -19,7 +19,10 @@ import (
 // each scrape and keeps nothing; give both the same options (namespace,
 // constant labels) to tell several stores apart. opts.Now is not used.
 func (s *Store) Collector(opts *stats.MetricsOptions) prometheus.Collector {
-	c := &storeCollector{s: s, deltas: s.tracker.CompactionCollector(opts)}
+	deltas := s.tracker.CompactionCollector(func(name, help string, labels ...string) *prometheus.Desc {
+		return keystats.MetricDesc(opts, "", name, help, labels...)
+	})
+	c := &storeCollector{s: s, deltas: deltas}
 	add := func(subsystem, name, help string, kind prometheus.ValueType, value func(m *lsminternal.Metrics, g *lsminternal.GCMetrics) float64) {
 		c.metrics = append(c.metrics, storeMetric{desc: keystats.MetricDesc(opts, subsystem, name, help), kind: kind, value: value})
 	}

@@ -8,9 +8,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/sstsummary"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -221,7 +221,7 @@ func init() {
 	}
 	lsminternal.Hooks.Metrics = func(s any) lsminternal.Metrics { return s.(*Store).counters() }
 	lsminternal.Hooks.GCMetrics = func(s any) lsminternal.GCMetrics { return s.(*Store).gcCounters() }
-	lsminternal.Hooks.Tracker = func(s any) *keystats.Tracker { return s.(*Store).tracker }
+	lsminternal.Hooks.Tracker = func(s any) *ssttracker.Tracker { return s.(*Store).tracker }
 }
 
 // pebbleOptions returns the store's Pebble options before its listeners

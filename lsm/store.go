@@ -21,6 +21,7 @@ import (
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -55,7 +56,7 @@ type Store struct {
 
 	db      *pebble.DB
 	popts   *pebble.Options
-	tracker *keystats.Tracker
+	tracker *ssttracker.Tracker
 	// spans says where SSTs end, Pebble's and the store's: at tables and
 	// at the vnode partitions of the tables partitionLarge picked.
 	spans sstSpans
@@ -190,7 +191,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 
 	popts := o.pebbleOptions()
-	s.tracker = keystats.NewTracker(keystats.TrackerConfig{
+	s.tracker = ssttracker.NewTracker(ssttracker.TrackerConfig{
 		Dir:           s.fs.PathJoin(dir, pebbleDir),
 		FS:            s.fs,
 		ReaderOptions: popts.MakeReaderOptions(),
@@ -735,7 +736,7 @@ func (s *Store) stallErr(err error) error {
 // makes Pebble flush it first and wait for the flush, without end while the
 // flush fails (Pebble retries it); this flush returns the failure instead.
 func (s *Store) flushUnflushed() error {
-	if keystats.NumUnflushed(s.tracker.Current()) == 0 {
+	if ssttracker.NumUnflushed(s.tracker.Current()) == 0 {
 		return nil
 	}
 	return s.flushMemtable()

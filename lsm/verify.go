@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable/block"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 )
@@ -171,15 +172,15 @@ func (s *Store) Verify() (VerifyReport, error) {
 	case physErr != nil:
 		return rep, physErr
 	default:
-		if err := keystats.DiffVersions(cur, re); err != nil {
+		if err := ssttracker.DiffVersions(cur, re); err != nil {
 			differ("physical statistics differ from a recomputation: %v", err)
 		}
-		for _, fi := range keystats.Files(re) {
-			if err := keystats.CheckFile(fi); err != nil {
+		for _, fi := range ssttracker.Files(re) {
+			if err := ssttracker.CheckFile(fi); err != nil {
 				differ("%v", err)
 			}
 		}
-		for _, fe := range keystats.Rebuilt(re) {
+		for _, fe := range ssttracker.Rebuilt(re) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("sst %06d: statistics rebuilt from its keys: %v", fe.FileNum, fe.Err))
 		}
 
@@ -188,7 +189,7 @@ func (s *Store) Verify() (VerifyReport, error) {
 		// one fails, and the scans below name it; one in the metadata
 		// range, or outside every table of the catalog, no read meets.
 		var foreign uint64
-		for _, fi := range keystats.Files(re) {
+		for _, fi := range ssttracker.Files(re) {
 			if fi.Summary != nil {
 				foreign += fi.Summary.Foreign
 			}
@@ -445,8 +446,8 @@ func (s *Store) verifyMeta(differ func(string, ...any)) error {
 }
 
 func sameFiles(a, b *stats.Version) bool {
-	fa, fb := keystats.Files(a), keystats.Files(b)
-	return slices.EqualFunc(fa, fb, func(x, y keystats.FileInfo) bool { return x.FileNum == y.FileNum })
+	fa, fb := ssttracker.Files(a), ssttracker.Files(b)
+	return slices.EqualFunc(fa, fb, func(x, y ssttracker.FileInfo) bool { return x.FileNum == y.FileNum })
 }
 
 // verifyVnode scans one vnode and compares it with its live statistics,

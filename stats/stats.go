@@ -3,6 +3,7 @@ package stats
 import (
 	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/sstsummary"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 )
 
 // A Snapshot and what it holds.
@@ -20,11 +21,11 @@ type (
 	// of live SSTs. Its methods: Vnode, Vnodes, Sum, Table and Tables
 	// (counts of MVCC entries, puts, deletes, prefixes, Pebble tombstones;
 	// table totals like Hummock's TableStats) and NumFiles (the live SSTs).
-	Version = keystats.Version
+	Version = ssttracker.Version
 	// Counts are physical counts: MVCC entries, puts, deletes, prefixes.
 	Counts = sstsummary.Counts
 	// TableTotals are a table's physical totals, like Hummock's TableStats.
-	TableTotals = keystats.TableTotals
+	TableTotals = ssttracker.TableTotals
 
 	// Live is an immutable view of the live statistics of every table. Its
 	// methods: Vnode, Table, Sum and Tables (exact live rows and bytes);

@@ -20,7 +20,7 @@ import (
 // appended asks for no rescan to split a bucket, and a reload from the
 // persisted entries gives the same buckets.
 func TestAppendsSplitWithoutScans(t *testing.T) {
-	r := physRand(t)
+	r := seededRand(t)
 	for _, prefix := range []string{"", "tenant-0042/events/"} {
 		const table, vnodes = 1, 4
 		s := NewLiveState()

@@ -41,6 +41,7 @@ import (
 	"testing"
 
 	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
 )
@@ -261,7 +262,7 @@ func runAccuracy(t testing.TB, cfg accuracyConfig, seed uint64) *accuracyResult 
 						t.Errorf("%s vnode %d [%s, %s): bounds [%d, %d] miss the truth %.0f", w, v, fmtPK(lo), fmtPK(hi), est.Lower, est.Upper, truth)
 					}
 					live.add(est.Rows, truth, est.Lower, est.Upper, n)
-					rc := keystats.CountRange(st.Physical, at.id, vn, lo, hi)
+					rc := ssttracker.CountRange(st.Physical, at.id, vn, lo, hi)
 					scale := func(part, whole float64) float64 {
 						if whole <= 0 {
 							return 0

@@ -352,7 +352,7 @@ func TestLiveLoadRejectsCorrupt(t *testing.T) {
 // bucket exact, clears the flag, persists both (a reload agrees), and a
 // second Recount changes nothing.
 func TestLiveRecount(t *testing.T) {
-	r := physRand(t)
+	r := seededRand(t)
 	const table, vnodes = 3, 4
 	s := NewLiveState()
 	s.AddTable(table, vnodes)
@@ -472,7 +472,7 @@ func TestLiveRecount(t *testing.T) {
 // with equal keys; on strings of 0 to 12 bytes from an alphabet rich in
 // zero bytes.
 func TestBucketKeyOrder(t *testing.T) {
-	r := physRand(t)
+	r := seededRand(t)
 	alphabet := []byte{0x00, 0x01, 0x7F, 0xFF}
 	gen := func() []byte {
 		b := make([]byte, r.IntN(13))
@@ -506,7 +506,7 @@ func TestBucketKeyOrder(t *testing.T) {
 // 1 to 16 bytes, some sharing long prefixes, in the middle, first and last
 // buckets.
 func TestFractionAgrees(t *testing.T) {
-	r := physRand(t)
+	r := seededRand(t)
 	gen := func(prefix []byte, maxLen int) []byte {
 		b := slices.Clone(prefix)
 		if r.IntN(4) == 0 {
@@ -573,7 +573,7 @@ func TestFractionAgrees(t *testing.T) {
 // end, the high end or in the middle, whose hints are stale (wider than
 // the bounds), and whose bounds share their first 8 bytes.
 func TestFindSkewed(t *testing.T) {
-	r := physRand(t)
+	r := seededRand(t)
 	for range 300 {
 		n := 1 + r.IntN(400)
 		skew := r.IntN(4)
@@ -626,7 +626,7 @@ func TestFindSkewed(t *testing.T) {
 // bits of its prefix sum, and both come back out, negative sums (unchecked
 // writers' counts) and offsets beyond the packed range included.
 func TestAuxPacking(t *testing.T) {
-	r := physRand(t)
+	r := seededRand(t)
 	for range 10000 {
 		v := &liveVnode{minLive: r.IntN(2) == 0, maxLive: r.IntN(2) == 0}
 		bs := make([]bucket, 1+r.IntN(5))
@@ -670,7 +670,7 @@ func TestAuxPacking(t *testing.T) {
 // update equal those of a scan of the bucket's rows after them, whatever
 // the rows and their order.
 func TestCalibrationFollowsOps(t *testing.T) {
-	r := physRand(t)
+	r := seededRand(t)
 	for round := range 200 {
 		lo, hi := uint64(1000), uint64(1000+1+r.IntN(1<<20))
 		rows := map[uint64]bool{}
@@ -717,7 +717,7 @@ func TestCalibrationFollowsOps(t *testing.T) {
 // its rows gives. Both
 // pk forms are tried: 8-byte keys, and keys sharing a long prefix.
 func TestAnchorsMoveWithoutRescans(t *testing.T) {
-	r := physRand(t)
+	r := seededRand(t)
 	for _, prefix := range []string{"", "tenant-0042/events/"} {
 		const table = 1
 		s := NewLiveState()
@@ -778,7 +778,7 @@ func TestAnchorsMoveWithoutRescans(t *testing.T) {
 // bucket is rescanned for a stale calibration (before merges carried them,
 // each merge was rescanned).
 func TestMergesWithoutRescans(t *testing.T) {
-	r := physRand(t)
+	r := seededRand(t)
 	for _, prefix := range []string{"", "tenant-0042/events/"} {
 		const table = 1
 		s := NewLiveState()
@@ -862,7 +862,7 @@ func TestMergesWithoutRescans(t *testing.T) {
 // estimates of the packed vnodes are those of the same vnodes sealed on
 // their own, for pks inside, below and above each vnode's prefix.
 func TestPackedPrefixes(t *testing.T) {
-	r := physRand(t)
+	r := seededRand(t)
 	tenants := []string{"tenant-0001/orders/", "tenant-0001/orders/", "tenant-0002/orders/", "", "tenant-0002/orders/", "tenant-0003/"}
 	const vnodes = 24
 	alone := make([]*liveVnode, vnodes)

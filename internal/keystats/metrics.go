@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -99,9 +100,9 @@ func NewMetrics(source SnapshotFunc, opts *MetricsOptions) *Metrics {
 	table := func(name, help string, value func(s *Snapshot, table uint32) float64) {
 		m.tableDescs = append(m.tableDescs, tableMetric{desc: desc("table", name, help, "table"), value: value})
 	}
-	phys := func(s *Snapshot, t uint32) TableTotals {
+	phys := func(s *Snapshot, t uint32) ssttracker.TableTotals {
 		if s.Physical == nil {
-			return TableTotals{}
+			return ssttracker.TableTotals{}
 		}
 		return s.Physical.Table(t)
 	}
@@ -159,7 +160,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	s := m.source()
 	phys := s.Physical
 	if phys == nil {
-		phys = &Version{}
+		phys = &ssttracker.Version{}
 	}
 	s.Physical = phys
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
@@ -171,7 +172,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			gauge(tm.desc, tm.value(&s, t), label)
 		}
 	}
-	files := Files(phys)
+	files := ssttracker.Files(phys)
 	virtual := 0
 	for i := range files {
 		if files[i].Virtual {
@@ -179,7 +180,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	gauge(m.liveSSTs, float64(len(files)))
-	gauge(m.rebuilt, float64(len(Rebuilt(phys))))
+	gauge(m.rebuilt, float64(len(ssttracker.Rebuilt(phys))))
 	gauge(m.virtual, float64(virtual))
 	gauge(m.epoch, float64(s.CommittedEpoch))
 	stale := 0.0

@@ -3,6 +3,7 @@ package keystats
 import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/lsmstats/lsmstats/internal/sstsummary"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 )
 
 // Snapshot is one consistent view of a store's statistics: the physical
@@ -11,7 +12,7 @@ import (
 // empty. Safe for concurrent use.
 type Snapshot struct {
 	CommittedEpoch uint64
-	Physical       *Version
+	Physical       *ssttracker.Version
 	Live           *Live
 	// PhysicalErr, if not nil, is why the last refresh of Physical failed
 	// (an I/O error reading a new SST's properties): Physical then

@@ -17,6 +17,7 @@ import (
 	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -283,9 +284,9 @@ func statsMemory(b *testing.B, e *storeEnv) (physical, live float64) {
 	}
 	o := &pebble.Options{Comparer: keys.Comparer}
 	o.EnsureDefaults()
-	cfg := keystats.TrackerConfig{DB: lsminternal.DB(e.s), Dir: e.dir + "/db", ReaderOptions: o.MakeReaderOptions(), Logger: quietlog.Logger{}}
+	cfg := ssttracker.TrackerConfig{DB: lsminternal.DB(e.s), Dir: e.dir + "/db", ReaderOptions: o.MakeReaderOptions(), Logger: quietlog.Logger{}}
 	before := heap()
-	v, err := keystats.Recompute(cfg)
+	v, err := ssttracker.Recompute(cfg)
 	require.NoError(b, err)
 	after := heap()
 	physical = float64(after) - float64(before)

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -130,7 +130,7 @@ func (e *storeEnv) flush() {
 // waitStats waits until the physical statistics describe Pebble's current
 // set of live SSTs: the tracker follows flushes, compactions and the
 // metadata-only ingestions of CreateTable in the background.
-func (e *storeEnv) waitStats() *keystats.Version {
+func (e *storeEnv) waitStats() *ssttracker.Version {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		v, got, want := e.statsFiles()
@@ -146,7 +146,7 @@ func (e *storeEnv) waitStats() *keystats.Version {
 
 // statsFiles returns the current physical statistics, the file numbers they
 // describe and those of Pebble's live SSTs.
-func (e *storeEnv) statsFiles() (v *keystats.Version, got, want []uint64) {
+func (e *storeEnv) statsFiles() (v *ssttracker.Version, got, want []uint64) {
 	v = e.s.Stats().Physical
 	levels, err := lsminternal.DB(e.s).SSTables()
 	require.NoError(e.t, err)
@@ -156,7 +156,7 @@ func (e *storeEnv) statsFiles() (v *keystats.Version, got, want []uint64) {
 		}
 	}
 	slices.Sort(want)
-	for _, f := range keystats.Files(v) {
+	for _, f := range ssttracker.Files(v) {
 		got = append(got, f.FileNum)
 	}
 	return v, got, want

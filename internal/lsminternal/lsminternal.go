@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 )
 
 // Hooks are set by package lsm's init.
@@ -25,7 +25,7 @@ var Hooks struct {
 	PebbleOptions func(opts any) *pebble.Options
 	Metrics       func(store any) Metrics
 	GCMetrics     func(store any) GCMetrics
-	Tracker       func(store any) *keystats.Tracker
+	Tracker       func(store any) *ssttracker.Tracker
 }
 
 // DB returns the Pebble database under store, an *lsm.Store.
@@ -51,7 +51,7 @@ func StoreGCMetrics(store any) GCMetrics { return Hooks.GCMetrics(store) }
 
 // StoreTracker returns the tracker of the physical statistics of store, an
 // *lsm.Store.
-func StoreTracker(store any) *keystats.Tracker { return Hooks.Tracker(store) }
+func StoreTracker(store any) *ssttracker.Tracker { return Hooks.Tracker(store) }
 
 // Metrics are a store's counters.
 type Metrics struct {

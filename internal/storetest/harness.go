@@ -105,6 +105,7 @@ import (
 	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -638,7 +639,7 @@ func (h *Harness) fullStats(t *testing.T, td *datadriven.TestData) string {
 				continue
 			}
 			p := vs.Physical
-			files := keystats.CountRange(st.Physical, def.ID, uint16(v), nil, nil).Files
+			files := ssttracker.CountRange(st.Physical, def.ID, uint16(v), nil, nil).Files
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", def.ID, v, p.Entries, p.Puts, p.Deletes, p.Prefixes,
 				p.PebbleTombstones, vs.Live.Rows, vs.Live.Bytes, files)
 		}
@@ -654,7 +655,7 @@ func (h *Harness) fullStats(t *testing.T, td *datadriven.TestData) string {
 		fmt.Fprintf(&b, "table %d: total_key_count=%d total_key_size=%d vnodes-with-data=%d contains-estimates=%t\n",
 			def.ID, tot.TotalKeyCount, tot.TotalKeySize, tot.Vnodes, st.Live.ContainsEstimates(def.ID))
 	}
-	fmt.Fprintf(&b, "live ssts: %d, rebuilt payloads: %d\n", st.Physical.NumFiles(), len(keystats.Rebuilt(st.Physical)))
+	fmt.Fprintf(&b, "live ssts: %d, rebuilt payloads: %d\n", st.Physical.NumFiles(), len(ssttracker.Rebuilt(st.Physical)))
 	return b.String()
 }
 
@@ -707,7 +708,7 @@ func (h *Harness) StatsFiles(t *testing.T) (got, want []uint64) {
 		}
 	}
 	slices.Sort(want)
-	for _, f := range keystats.Files(h.Store.Stats().Physical) {
+	for _, f := range ssttracker.Files(h.Store.Stats().Physical) {
 		got = append(got, f.FileNum)
 	}
 	return got, want

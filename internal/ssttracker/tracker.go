@@ -1,4 +1,4 @@
-package keystats
+package ssttracker
 
 // The Tracker keeps a Version current as Pebble flushes, ingests and
 // compacts.
@@ -297,8 +297,8 @@ func (t *Tracker) run(stop, done chan struct{}) {
 				arm(backoff)
 				backoff = min(2*backoff, maxRetryBackoff)
 			}
-		case <-t.deltas.deliver:
-			t.deliverDeltas()
+		case <-t.deltas.feed.Ready():
+			t.deltas.feed.Deliver()
 		}
 	}
 }
@@ -314,7 +314,7 @@ func (t *Tracker) Close() error {
 		<-t.done
 	}
 	if !t.closed {
-		t.deltas.closeSubscribers()
+		t.deltas.feed.Close()
 	}
 	t.closed = true
 	return nil

@@ -1,4 +1,4 @@
-package keystats
+package ssttracker
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/lsmstats/lsmstats/internal/compactiondelta"
 	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,16 +36,31 @@ func TestCompactionDeltaUnit(t *testing.T) {
 
 	var d deltaState
 	d.init()
+	// The resolved deltas, as a subscriber receives them.
+	deltas, cancel := d.feed.Subscribe(100)
+	defer cancel()
+	var delivered []compactiondelta.Compaction
+	outbox := func() []compactiondelta.Compaction {
+		d.feed.Deliver()
+		for {
+			select {
+			case cd := <-deltas:
+				delivered = append(delivered, cd)
+			default:
+				return delivered
+			}
+		}
+	}
 	v0 := physVersionOf(&Version{}, []*liveFile{f1, f2, f4}, nil, []*liveFile{f1, f2, f4})
 	v1 := physVersionOf(v0, []*liveFile{f3}, []*liveFile{f1, f2}, []*liveFile{f3, f4})
 
 	ev := func(job int, in []uint64, out []uint64) compactionEvent {
 		e := compactionEvent{jobID: job, reason: "test"}
 		for _, n := range in {
-			e.inputs = append(e.inputs, CompactionFile{FileNum: n})
+			e.inputs = append(e.inputs, compactiondelta.File{FileNum: n})
 		}
 		for _, n := range out {
-			e.outputs = append(e.outputs, CompactionFile{FileNum: n, Level: 6})
+			e.outputs = append(e.outputs, compactiondelta.File{FileNum: n, Level: 6})
 		}
 		return e
 	}
@@ -61,15 +77,15 @@ func TestCompactionDeltaUnit(t *testing.T) {
 	// queued.
 	require.False(t, d.resolve(2, v0, v1), "v1 lists both compactions' results")
 	require.Len(t, d.pending, 1)
-	require.Len(t, d.outbox, 2)
+	require.Len(t, outbox(), 2)
 
-	rw := d.outbox[0]
+	rw := outbox()[0]
 	require.True(t, rw.Complete())
 	t1, ok := rw.Table(1)
 	require.True(t, ok)
-	require.Equal(t, Delta{Entries: -2, Puts: -2, KeyBytes: t1.Delta.KeyBytes, ValueBytes: t1.Delta.ValueBytes, PebbleTombstones: -2}, t1.Delta)
+	require.Equal(t, compactiondelta.Delta{Entries: -2, Puts: -2, KeyBytes: t1.Delta.KeyBytes, ValueBytes: t1.Delta.ValueBytes, PebbleTombstones: -2}, t1.Delta)
 	require.Equal(t, int64(-2*len(physKey(1, 0, 1, 8, 1))), t1.Delta.KeyBytes)
-	require.Equal(t, Delta{Entries: -2, Puts: -2, KeyBytes: t1.Delta.KeyBytes, ValueBytes: t1.Vnode(0).ValueBytes, PebbleTombstones: -2}, t1.Vnode(0))
+	require.Equal(t, compactiondelta.Delta{Entries: -2, Puts: -2, KeyBytes: t1.Delta.KeyBytes, ValueBytes: t1.Vnode(0).ValueBytes, PebbleTombstones: -2}, t1.Vnode(0))
 	require.True(t, t1.Vnode(3).IsZero(), "vnode 3 did not change")
 	require.Len(t, t1.Vnodes, 1, "unchanged vnodes are left out")
 	require.Equal(t, uint64(4), t1.In.Entries)
@@ -79,20 +95,16 @@ func TestCompactionDeltaUnit(t *testing.T) {
 	require.True(t, t2.Delta.IsZero(), "%+v", t2.Delta)
 	require.NotContains(t, d.retired, uint64(1), "inputs are consumed")
 
-	mv := d.outbox[1]
+	mv := outbox()[1]
 	require.True(t, mv.Complete())
 	require.Empty(t, mv.Tables, "a move changes nothing")
 
 	// Job 3: an unknown input.
 	d.resolve(1, v1, v1)
-	miss := d.outbox[2]
+	miss := outbox()[2]
 	require.False(t, miss.Complete())
 	require.Equal(t, []uint64{9}, miss.Missing)
-	require.Equal(t, uint64(2), d.complete)
-	require.Equal(t, uint64(1), d.incomplete)
-	// Only complete deltas reach the per-table counters.
-	require.Equal(t, uint64(4), d.tables[1].in.Entries)
-	require.Equal(t, uint64(2), d.tables[1].out.Entries)
+	require.Equal(t, compactiondelta.Stats{Complete: 2, Incomplete: 1}, d.feed.Stats())
 
 	// An input retired by an earlier refresh is still found.
 	f5 := deltaFile(t, 5, "put 1 5 1 1")
@@ -100,7 +112,7 @@ func TestCompactionDeltaUnit(t *testing.T) {
 	d.resolve(0, v1, v2) // another event's refresh saw the result first
 	d.pending = append(d.pending, ev(4, []uint64{4}, []uint64{5}))
 	d.resolve(1, v2, v2)
-	late := d.outbox[3]
+	late := outbox()[3]
 	require.True(t, late.Complete(), "missing %v", late.Missing)
 	t1, _ = late.Table(1)
 	require.True(t, t1.Delta.IsZero())
@@ -112,14 +124,14 @@ func TestCompactionDeltaUnit(t *testing.T) {
 	d.pending = append(d.pending, ev(5, []uint64{3}, []uint64{6}), moveL0(6, 5))
 	require.True(t, d.resolve(2, v2, v2), "f3 is still listed: retry")
 	require.Len(t, d.pending, 2)
-	require.Len(t, d.outbox, 4)
+	require.Len(t, outbox(), 4)
 	v3 := physVersionOf(v2, []*liveFile{f6}, []*liveFile{f3}, []*liveFile{f5, f6})
 	require.False(t, d.resolve(2, v2, v3))
 	require.Empty(t, d.pending)
-	require.Len(t, d.outbox, 6)
-	t1, _ = d.outbox[4].Table(1)
+	require.Len(t, outbox(), 6)
+	t1, _ = outbox()[4].Table(1)
 	require.True(t, t1.Delta.IsZero(), "f6 keeps table 1's entries of f3")
-	t2, _ = d.outbox[4].Table(2)
+	t2, _ = outbox()[4].Table(2)
 	require.Equal(t, int64(-1), t2.Entries, "and drops its table 2 entry")
 
 	// An input that never leaves the listing is, after maxDeferrals
@@ -129,7 +141,7 @@ func TestCompactionDeltaUnit(t *testing.T) {
 		require.True(t, d.resolve(1, v3, v3))
 	}
 	require.False(t, d.resolve(1, v3, v3))
-	stuck := d.outbox[6]
+	stuck := outbox()[6]
 	require.Equal(t, []uint64{6, 8}, stuck.Missing)
 	require.Empty(t, stuck.Tables)
 
@@ -142,7 +154,7 @@ func TestCompactionDeltaUnit(t *testing.T) {
 	v4 := physVersionOf(v3, []*liveFile{f5moved}, []*liveFile{f5}, []*liveFile{f5moved, f6})
 	require.False(t, d.resolve(1, v3, v4))
 	require.Empty(t, d.pending)
-	require.Empty(t, d.outbox[7].Tables, "a move changes nothing")
+	require.Empty(t, outbox()[7].Tables, "a move changes nothing")
 }
 
 // TestCompactionDeltasSum: with the tracker's goroutine running, random
@@ -229,14 +241,14 @@ func TestCompactionDeltasSum(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 
-	sum := map[tv]Delta{}
+	sum := map[tv]compactiondelta.Delta{}
 	jobs := 0
 	for {
 		cs := e.tr.CompactionStats()
 		if jobs == int(cs.Complete+cs.Incomplete) {
 			break
 		}
-		var d CompactionDelta
+		var d compactiondelta.Compaction
 		select {
 		case d = <-subA:
 		case <-time.After(10 * time.Second):
@@ -250,7 +262,7 @@ func TestCompactionDeltasSum(t *testing.T) {
 		}
 		jobs++
 		for _, td := range d.Tables {
-			var tot Delta
+			var tot compactiondelta.Delta
 			for _, vd := range td.Vnodes {
 				x := sum[tv{td.Table, vd.Vnode}]
 				x.Entries += vd.Entries
@@ -272,7 +284,7 @@ func TestCompactionDeltasSum(t *testing.T) {
 	for _, table := range []uint32{1, 2} {
 		for v := range 8 {
 			a, f := v1.Vnode(table, uint16(v)), flushed[tv{table, uint16(v)}]
-			want := Delta{
+			want := compactiondelta.Delta{
 				Entries: int64(a.Entries) - int64(f.Entries), Puts: int64(a.Puts) - int64(f.Puts),
 				Deletes: int64(a.Deletes) - int64(f.Deletes), KeyBytes: int64(a.KeyBytes) - int64(f.KeyBytes),
 				PebbleTombstones: int64(a.PebbleTombstones) - int64(f.PebbleTombstones),
@@ -289,14 +301,13 @@ func TestCompactionDeltasSum(t *testing.T) {
 
 	// Prometheus: per-table input − output equals minus the summed deltas.
 	reg := prometheus.NewPedanticRegistry()
-	require.NoError(t, reg.Register(e.tr.CompactionCollector(nil)))
-	require.Error(t, reg.Register(e.tr.CompactionCollector(nil)), "the same metrics twice")
+	require.NoError(t, reg.Register(e.tr.CompactionCollector(metricDescs("lsmstats", nil))))
+	require.Error(t, reg.Register(e.tr.CompactionCollector(metricDescs("lsmstats", nil))), "the same metrics twice")
 	// Two stores' collectors in one registry, told apart by a constant
 	// label, and a namespace of one's own.
 	other := prometheus.NewPedanticRegistry()
 	for _, store := range []string{"a", "b"} {
-		opts := &MetricsOptions{Namespace: "x", ConstLabels: prometheus.Labels{"store": store}}
-		require.NoError(t, other.Register(e.tr.CompactionCollector(opts)))
+		require.NoError(t, other.Register(e.tr.CompactionCollector(metricDescs("x", prometheus.Labels{"store": store}))))
 	}
 	otherMFs, err := other.Gather()
 	require.NoError(t, err)
@@ -336,7 +347,7 @@ func TestCompactionDeltasSum(t *testing.T) {
 	}
 	if cs.Incomplete == 0 {
 		for _, table := range []string{"1", "2"} {
-			var want Delta
+			var want compactiondelta.Delta
 			for k, d := range sum {
 				if fmt.Sprint(k.table) == table {
 					want.Entries += d.Entries
@@ -383,7 +394,7 @@ func TestCompactionDeltaSubscribers(t *testing.T) {
 	}
 	d := <-full
 	require.Equal(t, 0, d.JobID, "the first delta was delivered, the others dropped")
-	require.Equal(t, CompactionStats{Complete: 3, DroppedSubscriber: 2}, tr.CompactionStats(), "the failed compaction has no delta")
+	require.Equal(t, compactiondelta.Stats{Complete: 3, DroppedSubscriber: 2}, tr.CompactionStats(), "the failed compaction has no delta")
 	require.NoError(t, tr.Close())
 	_, open = <-full
 	require.False(t, open)
@@ -391,4 +402,12 @@ func TestCompactionDeltaSubscribers(t *testing.T) {
 	late, _ := tr.SubscribeCompactions(1)
 	_, open = <-late
 	require.False(t, open)
+}
+
+// metricDescs names the compaction metrics as the store does: under a
+// namespace, with constant labels.
+func metricDescs(namespace string, constLabels prometheus.Labels) func(name, help string, labels ...string) *prometheus.Desc {
+	return func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, constLabels)
+	}
 }

@@ -1,4 +1,4 @@
-package keystats
+package ssttracker
 
 // A Version is the sum of the FileSummaries of one set of live SSTs. The
 // Tracker derives each Version from the previous one by subtracting the SSTs

@@ -1,5 +1,5 @@
 //go:build !race
 
-package keystats
+package ssttracker
 
 const physRace = false

@@ -1,4 +1,4 @@
-package keystats
+package ssttracker
 
 // Changes reported by Pebble's events.
 //

@@ -1,4 +1,4 @@
-package keystats
+package ssttracker
 
 import (
 	"bytes"

@@ -1,6 +1,6 @@
 //go:build race
 
-package keystats
+package ssttracker
 
 // physRace scales the randomized tests down under the race detector, which
 // slows Pebble (built with invariants) about tenfold.
