@@ -22,7 +22,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/malloc"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
@@ -381,7 +381,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	// divide that noise.
 	quiesce(db)
 	var entries [][2][]byte
-	for _, span := range keystats.LiveSpans() {
+	for _, span := range livebuckets.Spans() {
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
 		require.NoError(b, err)
 		for ok := it.First(); ok; ok = it.Next() {
@@ -398,13 +398,14 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 		kept = append(kept, v)
 		if p.keys == 0 {
 			for _, t := range v.Tables() {
-				p.keys += v.Table(t).TotalKeyCount
+				c, _ := v.Table(t)
+				p.keys += c.Entries
 			}
 		}
 	}
 	mid := heapLive()
 	for range statsCopies {
-		ls := keystats.NewLiveState()
+		ls := livebuckets.NewState()
 		for _, def := range s.Store.Tables() {
 			ls.AddTable(def.ID, def.VnodeCount)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
@@ -349,7 +350,7 @@ func (p *Policy) RunRound(ctx context.Context) (Round, error) {
 			todo = append(todo, c)
 		}
 	}
-	for _, c := range mergeSharingSSTs(todo, ssttracker.Files(st.Physical)) {
+	for _, c := range mergeSharingSSTs(todo, ssttracker.Files(statsinternal.VersionOf(st.Physical))) {
 		if err := s.CompactRange(ctx, c.Table, c.VnodeLo, c.VnodeHi); err != nil {
 			return fail(c, err)
 		}

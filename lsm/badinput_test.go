@@ -17,6 +17,7 @@ import (
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -117,7 +118,7 @@ func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *data
 		return errOr(err, "ok"), true
 	case "physical":
 		var foreign, meta uint64
-		for _, f := range ssttracker.Files(s.Stats().Physical) {
+		for _, f := range ssttracker.Files(statsinternal.VersionOf(s.Stats().Physical)) {
 			foreign += f.Summary.Foreign
 			meta += f.Summary.MetaKeys
 		}
@@ -268,9 +269,9 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 				require.Contains(t, notes, "statistics rebuilt from its keys", when)
 				st = s.Stats() // Verify flushed the checkpoints committed as batches
 				if all {
-					require.Len(t, ssttracker.Rebuilt(st.Physical), st.Physical.NumFiles(), "%s: every SST", when)
+					require.Len(t, ssttracker.Rebuilt(statsinternal.VersionOf(st.Physical)), st.Physical.NumFiles(), "%s: every SST", when)
 				} else {
-					require.Less(t, len(ssttracker.Rebuilt(st.Physical)), st.Physical.NumFiles(), "%s: SSTs with good payloads", when)
+					require.Less(t, len(ssttracker.Rebuilt(statsinternal.VersionOf(st.Physical))), st.Physical.NumFiles(), "%s: SSTs with good payloads", when)
 				}
 				// The estimates of a vnode's pk ranges still bracket the truth.
 				var rows float64

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -40,7 +41,7 @@ func estimatorError(t testing.TB, s *Store, def TableDef, live map[uint64]string
 		for q := 1; q <= 9; q++ {
 			i := len(pks) * q / 10
 			cursor := keys.AppendUint64(nil, pks[i])
-			rc := ssttracker.CountRange(st.Physical, def.ID, uint16(v), nil, cursor)
+			rc := ssttracker.CountRange(statsinternal.VersionOf(st.Physical), def.ID, uint16(v), nil, cursor)
 			est := 0.0
 			if net > 0 {
 				est = (rc.Puts.Est - rc.Deletes.Est) / net * rows

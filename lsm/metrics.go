@@ -1,8 +1,8 @@
 package lsm
 
 import (
-	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -19,12 +19,19 @@ import (
 // each scrape and keeps nothing; give both the same options (namespace,
 // constant labels) to tell several stores apart. opts.Now is not used.
 func (s *Store) Collector(opts *stats.MetricsOptions) prometheus.Collector {
+	var o stats.MetricsOptions
+	if opts != nil {
+		o = *opts
+	}
+	desc := func(subsystem, name, help string, labels ...string) *prometheus.Desc {
+		return statsinternal.MetricDesc(o.Namespace, o.ConstLabels, subsystem, name, help, labels...)
+	}
 	deltas := s.tracker.CompactionCollector(func(name, help string, labels ...string) *prometheus.Desc {
-		return keystats.MetricDesc(opts, "", name, help, labels...)
+		return desc("", name, help, labels...)
 	})
 	c := &storeCollector{s: s, deltas: deltas}
 	add := func(subsystem, name, help string, kind prometheus.ValueType, value func(m *lsminternal.Metrics, g *lsminternal.GCMetrics) float64) {
-		c.metrics = append(c.metrics, storeMetric{desc: keystats.MetricDesc(opts, subsystem, name, help), kind: kind, value: value})
+		c.metrics = append(c.metrics, storeMetric{desc: desc(subsystem, name, help), kind: kind, value: value})
 	}
 	counter, gauge := prometheus.CounterValue, prometheus.GaugeValue
 	type m = lsminternal.Metrics

@@ -141,7 +141,7 @@ func TestTrackerRetriesFailedRefresh(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the tracker never caught up: %v", e.tr.Err())
 		time.Sleep(time.Millisecond)
 	}
-	require.EqualValues(t, 3, e.tr.Current().Table(1).TotalKeyCount)
+	require.EqualValues(t, 3, tableEntries(e.tr.Current(), 1))
 	require.Contains(t, strings.Join(e.log.statsErrors(), "\n"), "retrying in")
 	e.close()
 }
@@ -183,7 +183,7 @@ func TestCompactionDeltaAfterFailedRefresh(t *testing.T) {
 			in.Add(td.In)
 			out.Add(td.Out)
 		}
-		require.Equal(t, before.Table(1).TotalKeyCount+before.Table(2).TotalKeyCount, in.Entries)
+		require.Equal(t, tableEntries(before, 1)+tableEntries(before, 2), in.Entries)
 		require.Equal(t, in.Entries, out.Entries, "no versions were dropped")
 	case <-time.After(10 * time.Second):
 		t.Fatal("no compaction delta")

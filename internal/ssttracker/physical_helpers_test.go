@@ -312,3 +312,10 @@ func physRandomOps(r *rand.Rand, nVnodes, pksPerVnode, maxVersions int) []physOp
 	slices.SortStableFunc(ops, func(a, b physOp) int { return keys.Compare(a.key, b.key) })
 	return ops
 }
+
+// tableEntries is Hummock's total_key_count of a table in v: its MVCC
+// entries.
+func tableEntries(v *Version, table uint32) uint64 {
+	c, _ := v.Table(table)
+	return c.Entries
+}

@@ -205,7 +205,7 @@ func physRandomizedRun(t *testing.T, r *rand.Rand) {
 	var stepsDone []string
 	defer func() {
 		v := e.tr.Current()
-		t.Logf("steps: %v; %d files, %d + %d entries", stepsDone, v.NumFiles(), v.Table(1).TotalKeyCount, v.Table(2).TotalKeyCount)
+		t.Logf("steps: %v; %d files, %d + %d entries", stepsDone, v.NumFiles(), tableEntries(v, 1), tableEntries(v, 2))
 	}()
 	for step := 0; step < steps; step++ {
 		var what string

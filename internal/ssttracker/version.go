@@ -112,27 +112,6 @@ type FileError struct {
 
 func (e FileError) Error() string { return fmt.Sprintf("sst %06d: %v", e.FileNum, e.Err) }
 
-// TableTotals are the physical statistics of a whole table, with the
-// Hummock-compatible names. The zero value is a table without data.
-type TableTotals struct {
-	// TotalKeyCount is every MVCC entry (each version and each MVCC
-	// tombstone) in the live SSTs, like Hummock's total_key_count.
-	TotalKeyCount uint64
-	// TotalKeySize is the user key bytes of those entries.
-	TotalKeySize uint64
-	// TotalValueSize apportions each SST's RawValueSize over its (table,
-	// vnode)s in proportion to their MVCC puts (collectors cannot see
-	// values). It is an estimate: the small values of metadata and foreign
-	// keys in the same SST are apportioned too, rounding is down.
-	TotalValueSize uint64
-	// PebbleTombstones are the Pebble point tombstones of MVCC GC.
-	PebbleTombstones uint64
-	// Counts is the sum over the table's vnodes.
-	Counts sstsummary.Counts
-	// Vnodes is the number of vnodes with data in the live SSTs.
-	Vnodes int
-}
-
 // Version is an immutable snapshot of the physical statistics over one
 // consistent set of live SSTs. All methods are safe for concurrent use. The
 // zero value is the empty Version (no files); Tracker.Current never returns
@@ -182,10 +161,17 @@ type liveFile struct {
 	batchSeq uint64
 }
 
+// tableTotals are a table's counts summed over its vnodes, and the
+// number of vnodes with data.
+type tableTotals struct {
+	Counts sstsummary.Counts
+	Vnodes int
+}
+
 type tableState struct {
 	gen    uint64
 	id     uint32
-	totals TableTotals
+	totals tableTotals
 	chunks []*vnodeChunk
 }
 
@@ -245,12 +231,13 @@ func (v *Version) vnodeState(table uint32, vnode uint16) *vnodeState {
 	return t.chunks[ci].vnodes[vnode&(1<<chunkShift-1)]
 }
 
-// Table returns the totals of one table: zero if it has no data.
-func (v *Version) Table(table uint32) TableTotals {
+// Table returns the counts of one table summed over its vnodes, and the
+// number of its vnodes with data: zero if it has no data.
+func (v *Version) Table(table uint32) (counts sstsummary.Counts, vnodes int) {
 	if t := v.table(table); t != nil {
-		return t.totals
+		return t.totals.Counts, t.totals.Vnodes
 	}
-	return TableTotals{}
+	return sstsummary.Counts{}, 0
 }
 
 // Tables returns the ids of the tables with data, in increasing order.
@@ -401,7 +388,7 @@ func DiffVersions(v, o *Version) error {
 		add("tables: %v vs %v", vt, ot)
 	}
 	for _, id := range vt {
-		if a, b := v.Table(id), o.Table(id); a != b {
+		if a, b := v.table(id).totals, o.table(id).totals; a != b {
 			add("table %d: %+v vs %+v", id, a, b)
 		}
 		vv, ov := v.Vnodes(id), o.Vnodes(id)
@@ -574,11 +561,6 @@ func (b *builder) apply(f *liveFile, add bool) {
 				}
 			}
 		}
-		tc := &t.totals
-		tc.TotalKeyCount = tc.Counts.Entries
-		tc.TotalKeySize = tc.Counts.KeyBytes
-		tc.TotalValueSize = tc.Counts.ValueBytes
-		tc.PebbleTombstones = tc.Counts.PebbleTombstones
 	}
 }
 

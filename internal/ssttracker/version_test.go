@@ -198,9 +198,9 @@ func physFormatCounts(c sstsummary.Counts) string {
 func physFormatVersion(v *Version) string {
 	var b strings.Builder
 	for _, id := range v.Tables() {
-		tt := v.Table(id)
+		c, vnodes := v.Table(id)
 		fmt.Fprintf(&b, "table %d: total_key_count=%d total_key_size=%d total_value_size=%d pebble_tombstones=%d vnodes=%d\n",
-			id, tt.TotalKeyCount, tt.TotalKeySize, tt.TotalValueSize, tt.PebbleTombstones, tt.Vnodes)
+			id, c.Entries, c.KeyBytes, c.ValueBytes, c.PebbleTombstones, vnodes)
 		for _, vn := range v.Vnodes(id) {
 			fmt.Fprintf(&b, "  t%d/v%d: %s\n", id, vn, physFormatCounts(v.Vnode(id, vn)))
 		}

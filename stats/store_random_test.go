@@ -1,4 +1,4 @@
-package keystats_test
+package stats_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package keystats
+package livebuckets
 
 import "slices"
 
@@ -43,7 +43,7 @@ type appendRun struct {
 
 // trackAppend follows a delta d that lands in bk, the last bucket of
 // vnode k; appended says that d's pk moved the vnode's largest pk.
-func (b *LiveBatch) trackAppend(k vkey, bk *bucket, d LiveDelta, appended bool) {
+func (b *Batch) trackAppend(k vkey, bk *bucket, d Delta, appended bool) {
 	r := b.appends[k]
 	if r != nil && r.ended {
 		return
@@ -68,7 +68,7 @@ func (b *LiveBatch) trackAppend(k vkey, bk *bucket, d LiveDelta, appended bool) 
 // past the split limit: its rows before the batch stay in it, and the
 // appended rows become pieces of the size a rescan would give them. A
 // bucket the batch's merges changed is left to the rescan.
-func (b *LiveBatch) splitAppends() {
+func (b *Batch) splitAppends() {
 	for k, r := range b.appends {
 		v := b.vnodes[k]
 		last := len(v.buckets) - 1
@@ -94,7 +94,7 @@ func (b *LiveBatch) splitAppends() {
 		sb := sc.Finish()
 		if r.old.Rows > 0 {
 			old := Piece{
-				Lower: bk.lower(), LiveCounts: r.old.LiveCounts, LowerLive: r.old.lowerLive,
+				Lower: bk.lower(), Counts: r.old.Counts, LowerLive: r.old.lowerLive,
 				Calibrated: r.old.calibrated, SumResid: r.old.sumResid, SumPos: r.old.sumPos,
 			}
 			sb.Rescan.Lower = bk.lower()

@@ -1,4 +1,4 @@
-package keystats_test
+package stats_test
 
 import (
 	"slices"
@@ -19,7 +19,7 @@ import (
 // after flush and compact all the harness waits until they do. Nothing
 // printed depends on wall time, file numbers or map order.
 func TestStoreDataDriven(t *testing.T) {
-	storetest.Walk(t, "../../testdata/store/stats", func(t *testing.T, h *storetest.Harness) {
+	storetest.Walk(t, "../testdata/store/stats", func(t *testing.T, h *storetest.Harness) {
 		h.AfterCommit = func(t *testing.T, h *storetest.Harness) {
 			if got, want := h.StatsFiles(t); !slices.Equal(got, want) && !h.Compactions() {
 				t.Fatalf("after commit %d the statistics describe files %v, Pebble has %v",

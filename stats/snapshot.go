@@ -1,19 +1,18 @@
-package keystats
+package stats
 
-import (
-	"github.com/RoaringBitmap/roaring/v2"
-	"github.com/lsmstats/lsmstats/internal/sstsummary"
-	"github.com/lsmstats/lsmstats/internal/ssttracker"
-)
+import "github.com/RoaringBitmap/roaring/v2"
 
 // Snapshot is one consistent view of a store's statistics: the physical
 // statistics of its live SSTs and the live statistics, both as of
-// CommittedEpoch (lsm.Store.Stats). A nil Physical or Live is treated as
-// empty. Safe for concurrent use.
+// CommittedEpoch (lsm.Store.Stats returns one). The zero Snapshot is empty:
+// every count is zero. Safe for concurrent use.
 type Snapshot struct {
 	CommittedEpoch uint64
-	Physical       *ssttracker.Version
-	Live           *Live
+	// Physical counts what the live SSTs hold: MVCC entries, puts,
+	// deletes, prefixes, Pebble tombstones.
+	Physical Version
+	// Live counts the live rows and their bytes, exactly, per pk bucket.
+	Live Live
 	// PhysicalErr, if not nil, is why the last refresh of Physical failed
 	// (an I/O error reading a new SST's properties): Physical then
 	// describes an earlier set of SSTs and may lag behind CommittedEpoch.
@@ -27,9 +26,9 @@ type Snapshot struct {
 type SnapshotFunc func() Snapshot
 
 // VnodeStats are one vnode's (or a set of vnodes') physical and live
-// statistics.
+// statistics. The zero value is a vnode without data.
 type VnodeStats struct {
-	Physical sstsummary.Counts
+	Physical Counts
 	Live     LiveCounts
 }
 

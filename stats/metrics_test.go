@@ -1,4 +1,4 @@
-package keystats_test
+package stats_test
 
 import (
 	"context"
@@ -12,10 +12,12 @@ import (
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/stats"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -63,12 +65,12 @@ func TestMetrics(t *testing.T) {
 
 	var calls atomic.Int64
 	var published time.Time
-	m := keystats.NewMetrics(func() keystats.Snapshot {
+	m := stats.NewMetrics(func() stats.Snapshot {
 		calls.Add(1)
 		s := e.s.Stats()
-		published = keystats.PublishedAt(s.Live)
+		published = statsinternal.LiveOf(s.Live).PublishedAt()
 		return s
-	}, &keystats.MetricsOptions{
+	}, &stats.MetricsOptions{
 		ConstLabels: prometheus.Labels{"store": "test"},
 		Now:         func() time.Time { return published.Add(90 * time.Second) },
 	})
@@ -205,14 +207,14 @@ lsmstats_table_physical_entries{store="test",table="1"} 15
 lsmstats_table_physical_entries{store="test",table="2"} 3
 lsmstats_table_physical_entries{store="test",table="99"} 2
 `, after.Physical.NumFiles())), "lsmstats_stats_committed_epoch", "lsmstats_stats_live_ssts", "lsmstats_table_live_rows", "lsmstats_table_physical_entries"))
-	require.True(t, keystats.PublishedAt(after.Live).After(keystats.PublishedAt(st.Live)), "a commit publishes a new live snapshot")
+	require.True(t, statsinternal.LiveOf(after.Live).PublishedAt().After(statsinternal.LiveOf(st.Live).PublishedAt()), "a commit publishes a new live snapshot")
 }
 
 // TestMetricsEmptyAndNil checks a store without tables and a source that
 // returns an empty Snapshot (no Version, no Live): no per-table metrics, no
 // age, no panic.
 func TestMetricsEmptyAndNil(t *testing.T) {
-	m := keystats.NewMetrics(func() keystats.Snapshot { return keystats.Snapshot{} }, nil)
+	m := stats.NewMetrics(func() stats.Snapshot { return stats.Snapshot{} }, nil)
 	require.NoError(t, testutil.CollectAndCompare(m, strings.NewReader(`
 # HELP lsmstats_stats_live_ssts Live SSTs whose statistics are summed.
 # TYPE lsmstats_stats_live_ssts gauge
@@ -220,18 +222,18 @@ lsmstats_stats_live_ssts 0
 `), "lsmstats_stats_live_ssts", "lsmstats_table_live_rows", "lsmstats_stats_age_seconds"))
 
 	e := openStore(t, uncompacted())
-	m = keystats.NewMetrics(e.s.Stats, &keystats.MetricsOptions{Namespace: "x"})
+	m = stats.NewMetrics(e.s.Stats, &stats.MetricsOptions{Namespace: "x"})
 	require.Equal(t, 0, testutil.CollectAndCount(m, "x_table_live_rows"))
 	require.Equal(t, 1, testutil.CollectAndCount(m, "x_stats_age_seconds"))
 	e.createTable(5, 8)
 	require.Equal(t, 1, testutil.CollectAndCount(m, "x_table_live_rows"), "a created table is exported with 0 rows")
 }
 
-func liveBuckets(st keystats.Snapshot, def lsm.TableDef) int {
+func liveBuckets(st stats.Snapshot, def lsm.TableDef) int {
 	n := 0
 	for v := range def.VnodeCount {
 		if st.Live.Vnode(def.ID, uint16(v)).Rows != 0 || st.Physical.Vnode(def.ID, uint16(v)).Entries != 0 {
-			n += len(keystats.Detail(st.Live, def.ID, uint16(v)).Buckets)
+			n += len(livebuckets.Detail(statsinternal.LiveOf(st.Live), def.ID, uint16(v)).Buckets)
 		}
 	}
 	return n

@@ -1,4 +1,4 @@
-package keystats
+package livebuckets
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package keystats_test
+package stats_test
 
 // Helpers of the store-level tests of package stats: they drive a real
 // lsm.Store (Pebble in t.TempDir()) and compare its statistics with truths
@@ -19,6 +19,7 @@ import (
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -147,7 +148,7 @@ func (e *storeEnv) waitStats() *ssttracker.Version {
 // statsFiles returns the current physical statistics, the file numbers they
 // describe and those of Pebble's live SSTs.
 func (e *storeEnv) statsFiles() (v *ssttracker.Version, got, want []uint64) {
-	v = e.s.Stats().Physical
+	v = statsinternal.VersionOf(e.s.Stats().Physical)
 	levels, err := lsminternal.DB(e.s).SSTables()
 	require.NoError(e.t, err)
 	for _, l := range levels {

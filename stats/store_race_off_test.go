@@ -1,5 +1,5 @@
 //go:build !race
 
-package keystats_test
+package stats_test
 
 const raceEnabled = false

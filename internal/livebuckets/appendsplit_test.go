@@ -1,4 +1,4 @@
-package keystats
+package livebuckets
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 	r := seededRand(t)
 	for _, prefix := range []string{"", "tenant-0042/events/"} {
 		const table, vnodes = 1, 4
-		s := NewLiveState()
+		s := NewState()
 		s.AddTable(table, vnodes)
 		m := liveModel{}
 		next := make([]uint64, vnodes)
@@ -50,7 +50,7 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 				// them: the changes below the largest pk, then the appends.
 				type op struct {
 					pk   []byte
-					d    LiveCounts
+					d    Counts
 					live bool
 				}
 				var ops []op
@@ -64,13 +64,13 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 						}
 						switch r.IntN(3) {
 						case 0:
-							ops = append(ops, op{[]byte(pk), LiveCounts{-1, -old[pk]}, false})
+							ops = append(ops, op{[]byte(pk), Counts{-1, -old[pk]}, false})
 						case 1:
-							ops = append(ops, op{[]byte(pk), LiveCounts{0, 5}, true})
+							ops = append(ops, op{[]byte(pk), Counts{0, 5}, true})
 						default: // an insert just above a live row, below the largest
 							x := []byte(pk + "\x00")
 							if _, ok := old[string(x)]; !ok {
-								ops = append(ops, op{x, LiveCounts{1, int64(len(x)) + 7}, true})
+								ops = append(ops, op{x, Counts{1, int64(len(x)) + 7}, true})
 							}
 						}
 					}
@@ -79,7 +79,7 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 				for range r.IntN(40) {
 					next[vn] += 1 + uint64(r.IntN(1000))
 					pk := pkOf(next[vn]<<8 | uint64(vn))
-					ops = append(ops, op{pk, LiveCounts{1, int64(len(pk)) + 10}, true})
+					ops = append(ops, op{pk, Counts{1, int64(len(pk)) + 10}, true})
 				}
 				for _, o := range ops {
 					if o.live {
@@ -87,12 +87,12 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 					} else {
 						delete(m[vn], string(o.pk))
 					}
-					require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: vn, PK: o.pk, LiveCounts: o.d, Live: o.live}))
+					require.NoError(t, b.Apply(Delta{Table: table, Vnode: vn, PK: o.pk, Counts: o.d, Live: o.live}))
 				}
 			}
-			before := s.Current().bucketCount()
+			before := s.Current().BucketCount()
 			b.Normalize()
-			splits += max(0, b.next.bucketCount()-before)
+			splits += max(0, b.next.BucketCount()-before)
 			persist(b.MetaEntries())
 			b.Publish()
 			rescans := b.Rescans()
@@ -113,7 +113,7 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 			checkBucketsAgainstScans(t, s.Current(), table, m, fmt.Sprintf("prefix %q commit %d", prefix, commit))
 		}
 		t.Logf("prefix %q: %d buckets, %d from splits without a scan; %d rescans after %d append-only commits",
-			prefix, s.Current().bucketCount(), splits, rescansAfterAppends, appendOnly)
+			prefix, s.Current().BucketCount(), splits, rescansAfterAppends, appendOnly)
 		require.Positive(t, splits, "prefix %q: no split to test", prefix)
 		require.Zero(t, rescansAfterAppends, "prefix %q: append-only commits asked for split rescans", prefix)
 
@@ -122,7 +122,7 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 		b.Normalize()
 		persist(b.MetaEntries())
 		b.Publish()
-		re := NewLiveState()
+		re := NewState()
 		re.AddTable(table, vnodes)
 		for _, k := range slices.Sorted(maps.Keys(persisted)) {
 			require.NoError(t, re.Load([]byte(k), persisted[k]))
@@ -137,7 +137,7 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 // checkBucketsAgainstScans requires every bucket of the table to hold
 // exactly the model's rows in its range, with its lower-bound flag and a
 // calibration equal to a scan's, and no more rows than its split limit.
-func checkBucketsAgainstScans(t *testing.T, l *Live, table uint32, m liveModel, at string) {
+func checkBucketsAgainstScans(t *testing.T, l *Snapshot, table uint32, m liveModel, at string) {
 	t.Helper()
 	lt := l.table(table)
 	for vn := range lt.vnodes {
@@ -151,7 +151,7 @@ func checkBucketsAgainstScans(t *testing.T, l *Live, table uint32, m liveModel, 
 			}
 			want := m.split(req).Pieces[0]
 			msg := fmt.Sprintf("%s vnode %d bucket %d of %d", at, vn, i, len(v.buckets))
-			require.Equal(t, want.LiveCounts, bk.LiveCounts, msg)
+			require.Equal(t, want.Counts, bk.Counts, msg)
 			require.Equal(t, want.LowerLive && i > 0, bk.lowerLive, msg)
 			require.LessOrEqual(t, bk.Rows, limit, msg)
 			if i == len(v.buckets)-1 && bk.Rows > 0 {

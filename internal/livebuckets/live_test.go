@@ -1,4 +1,4 @@
-package keystats
+package livebuckets
 
 import (
 	"bytes"
@@ -25,8 +25,8 @@ var liveSeed = flag.Uint64("live-seed", 0, "seed for TestLiveRandom (0: time bas
 // liveModel is the truth: the live pks of each vnode with their bytes.
 type liveModel map[uint16]map[string]int64
 
-func (m liveModel) count(vnode uint16, lo, hi []byte) LiveCounts {
-	var c LiveCounts
+func (m liveModel) count(vnode uint16, lo, hi []byte) Counts {
+	var c Counts
 	for pk, b := range m[vnode] {
 		if (lo == nil || pk >= string(lo)) && (hi == nil || pk < string(hi)) {
 			c.Rows++
@@ -75,7 +75,7 @@ func TestLiveRandom(t *testing.T) {
 	seed := testutil.Seed(t, "live-seed", *liveSeed)
 	r := rand.New(rand.NewPCG(seed, 3))
 	const table, vnodes = 7, 4
-	s := NewLiveState()
+	s := NewState()
 	s.AddTable(table, vnodes)
 	m := liveModel{}
 	persisted := map[string][]byte{}
@@ -84,7 +84,7 @@ func TestLiveRandom(t *testing.T) {
 		type op struct {
 			vnode uint16
 			pk    []byte
-			d     LiveCounts
+			d     Counts
 		}
 		var ops []op
 		for range r.IntN(400) {
@@ -98,14 +98,14 @@ func TestLiveRandom(t *testing.T) {
 			case !live && r.IntN(4) > 0 || !live && commit < 5:
 				nb := int64(8 + r.IntN(50))
 				m[v][string(pk)] = nb
-				ops = append(ops, op{v, pk, LiveCounts{1, nb}})
+				ops = append(ops, op{v, pk, Counts{1, nb}})
 			case live && r.IntN(2) == 0:
 				delete(m[v], string(pk))
-				ops = append(ops, op{v, pk, LiveCounts{-1, -old}})
+				ops = append(ops, op{v, pk, Counts{-1, -old}})
 			case live:
 				nb := int64(8 + r.IntN(50))
 				m[v][string(pk)] = nb
-				ops = append(ops, op{v, pk, LiveCounts{0, nb - old}})
+				ops = append(ops, op{v, pk, Counts{0, nb - old}})
 			}
 		}
 		// Commits feed deltas in key order, but any order must work.
@@ -121,7 +121,7 @@ func TestLiveRandom(t *testing.T) {
 			// live is the row's state once the commit lands, whatever
 			// this op did.
 			_, live := m[o.vnode][string(o.pk)]
-			require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: o.vnode, PK: o.pk, LiveCounts: o.d, Live: live}))
+			require.NoError(t, b.Apply(Delta{Table: table, Vnode: o.vnode, PK: o.pk, Counts: o.d, Live: live}))
 		}
 		b.Normalize()
 		entries := b.MetaEntries()
@@ -178,7 +178,7 @@ func TestLiveRandom(t *testing.T) {
 		// persisted with the next commit, so compare before splits only
 		// when nothing is dirty).
 		if len(s.dirty) == 0 {
-			re := NewLiveState()
+			re := NewState()
 			re.AddTable(table, vnodes)
 			var ks []string
 			for k := range persisted {
@@ -210,7 +210,7 @@ func TestLiveRandom(t *testing.T) {
 		}
 	}
 	l := s.Current()
-	t.Logf("buckets: %d for %d rows", l.bucketCount(), l.Table(table).Rows)
+	t.Logf("buckets: %d for %d rows", l.BucketCount(), l.Table(table).Rows)
 	require.Greater(t, len(Detail(l, table, 0).Buckets), 1, "buckets must split")
 }
 
@@ -284,7 +284,7 @@ func querySkipOf(v *liveVnode) int {
 // differ from the ideal size by at most two buckets.
 func TestLivePartition(t *testing.T) {
 	const table, vnodes = 3, 8
-	s := NewLiveState()
+	s := NewState()
 	s.AddTable(table, vnodes)
 	m := liveModel{}
 	b := s.Begin()
@@ -293,7 +293,7 @@ func TestLivePartition(t *testing.T) {
 		for i := range 500 * (int(v) + 1) {
 			pk := keys.AppendUint64(nil, uint64(i))
 			m[v][string(pk)] = 10
-			require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: v, PK: pk, LiveCounts: LiveCounts{1, 10}, Live: true}))
+			require.NoError(t, b.Apply(Delta{Table: table, Vnode: v, PK: pk, Counts: Counts{1, 10}, Live: true}))
 		}
 	}
 	b.Normalize()
@@ -331,7 +331,7 @@ func TestLivePartition(t *testing.T) {
 }
 
 func TestLiveLoadRejectsCorrupt(t *testing.T) {
-	s := NewLiveState()
+	s := NewState()
 	s.AddTable(1, 4)
 	for _, kv := range [][2][]byte{
 		{keys.MetaKey([]byte("live/")), nil},
@@ -354,11 +354,11 @@ func TestLiveLoadRejectsCorrupt(t *testing.T) {
 func TestLiveRecount(t *testing.T) {
 	r := seededRand(t)
 	const table, vnodes = 3, 4
-	s := NewLiveState()
+	s := NewState()
 	s.AddTable(table, vnodes)
 	m := liveModel{}
 	persisted := map[string][]byte{}
-	persist := func(b *LiveBatch) {
+	persist := func(b *Batch) {
 		for _, e := range b.MetaEntries() {
 			if e.Delete {
 				delete(persisted, string(e.Key))
@@ -379,7 +379,7 @@ func TestLiveRecount(t *testing.T) {
 			nb := int64(8 + r.IntN(50))
 			m[v][string(pk)] = nb
 			// An insert whether or not the pk was live: wrong when it was.
-			require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: v, PK: pk, LiveCounts: LiveCounts{1, nb}, Live: true}))
+			require.NoError(t, b.Apply(Delta{Table: table, Vnode: v, PK: pk, Counts: Counts{1, nb}, Live: true}))
 		}
 		b.Normalize()
 		persist(b)
@@ -412,7 +412,7 @@ func TestLiveRecount(t *testing.T) {
 	}
 	l = s.Current()
 	require.False(t, l.ContainsEstimates(table))
-	var total LiveCounts
+	var total Counts
 	for v := uint16(0); v < vnodes; v++ {
 		require.Equal(t, m.count(v, nil, nil), l.Vnode(table, v), "vnode %d", v)
 		total = total.Add(m.count(v, nil, nil))
@@ -422,7 +422,7 @@ func TestLiveRecount(t *testing.T) {
 			if i+1 < len(bs) {
 				hi = bs[i+1].Lower
 			}
-			require.Equal(t, m.count(v, bk.Lower, hi), bk.LiveCounts, "vnode %d bucket %d", v, i)
+			require.Equal(t, m.count(v, bk.Lower, hi), bk.Counts, "vnode %d bucket %d", v, i)
 			_, live := m[v][string(bk.Lower)]
 			require.Equal(t, i > 0 && live, bk.LowerLive, "vnode %d bucket %d: lower bound live", v, i)
 		}
@@ -444,7 +444,7 @@ func TestLiveRecount(t *testing.T) {
 	flush := s.Begin()
 	persist(flush)
 	flush.Publish()
-	re := NewLiveState()
+	re := NewState()
 	re.AddTable(table, vnodes)
 	ks := slices.Sorted(maps.Keys(persisted))
 	for _, k := range ks {
@@ -484,7 +484,7 @@ func TestBucketKeyOrder(t *testing.T) {
 	for range 100000 {
 		lower, pk := gen(), gen()
 		v := &liveVnode{}
-		v.setBuckets([]bucket{{}, bucketAt(lower, LiveCounts{})})
+		v.setBuckets([]bucket{{}, bucketAt(lower, Counts{})})
 		require.Equal(t, bytes.Compare(lower, pk) > 0, v.above(1, pk, key8(pk)), "lower %x pk %x", lower, pk)
 		if key8(lower) != key8(pk) {
 			require.Equal(t, bytes.Compare(lower, pk), cmp.Compare(key8(lower), key8(pk)), "lower %x pk %x", lower, pk)
@@ -547,15 +547,15 @@ func TestFractionAgrees(t *testing.T) {
 		}
 		short := len(lo) <= 8 && len(hi) <= 8
 		v := &liveVnode{}
-		v.setBuckets([]bucket{{}, bucketAt(lo, LiveCounts{}), bucketAt(hi, LiveCounts{})})
+		v.setBuckets([]bucket{{}, bucketAt(lo, Counts{}), bucketAt(hi, Counts{})})
 		v.setHints(nil, nil)
 		check(v.fraction(1, x, key8(x)), lo, x, hi, short)
 		// The first bucket interpolates from the smallest pk, the last
 		// to the largest.
-		v.setBuckets([]bucket{{}, bucketAt(hi, LiveCounts{})})
+		v.setBuckets([]bucket{{}, bucketAt(hi, Counts{})})
 		v.setHints(lo, nil)
 		check(v.fraction(0, x, key8(x)), lo, x, hi, short)
-		v.setBuckets([]bucket{{}, bucketAt(lo, LiveCounts{})})
+		v.setBuckets([]bucket{{}, bucketAt(lo, Counts{})})
 		v.setHints(nil, hi)
 		check(v.fraction(1, x, key8(x)), lo, x, hi, short)
 		v.setHints(nil, nil)
@@ -601,7 +601,7 @@ func TestFindSkewed(t *testing.T) {
 		lowers = slices.CompactFunc(lowers, bytes.Equal)
 		bs := []bucket{{}}
 		for _, l := range lowers {
-			bs = append(bs, bucketAt(l, LiveCounts{Rows: 1}))
+			bs = append(bs, bucketAt(l, Counts{Rows: 1}))
 		}
 		v := newLiveVnode()
 		v.setBuckets(bs)
@@ -631,7 +631,7 @@ func TestAuxPacking(t *testing.T) {
 		v := &liveVnode{minLive: r.IntN(2) == 0, maxLive: r.IntN(2) == 0}
 		bs := make([]bucket, 1+r.IntN(5))
 		for i := range bs {
-			bs[i] = bucket{LiveCounts: LiveCounts{Rows: int64(r.IntN(1<<20)) - 1<<10}, lowerLive: i > 0 && r.IntN(2) == 0}
+			bs[i] = bucket{Counts: Counts{Rows: int64(r.IntN(1<<20)) - 1<<10}, lowerLive: i > 0 && r.IntN(2) == 0}
 			if r.IntN(4) > 0 {
 				bs[i].calibrated = true
 				bs[i].sumResid = r.NormFloat64() * float64(int64(1)<<r.IntN(40))
@@ -685,7 +685,7 @@ func TestCalibrationFollowsOps(t *testing.T) {
 				arena = append(arena, pkOf(x)...)
 				ends = append(ends, len(arena))
 			}
-			b := bucket{LiveCounts: LiveCounts{Rows: int64(len(rows))}, calibrated: true}
+			b := bucket{Counts: Counts{Rows: int64(len(rows))}, calibrated: true}
 			b.sumResid, b.sumPos = calibrate(pkOf(lo), pkOf(hi), arena, ends)
 			return b
 		}
@@ -720,7 +720,7 @@ func TestAnchorsMoveWithoutRescans(t *testing.T) {
 	r := seededRand(t)
 	for _, prefix := range []string{"", "tenant-0042/events/"} {
 		const table = 1
-		s := NewLiveState()
+		s := NewState()
 		s.AddTable(table, 1)
 		m := liveModel{0: map[string]int64{}}
 		high, low := uint64(1<<40), uint64(1<<40)
@@ -739,7 +739,7 @@ func TestAnchorsMoveWithoutRescans(t *testing.T) {
 				}
 				pk := pkOf(x)
 				m[0][string(pk)] = 10
-				require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: 0, PK: pk, LiveCounts: LiveCounts{1, 10}, Live: true}))
+				require.NoError(t, b.Apply(Delta{Table: table, Vnode: 0, PK: pk, Counts: Counts{1, 10}, Live: true}))
 			}
 			b.Normalize()
 			b.Publish()
@@ -781,7 +781,7 @@ func TestMergesWithoutRescans(t *testing.T) {
 	r := seededRand(t)
 	for _, prefix := range []string{"", "tenant-0042/events/"} {
 		const table = 1
-		s := NewLiveState()
+		s := NewState()
 		s.AddTable(table, 1)
 		m := liveModel{0: map[string]int64{}}
 		pkOf := func(x uint64) []byte { return keys.AppendUint64([]byte(prefix), x) }
@@ -796,7 +796,7 @@ func TestMergesWithoutRescans(t *testing.T) {
 					live[i] = live[len(live)-1]
 					live = live[:len(live)-1]
 					delete(m[0], pk)
-					require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: 0, PK: []byte(pk), LiveCounts: LiveCounts{-1, -10}, Live: false}))
+					require.NoError(t, b.Apply(Delta{Table: table, Vnode: 0, PK: []byte(pk), Counts: Counts{-1, -10}, Live: false}))
 					continue
 				}
 				pk := pkOf(r.Uint64())
@@ -805,7 +805,7 @@ func TestMergesWithoutRescans(t *testing.T) {
 				}
 				m[0][string(pk)] = 10
 				live = append(live, string(pk))
-				require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: 0, PK: pk, LiveCounts: LiveCounts{1, 10}, Live: true}))
+				require.NoError(t, b.Apply(Delta{Table: table, Vnode: 0, PK: pk, Counts: Counts{1, 10}, Live: true}))
 			}
 			before := len(s.Current().table(table).vnode(0).buckets)
 			b.Normalize()
@@ -870,11 +870,11 @@ func TestPackedPrefixes(t *testing.T) {
 	pkOf := func(tenant string, x uint64) []byte { return keys.AppendUint64([]byte(tenant), x) }
 	for vn := range vnodes {
 		tenant := tenants[vn*len(tenants)/vnodes]
-		bs := []bucket{{LiveCounts: LiveCounts{Rows: 1 + r.Int64N(50)}}}
+		bs := []bucket{{Counts: Counts{Rows: 1 + r.Int64N(50)}}}
 		x := uint64(1000)
 		for range r.IntN(20) {
 			x += 1 + uint64(r.IntN(1000))
-			bs = append(bs, bucketAt(pkOf(tenant, x), LiveCounts{Rows: 1 + r.Int64N(50)}))
+			bs = append(bs, bucketAt(pkOf(tenant, x), Counts{Rows: 1 + r.Int64N(50)}))
 		}
 		v := newLiveVnode()
 		v.setBuckets(bs)
@@ -912,19 +912,19 @@ func TestPackedPrefixes(t *testing.T) {
 			}
 		}
 	}
-	got := (&Live{tables: map[uint32]*liveTable{1: tab}}).AppendEstimates(nil, 1, qs)
+	got := (&Snapshot{tables: map[uint32]*liveTable{1: tab}}).AppendEstimates(nil, 1, qs)
 	want := make([]RowEstimate, 0, len(qs))
 	for _, q := range qs {
 		solo := &liveTable{vnodes: make([]*liveVnode, vnodes)}
 		solo.vnodes[q.Vnode] = alone[q.Vnode]
-		want = (&Live{tables: map[uint32]*liveTable{1: solo}}).AppendEstimates(want, 1, []RangeQuery{q})
+		want = (&Snapshot{tables: map[uint32]*liveTable{1: solo}}).AppendEstimates(want, 1, []RangeQuery{q})
 	}
 	require.Equal(t, want, got)
 }
 
 // bucketAt returns a bucket with lower bound lower and counts c.
-func bucketAt(lower []byte, c LiveCounts) bucket {
-	b := bucket{LiveCounts: c}
+func bucketAt(lower []byte, c Counts) bucket {
+	b := bucket{Counts: c}
 	b.setLower(lower)
 	return b
 }
@@ -947,13 +947,13 @@ func TestLiveBucketBudget(t *testing.T) {
 	for _, inOrder := range []bool{false, true} {
 		r := rand.New(rand.NewPCG(seed, 11))
 		const table, vnodes, budget, commits = 3, 64, 64, 64
-		small, dflt := NewLiveState(), NewLiveState()
+		small, dflt := NewState(), NewState()
 		small.SetBucketBudget(budget)
 		small.AddTable(table, vnodes)
 		dflt.AddTable(table, vnodes)
 		m := liveModel{}
 		for c := range commits {
-			ops := map[uint16]map[string]LiveCounts{}
+			ops := map[uint16]map[string]Counts{}
 			for range 500 {
 				v := uint16(r.IntN(vnodes))
 				if inOrder {
@@ -964,20 +964,20 @@ func TestLiveBucketBudget(t *testing.T) {
 					m[v] = map[string]int64{}
 				}
 				if ops[v] == nil {
-					ops[v] = map[string]LiveCounts{}
+					ops[v] = map[string]Counts{}
 				}
 				if _, ok := m[v][string(pk)]; ok {
 					continue // inserts only
 				}
 				nb := int64(8 + r.IntN(50))
 				m[v][string(pk)] = nb
-				ops[v][string(pk)] = LiveCounts{Rows: 1, Bytes: nb}
+				ops[v][string(pk)] = Counts{Rows: 1, Bytes: nb}
 			}
-			for _, s := range []*LiveState{small, dflt} {
+			for _, s := range []*State{small, dflt} {
 				b := s.Begin()
 				for v, byPK := range ops {
 					for pk, d := range byPK {
-						require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: v, PK: []byte(pk), LiveCounts: d, Live: true}))
+						require.NoError(t, b.Apply(Delta{Table: table, Vnode: v, PK: []byte(pk), Counts: d, Live: true}))
 					}
 				}
 				b.Normalize()
@@ -1012,7 +1012,7 @@ func TestLiveBucketBudget(t *testing.T) {
 				require.LessOrEqual(t, est.Upper-est.Lower, 2*lt.splitLimit(l.Vnode(table, v).Rows), "bounds wider than two buckets")
 			}
 		}
-		n, n0 := l.bucketCount(), dflt.Current().bucketCount()
+		n, n0 := l.BucketCount(), dflt.Current().BucketCount()
 		t.Logf("in order %v: %d rows in %d vnodes: %d buckets with a budget of %d (limit %d rows, last coarsened at %d), %d with the default",
 			inOrder, rows, vnodes, n, budget, limit, lt.coarsened, n0)
 		require.LessOrEqual(t, n, 8*budget+vnodes, "in order %v", inOrder)

@@ -1,4 +1,4 @@
-package keystats
+package livebuckets
 
 import (
 	"flag"
@@ -51,7 +51,7 @@ func TestCursorBias(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const table, vnodes, commits, rounds = 1, 256, 20, 20
 			r := rand.New(rand.NewPCG(seed, 0xB1A5))
-			s := NewLiveState()
+			s := NewState()
 			s.AddTable(table, vnodes)
 			rows := make([][]string, vnodes) // per vnode, sorted
 			parent, child, children := uint64(1), uint64(0), 1+r.IntN(7)
@@ -73,7 +73,7 @@ func TestCursorBias(t *testing.T) {
 					}
 					v := keys.Vnode(pk[:8], vnodes)
 					rows[v] = append(rows[v], string(pk))
-					require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: v, PK: pk, LiveCounts: LiveCounts{1, 100}, Live: true}))
+					require.NoError(t, b.Apply(Delta{Table: table, Vnode: v, PK: pk, Counts: Counts{1, 100}, Live: true}))
 				}
 				b.Normalize()
 				b.Publish()
@@ -117,7 +117,7 @@ func TestCursorBias(t *testing.T) {
 				}
 			}
 			bias := signed / float64(n)
-			t.Logf("%d buckets, mean signed error %+.3f rows per cursor over %d cursors", l.bucketCount(), bias, n)
+			t.Logf("%d buckets, mean signed error %+.3f rows per cursor over %d cursors", l.BucketCount(), bias, n)
 			require.InDelta(t, 0, bias, 0.1, "bias per vnode in progress, in rows")
 		})
 	}

@@ -1,4 +1,4 @@
-package keystats
+package livebuckets
 
 import (
 	"math/rand/v2"
@@ -20,7 +20,7 @@ func TestArenaBounded(t *testing.T) {
 	seed := testutil.Seed(t, "live-seed", *liveSeed)
 	r := rand.New(rand.NewPCG(seed, 5))
 	const table, vnodes = 3, 64
-	s := NewLiveState()
+	s := NewState()
 	s.AddTable(table, vnodes)
 	next := 0
 	for commit := range 300 {
@@ -32,7 +32,7 @@ func TestArenaBounded(t *testing.T) {
 		for v := from; v < vnodes; v++ {
 			for range 1 + r.IntN(20) {
 				next++
-				require.NoError(t, b.Apply(LiveDelta{Table: table, Vnode: uint16(v), PK: livePK(next), LiveCounts: LiveCounts{1, 10}, Live: true}))
+				require.NoError(t, b.Apply(Delta{Table: table, Vnode: uint16(v), PK: livePK(next), Counts: Counts{1, 10}, Live: true}))
 			}
 		}
 		b.Normalize()

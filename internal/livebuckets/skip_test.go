@@ -1,4 +1,4 @@
-package keystats
+package livebuckets
 
 import (
 	"bytes"
@@ -47,7 +47,7 @@ func TestQuerySkip(t *testing.T) {
 		return b
 	}
 	pkOf := func(v uint16) []byte { return append(slices.Clone(prefixes[v]), suffix()...) }
-	s := NewLiveState()
+	s := NewState()
 	s.AddTable(table, vnodes)
 	m := liveModel{}
 	var skipped, queries int
@@ -62,13 +62,13 @@ func TestQuerySkip(t *testing.T) {
 			if rows := m.rows(v, nil, nil); len(rows) > 0 && r.IntN(3) == 0 {
 				pk = []byte(rows[r.IntN(len(rows))])
 			}
-			d := LiveDelta{Table: table, Vnode: v, PK: pk}
+			d := Delta{Table: table, Vnode: v, PK: pk}
 			if old, live := m[v][string(pk)]; live && (r.IntN(2) == 0 || commit > 30) {
 				delete(m[v], string(pk))
-				d.LiveCounts = LiveCounts{-1, -old}
+				d.Counts = Counts{-1, -old}
 			} else if !live {
 				m[v][string(pk)] = 10
-				d.LiveCounts, d.Live = LiveCounts{1, 10}, true
+				d.Counts, d.Live = Counts{1, 10}, true
 			} else {
 				continue
 			}
@@ -128,8 +128,8 @@ func TestQuerySkip(t *testing.T) {
 				}
 				var a, o [1]RowEstimate
 				var ps [2]probe
-				got := l.table(table).estimate([]RangeQuery{q}, ps[:], a[:0])[0]
-				want := own.estimate([]RangeQuery{q}, ps[:], o[:0])[0]
+				got := estimate(l.table(table), []RangeQuery{q}, ps[:], a[:0])[0]
+				want := estimate(own, []RangeQuery{q}, ps[:], o[:0])[0]
 				require.Equal(t, want.Lower, got.Lower, "commit %d vnode %d skip %d query %x..%x", commit, v, sealed.q.skip, q.Lo, q.Hi)
 				require.Equal(t, want.Upper, got.Upper, "commit %d vnode %d skip %d query %x..%x", commit, v, sealed.q.skip, q.Lo, q.Hi)
 				require.InDelta(t, want.Mean, got.Mean, 2*float64(widest)/128+1e-9, "commit %d vnode %d skip %d query %x..%x", commit, v, sealed.q.skip, q.Lo, q.Hi)

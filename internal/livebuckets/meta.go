@@ -1,11 +1,13 @@
-package keystats
+package livebuckets
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"math"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats"
@@ -54,7 +56,7 @@ type bucketRow struct {
 	// infinity and whose row also holds the vnode's pk hints.
 	first bool
 	lower []byte
-	LiveCounts
+	Counts
 	minPK, maxPK []byte // first bucket only
 	flags        byte
 	// sumResid and sumPos are the calibration, when flags has
@@ -204,7 +206,7 @@ func (d *rowDecoder) float64(what string) float64 {
 // rowOf returns the row of bucket i of a vnode.
 func (v *liveVnode) rowOf(table uint32, vnode uint16, i int) bucketRow {
 	b := &v.buckets[i]
-	r := bucketRow{table: table, vnode: vnode, first: i == 0, lower: b.lower(), LiveCounts: b.LiveCounts}
+	r := bucketRow{table: table, vnode: vnode, first: i == 0, lower: b.lower(), Counts: b.Counts}
 	if r.first {
 		r.minPK, r.maxPK = v.minPK, v.maxPK
 		r.flags |= flagIf(v.minLive, flagMinLive) | flagIf(v.maxLive, flagMaxLive)
@@ -229,7 +231,7 @@ func estimatesKey(table uint32) []byte {
 // sorted as compareBucketIDs sorts them: one table's estimates marker, or
 // buckets of one vnode, each its row or a delete when the bucket no longer
 // exists. Keys and values are appended to buf.
-func (l *Live) appendMetaEntries(out []MetaEntry, buf []byte, ids []bucketID) ([]MetaEntry, []byte) {
+func (l *Snapshot) appendMetaEntries(out []MetaEntry, buf []byte, ids []bucketID) ([]MetaEntry, []byte) {
 	t := l.table(ids[0].table)
 	if ids[0].estimates() {
 		e := MetaEntry{Key: estimatesKey(ids[0].table)}
@@ -267,8 +269,8 @@ func (l *Live) appendMetaEntries(out []MetaEntry, buf []byte, ids []bucketID) ([
 	return out, buf
 }
 
-// LiveSpans are the metadata spans holding live statistics, for loading.
-func LiveSpans() [][2][]byte {
+// Spans are the metadata spans holding live statistics, for loading.
+func Spans() [][2][]byte {
 	a, b := keys.MetaSpan(livePrefix)
 	c, d := keys.MetaSpan(estimatesPrefix)
 	return [][2][]byte{{a, b}, {c, d}}
@@ -279,9 +281,9 @@ func LiveSpans() [][2][]byte {
 // so on its way out, and now it is so from where it is made.
 var ErrCorruptLive = lsmstats.NewCorruptionSentinel("lsmstats/stats: corrupt live statistics metadata")
 
-// Load adds one persisted metadata row (from the spans of LiveSpans, in key
+// Load adds one persisted metadata row (from the spans of Spans, in key
 // order) to the state. Tables must have been added first.
-func (s *LiveState) Load(key, value []byte) error {
+func (s *State) Load(key, value []byte) error {
 	bad := func(err error) error {
 		return errors.Wrapf(ErrCorruptLive, "key %x: %v", key, err)
 	}
@@ -305,7 +307,7 @@ func (s *LiveState) Load(key, value []byte) error {
 	}
 }
 
-func (s *LiveState) loadEstimates(rest []byte, bad func(error) error) error {
+func (s *State) loadEstimates(rest []byte, bad func(error) error) error {
 	if len(rest) != 4 {
 		return bad(errors.New("bad length"))
 	}
@@ -319,7 +321,7 @@ func (s *LiveState) loadEstimates(rest []byte, bad func(error) error) error {
 
 // loadBucket installs a bucket's row, which comes after the rows of the
 // buckets before it.
-func (s *LiveState) loadBucket(r bucketRow) error {
+func (s *State) loadBucket(r bucketRow) error {
 	t := s.cur.tables[r.table]
 	if t == nil || int(r.vnode) >= len(t.vnodes) {
 		return errors.New("unknown table or vnode")
@@ -330,7 +332,7 @@ func (s *LiveState) loadBucket(r bucketRow) error {
 		t.vnodes[r.vnode] = v
 	}
 	v.cum = nil // until FinishLoad
-	bk := bucket{LiveCounts: r.LiveCounts, lowerLive: r.flags&flagLowerLive != 0}
+	bk := bucket{Counts: r.Counts, lowerLive: r.flags&flagLowerLive != 0}
 	if r.flags&flagCalibrated != 0 {
 		bk.calibrated, bk.sumResid, bk.sumPos = true, r.sumResid, r.sumPos
 	}
@@ -347,8 +349,8 @@ func (s *LiveState) loadBucket(r bucketRow) error {
 		v.appendBucket(bk)
 	}
 	v.q = v.fullView() // queries sum its buckets until FinishLoad
-	v.total = v.total.Add(r.LiveCounts)
-	t.total = t.total.Add(r.LiveCounts)
+	v.total = v.total.Add(r.Counts)
+	t.total = t.total.Add(r.Counts)
 	return nil
 }
 
@@ -358,7 +360,7 @@ func (s *LiveState) loadBucket(r bucketRow) error {
 // the vnodes' indexes, which copy the keys Load appended, packed in one
 // arena per table (see arena.go). Until then queries of a loaded vnode sum
 // its buckets.
-func (s *LiveState) FinishLoad() {
+func (s *State) FinishLoad() {
 	for _, t := range s.cur.tables {
 		var ps []placed
 		for vn, v := range t.vnodes {
@@ -369,4 +371,83 @@ func (s *LiveState) FinishLoad() {
 		}
 		pack(t, ps)
 	}
+}
+
+// bucketID identifies a bucket (or, with lower == estimatesMarker, a
+// table's estimates marker) whose metadata entry a batch must rewrite.
+type bucketID struct {
+	table uint32
+	vnode uint16
+	lower string // "" is the first bucket
+	first bool
+}
+
+// MetaEntry is one metadata key to write (or delete) with a commit.
+type MetaEntry struct {
+	Key    []byte
+	Value  []byte
+	Delete bool
+}
+
+// MetaEntries returns the metadata keys that persist every bucket changed by
+// this batch or since the last publish (splits, merges), sorted by key. After
+// the merges of Normalize, buckets that no longer exist are deleted.
+//
+// A checkpoint of a load or a backfill touches most buckets of its tables
+// (thousands per commit), so the entries are made in key order, not sorted
+// after: the bucket ids sort by (table, vnode, first, lower), which is the
+// order of their keys, and each vnode's ids are then found by one walk
+// over its buckets. Keys and values share one buffer.
+func (b *Batch) MetaEntries() []MetaEntry {
+	ids := make([]bucketID, 0, len(b.touched)+len(b.s.dirty))
+	for id := range b.s.dirty {
+		ids = append(ids, id)
+	}
+	for id := range b.touched {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, compareBucketIDs)
+	ids = slices.Compact(ids)
+	out := make([]MetaEntry, 0, len(ids))
+	buf := make([]byte, 0, 64*len(ids))
+	for len(ids) > 0 {
+		n := 1
+		if !ids[0].estimates() {
+			for n < len(ids) && !ids[n].estimates() && ids[n].table == ids[0].table && ids[n].vnode == ids[0].vnode {
+				n++
+			}
+		}
+		out, buf = b.next.appendMetaEntries(out, buf, ids[:n])
+		ids = ids[n:]
+	}
+	return out
+}
+
+// estimates says that the id is a table's estimates marker, not a bucket.
+func (id bucketID) estimates() bool { return id.first && id.lower == estimatesMarker }
+
+// compareBucketIDs orders bucket ids as their metadata keys sort: the
+// buckets by table, vnode, the first bucket, then lower bounds (keys end in
+// a 0x00 byte, which keeps the bounds' order); the estimates markers, whose
+// prefix sorts after the buckets', last, by table.
+func compareBucketIDs(a, b bucketID) int {
+	if ae, be := a.estimates(), b.estimates(); ae != be {
+		if ae {
+			return 1
+		}
+		return -1
+	}
+	if c := cmp.Compare(a.table, b.table); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.vnode, b.vnode); c != 0 {
+		return c
+	}
+	if a.first != b.first {
+		if a.first {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.lower, b.lower)
 }

@@ -1,4 +1,4 @@
-package keystats_test
+package stats_test
 
 // Accuracy of EstimateRows on a real store (issue 3, acceptance 4).
 //
@@ -22,7 +22,7 @@ package keystats_test
 // in-memory model (a Fenwick tree of live pks per vnode), itself checked
 // against the store by Verify and by scans.
 //
-// The live estimator (keystats.Snapshot.EstimateRows: live buckets) is asserted:
+// The live estimator (stats.Live.EstimateRows: live buckets) is asserted:
 // the bounds contain the truth on every query, p99 |error| ≤ 1% of the
 // vnode's live rows without churn and ≤ 2% with it, p99 bound width ≤ 3%.
 // The physical estimators from Version.Range, scaled to the vnode's live
@@ -40,9 +40,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
 )
 
@@ -237,7 +238,7 @@ func runAccuracy(t testing.TB, cfg accuracyConfig, seed uint64) *accuracyResult 
 	t.Logf("store: %d live rows verified in %d SSTs over %d checkpoints", rep.Rows, rep.Files, len(epochs))
 
 	res := &accuracyResult{}
-	measure := func(st keystats.Snapshot, compacted bool) {
+	measure := func(st stats.Snapshot, compacted bool) {
 		for _, at := range tables {
 			w := at.w
 			live, entries, putsDels, heads, headPuts := &res.live[w], &res.entries[w], &res.putsDels[w], &res.heads[w], &res.headPuts[w]
@@ -262,7 +263,7 @@ func runAccuracy(t testing.TB, cfg accuracyConfig, seed uint64) *accuracyResult 
 						t.Errorf("%s vnode %d [%s, %s): bounds [%d, %d] miss the truth %.0f", w, v, fmtPK(lo), fmtPK(hi), est.Lower, est.Upper, truth)
 					}
 					live.add(est.Rows, truth, est.Lower, est.Upper, n)
-					rc := ssttracker.CountRange(st.Physical, at.id, vn, lo, hi)
+					rc := ssttracker.CountRange(statsinternal.VersionOf(st.Physical), at.id, vn, lo, hi)
 					scale := func(part, whole float64) float64 {
 						if whole <= 0 {
 							return 0

@@ -1,4 +1,4 @@
-package keystats
+package stats
 
 // Prometheus metrics of a store's statistics.
 //
@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -52,7 +53,7 @@ func (o *MetricsOptions) withDefaults() MetricsOptions {
 		out = *o
 	}
 	if out.Namespace == "" {
-		out.Namespace = "lsmstats"
+		out.Namespace = statsinternal.DefaultNamespace
 	}
 	if out.Now == nil {
 		out.Now = time.Now
@@ -61,16 +62,10 @@ func (o *MetricsOptions) withDefaults() MetricsOptions {
 }
 
 // desc returns the descriptor of a metric under the options' namespace,
-// with their constant labels.
+// with their constant labels (the store's collector names its own the
+// same way, lsm.Store.Collector).
 func (o MetricsOptions) desc(subsystem, name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(prometheus.BuildFQName(o.Namespace, subsystem, name), help, labels, o.ConstLabels)
-}
-
-// MetricDesc returns the descriptor of a metric under opts (nil: the
-// defaults), as NewMetrics names its own: for the store's collector of its
-// operational counters, which shares the options.
-func MetricDesc(opts *MetricsOptions, subsystem, name, help string, labels ...string) *prometheus.Desc {
-	return opts.withDefaults().desc(subsystem, name, help, labels...)
+	return statsinternal.MetricDesc(o.Namespace, o.ConstLabels, subsystem, name, help, labels...)
 }
 
 // Metrics exports a store's statistics to Prometheus. It implements
@@ -100,12 +95,7 @@ func NewMetrics(source SnapshotFunc, opts *MetricsOptions) *Metrics {
 	table := func(name, help string, value func(s *Snapshot, table uint32) float64) {
 		m.tableDescs = append(m.tableDescs, tableMetric{desc: desc("table", name, help, "table"), value: value})
 	}
-	phys := func(s *Snapshot, t uint32) ssttracker.TableTotals {
-		if s.Physical == nil {
-			return ssttracker.TableTotals{}
-		}
-		return s.Physical.Table(t)
-	}
+	phys := func(s *Snapshot, t uint32) TableTotals { return s.Physical.Table(t) }
 	table("live_rows", "Exact number of live rows at the committed epoch.",
 		func(s *Snapshot, t uint32) float64 { return float64(s.Live.Table(t).Rows) })
 	table("live_bytes", "Bytes of the live rows (pk and row) at the committed epoch.",
@@ -125,7 +115,7 @@ func NewMetrics(source SnapshotFunc, opts *MetricsOptions) *Metrics {
 	table("vnodes_with_data", "Vnodes with entries in the live SSTs.",
 		func(s *Snapshot, t uint32) float64 { return float64(phys(s, t).Vnodes) })
 	table("live_buckets", "Buckets of the live statistics (their memory; each range estimate is exact but for two buckets).",
-		func(s *Snapshot, t uint32) float64 { return float64(s.Live.tableBuckets(t)) })
+		func(s *Snapshot, t uint32) float64 { return float64(s.Live.s.TableBuckets(t)) })
 	table("live_contains_estimates", "1 if the live counts were built from unchecked ops and may contain estimates, else 0.",
 		func(s *Snapshot, t uint32) float64 {
 			if s.Live.ContainsEstimates(t) {
@@ -158,15 +148,11 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector: it reads one Snapshot.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	s := m.source()
-	phys := s.Physical
-	if phys == nil {
-		phys = &ssttracker.Version{}
-	}
-	s.Physical = phys
+	phys := s.Physical.version()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	for _, t := range mergeTables(s.Live.Tables(), phys.Tables()) {
+	for _, t := range mergeTables(s.Live.Tables(), s.Physical.Tables()) {
 		label := strconv.FormatUint(uint64(t), 10)
 		for _, tm := range m.tableDescs {
 			gauge(tm.desc, tm.value(&s, t), label)
@@ -188,7 +174,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		stale = 1
 	}
 	gauge(m.stale, stale)
-	if at := s.Live.publishedAt(); !at.IsZero() {
+	if at := s.Live.s.PublishedAt(); !at.IsZero() {
 		gauge(m.age, max(0, m.now().Sub(at).Seconds()))
 	}
 }
@@ -212,19 +198,4 @@ func mergeTables(a, b []uint32) []uint32 {
 		}
 	}
 	return out
-}
-
-// tableBuckets returns the number of live buckets of a table.
-func (l *Live) tableBuckets(table uint32) int {
-	t := l.table(table)
-	if t == nil {
-		return 0
-	}
-	n := 0
-	for _, v := range t.vnodes {
-		if v != nil {
-			n += len(v.buckets)
-		}
-	}
-	return n
 }

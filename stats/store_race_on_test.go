@@ -1,6 +1,6 @@
 //go:build race
 
-package keystats_test
+package stats_test
 
 // raceEnabled scales the store-level randomized tests down under the race
 // detector.

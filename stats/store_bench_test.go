@@ -1,4 +1,4 @@
-package keystats_test
+package stats_test
 
 // Benchmarks of acceptance 5 on a real store: reading one (table, vnode)'s
 // statistics, one EstimateRows, the consumed-rows estimate of a backfill
@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/quietlog"
 	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
 )
 
@@ -109,7 +111,7 @@ func newBenchStore(b *testing.B, vnodes, rowsPerVnode, checkpoints int, shape pk
 func BenchmarkStoreStats(b *testing.B) {
 	bs := newBenchStore(b, keys.DefaultVnodeCount, 4000, 8, pkU64)
 	s := bs.e.s
-	b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, s.Stats().Physical.NumFiles(), keystats.BucketCount(s.Stats().Live))
+	b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, s.Stats().Physical.NumFiles(), statsinternal.LiveOf(s.Stats().Live).BucketCount())
 	r := rand.New(rand.NewPCG(3, 4))
 
 	b.Run("read=vnode", func(b *testing.B) {
@@ -208,7 +210,7 @@ func BenchmarkConsumedCold4096(b *testing.B) {
 	}{{"u64", pkU64}, {"string", pkPrefixed}} {
 		b.Run("pk="+c.name, func(b *testing.B) {
 			bs := newBenchStore(b, 4096, 250, 8, c.shape)
-			b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, bs.e.s.Stats().Physical.NumFiles(), keystats.BucketCount(bs.e.s.Stats().Live))
+			b.Logf("%d keys in %d SSTs; %d live buckets", bs.entries, bs.e.s.Stats().Physical.NumFiles(), statsinternal.LiveOf(bs.e.s.Stats().Live).BucketCount())
 			cursors, _ := bs.cursors(rand.New(rand.NewPCG(3, 4)))
 			bs.consumedCold(b, cursors)
 		})
@@ -292,7 +294,7 @@ func statsMemory(b *testing.B, e *storeEnv) (physical, live float64) {
 	physical = float64(after) - float64(before)
 
 	var entries [][2][]byte
-	for _, span := range keystats.LiveSpans() {
+	for _, span := range livebuckets.Spans() {
 		it, err := lsminternal.DB(e.s).NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
 		require.NoError(b, err)
 		for ok := it.First(); ok; ok = it.Next() {
@@ -301,7 +303,7 @@ func statsMemory(b *testing.B, e *storeEnv) (physical, live float64) {
 		require.NoError(b, it.Close())
 	}
 	before = heap()
-	ls := keystats.NewLiveState()
+	ls := livebuckets.NewState()
 	for _, def := range e.s.Tables() {
 		ls.AddTable(def.ID, def.VnodeCount)
 	}
@@ -322,11 +324,11 @@ func statsMemory(b *testing.B, e *storeEnv) (physical, live float64) {
 // [nil, cursor] over the vnodes, asked together, on the store's current
 // statistics.
 func consumedRows(s *lsm.Store, cursors [][]byte) (consumed float64) {
-	qs := make([]keystats.RangeQuery, len(cursors))
+	qs := make([]stats.RangeQuery, len(cursors))
 	for v := range cursors {
-		qs[v] = keystats.RangeQuery{Vnode: uint16(v), Hi: cursors[v], HiInclusive: true}
+		qs[v] = stats.RangeQuery{Vnode: uint16(v), Hi: cursors[v], HiInclusive: true}
 	}
-	for _, e := range s.Stats().AppendEstimates(make([]keystats.RowEstimate, 0, len(qs)), benchTable, qs) {
+	for _, e := range s.Stats().AppendEstimates(make([]stats.RowEstimate, 0, len(qs)), benchTable, qs) {
 		consumed += e.Mean
 	}
 	return consumed
@@ -335,9 +337,9 @@ func consumedRows(s *lsm.Store, cursors [][]byte) (consumed float64) {
 // consumedRowsEach is consumedRows asked one query at a time.
 func consumedRowsEach(s *lsm.Store, cursors [][]byte) (consumed float64) {
 	st := s.Stats()
-	var out [1]keystats.RowEstimate
+	var out [1]stats.RowEstimate
 	for v := range cursors {
-		q := [1]keystats.RangeQuery{{Vnode: uint16(v), Hi: cursors[v], HiInclusive: true}}
+		q := [1]stats.RangeQuery{{Vnode: uint16(v), Hi: cursors[v], HiInclusive: true}}
 		consumed += st.AppendEstimates(out[:0], benchTable, q[:])[0].Mean
 	}
 	return consumed
