@@ -17,9 +17,9 @@ import (
 
 // estimatorError returns the mean and max error, in percentage points of
 // each vnode's live rows, of the physical estimator of live rows below a
-// cursor — Version.Range(nil, cursor) puts − deletes, scaled by the vnode's
-// live rows over its total puts − deletes — against the true count, at the
-// cursors 10%, 20%, ..., 90% of each vnode's live pks.
+// cursor — ssttracker.CountRange(nil, cursor) puts − deletes, scaled by the
+// vnode's live rows over its total puts − deletes — against the true count,
+// at the cursors 10%, 20%, ..., 90% of each vnode's live pks.
 func estimatorError(t testing.TB, s *Store, def TableDef, live map[uint64]string) (mean, worst float64) {
 	st := s.Stats()
 	byVnode := make([][]uint64, def.VnodeCount)

@@ -25,8 +25,8 @@ package stats_test
 // The live estimator (stats.Live.EstimateRows: live buckets) is asserted:
 // the bounds contain the truth on every query, p99 |error| ≤ 1% of the
 // vnode's live rows without churn and ≤ 2% with it, p99 bound width ≤ 3%.
-// The physical estimators from Version.Range, scaled to the vnode's live
-// count, are reported for comparison only: entries (Hummock's
+// The physical estimators from ssttracker.CountRange, scaled to the
+// vnode's live count, are reported for comparison only: entries (Hummock's
 // total_key_count), puts − deletes, and head puts − head deletes (per SST,
 // the prefixes whose newest entry is a put or a delete). Updates that sit in
 // other SSTs than the rows they shadow bias the physical ones; a full

@@ -62,9 +62,9 @@ package sstsummary
 // with pk < x — is bracketed exactly by the two samples around x: at least
 // the value at the sample at or below x, at most the value at the next
 // sample (or the vnode's total after the last). So the recorded gap is the
-// error bound of a single SST, and Version.Range reports it as such (summed
-// over the live SSTs), with a linear interpolation of the pk bytes between
-// the two samples as the estimate. LastPK is kept so that pks past the end of
+// error bound of a single SST, and VnodeSummary.CountRange reports it as
+// such (ssttracker.CountRange sums it over the live SSTs), with a linear
+// interpolation of the pk bytes between the two samples as the estimate. LastPK is kept so that pks past the end of
 // the vnode are exact too.
 //
 // # Cost

@@ -39,7 +39,8 @@ package ssttracker
 // truncated, of an unknown format, or inconsistent with Pebble's NumEntries,
 // is logged with its file number and rebuilt from its keys, and the Version
 // lists it in Rebuilt. Both rebuilds feed the keys to the collector's own
-// classification (Collector.add): one mechanism, never silently wrong totals.
+// classification (sstsummary.Collector.Add): one mechanism, never silently
+// wrong totals.
 //
 // # Events
 //
@@ -421,7 +422,7 @@ func barrier(db *pebble.DB) {
 
 // Recompute builds a Version from scratch over the live SSTs, reading every
 // file; it does not change the tracker. Incremental and recomputed Versions
-// must not differ (Version.Diff).
+// must not differ (DiffVersions).
 func (t *Tracker) Recompute() (*Version, error) {
 	cfg := t.cfg
 	cfg.DB = t.db.Load()
