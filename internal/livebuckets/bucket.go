@@ -1,8 +1,6 @@
 package livebuckets
 
-import (
-	"unsafe"
-)
+import "unsafe"
 
 const (
 	// SplitDivisor sets the largest bucket to 1/SplitDivisor of its vnode.

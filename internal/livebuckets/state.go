@@ -1,8 +1,6 @@
 package livebuckets
 
-import (
-	"time"
-)
+import "time"
 
 // State owns the current Snapshot and the set of buckets changed
 // since they were last persisted. Not safe for concurrent use.
