@@ -138,7 +138,7 @@ FUZZSEED ?=
 FUZZENV   = $(if $(FUZZSEED),GODEBUG=fuzzseed=$(FUZZSEED))
 fuzz:
 	$(FUZZENV) $(GO) test -run '^$$' -fuzz '^FuzzComparer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./keys
-	$(FUZZENV) $(GO) test -run '^$$' -fuzz '^FuzzDecodeSummary$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/keystats
+	$(FUZZENV) $(GO) test -run '^$$' -fuzz '^FuzzDecodeSummary$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/sstsummary
 	$(FUZZENV) $(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./backfill
 
 # The crash torture of the whole stack: 1,000 SIGKILLs (make test runs 25).

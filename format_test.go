@@ -14,7 +14,9 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -154,7 +156,7 @@ func encodingVectors(t *testing.T, dir string) string {
 	var payloads []string
 	for _, level := range tables {
 		for _, f := range level {
-			p := f.Properties.UserProperties[keystats.CollectorName]
+			p := f.Properties.UserProperties[sstsummary.CollectorName]
 			payloads = append(payloads, fmt.Sprintf("payload %x..%x %s\n", f.Smallest.UserKey, f.Largest.UserKey, hex.EncodeToString([]byte(p))))
 		}
 	}
@@ -182,7 +184,7 @@ func dumpStore(t *testing.T, s *lsm.Store) string {
 			require.NoError(t, err)
 			vs := st.Vnode(d.ID, v)
 			fmt.Fprintf(&b, "  v%d: %d rows (fnv %016x); physical %+v; live %+v\n", v, n, h.Sum64(), vs.Physical, vs.Live)
-			det := keystats.Detail(st.Live, d.ID, v)
+			det := livebuckets.Detail(statsinternal.LiveOf(st.Live), d.ID, v)
 			fmt.Fprintf(&b, "    anchors %x (live %t) %x (live %t)\n", det.MinPK, det.MinLive, det.MaxPK, det.MaxLive)
 			for _, bk := range det.Buckets {
 				fmt.Fprintf(&b, "    bucket %x: %d rows %d bytes lower live %t\n", bk.Lower, bk.Rows, bk.Bytes, bk.LowerLive)

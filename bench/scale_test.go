@@ -22,9 +22,11 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/malloc"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -214,7 +216,7 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	}
 	heapBeforeOpen := heapLive()
 	var splits lsm.Metrics
-	var refreshes keystats.RefreshCounts
+	var refreshes ssttracker.RefreshCounts
 	cfg.OnEnd = func(s *Session) {
 		splits = s.Store.Metrics()
 		refreshes = lsminternal.StoreTracker(s.Store).RefreshCounts()
@@ -372,7 +374,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 		p.ssts += int(l.TablesCount)
 	}
 	ropts := cfg.Store.PebbleOptions().MakeReaderOptions()
-	tcfg := keystats.TrackerConfig{DB: db, Dir: lsminternal.PebbleDir(s.Store), ReaderOptions: ropts, Logger: lsm.QuietLogger(nil)}
+	tcfg := ssttracker.TrackerConfig{DB: db, Dir: lsminternal.PebbleDir(s.Store), ReaderOptions: ropts, Logger: lsm.QuietLogger(nil)}
 
 	// Heap held by the statistics: a physical Version built from the live
 	// SSTs and the live buckets loaded from their metadata, as the store
@@ -382,7 +384,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	// divide that noise.
 	quiesce(db)
 	var entries [][2][]byte
-	for _, span := range keystats.LiveSpans() {
+	for _, span := range livebuckets.Spans() {
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
 		require.NoError(b, err)
 		for ok := it.First(); ok; ok = it.Next() {
@@ -394,18 +396,19 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	var kept []any
 	before := heapLive()
 	for range statsCopies {
-		v, err := keystats.Recompute(tcfg)
+		v, err := ssttracker.Recompute(tcfg)
 		require.NoError(b, err)
 		kept = append(kept, v)
 		if p.keys == 0 {
 			for _, t := range v.Tables() {
-				p.keys += v.Table(t).TotalKeyCount
+				c, _ := v.Table(t)
+				p.keys += c.Entries
 			}
 		}
 	}
 	mid := heapLive()
 	for range statsCopies {
-		ls := keystats.NewLiveState()
+		ls := livebuckets.NewState()
 		for _, def := range s.Store.Tables() {
 			ls.AddTable(def.ID, def.VnodeCount)
 		}
@@ -457,11 +460,11 @@ func readerPayload(b *testing.B, db *pebble.DB, dir string, ropts sstable.Reader
 		}
 	}
 	for _, r := range readers {
-		payload += float64(len(r.UserProperties[keystats.CollectorName]))
+		payload += float64(len(r.UserProperties[sstsummary.CollectorName]))
 	}
 	withProps := heapLive()
 	for _, r := range readers {
-		delete(r.UserProperties, keystats.CollectorName)
+		delete(r.UserProperties, sstsummary.CollectorName)
 	}
 	held = withProps - heapLive()
 	for _, r := range readers {
@@ -488,7 +491,7 @@ func readerPayload(b *testing.B, db *pebble.DB, dir string, ropts sstable.Reader
 // files. (A scratch table between the catalog and the metadata table would
 // share a bottom-level file with the last table's data and the metadata,
 // and time that file's rewrite, which grows with the table.)
-func refreshProbe(b *testing.B, store *lsm.Store, cfg keystats.TrackerConfig) (perFile, listing float64) {
+func refreshProbe(b *testing.B, store *lsm.Store, cfg ssttracker.TrackerConfig) (perFile, listing float64) {
 	db := lsminternal.DB(store)
 	tr := lsminternal.StoreTracker(store)
 	require.NoError(b, db.Flush())
@@ -528,7 +531,7 @@ func refreshProbe(b *testing.B, store *lsm.Store, cfg keystats.TrackerConfig) (p
 	// Medians: a listing takes 0.1 ms, and one GC pause or page fault in a
 	// process of gigabytes would be most of a mean.
 	quiesce(db)
-	lt := keystats.NewTracker(cfg)
+	lt := ssttracker.NewTracker(cfg)
 	require.NoError(b, lt.Refresh())
 	var idle []float64
 	for range 32 {

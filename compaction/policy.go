@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/stats"
@@ -349,7 +350,7 @@ func (p *Policy) RunRound(ctx context.Context) (Round, error) {
 			todo = append(todo, c)
 		}
 	}
-	for _, c := range mergeSharingSSTs(todo, keystats.Files(st.Physical)) {
+	for _, c := range mergeSharingSSTs(todo, ssttracker.Files(statsinternal.VersionOf(st.Physical))) {
 		if err := s.CompactRange(ctx, c.Table, c.VnodeLo, c.VnodeHi); err != nil {
 			return fail(c, err)
 		}
@@ -400,7 +401,7 @@ func (p *Policy) gc(ctx context.Context, c Candidate, rd *Round) error {
 // mergeSharingSSTs sorts ranges by (table, vnode) and merges consecutive
 // ranges of a table that overlap a common live SST into one range
 // spanning both (and the vnodes between them, which share that SST too).
-func mergeSharingSSTs(ranges []Candidate, files []keystats.FileInfo) []Candidate {
+func mergeSharingSSTs(ranges []Candidate, files []ssttracker.FileInfo) []Candidate {
 	slices.SortFunc(ranges, func(a, b Candidate) int {
 		if a.Table != b.Table {
 			return cmp.Compare(a.Table, b.Table)
@@ -412,7 +413,7 @@ func mergeSharingSSTs(ranges []Candidate, files []keystats.FileInfo) []Candidate
 		_, hi = keys.VnodeSpan(c.Table, uint16(c.VnodeHi-1))
 		return lo, hi
 	}
-	overlaps := func(f *keystats.FileInfo, lo, hi []byte) bool {
+	overlaps := func(f *ssttracker.FileInfo, lo, hi []byte) bool {
 		if bytes.Compare(f.Smallest, hi) >= 0 {
 			return false
 		}

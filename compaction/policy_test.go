@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -304,13 +304,13 @@ func TestPolicyClosedStore(t *testing.T) {
 // TestMergeSharingSSTs: ranges of a table that overlap one SST are
 // compacted together; ranges in other SSTs or tables stay apart.
 func TestMergeSharingSSTs(t *testing.T) {
-	file := func(table uint32, lo, hi uint16) keystats.FileInfo {
-		return keystats.FileInfo{
+	file := func(table uint32, lo, hi uint16) ssttracker.FileInfo {
+		return ssttracker.FileInfo{
 			Smallest: keys.AppendVersioned(nil, table, lo, keys.AppendUint64(nil, 1), keys.MakeVersion(1, 0), keys.KindPut),
 			Largest:  keys.AppendVersioned(nil, table, hi, keys.AppendUint64(nil, 9), keys.MakeVersion(1, 0), keys.KindPut),
 		}
 	}
-	files := []keystats.FileInfo{file(1, 0, 9), file(1, 20, 29), file(2, 0, 63)}
+	files := []ssttracker.FileInfo{file(1, 0, 9), file(1, 20, 29), file(2, 0, 63)}
 	ranges := []Candidate{
 		{Table: 1, VnodeLo: 24, VnodeHi: 26, Garbage: 1},
 		{Table: 1, VnodeLo: 0, VnodeHi: 2, Garbage: 2},

@@ -14,7 +14,9 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -115,7 +117,7 @@ func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *data
 		return errOr(err, "ok"), true
 	case "physical":
 		var foreign, meta uint64
-		for _, f := range keystats.Files(s.Stats().Physical) {
+		for _, f := range ssttracker.Files(statsinternal.VersionOf(s.Stats().Physical)) {
 			foreign += f.Summary.Foreign
 			meta += f.Summary.MetaKeys
 		}
@@ -250,7 +252,7 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 			log := &recordingLogger{}
 			s, err := Open(dir, &Options{Logger: log, MemoryWatermark: -1, Pebble: func(o *pebble.Options) {
 				o.BlockPropertyCollectors = []func() pebble.BlockPropertyCollector{func() pebble.BlockPropertyCollector {
-					return &corruptCollector{BlockPropertyCollector: keystats.NewCollector(), mode: mode}
+					return &corruptCollector{BlockPropertyCollector: sstsummary.NewCollector(), mode: mode}
 				}}
 			}})
 			require.NoError(t, err)
@@ -270,9 +272,9 @@ func TestCorruptPayloadEndToEnd(t *testing.T) {
 				require.Contains(t, notes, "statistics rebuilt from its keys", when)
 				st = s.Stats() // Verify flushed the checkpoints committed as batches
 				if all {
-					require.Len(t, keystats.Rebuilt(st.Physical), st.Physical.NumFiles(), "%s: every SST", when)
+					require.Len(t, ssttracker.Rebuilt(statsinternal.VersionOf(st.Physical)), st.Physical.NumFiles(), "%s: every SST", when)
 				} else {
-					require.Less(t, len(keystats.Rebuilt(st.Physical)), st.Physical.NumFiles(), "%s: SSTs with good payloads", when)
+					require.Less(t, len(ssttracker.Rebuilt(statsinternal.VersionOf(st.Physical))), st.Physical.NumFiles(), "%s: SSTs with good payloads", when)
 				}
 				// The estimates of a vnode's pk ranges still bracket the truth.
 				var rows float64

@@ -10,7 +10,8 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 )
@@ -26,7 +27,7 @@ import (
 // ingested in one Pebble Ingest call (one MANIFEST edit). Either way a
 // crash leaves all of the checkpoint or none of it. When Commit returns,
 // the physical statistics include the checkpoint (a batch's summary until
-// its flush, see keystats' unflushed.go), unless reading an ingested SST's
+// its flush, see ssttracker's unflushed.go), unless reading an ingested SST's
 // properties failed: the checkpoint is durable all the same, so Commit
 // returns nil, and Stats().PhysicalErr reports the failure until the
 // statistics tracker's background retry succeeds. On error nothing is
@@ -71,8 +72,8 @@ func (s *Store) Commit(epoch uint64) error {
 	}
 	batch.Normalize()
 	meta := batch.MetaEntries() // sorted
-	meta = insertMeta(meta, keystats.MetaEntry{Key: keys.MetaKey([]byte(keys.CommittedEpochName)), Value: be64(epoch)})
-	meta = insertMeta(meta, keystats.MetaEntry{Key: keys.MetaKey([]byte(hwmName)), Value: be64(hwm)})
+	meta = insertMeta(meta, livebuckets.MetaEntry{Key: keys.MetaKey([]byte(keys.CommittedEpochName)), Value: be64(epoch)})
+	meta = insertMeta(meta, livebuckets.MetaEntry{Key: keys.MetaKey([]byte(hwmName)), Value: be64(hwm)})
 	for _, e := range meta {
 		if err := sk.addMeta(e); err != nil {
 			sk.abort()
@@ -129,8 +130,8 @@ func (s *Store) Commit(epoch uint64) error {
 }
 
 // insertMeta inserts e into meta, sorted by key, where it sorts.
-func insertMeta(meta []keystats.MetaEntry, e keystats.MetaEntry) []keystats.MetaEntry {
-	i, _ := slices.BinarySearchFunc(meta, e.Key, func(m keystats.MetaEntry, k []byte) int { return bytes.Compare(m.Key, k) })
+func insertMeta(meta []livebuckets.MetaEntry, e livebuckets.MetaEntry) []livebuckets.MetaEntry {
+	i, _ := slices.BinarySearchFunc(meta, e.Key, func(m livebuckets.MetaEntry, k []byte) int { return bytes.Compare(m.Key, k) })
 	return slices.Insert(meta, i, e)
 }
 
@@ -177,7 +178,7 @@ func (s *Store) drop(bufs []*epochBuf) {
 
 // writeData merges every piece of bufs into out in key order and adds each
 // entry's live delta to the batch.
-func (s *Store) writeData(out sink, bufs []*epochBuf, batch *keystats.LiveBatch) error {
+func (s *Store) writeData(out sink, bufs []*epochBuf, batch *livebuckets.Batch) error {
 	var h sourceHeap
 	defer func() {
 		for _, src := range h {
@@ -227,7 +228,7 @@ func (s *Store) writeData(out sink, bufs []*epochBuf, batch *keystats.LiveBatch)
 		if p := key[:keys.Split(key)]; !bytes.Equal(p, prefix) {
 			prefix, live = append(prefix[:0], p...), k.Kind == keys.KindPut
 		}
-		if err := batch.Apply(keystats.LiveDelta{Table: k.Table, Vnode: k.Vnode, PK: k.PK, LiveCounts: src.delta(len(k.PK)), Live: live}); err != nil {
+		if err := batch.Apply(livebuckets.Delta{Table: k.Table, Vnode: k.Vnode, PK: k.PK, Counts: livebuckets.Counts(src.delta(len(k.PK))), Live: live}); err != nil {
 			return err
 		}
 		if src.next(); src.valid() {
@@ -247,7 +248,7 @@ func (s *Store) writeData(out sink, bufs []*epochBuf, batch *keystats.LiveBatch)
 // order: the SSTs of an ingestion (output) or one Pebble batch (batchSink).
 type sink interface {
 	set(key, value []byte) error
-	addMeta(e keystats.MetaEntry) error
+	addMeta(e livebuckets.MetaEntry) error
 	abort()
 }
 
@@ -276,7 +277,7 @@ func (s *Store) commitsAsBatch(bufs []*epochBuf) bool {
 // keys for the physical statistics as the collector would an SST's.
 type batchSink struct {
 	b   *pebble.Batch
-	sum keystats.BatchSummary
+	sum sstsummary.BatchSummary
 	seq uint64 // the batch's first sequence number, once committed
 }
 
@@ -288,7 +289,7 @@ func (s *batchSink) set(key, value []byte) error {
 	return nil
 }
 
-func (s *batchSink) addMeta(e keystats.MetaEntry) error {
+func (s *batchSink) addMeta(e livebuckets.MetaEntry) error {
 	if !e.Delete {
 		return s.set(e.Key, e.Value)
 	}

@@ -65,7 +65,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
 	"github.com/lsmstats/lsmstats/keys"
 	"golang.org/x/time/rate"
 )
@@ -406,7 +406,7 @@ func (s *Store) ingestGC(dels [][]byte, delBytes int64, safe uint64) error {
 			return err
 		}
 	}
-	if err := out.addMeta(keystats.MetaEntry{Key: keys.MetaKey([]byte(gcEpochName)), Value: be64(wm)}); err != nil {
+	if err := out.addMeta(livebuckets.MetaEntry{Key: keys.MetaKey([]byte(gcEpochName)), Value: be64(wm)}); err != nil {
 		out.abort()
 		return err
 	}

@@ -8,16 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
 
 // estimatorError returns the mean and max error, in percentage points of
 // each vnode's live rows, of the physical estimator of live rows below a
-// cursor — Version.Range(nil, cursor) puts − deletes, scaled by the vnode's
-// live rows over its total puts − deletes — against the true count, at the
-// cursors 10%, 20%, ..., 90% of each vnode's live pks.
+// cursor — ssttracker.CountRange(nil, cursor) puts − deletes, scaled by the
+// vnode's live rows over its total puts − deletes — against the true count,
+// at the cursors 10%, 20%, ..., 90% of each vnode's live pks.
 func estimatorError(t testing.TB, s *Store, def TableDef, live map[uint64]string) (mean, worst float64) {
 	st := s.Stats()
 	byVnode := make([][]uint64, def.VnodeCount)
@@ -39,7 +40,7 @@ func estimatorError(t testing.TB, s *Store, def TableDef, live map[uint64]string
 		for q := 1; q <= 9; q++ {
 			i := len(pks) * q / 10
 			cursor := keys.AppendUint64(nil, pks[i])
-			rc := keystats.CountRange(st.Physical, def.ID, uint16(v), nil, cursor)
+			rc := ssttracker.CountRange(statsinternal.VersionOf(st.Physical), def.ID, uint16(v), nil, cursor)
 			est := 0.0
 			if net > 0 {
 				est = (rc.Puts.Est - rc.Deletes.Est) / net * rows

@@ -11,7 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/compactiondelta"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -457,8 +457,8 @@ func TestGCCompactionDeltas(t *testing.T) {
 	require.NoError(t, s.CompactRange(context.Background(), 1, 0, 0))
 	after := s.Stats().Physical
 
-	var sum keystats.Delta
-	perVnode := map[uint16]keystats.Delta{}
+	var sum compactiondelta.Delta
+	perVnode := map[uint16]compactiondelta.Delta{}
 	for got := 0; ; got++ {
 		// Pebble ran every compaction before CompactRange returned; the
 		// deltas follow the refresh that CompactRange made.
@@ -466,7 +466,7 @@ func TestGCCompactionDeltas(t *testing.T) {
 		if got == int(cs.Complete+cs.Incomplete) {
 			break
 		}
-		var d keystats.CompactionDelta
+		var d compactiondelta.Compaction
 		select {
 		case d = <-deltas:
 		case <-time.After(10 * time.Second):

@@ -3,7 +3,8 @@ package lsm
 import (
 	"testing"
 
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -28,7 +29,7 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 	require.NoError(t, w.Seal(1))
 	require.NoError(t, s.Commit(1))
 	before := s.Stats().Live
-	require.Greater(t, len(keystats.Detail(before, 1, 0).Buckets), 8, "the commit must have split buckets")
+	require.Greater(t, len(livebuckets.Detail(statsinternal.LiveOf(before), 1, 0).Buckets), 8, "the commit must have split buckets")
 	cursor := keys.AppendUint64(nil, 1234)
 	est := before.EstimateRows(1, 0, nil, cursor)
 	crashForTest(s)
@@ -38,7 +39,7 @@ func TestSplitsReproducedAfterRestart(t *testing.T) {
 	defer s.Close()
 	after := s.Stats().Live
 	for v := uint16(0); v < 2; v++ {
-		require.Equal(t, keystats.Detail(before, 1, v), keystats.Detail(after, 1, v), "vnode %d", v)
+		require.Equal(t, livebuckets.Detail(statsinternal.LiveOf(before), 1, v), livebuckets.Detail(statsinternal.LiveOf(after), 1, v), "vnode %d", v)
 	}
 	require.Equal(t, est, after.EstimateRows(1, 0, nil, cursor))
 }
@@ -67,7 +68,7 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 			yield(i * 1000)
 		}
 	})
-	buckets := len(keystats.Detail(s.Stats().Live, 1, 0).Buckets)
+	buckets := len(livebuckets.Detail(statsinternal.LiveOf(s.Stats().Live), 1, 0).Buckets)
 	require.Greater(t, buckets, 50)
 	scans := s.Metrics().BucketScans
 	// Fill a run of adjacent buckets, and two lone ones further on.
@@ -79,7 +80,7 @@ func TestRescansOfAdjacentBuckets(t *testing.T) {
 		}
 	})
 	require.Greater(t, s.Metrics().BucketScans-scans, int64(3), "the commit must have rescanned several buckets")
-	require.Greater(t, len(keystats.Detail(s.Stats().Live, 1, 0).Buckets), buckets)
+	require.Greater(t, len(livebuckets.Detail(statsinternal.LiveOf(s.Stats().Live), 1, 0).Buckets), buckets)
 	rep, err := s.Verify()
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%v", rep.Differences)
@@ -119,7 +120,7 @@ func TestStatsBucketBudget(t *testing.T) {
 	live := s.Stats().Live
 	buckets := 0
 	for v := range uint16(vnodes) {
-		buckets += len(keystats.Detail(live, 1, v).Buckets)
+		buckets += len(livebuckets.Detail(statsinternal.LiveOf(live), 1, v).Buckets)
 		cursor := keys.AppendUint64(nil, 50000)
 		truth := int64(0)
 		for _, pk := range perVnode[v] {
@@ -143,6 +144,6 @@ func TestStatsBucketBudget(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	for v := range uint16(vnodes) {
-		require.Equal(t, keystats.Detail(live, 1, v), keystats.Detail(s.Stats().Live, 1, v), "vnode %d", v)
+		require.Equal(t, livebuckets.Detail(statsinternal.LiveOf(live), 1, v), livebuckets.Detail(statsinternal.LiveOf(s.Stats().Live), 1, v), "vnode %d", v)
 	}
 }

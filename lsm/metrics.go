@@ -5,7 +5,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -91,9 +91,19 @@ func (s *Store) PebbleMetrics() (*pebble.Metrics, error) {
 // each scrape and keeps nothing; give both the same options (namespace,
 // constant labels) to tell several stores apart. opts.Now is not used.
 func (s *Store) Collector(opts *stats.MetricsOptions) prometheus.Collector {
-	c := &storeCollector{s: s, deltas: s.tracker.CompactionCollector(opts)}
+	var o stats.MetricsOptions
+	if opts != nil {
+		o = *opts
+	}
+	desc := func(subsystem, name, help string, labels ...string) *prometheus.Desc {
+		return statsinternal.MetricDesc(o.Namespace, o.ConstLabels, subsystem, name, help, labels...)
+	}
+	deltas := s.tracker.CompactionCollector(func(name, help string, labels ...string) *prometheus.Desc {
+		return desc("", name, help, labels...)
+	})
+	c := &storeCollector{s: s, deltas: deltas}
 	add := func(subsystem, name, help string, kind prometheus.ValueType, value func(*Metrics) float64) {
-		c.metrics = append(c.metrics, storeMetric{desc: keystats.MetricDesc(opts, subsystem, name, help), kind: kind, value: value})
+		c.metrics = append(c.metrics, storeMetric{desc: desc(subsystem, name, help), kind: kind, value: value})
 	}
 	counter, gauge := prometheus.CounterValue, prometheus.GaugeValue
 	add("store", "commits_total", "Checkpoints committed.", counter, func(m *Metrics) float64 { return float64(m.Commits) })

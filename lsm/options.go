@@ -8,8 +8,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/sstsummary"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -243,8 +244,7 @@ func (o *Options) applyHook(popts *pebble.Options) {
 func init() {
 	lsminternal.Hooks.DB = func(s any) *pebble.DB { return s.(*Store).db }
 	lsminternal.Hooks.PebbleDir = func(s any) string { return s.(*Store).pebbleDirPath() }
-	lsminternal.Hooks.Metrics = func(s any) lsminternal.Metrics { return lsminternal.Metrics(s.(*Store).Metrics()) }
-	lsminternal.Hooks.Tracker = func(s any) *keystats.Tracker { return s.(*Store).tracker }
+	lsminternal.Hooks.Tracker = func(s any) *ssttracker.Tracker { return s.(*Store).tracker }
 }
 
 // pebbleOptions returns the store's Pebble options before its listeners
@@ -254,7 +254,7 @@ func (o *Options) pebbleOptions() *pebble.Options {
 		FS:                          o.FS,
 		Comparer:                    keys.Comparer,
 		Logger:                      o.Logger,
-		BlockPropertyCollectors:     []func() pebble.BlockPropertyCollector{keystats.NewCollector},
+		BlockPropertyCollectors:     []func() pebble.BlockPropertyCollector{sstsummary.NewCollector},
 		FormatMajorVersion:          pebble.FormatNewest,
 		L0CompactionThreshold:       l0CompactionThreshold,
 		L0StopWritesThreshold:       max(2*l0CompactionThreshold, o.L0StopSublevels),

@@ -9,7 +9,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -506,14 +506,14 @@ func (i *Iter) Close() error {
 
 // rescanBuckets scans the live-statistics buckets that grew too big, to
 // split them, or whose calibration is stale, at the committed epoch (see
-// keystats.Rescan), and publishes them together. A backfill's commit asks for
+// livebuckets.Rescan), and publishes them together. A backfill's commit asks for
 // hundreds of small scans, and creating a Pebble iterator costs more than
 // scanning one bucket: one iterator, re-bounded per vnode, serves them all.
 // A scan that fails leaves its bucket as it was: its counts stay exact,
 // only its estimates are less so until a later commit asks again.
-func (s *Store) rescanBuckets(reqs []keystats.Rescan) {
+func (s *Store) rescanBuckets(reqs []livebuckets.Rescan) {
 	epoch := s.committed.Load()
-	var done []keystats.ScannedBucket
+	var done []livebuckets.ScannedBucket
 	var it *Iter
 	defer func() {
 		if it != nil {
@@ -572,9 +572,9 @@ func (s *Store) boundIter(it *Iter, table uint32, vnode uint16, lo, hi []byte, e
 // and a bucket that starts where the previous one ended (adjacent buckets
 // of a split) continues from where that scan stopped, at the first row at
 // or after its lower bound. Only a gap between two buckets costs a seek.
-func (s *Store) scanBuckets(it *Iter, reqs []keystats.Rescan, done []keystats.ScannedBucket) ([]keystats.ScannedBucket, error) {
+func (s *Store) scanBuckets(it *Iter, reqs []livebuckets.Rescan, done []livebuckets.ScannedBucket) ([]livebuckets.ScannedBucket, error) {
 	for k, r := range reqs {
-		sc := keystats.NewBucketScan(r)
+		sc := livebuckets.NewBucketScan(r)
 		var n int64
 		var valid bool
 		switch {

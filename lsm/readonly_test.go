@@ -14,7 +14,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
@@ -476,7 +477,7 @@ func dataOnlySST(t *testing.T, dir string, lo, hi uint64) uint64 {
 		pk, _, err := keys.DecodeUint64(k.PK)
 		return pk, err == nil && pk >= lo && pk < hi
 	}
-	for _, fi := range keystats.Files(s.Stats().Physical) {
+	for _, fi := range ssttracker.Files(statsinternal.VersionOf(s.Stats().Physical)) {
 		_, ok1 := pkOf(fi.Smallest)
 		_, ok2 := pkOf(fi.Largest)
 		if ok1 && ok2 {

@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -128,7 +128,7 @@ func (o *output) add(key []byte, kind pebble.InternalKeyKind, value []byte) erro
 	return nil
 }
 
-func (o *output) addMeta(e keystats.MetaEntry) error {
+func (o *output) addMeta(e livebuckets.MetaEntry) error {
 	if e.Delete {
 		return o.add(e.Key, pebble.InternalKeyKindDelete, nil)
 	}

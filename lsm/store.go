@@ -19,7 +19,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -54,7 +55,7 @@ type Store struct {
 
 	db      *pebble.DB
 	popts   *pebble.Options
-	tracker *keystats.Tracker
+	tracker *ssttracker.Tracker
 	// spans says where SSTs end, Pebble's and the store's: at tables and
 	// at the vnode partitions of the tables partitionLarge picked.
 	spans sstSpans
@@ -92,7 +93,7 @@ type Store struct {
 		// orphans are sealed epochs of closed writers, still to commit.
 		orphans []*epochBuf
 		pins    map[uint64]int
-		live    *keystats.LiveState
+		live    *livebuckets.State
 		// hwm is the durable epoch high-water mark.
 		hwm uint64
 		// gcEpoch is the garbage-collection watermark: reads below it are
@@ -172,7 +173,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.mu.catalog = map[uint32]*TableDef{}
 	s.mu.writers = map[*Writer]struct{}{}
 	s.mu.pins = map[uint64]int{}
-	s.mu.live = keystats.NewLiveState()
+	s.mu.live = livebuckets.NewState()
 	s.mu.live.SetBucketBudget(o.StatsBucketBudget)
 	s.gc.closing = make(chan struct{})
 
@@ -213,7 +214,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 
 	popts := o.pebbleOptions()
-	s.tracker = keystats.NewTracker(keystats.TrackerConfig{
+	s.tracker = ssttracker.NewTracker(ssttracker.TrackerConfig{
 		Dir:           s.fs.PathJoin(dir, pebbleDir),
 		FS:            s.fs,
 		ReaderOptions: popts.MakeReaderOptions(),
@@ -332,7 +333,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return s, nil
 	}
 	// Redo the bucket rescans that were pending persistence at the crash or
-	// close (see keystats.LiveState.Rescans): the live statistics are then
+	// close (see livebuckets.State.Rescans): the live statistics are then
 	// exactly what they were before it.
 	s.mu.Lock()
 	reqs := s.mu.live.Rescans()
@@ -565,7 +566,7 @@ func (s *Store) load(m mark, hasMark bool) error {
 			// metadata, or none of ours: nothing to inspect.
 			return errors.Wrapf(ErrNoStore, "%s holds a Pebble database without a store's metadata", s.dir)
 		}
-		if err := s.ingestMeta([]keystats.MetaEntry{
+		if err := s.ingestMeta([]livebuckets.MetaEntry{
 			{Key: keys.MetaKey([]byte(keys.FormatVersionName)), Value: be64(FormatVersion)},
 			{Key: keys.MetaKey([]byte(keys.CommittedEpochName)), Value: be64(0)},
 		}); err != nil {
@@ -603,7 +604,7 @@ func (s *Store) checkMinor(minor uint64, unknown [][]byte, leaveOut func(error) 
 }
 
 // liveVnodeOf returns the table and vnode of a live-statistics bucket key
-// ("live/", the table id, the vnode, see keystats.BucketKey).
+// ("live/", the table id, the vnode, see livebuckets.BucketKey).
 func liveVnodeOf(key []byte) (uint32, uint16, bool) {
 	name, ok := keys.MetaName(key)
 	if !ok {
@@ -617,7 +618,7 @@ func liveVnodeOf(key []byte) (uint32, uint16, bool) {
 }
 
 // liveTableOf returns the table of a live-statistics metadata key
-// ("live/" or "live_est/" and the table id, see keystats.BucketKey).
+// ("live/" or "live_est/" and the table id, see livebuckets.BucketKey).
 func liveTableOf(key []byte) (uint32, bool) {
 	name, ok := keys.MetaName(key)
 	if !ok {
@@ -768,7 +769,7 @@ func (s *Store) stallErr(err error) error {
 // makes Pebble flush it first and wait for the flush, without end while the
 // flush fails (Pebble retries it); this flush returns the failure instead.
 func (s *Store) flushUnflushed() error {
-	if keystats.NumUnflushed(s.tracker.Current()) == 0 {
+	if ssttracker.NumUnflushed(s.tracker.Current()) == 0 {
 		return nil
 	}
 	return s.flushMemtable()
@@ -837,7 +838,7 @@ func (s *Store) CreateTable(def TableDef) error {
 		return errors.Newf("lsmstats: table %d exists with another definition", def.ID)
 	}
 	s.mu.Unlock()
-	if err := s.ingestMeta([]keystats.MetaEntry{{Key: keys.CatalogKey(def.ID), Value: encodeCatalogEntry(&def)}}); err != nil {
+	if err := s.ingestMeta([]livebuckets.MetaEntry{{Key: keys.CatalogKey(def.ID), Value: encodeCatalogEntry(&def)}}); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -897,9 +898,9 @@ func (s *Store) table(id uint32) (*TableDef, error) {
 
 // ingestMeta durably writes metadata entries in one ingestion. Callers hold
 // ingestMu.
-func (s *Store) ingestMeta(entries []keystats.MetaEntry) error {
+func (s *Store) ingestMeta(entries []livebuckets.MetaEntry) error {
 	entries = slices.Clone(entries)
-	slices.SortFunc(entries, func(a, b keystats.MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
+	slices.SortFunc(entries, func(a, b livebuckets.MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
 	out := s.newOutput()
 	for _, e := range entries {
 		if err := out.addMeta(e); err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2/sstable"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
 	"github.com/lsmstats/lsmstats/keys"
 )
 
@@ -169,7 +169,7 @@ func (s *Store) raiseHWM(epoch uint64) error {
 	if epoch <= hwm {
 		return nil
 	}
-	if err := s.ingestMeta([]keystats.MetaEntry{{Key: keys.MetaKey([]byte(hwmName)), Value: be64(epoch)}}); err != nil {
+	if err := s.ingestMeta([]livebuckets.MetaEntry{{Key: keys.MetaKey([]byte(hwmName)), Value: be64(epoch)}}); err != nil {
 		return errors.Wrapf(err, "lsmstats: raise epoch high-water mark to %d", epoch)
 	}
 	s.mu.Lock()

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
@@ -17,7 +18,7 @@ import (
 // across files: not the prefixes and head puts (a pk in two files counts in
 // each, as in two SSTs), nor the value bytes (apportioned per file, so
 // they round differently).
-func physicalVnodes(v *stats.Version, def TableDef) map[uint16]stats.Counts {
+func physicalVnodes(v stats.Version, def TableDef) map[uint16]stats.Counts {
 	out := map[uint16]stats.Counts{}
 	for vn := range def.VnodeCount {
 		c := v.Vnode(def.ID, uint16(vn))
@@ -51,7 +52,7 @@ func TestUnflushedCheckpoints(t *testing.T) {
 	for i := range 6 {
 		c.step(300, 30, 10)
 		st := exact(s, fmt.Sprintf("commit %d", i))
-		require.Len(t, keystats.Unflushed(st.Physical), 2*(i+1), "commit %d: a part for the table, one for the metadata", i)
+		require.Len(t, ssttracker.Unflushed(statsinternal.VersionOf(st.Physical)), 2*(i+1), "commit %d: a part for the table, one for the metadata", i)
 		require.Equal(t, files, st.Physical.NumFiles(), "commit %d wrote no SST", i)
 	}
 	before := physicalVnodes(s.Stats().Physical, def)
@@ -60,7 +61,7 @@ func TestUnflushedCheckpoints(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, rep.Differences)
 	st := exact(s, "flushed")
-	require.Empty(t, keystats.Unflushed(st.Physical))
+	require.Empty(t, ssttracker.Unflushed(statsinternal.VersionOf(st.Physical)))
 	require.Equal(t, before, physicalVnodes(st.Physical, def), "the flushed SST's counts are the summaries'")
 	require.LessOrEqual(t, st.Physical.NumFiles(), files+2, "six checkpoints, one flush: an SST of the table and one of metadata")
 
@@ -75,7 +76,7 @@ func TestUnflushedCheckpoints(t *testing.T) {
 	defer s.Close()
 	st = s.Stats()
 	require.NoError(t, st.PhysicalErr)
-	require.Empty(t, keystats.Unflushed(st.Physical), "Open flushed what the WAL replayed")
+	require.Empty(t, ssttracker.Unflushed(statsinternal.VersionOf(st.Physical)), "Open flushed what the WAL replayed")
 	require.EqualValues(t, want, st.Physical.Table(1).TotalKeyCount)
 	require.EqualValues(t, wantLive, st.Live.Table(1).Rows)
 	rep, err = s.Verify()
@@ -113,12 +114,12 @@ func TestFaultsFlush(t *testing.T) {
 	require.True(t, isInjected(err), "%v", err)
 	st := fs.s.Stats()
 	require.NoError(t, st.PhysicalErr)
-	require.NotEmpty(t, keystats.Unflushed(st.Physical))
+	require.NotEmpty(t, ssttracker.Unflushed(statsinternal.VersionOf(st.Physical)))
 	require.EqualValues(t, len(fs.committed), st.Physical.Table(fs.def.ID).TotalKeyCount)
 	require.Equal(t, fs.committed, readSnapOf(t, fs.s, fs.def))
 
 	fs.f.disarm()
-	require.Eventually(t, func() bool { return len(keystats.Unflushed(fs.s.Stats().Physical)) == 0 },
+	require.Eventually(t, func() bool { return len(ssttracker.Unflushed(statsinternal.VersionOf(fs.s.Stats().Physical))) == 0 },
 		10*time.Second, 5*time.Millisecond, "Pebble's retried flush lands")
 	fs.check("after the fault")
 	st = fs.s.Stats()
@@ -134,7 +135,7 @@ func TestFaultsFlush(t *testing.T) {
 	fs.s = nil
 	fs.open()
 	fs.check("reopened")
-	require.Empty(t, keystats.Unflushed(fs.s.Stats().Physical))
+	require.Empty(t, ssttracker.Unflushed(statsinternal.VersionOf(fs.s.Stats().Physical)))
 }
 
 // TestLargeBatchCheckpoint: a checkpoint whose batch Pebble takes as a

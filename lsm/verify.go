@@ -15,7 +15,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/sstable/block"
 	"github.com/lsmstats/lsmstats"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/stats"
 )
@@ -37,7 +39,14 @@ func (s *Store) Stats() stats.Snapshot {
 	// The error first: a refresh that succeeds in between then reports a
 	// current Version as stale, never a stale one as current.
 	perr := s.tracker.Err()
-	return stats.Snapshot{CommittedEpoch: s.committed.Load(), Physical: s.tracker.Current(), PhysicalErr: perr, Live: live}
+	// Package stats wraps the machinery's snapshots in values that only
+	// read them (internal/statsinternal).
+	return stats.Snapshot{
+		CommittedEpoch: s.committed.Load(),
+		Physical:       statsinternal.Version(s.tracker.Current()).(stats.Version),
+		Live:           statsinternal.Live(live).(stats.Live),
+		PhysicalErr:    perr,
+	}
 }
 
 // RefreshStats brings the physical statistics up to date with the live SSTs
@@ -150,7 +159,7 @@ func (s *Store) Verify() (VerifyReport, error) {
 
 	// Physical: compactions may change the file set between the refresh and
 	// the recomputation; retry until both saw the same files.
-	var cur, re *stats.Version
+	var cur, re *ssttracker.Version
 	var physErr error
 	for attempt := 0; ; attempt++ {
 		if physErr = s.tracker.Refresh(); physErr != nil {
@@ -171,15 +180,15 @@ func (s *Store) Verify() (VerifyReport, error) {
 	case physErr != nil:
 		return rep, physErr
 	default:
-		if err := keystats.DiffVersions(cur, re); err != nil {
+		if err := ssttracker.DiffVersions(cur, re); err != nil {
 			differ("physical statistics differ from a recomputation: %v", err)
 		}
-		for _, fi := range keystats.Files(re) {
-			if err := keystats.CheckFile(fi); err != nil {
+		for _, fi := range ssttracker.Files(re) {
+			if err := ssttracker.CheckFile(fi); err != nil {
 				differ("%v", err)
 			}
 		}
-		for _, fe := range keystats.Rebuilt(re) {
+		for _, fe := range ssttracker.Rebuilt(re) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("sst %06d: statistics rebuilt from its keys: %v", fe.FileNum, fe.Err))
 		}
 
@@ -188,7 +197,7 @@ func (s *Store) Verify() (VerifyReport, error) {
 		// one fails, and the scans below name it; one in the metadata
 		// range, or outside every table of the catalog, no read meets.
 		var foreign uint64
-		for _, fi := range keystats.Files(re) {
+		for _, fi := range ssttracker.Files(re) {
 			if fi.Summary != nil {
 				foreign += fi.Summary.Foreign
 			}
@@ -226,7 +235,7 @@ func (s *Store) Verify() (VerifyReport, error) {
 			run.msg = ""
 		}
 		for v := 0; v < def.VnodeCount; v++ {
-			n, err := s.verifyVnode(snap.epoch, st.Live, def.ID, uint16(v), differ)
+			n, err := s.verifyVnode(snap.epoch, statsinternal.LiveOf(st.Live), def.ID, uint16(v), differ)
 			rep.Rows += n
 			if err == nil {
 				flush()
@@ -444,24 +453,24 @@ func (s *Store) verifyMeta(differ func(string, ...any)) error {
 	return markPebble(errors.CombineErrors(it.Error(), it.Close()))
 }
 
-func sameFiles(a, b *stats.Version) bool {
-	fa, fb := keystats.Files(a), keystats.Files(b)
-	return slices.EqualFunc(fa, fb, func(x, y keystats.FileInfo) bool { return x.FileNum == y.FileNum })
+func sameFiles(a, b *ssttracker.Version) bool {
+	fa, fb := ssttracker.Files(a), ssttracker.Files(b)
+	return slices.EqualFunc(fa, fb, func(x, y ssttracker.FileInfo) bool { return x.FileNum == y.FileNum })
 }
 
 // verifyVnode scans one vnode and compares it with its live statistics,
 // bucket by bucket: counts, whether each bucket's lower bound is a live
 // row, and the anchors of the first and last bucket.
-func (s *Store) verifyVnode(epoch uint64, live *stats.Live, table uint32, vnode uint16, differ func(string, ...any)) (int64, error) {
-	want := keystats.Detail(live, table, vnode)
+func (s *Store) verifyVnode(epoch uint64, live *livebuckets.Snapshot, table uint32, vnode uint16, differ func(string, ...any)) (int64, error) {
+	want := livebuckets.Detail(live, table, vnode)
 	bounds := make([][]byte, len(want.Buckets))
 	for i, b := range want.Buckets {
 		bounds[i] = b.Lower
 	}
 	rc, err := s.recountVnode(table, vnode, bounds, epoch)
-	var sum stats.LiveCounts
+	var sum livebuckets.Counts
 	for _, c := range rc.Buckets {
-		sum = sum.Add(c.LiveCounts)
+		sum = sum.Add(c.Counts)
 	}
 	if err != nil {
 		if errors.Is(err, keys.ErrMalformedKey) {
@@ -477,7 +486,7 @@ func (s *Store) verifyVnode(epoch uint64, live *stats.Live, table uint32, vnode 
 	}
 	for i, got := range rc.Buckets {
 		w := want.Buckets[i]
-		if got.LiveCounts != w.LiveCounts {
+		if got.Counts != w.Counts {
 			differ("table %d vnode %d bucket %d (pk >= %x): live statistics say %d rows / %d bytes, a scan finds %d / %d",
 				table, vnode, i, w.Lower, w.Rows, w.Bytes, got.Rows, got.Bytes)
 		}
@@ -526,9 +535,9 @@ func (s *Store) RecomputeLiveStats(table uint32) (before, after stats.LiveCounts
 	epoch := s.committed.Load()
 	s.mu.Lock()
 	live := s.mu.live
-	before = live.Current().Table(table)
+	before = stats.LiveCounts(live.Current().Table(table))
 	s.mu.Unlock()
-	batch, err := live.Recount(table, func(vnode uint16, bounds [][]byte) (keystats.VnodeRecount, error) {
+	batch, err := live.Recount(table, func(vnode uint16, bounds [][]byte) (livebuckets.VnodeRecount, error) {
 		return s.recountVnode(table, vnode, bounds, epoch)
 	})
 	if err != nil {
@@ -541,7 +550,7 @@ func (s *Store) RecomputeLiveStats(table uint32) (before, after stats.LiveCounts
 	s.statsMu.Lock()
 	s.mu.Lock()
 	batch.Publish()
-	after = s.mu.live.Current().Table(table)
+	after = stats.LiveCounts(s.mu.live.Current().Table(table))
 	s.mu.Unlock()
 	s.statsMu.Unlock()
 	s.rescanBuckets(batch.Rescans())
@@ -549,14 +558,14 @@ func (s *Store) RecomputeLiveStats(table uint32) (before, after stats.LiveCounts
 }
 
 // recountVnode scans a vnode at epoch and recounts it against the given
-// bucket bounds (keystats.VnodeScan): Verify compares the result with the
+// bucket bounds (livebuckets.VnodeScan): Verify compares the result with the
 // live statistics, RecomputeLiveStats keeps it.
-func (s *Store) recountVnode(table uint32, vnode uint16, bounds [][]byte, epoch uint64) (keystats.VnodeRecount, error) {
+func (s *Store) recountVnode(table uint32, vnode uint16, bounds [][]byte, epoch uint64) (livebuckets.VnodeRecount, error) {
 	it, err := s.newIter(table, vnode, nil, nil, epoch)
 	if err != nil {
-		return keystats.VnodeRecount{}, err
+		return livebuckets.VnodeRecount{}, err
 	}
-	sc := keystats.NewVnodeScan(bounds)
+	sc := livebuckets.NewVnodeScan(bounds)
 	for ok := it.First(); ok; ok = it.Next() {
 		sc.Add(it.PK(), int64(len(it.PK())+len(it.Row())))
 	}

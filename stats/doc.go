@@ -4,17 +4,35 @@
 // a Snapshot of them; its types here are what a user reads: counts,
 // estimates, partitions and the Prometheus collector.
 //
-// The machinery that maintains them (the block property collector, the
-// payload codec, the tracker of live SSTs, the batches that change the live
-// statistics, compaction deltas) lives in internal/keystats, which package
-// lsm drives; the types here are aliases of its, so nothing outside the
-// store can change the statistics it reads. The files and the machinery
-// named below (Collector, CollectorName, FileSummary, Tracker, CheckFile,
-// CountRange, CompactionCollector) are in internal/keystats; the per-SST
-// summaries and the physical range counts serve verification, the CLI and
-// the tests, not a user.
+// # What is here, and what is not
 //
-// # Physical statistics (collector.go, payload.go, version.go, tracker.go)
+// Every type here is this package's own, with its fields and query
+// methods. The machinery that maintains the statistics, which package lsm
+// drives on every commit, flush, compaction and open, lives in internal
+// packages named for what they hold: internal/sstsummary (the summary of
+// one SST: the block property collector, Collector, registered under
+// CollectorName, and the payload codec), internal/ssttracker (the Tracker
+// of the live SSTs and the Version of their summaries; CheckFile,
+// CountRange), internal/compactiondelta (what each compaction changed) and
+// internal/livebuckets (the live buckets, their batches, splits, rescans
+// and metadata rows, and the estimator's search). The per-SST summaries and
+// the physical range counts serve verification, the CLI and the tests, not
+// a user.
+//
+// Version and Live hold the machinery's snapshot, immutable once
+// published, in an unexported field: one pointer, so a Snapshot is copied
+// cheaply, and the queries read the machinery's structures directly (no
+// copy, no extra indirection). Only the store builds them, through
+// internal/statsinternal, whose hooks this package fills in when it is
+// initialized; nothing outside the module can reach, let alone change,
+// what they wrap. The zero Version, Live and Snapshot are empty. Counts
+// and LiveCounts have the same fields as the machinery's own counts, and
+// RowEstimate, RangeQuery and ScanRange as the estimator's types, so that
+// the machinery answers in this package's types at no cost (Go converts
+// between struct types with the same fields for free): AppendEstimates
+// appends to the caller's slice in place.
+//
+// # Physical statistics (internal/sstsummary, internal/ssttracker)
 //
 // These count what the LSM holds, like Hummock's TableStats but at vnode
 // granularity: MVCC entries (every version and every MVCC tombstone until
@@ -47,7 +65,7 @@
 // several SSTs. Puts minus deletes below a pk tracks live rows far better
 // than entries do under churn, which is why the samples carry both.
 //
-// # Live statistics (live.go)
+// # Live statistics (internal/livebuckets)
 //
 // The exact number of live rows and their bytes per (table, vnode), kept per
 // pk bucket, maintained from the store's write ops (+1 insert, −1 delete, 0
@@ -56,7 +74,7 @@
 // range count exactly; the (at most two) buckets holding its ends add to
 // the bounds what they are known to hold on each side and to the estimate
 // an interpolated share (below). A bucket splits when it holds more than
-// max(MinSplitRows, rows(vnode)/SplitDivisor, rows(table)/TableBucketBudget)
+// max(1, rows(vnode)/SplitDivisor, rows(table)/TableBucketBudget)
 // rows: in a large vnode no bucket holds more than about 1% of it, so the
 // bounds are at most about 2% of the vnode wide whatever the churn; a
 // vnode of up to SplitDivisor rows has a bucket per row and is counted
@@ -153,7 +171,7 @@
 // estimates, and per store the live SSTs, rebuilt payloads and the age of
 // the statistics.
 //
-// # Compaction deltas (delta.go)
+// # Compaction deltas (internal/compactiondelta)
 //
 // For each Pebble compaction the Tracker computes the change it made per
 // table and vnode (entries, MVCC puts and deletes, key and value bytes,

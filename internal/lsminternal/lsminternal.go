@@ -15,18 +15,15 @@
 package lsminternal
 
 import (
-	"time"
-
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keystats"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 )
 
 // Hooks are set by package lsm's init.
 var Hooks struct {
 	DB        func(store any) *pebble.DB
 	PebbleDir func(store any) string
-	Metrics   func(store any) Metrics
-	Tracker   func(store any) *keystats.Tracker
+	Tracker   func(store any) *ssttracker.Tracker
 }
 
 // DB returns the Pebble database under store, an *lsm.Store.
@@ -36,26 +33,6 @@ func DB(store any) *pebble.DB { return Hooks.DB(store) }
 // *lsm.Store, for tools that read its SSTs.
 func PebbleDir(store any) string { return Hooks.PebbleDir(store) }
 
-// StoreMetrics returns the counters of store, an *lsm.Store: its
-// Store.Metrics, for internal/keystats's tests until they call that.
-func StoreMetrics(store any) Metrics { return Hooks.Metrics(store) }
-
 // StoreTracker returns the tracker of the physical statistics of store, an
 // *lsm.Store.
-func StoreTracker(store any) *keystats.Tracker { return Hooks.Tracker(store) }
-
-// Metrics has the fields of lsm.Metrics, which lsm converts to it (so the
-// compiler checks that the two stay alike); see lsm.Metrics for what each
-// counts.
-type Metrics struct {
-	Commits, Spills, SpilledBytes                                                int64
-	CommitStalls, CommitStallsAbandoned                                          int64
-	CommitStallTime                                                              time.Duration
-	PebbleWriteStalls                                                            int64
-	BufferedBytes                                                                int64
-	BucketScans, BucketScanRows                                                  int64
-	Corruptions                                                                  int64
-	L0Sublevels                                                                  int
-	L0Files                                                                      int64
-	GCPasses, GCExamined, GCDeleted, GCDeletedBytes, GCIngestions, GCCompactions int64
-}
+func StoreTracker(store any) *ssttracker.Tracker { return Hooks.Tracker(store) }

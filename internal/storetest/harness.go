@@ -1,5 +1,5 @@
 // Package storetest is the data-driven store harness shared by the tests of
-// packages lsm, keystats and backfill: one command language over the
+// packages lsm, stats and backfill: one command language over the
 // exported API of package lsm, run on github.com/cockroachdb/datadriven
 // files. It is test-support code, in non-test files so that other packages'
 // tests can import it; nothing outside tests may import it.
@@ -83,7 +83,7 @@
 // output the store's directory reads "$DIR".
 //
 // The files live in the repository's testdata/store/<area>: lsm, stats
-// (run by internal/keystats) and backfill.
+// and backfill, each run by the package of its name.
 package storetest
 
 import (
@@ -102,10 +102,12 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/lsmstats/lsmstats/internal/keystats"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
 )
 
@@ -245,7 +247,7 @@ func (h *Harness) Step(t *testing.T, td *datadriven.TestData) string {
 			h.AfterCommit(t, h)
 		}
 		if td.HasArg("seal") {
-			return fmt.Sprintf("committed epoch %d (spills so far: %d)", s.CommittedEpoch(), lsminternal.StoreMetrics(s).Spills)
+			return fmt.Sprintf("committed epoch %d (spills so far: %d)", s.CommittedEpoch(), s.Metrics().Spills)
 		}
 		return "ok"
 	case "read":
@@ -633,11 +635,11 @@ func (h *Harness) fullStats(t *testing.T, td *datadriven.TestData) string {
 	for _, def := range tables {
 		for v := range def.VnodeCount {
 			vs := st.Vnode(def.ID, uint16(v))
-			if vs.Physical.IsZero() && vs.Live == (keystats.LiveCounts{}) {
+			if vs.Physical.IsZero() && vs.Live == (stats.LiveCounts{}) {
 				continue
 			}
 			p := vs.Physical
-			files := keystats.CountRange(st.Physical, def.ID, uint16(v), nil, nil).Files
+			files := ssttracker.CountRange(statsinternal.VersionOf(st.Physical), def.ID, uint16(v), nil, nil).Files
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", def.ID, v, p.Entries, p.Puts, p.Deletes, p.Prefixes,
 				p.PebbleTombstones, vs.Live.Rows, vs.Live.Bytes, files)
 		}
@@ -653,7 +655,7 @@ func (h *Harness) fullStats(t *testing.T, td *datadriven.TestData) string {
 		fmt.Fprintf(&b, "table %d: total_key_count=%d total_key_size=%d vnodes-with-data=%d contains-estimates=%t\n",
 			def.ID, tot.TotalKeyCount, tot.TotalKeySize, tot.Vnodes, st.Live.ContainsEstimates(def.ID))
 	}
-	fmt.Fprintf(&b, "live ssts: %d, rebuilt payloads: %d\n", st.Physical.NumFiles(), len(keystats.Rebuilt(st.Physical)))
+	fmt.Fprintf(&b, "live ssts: %d, rebuilt payloads: %d\n", st.Physical.NumFiles(), len(ssttracker.Rebuilt(statsinternal.VersionOf(st.Physical))))
 	return b.String()
 }
 
@@ -706,7 +708,7 @@ func (h *Harness) StatsFiles(t *testing.T) (got, want []uint64) {
 		}
 	}
 	slices.Sort(want)
-	for _, f := range keystats.Files(h.Store.Stats().Physical) {
+	for _, f := range ssttracker.Files(statsinternal.VersionOf(h.Store.Stats().Physical)) {
 		got = append(got, f.FileNum)
 	}
 	return got, want

@@ -7,6 +7,14 @@
 //
 //	go run ./internal/tools/apicount [-v] ./stats ./lsm
 //
+// With -own it instead lists the exported types that are an alias of a
+// type of an internal package, or are defined as one (type T internal.U):
+// go doc shows such a type as one line, without its fields or methods, and
+// pkg.go.dev links to a package a user cannot import. A public package
+// must define its types itself.
+//
+//	go run ./internal/tools/apicount -own ./stats ./lsm ./backfill
+//
 // It type-checks nothing itself: it reads the export data that `go list
 // -export` leaves in the build cache, so it sees exactly what the compiler
 // sees, aliases included, and needs no module beyond the standard library.
@@ -44,10 +52,25 @@ type count struct {
 
 func main() {
 	verbose := flag.Bool("v", false, "also list the exported methods and fields")
+	own := flag.Bool("own", false, "list exported types that are internal types under another name, and fail if any")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: apicount [-v] package...")
 		os.Exit(2)
+	}
+	if *own {
+		bad, err := borrowedTypes(flag.Args())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "apicount:", err)
+			os.Exit(1)
+		}
+		for _, b := range bad {
+			fmt.Println(b)
+		}
+		if len(bad) > 0 {
+			os.Exit(1)
+		}
+		return
 	}
 	counts, err := run(flag.Args())
 	if err != nil {
@@ -74,6 +97,90 @@ func main() {
 // run lists the packages and their dependencies with their export data and
 // counts each package named by the patterns.
 func run(patterns []string) ([]count, error) {
+	pkgs, err := load(patterns)
+	if err != nil {
+		return nil, err
+	}
+	var counts []count
+	for _, pkg := range pkgs {
+		counts = append(counts, countPackage(pkg))
+	}
+	return counts, nil
+}
+
+// borrowedTypes returns, for the packages named by the patterns, each
+// exported type that is an alias of a type of an internal package or is
+// defined as one, as "path.Name: what it is".
+func borrowedTypes(patterns []string) ([]string, error) {
+	pkgs, err := load(patterns)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, pkg := range pkgs {
+		scope := pkg.Scope()
+		for _, name := range scope.Names() {
+			tn, ok := scope.Lookup(name).(*types.TypeName)
+			if !ok || !tn.Exported() {
+				continue
+			}
+			if what := borrowed(tn); what != "" {
+				out = append(out, pkg.Path()+"."+name+": "+what)
+			}
+		}
+	}
+	return out, nil
+}
+
+// borrowed says how tn stands for a type of an internal package: as an
+// alias, or defined as one; "" if it does not.
+func borrowed(tn *types.TypeName) string {
+	if tn.IsAlias() {
+		if named, ok := types.Unalias(tn.Type()).(*types.Named); ok && internal(named) {
+			return "an alias of " + named.String()
+		}
+		return ""
+	}
+	named, ok := tn.Type().(*types.Named)
+	if !ok {
+		return ""
+	}
+	// type T internal.U: the declaration names another named type, whose
+	// underlying type T shares, and go doc prints the declaration as
+	// written. Its fields (or methods) are declared in U's package.
+	switch u := named.Underlying().(type) {
+	case *types.Struct:
+		for i := 0; i < u.NumFields(); i++ {
+			if pkg := u.Field(i).Pkg(); pkg != nil && pkg != tn.Pkg() && internalPath(pkg.Path()) {
+				return "defined as a struct type of " + pkg.Path()
+			}
+		}
+	case *types.Interface:
+		for i := 0; i < u.NumMethods(); i++ {
+			if pkg := u.Method(i).Pkg(); pkg != nil && pkg != tn.Pkg() && internalPath(pkg.Path()) {
+				return "defined as an interface type of " + pkg.Path()
+			}
+		}
+	}
+	return ""
+}
+
+// internal reports whether a named type belongs to an internal package.
+func internal(t *types.Named) bool {
+	pkg := t.Obj().Pkg()
+	return pkg != nil && internalPath(pkg.Path())
+}
+
+// internalPath reports whether an import path is an internal package's,
+// which only packages under its parent can import.
+func internalPath(path string) bool {
+	return strings.Contains(path, "/internal/") || strings.HasSuffix(path, "/internal") ||
+		strings.HasPrefix(path, "internal/")
+}
+
+// load lists the packages and their dependencies with their export data and
+// imports each package named by the patterns from it.
+func load(patterns []string) ([]*types.Package, error) {
 	args := append([]string{"list", "-e", "-export", "-deps", "-json=ImportPath,Export,DepOnly,Error"}, patterns...)
 	cmd := exec.Command("go", args...)
 	cmd.Stderr = os.Stderr
@@ -107,15 +214,15 @@ func run(patterns []string) ([]count, error) {
 		}
 		return os.Open(file)
 	})
-	var counts []count
+	var pkgs []*types.Package
 	for _, path := range roots {
 		pkg, err := imp.Import(path)
 		if err != nil {
 			return nil, err
 		}
-		counts = append(counts, countPackage(pkg))
+		pkgs = append(pkgs, pkg)
 	}
-	return counts, nil
+	return pkgs, nil
 }
 
 // countPackage counts pkg's exported names, and the exported methods and

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -43,10 +45,52 @@ func TestMembersFollowAliases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list -export")
 	}
-	counts, err := run([]string{"github.com/lsmstats/lsmstats/stats"})
+	counts, err := run([]string{"github.com/lsmstats/lsmstats/stats", "github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow"})
 	require.NoError(t, err)
-	require.Len(t, counts, 1)
+	require.Len(t, counts, 2)
 	require.Contains(t, counts[0].members, "Live.EstimateRows (method)")
 	require.Contains(t, counts[0].members, "RowEstimate.Rows (field)")
 	require.Contains(t, counts[0].members, "Metrics.Collect (method)") // on *Metrics
+	require.Contains(t, counts[1].members, "Alias.Field (field)")
+	require.Contains(t, counts[1].members, "Alias.Method (method)")
+}
+
+// TestPublicTypesAreOwn: every exported type of every public package of the
+// module (not internal, not a command) is that package's own, so that go
+// doc shows its fields and methods where a user looks for them: none is an
+// alias of a type of an internal package or defined as one (go doc shows
+// such a type as a single line, issue 37).
+func TestPublicTypesAreOwn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list -export")
+	}
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Name}}", "github.com/lsmstats/lsmstats/...").Output()
+	require.NoError(t, err)
+	var public []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, name, _ := strings.Cut(line, " ")
+		if !internalPath(path) && name != "main" {
+			public = append(public, path)
+		}
+	}
+	for _, want := range []string{"stats", "lsm", "backfill", "keys", "compaction", "replicated"} {
+		require.Contains(t, public, "github.com/lsmstats/lsmstats/"+want)
+	}
+	bad, err := borrowedTypes(public)
+	require.NoError(t, err)
+	require.Empty(t, bad, "exported types that are internal types under another name")
+}
+
+// TestBorrowedTypesFound: the check finds an alias of an internal type and
+// a type defined as one, and passes a type that wraps one in a field.
+func TestBorrowedTypesFound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list -export")
+	}
+	bad, err := borrowedTypes([]string{"github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow"})
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		"github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow.Alias: an alias of github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow/internal/impl.Impl",
+		"github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow.Defined: defined as a struct type of github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow/internal/impl",
+	}, bad)
 }

@@ -1,5 +1,0 @@
-//go:build !race
-
-package keystats
-
-const physRace = false

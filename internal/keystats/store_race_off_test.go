@@ -1,5 +1,0 @@
-//go:build !race
-
-package keystats_test
-
-const raceEnabled = false

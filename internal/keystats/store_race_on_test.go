@@ -1,7 +1,0 @@
-//go:build race
-
-package keystats_test
-
-// raceEnabled scales the store-level randomized tests down under the race
-// detector.
-const raceEnabled = true

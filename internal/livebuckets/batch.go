@@ -1,0 +1,249 @@
+package livebuckets
+
+import (
+	"bytes"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+// Batch accumulates the live deltas of one commit on a private copy of
+// the touched vnodes. Nothing is visible until Publish.
+type Batch struct {
+	s       *State
+	next    *Snapshot
+	tables  map[uint32]*liveTable // copied tables
+	vnodes  map[vkey]*liveVnode   // copied vnodes
+	touched map[bucketID]struct{}
+	seq     sequential
+	// appends are the rows each vnode's last bucket gained above its
+	// largest pk, for Normalize to split it without a scan (appendRun).
+	appends      map[vkey]*appendRun
+	appendBudget int
+	// lastKey and lastVnode are the vnode of the last lookup: a commit's
+	// deltas come in (table, vnode, pk) order, so most lookups repeat it.
+	lastKey   vkey
+	lastVnode *liveVnode
+}
+
+// sequential remembers where the last delta of a batch landed. A commit
+// applies its deltas in (table, vnode, pk) order, so the next one lands in
+// the same bucket or a few after it, and touches it again.
+type sequential struct {
+	vnode vkey
+	// bucket is the index of the bucket of the last delta in vnode, -1 if
+	// none.
+	bucket int
+	// touchedLower is the lower bound of the bucket the batch last added
+	// to touched (it aliases the bucket's): building a touched key copies
+	// the bound into a string, which a run of deltas in one bucket skips.
+	touched      vkey
+	touchedLower []byte
+	haveTouched  bool
+	// anchors is the vnode whose anchors row the batch last added to
+	// touched (a run of appends moves the anchors with every row).
+	anchors     vkey
+	haveAnchors bool
+}
+
+type vkey struct {
+	table uint32
+	vnode uint16
+}
+
+// Begin starts a batch on the current snapshot.
+func (s *State) Begin() *Batch {
+	return &Batch{
+		s:       s,
+		next:    s.cur.cloneTables(),
+		tables:  map[uint32]*liveTable{},
+		vnodes:  map[vkey]*liveVnode{},
+		touched: map[bucketID]struct{}{},
+		seq:     sequential{bucket: -1},
+		appends: map[vkey]*appendRun{},
+	}
+}
+
+func (b *Batch) table(id uint32) (*liveTable, error) {
+	if t, ok := b.tables[id]; ok {
+		return t, nil
+	}
+	old, ok := b.next.tables[id]
+	if !ok {
+		return nil, errors.Newf("lsmstats/stats: live delta for unknown table %d", id)
+	}
+	t := &liveTable{vnodes: slices.Clone(old.vnodes), total: old.total, estimates: old.estimates, budget: old.budget, coarsened: old.coarsened}
+	b.tables[id] = t
+	b.next.tables[id] = t
+	return t, nil
+}
+
+func (b *Batch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
+	k := vkey{table, vnode}
+	if b.lastVnode != nil && b.lastKey == k {
+		return b.lastVnode, nil
+	}
+	if v, ok := b.vnodes[k]; ok {
+		b.lastKey, b.lastVnode = k, v
+		return v, nil
+	}
+	t, err := b.table(table)
+	if err != nil {
+		return nil, err
+	}
+	if int(vnode) >= len(t.vnodes) {
+		return nil, errors.Newf("lsmstats/stats: live delta for vnode %d of table %d with %d vnodes", vnode, table, len(t.vnodes))
+	}
+	old := t.vnode(vnode)
+	v := &liveVnode{
+		buckets: slices.Clone(old.buckets), keys: old.keys, total: old.total,
+		minPK: old.minPK, maxPK: old.maxPK, minKey: old.minKey, maxKey: old.maxKey,
+		minLive: old.minLive, maxLive: old.maxLive,
+		shortBounds: old.shortBounds, shortHints: old.shortHints,
+	}
+	t.vnodes[vnode] = v
+	b.vnodes[k] = v
+	b.lastKey, b.lastVnode = k, v
+	return v, nil
+}
+
+// MarkEstimates flags a table's counts as possibly containing estimates.
+func (b *Batch) MarkEstimates(table uint32) error {
+	t, err := b.table(table)
+	if err != nil {
+		return err
+	}
+	if !t.estimates {
+		t.estimates = true
+		b.touched[bucketID{table: table, first: true, lower: estimatesMarker}] = struct{}{}
+	}
+	return nil
+}
+
+const estimatesMarker = "\x00estimates"
+
+// Delta is the change one version of a pk makes to the live
+// statistics of its vnode: Counts are the rows (+1 inserts, -1 deletes,
+// 0 rewrites) and bytes it adds.
+type Delta struct {
+	Table uint32
+	Vnode uint16
+	PK    []byte
+	Counts
+	// Live reports whether the pk's row is live once the batch is applied
+	// (the same for every version of a pk in the batch). It keeps the
+	// anchors' flags (lowerLive, minLive, maxLive) exact and moves minPK
+	// and maxPK out to new rows.
+	Live bool
+}
+
+// Apply adds a delta. Deltas are fastest in (table, vnode, pk) order but
+// any order is correct.
+func (b *Batch) Apply(d Delta) error {
+	v, err := b.vnode(d.Table, d.Vnode)
+	if err != nil {
+		return err
+	}
+	k := vkey{d.Table, d.Vnode}
+	pkKey := key8(d.PK)
+	// An anchor moving out to this pk first carries the end buckets'
+	// calibration into their new frames, where the pk then lands.
+	was := v.anchors()
+	if v.updateHints(d.PK, pkKey, d.Live) {
+		if !b.seq.haveAnchors || b.seq.anchors != k {
+			b.touched[bucketID{table: d.Table, vnode: d.Vnode, first: true}] = struct{}{}
+			b.seq.anchors, b.seq.haveAnchors = k, true
+		}
+		if moved := !sameSlice(was.minPK, v.minPK) || !sameSlice(was.maxPK, v.maxPK); moved {
+			now := v.anchors()
+			v.setAnchors(was)
+			first, last := v.frame(0), v.frame(len(v.buckets)-1)
+			v.setAnchors(now)
+			if !sameSlice(was.minPK, v.minPK) {
+				v.moveFrame(0, first)
+			}
+			if !sameSlice(was.maxPK, v.maxPK) {
+				v.moveFrame(len(v.buckets)-1, last)
+			}
+		}
+	}
+	i := b.seq.find(k, v, d.PK, pkKey)
+	bk := &v.buckets[i]
+	if i == len(v.buckets)-1 {
+		b.trackAppend(k, bk, d, !sameSlice(was.maxPK, v.maxPK))
+	}
+	if bk.calibrated && d.Rows != 0 {
+		switch u := v.fraction(i, d.PK, pkKey); {
+		case d.Rows > 0:
+			bk.insert(u)
+		default:
+			bk.remove(u)
+		}
+	}
+	bk.Counts = bk.Add(d.Counts)
+	if i > 0 && v.keys[i] == pkKey && bk.lowerLive != d.Live && bytes.Equal(bk.lower(), d.PK) {
+		bk.lowerLive = d.Live
+	}
+	v.total = v.total.Add(d.Counts)
+	t := b.tables[d.Table]
+	t.total = t.total.Add(d.Counts)
+	if b.seq.touch(k, bk.lower()) {
+		b.touched[bucketID{table: d.Table, vnode: d.Vnode, lower: string(bk.lower()), first: i == 0}] = struct{}{}
+	}
+	return nil
+}
+
+// find returns the bucket of vnode k (v) that holds pk: from the last
+// delta's bucket on when pk is not below it, else by a search.
+func (q *sequential) find(k vkey, v *liveVnode, pk []byte, pkKey uint64) int {
+	i := q.bucket
+	if k == q.vnode && i >= 0 && i < len(v.buckets) && !v.above(i, pk, pkKey) {
+		for i+1 < len(v.buckets) && !v.above(i+1, pk, pkKey) {
+			i++
+		}
+	} else {
+		i = v.find(pk)
+	}
+	q.vnode, q.bucket = k, i
+	return i
+}
+
+// touch reports whether the bucket of vnode k with lower bound lower is
+// not the one touched last, and remembers it.
+func (q *sequential) touch(k vkey, lower []byte) bool {
+	if q.haveTouched && q.touched == k && bytes.Equal(q.touchedLower, lower) {
+		return false
+	}
+	q.touched, q.touchedLower, q.haveTouched = k, lower, true
+	return true
+}
+
+// sameSlice reports whether a and b are the same slice (not only equal).
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// Publish makes the batch the current snapshot; its entries are persisted.
+func (b *Batch) Publish() {
+	b.publish()
+	clear(b.s.dirty)
+}
+
+// publish seals the batch's vnodes, packed table by table in vnode order
+// (see arena.go), and makes it the current snapshot.
+func (b *Batch) publish() {
+	byTable := map[uint32][]placed{}
+	for k, v := range b.vnodes {
+		byTable[k.table] = append(byTable[k.table], placed{k.vnode, v})
+	}
+	for id, ps := range byTable {
+		publishTable(b.next.tables[id], b.s.cur.tables[id], ps)
+	}
+	for k := range b.vnodes {
+		b.vnodes[k] = b.next.tables[k.table].vnodes[k.vnode] // the packed copy
+	}
+	b.lastVnode = nil
+	b.next.at = time.Now()
+	b.s.cur = b.next
+}

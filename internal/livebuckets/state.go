@@ -1,0 +1,51 @@
+package livebuckets
+
+import "time"
+
+// State owns the current Snapshot and the set of buckets changed
+// since they were last persisted. Not safe for concurrent use.
+type State struct {
+	cur   *Snapshot
+	dirty map[bucketID]struct{}
+	// budget is the bucket budget of the tables added from now on.
+	budget int64
+}
+
+// NewState returns an empty state whose tables have a bucket budget of
+// TableBucketBudget.
+func NewState() *State {
+	return &State{cur: &Snapshot{tables: map[uint32]*liveTable{}, at: time.Now()}, dirty: map[bucketID]struct{}{}, budget: TableBucketBudget}
+}
+
+// SetBucketBudget sets the bucket budget of the tables added after it: a
+// bucket may hold 1/budget of its table's rows (when that is more than
+// 1/SplitDivisor of its vnode, that is when budget < vnodes·SplitDivisor),
+// so a table keeps fewer than 8·budget + vnodes buckets whatever its rows:
+// neighbours holding together less than half the limit merge, in every
+// vnode each time the table's rows/budget doubles (coarsen). Buckets cost
+// about 64 bytes plus their bound (a pk), so the budget bounds the table's
+// live statistics in memory and their metadata rows, whatever its size; a
+// smaller budget widens each range estimate's bounds, which span the two
+// buckets holding its end points. A budget below 1 is TableBucketBudget.
+// Buckets already stored keep their bounds, and follow the new limit at
+// their vnode's next split or merge.
+func (s *State) SetBucketBudget(budget int) {
+	if budget < 1 {
+		budget = TableBucketBudget
+	}
+	s.budget = int64(budget)
+}
+
+// Current returns the current snapshot.
+func (s *State) Current() *Snapshot { return s.cur }
+
+// AddTable makes room for a table of the given vnode count.
+func (s *State) AddTable(table uint32, vnodeCount int) {
+	if _, ok := s.cur.tables[table]; ok {
+		return
+	}
+	next := s.cur.cloneTables()
+	next.tables[table] = &liveTable{vnodes: make([]*liveVnode, vnodeCount), budget: s.budget}
+	next.at = time.Now()
+	s.cur = next
+}

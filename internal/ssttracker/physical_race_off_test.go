@@ -1,0 +1,5 @@
+//go:build !race
+
+package ssttracker
+
+const physRace = false

@@ -1,0 +1,5 @@
+//go:build !race
+
+package stats_test
+
+const raceEnabled = false
