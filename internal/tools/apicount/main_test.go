@@ -10,7 +10,7 @@ import (
 
 // TestContractBudget holds the exported API of packages stats and lsm, the
 // contract a storage engineer reads, to the budget of issue 14: at most 42
-// top-level names, at most 217 counting the exported methods and fields of
+// top-level names, at most 218 counting the exported methods and fields of
 // their types (through aliases). A name added past it needs a name taken
 // out, or a reason to raise the budget here.
 //
@@ -21,7 +21,9 @@ import (
 // without Prometheus), Pebble's metrics (Store.PebbleMetrics), the Pebble
 // options a store opens with (Options.PebbleOptions, for a comparison
 // with raw Pebble) and a logger that keeps Pebble's informational lines
-// off standard error (QuietLogger).
+// off standard error (QuietLogger). To 218 by issue 41: RepairManifest,
+// the way back from a damaged MANIFEST, which a user runs on a store that
+// Open refuses (lsmstats repair calls it).
 func TestContractBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list -export")
@@ -36,7 +38,7 @@ func TestContractBudget(t *testing.T) {
 		all += len(c.names) + len(c.members)
 	}
 	require.LessOrEqual(t, top, 42, "exported top-level names of stats and lsm")
-	require.LessOrEqual(t, all, 217, "exported names, methods and fields of stats and lsm")
+	require.LessOrEqual(t, all, 218, "exported names, methods and fields of stats and lsm")
 }
 
 // TestMembersFollowAliases: an alias counts the methods and fields of the
