@@ -44,7 +44,7 @@ test: build
 # kill lands past the child's initial load. The code the torture exercises
 # runs under -race in lsm, backfill and bench, and the torture itself in make
 # test.
-RACE_PKGS = $(shell $(GO) list $(PKGS) | grep -v '/internal/torture$$')
+RACE_PKGS = $(shell $(GO) list $(PKGS) | grep -v '/harness/torture$$')
 
 race:
 	$(GO) test -count=1 -race -timeout 40m $(RACE_PKGS)
@@ -122,7 +122,7 @@ scale:
 results:
 	@mkdir -p $(OUT) docs
 	@if [ ! -f $(OUT)/bench.txt ]; then $(MAKE) --no-print-directory bench; fi
-	$(GO) run ./internal/tools/results -bench $(OUT)/bench.txt -scale $(OUT)/scale.txt -matrix-bench $(OUT)/matrix.txt \
+	$(GO) run ./tools/results -bench $(OUT)/bench.txt -scale $(OUT)/scale.txt -matrix-bench $(OUT)/matrix.txt \
 		-eta-bench $(OUT)/eta.txt -jobs-bench $(OUT)/jobs.txt -readme README.md -plot docs/scale.png
 	$(GO) run ./cmd/lsmstats backfill --rows 200000 --workload update-churn --crash-at 20 --bars off \
 		--json docs/progress.json --plot docs/progress.png
@@ -143,7 +143,7 @@ fuzz:
 
 # The crash torture of the whole stack: 1,000 SIGKILLs (make test runs 25).
 torture:
-	$(GO) test -count=1 -v -timeout 60m -run '^TestTorture$$' ./internal/torture -torture-kills 1000
+	$(GO) test -count=1 -v -timeout 60m -run '^TestTorture$$' ./harness/torture -torture-kills 1000
 
 # Fault injection at length (make test runs short versions): random faults
 # around 3,000 steps of the store, 200 child processes with WAL/MANIFEST
@@ -164,7 +164,7 @@ faults:
 SOAK_FOR  ?= 10m
 SOAK_SEED ?=
 soak:
-	$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/soak -soak-for $(SOAK_FOR) \
+	$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./harness/soak -soak-for $(SOAK_FOR) \
 		$(if $(SOAK_SEED),-soak-seed $(SOAK_SEED),-random-seeds)
 
 clean:

@@ -5,7 +5,7 @@
 // the aliased type, since they are part of the contract a user reads even
 // when that type lives in an internal package.
 //
-//	go run ./internal/tools/apicount [-v] ./stats ./lsm
+//	go run ./tools/apicount [-v] ./stats ./lsm
 //
 // With -own it instead lists the exported types that are an alias of a
 // type of an internal package, or are defined as one (type T internal.U):
@@ -13,7 +13,7 @@
 // pkg.go.dev links to a package a user cannot import. A public package
 // must define its types itself.
 //
-//	go run ./internal/tools/apicount -own ./stats ./lsm ./backfill
+//	go run ./tools/apicount -own ./stats ./lsm ./backfill
 //
 // It type-checks nothing itself: it reads the export data that `go list
 // -export` leaves in the build cache, so it sees exactly what the compiler

@@ -45,7 +45,7 @@ func TestMembersFollowAliases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list -export")
 	}
-	counts, err := run([]string{"github.com/lsmstats/lsmstats/stats", "github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow"})
+	counts, err := run([]string{"github.com/lsmstats/lsmstats/stats", "github.com/lsmstats/lsmstats/tools/apicount/testdata/borrow"})
 	require.NoError(t, err)
 	require.Len(t, counts, 2)
 	require.Contains(t, counts[0].members, "Live.EstimateRows (method)")
@@ -87,10 +87,10 @@ func TestBorrowedTypesFound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list -export")
 	}
-	bad, err := borrowedTypes([]string{"github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow"})
+	bad, err := borrowedTypes([]string{"github.com/lsmstats/lsmstats/tools/apicount/testdata/borrow"})
 	require.NoError(t, err)
 	require.Equal(t, []string{
-		"github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow.Alias: an alias of github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow/internal/impl.Impl",
-		"github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow.Defined: defined as a struct type of github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow/internal/impl",
+		"github.com/lsmstats/lsmstats/tools/apicount/testdata/borrow.Alias: an alias of github.com/lsmstats/lsmstats/tools/apicount/testdata/borrow/internal/impl.Impl",
+		"github.com/lsmstats/lsmstats/tools/apicount/testdata/borrow.Defined: defined as a struct type of github.com/lsmstats/lsmstats/tools/apicount/testdata/borrow/internal/impl",
 	}, bad)
 }

@@ -7,7 +7,7 @@
 // tables are always generated from a benchmark run, never typed by hand. A
 // metric missing from the run is shown as "—".
 //
-//	go run ./internal/tools/results -bench out/bench.txt -scale out/scale.txt -readme README.md -plot docs/scale.png
+//	go run ./tools/results -bench out/bench.txt -scale out/scale.txt -readme README.md -plot docs/scale.png
 package main
 
 import (
