@@ -169,3 +169,17 @@ soak:
 
 clean:
 	rm -rf bin $(OUT)
+
+# The API compatibility check (RELEASING.md): the exported API of the public
+# packages against the last release recorded in api/, allowed to break it
+# only when CHANGELOG.md's Unreleased section declares a breaking version
+# (a new minor one before v1). CI runs it.
+.PHONY: apicheck release
+apicheck:
+	$(GO) run ./tools/apicount -check api -changelog CHANGELOG.md
+
+# make release VERSION=vX.Y.Z: records the API in api/VERSION.txt, tags the
+# release commit (annotated, local) and names it in CHANGELOG.md (RELEASING.md).
+release:
+	@if [ -z "$(VERSION)" ]; then echo "make release VERSION=vX.Y.Z"; exit 2; fi
+	./tools/release.sh $(VERSION)
