@@ -48,8 +48,10 @@ if ! git diff --cached --quiet; then
 fi
 commit=$(git rev-parse HEAD)
 
-# The tag, whose message is the section.
-section | grep -vxF "$placeholder" | git tag -a "$version" -F - "$commit"
+# The tag, whose message is the section (verbatim: its headings start
+# with #, which git's default cleanup would strip as comments).
+{ printf 'lsmstats %s\n\n' "$version"; section | grep -vxF "$placeholder"; } |
+	git tag -a --cleanup=verbatim "$version" -F - "$commit"
 
 # The commit named in the section, and the next version opened.
 sed -i -E "/^## \[${number//./\\.}\] - /,/^## /s/^Commit: \(filled in by make release\)\$/Commit: $commit (tag $version)/" CHANGELOG.md
