@@ -7,6 +7,9 @@ GO       ?= go
 PKGS     := ./...
 FUZZTIME ?= 10s
 OUT      := out
+# The first line of each benchmark output: the commit it ran at, which make
+# results stamps on the tables it writes from it.
+COMMIT_LINE = echo "commit: $$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
 
 .PHONY: all build test race bench bench-smoke bench-eta bench-jobs bench-compare matrix scale results demo lint fuzz torture faults soak clean
 
@@ -53,7 +56,8 @@ race:
 # beside the raw-Pebble pipeline, and BenchmarkScale runs at 1M rows.
 bench:
 	@mkdir -p $(OUT)
-	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 120m $(PKGS) | tee $(OUT)/bench.txt
+	@$(COMMIT_LINE) > $(OUT)/bench.txt
+	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 120m $(PKGS) | tee -a $(OUT)/bench.txt
 
 # Every benchmark of every package once (-benchtime 1x) at the sizes -short
 # gives them (each package's benchmarks say which): jobs, stores and the
@@ -70,13 +74,15 @@ bench-smoke:
 BENCH_ETA_FLAGS ?=
 bench-eta:
 	@mkdir -p $(OUT)
-	$(GO) test -run '^$$' -bench '^BenchmarkETA$$' -benchtime 1x -timeout 60m ./bench/ $(BENCH_ETA_FLAGS) | tee $(OUT)/eta.txt
+	@$(COMMIT_LINE) > $(OUT)/eta.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkETA$$' -benchtime 1x -timeout 60m ./bench/ $(BENCH_ETA_FLAGS) | tee -a $(OUT)/eta.txt
 
 # The job kinds' benchmarks alone (several upstream tables; snapshot backfill)
 # into $(OUT)/jobs.txt, whose table make results prefers to make bench's.
 bench-jobs:
 	@mkdir -p $(OUT)
-	$(GO) test -run '^$$' -bench '^Benchmark(MultiUpstream|SnapshotBackfill)$$' -benchtime 1x -timeout 60m ./bench/ | tee $(OUT)/jobs.txt
+	@$(COMMIT_LINE) > $(OUT)/jobs.txt
+	$(GO) test -run '^$$' -bench '^Benchmark(MultiUpstream|SnapshotBackfill)$$' -benchtime 1x -timeout 60m ./bench/ | tee -a $(OUT)/jobs.txt
 
 # The full accuracy matrix: every pk shape at 10k, 100k and 1M rows, in 1, 4,
 # 256 and 4096 vnodes, under four churn patterns (288 backfills; hours on
@@ -85,7 +91,8 @@ bench-jobs:
 MATRIX_ROWS ?= 10000,100000,1000000
 matrix:
 	@mkdir -p $(OUT)
-	$(GO) test -run '^$$' -bench '^BenchmarkAccuracyMatrix$$' -benchtime 1x -timeout 12h ./bench/ -matrix-rows $(MATRIX_ROWS) | tee $(OUT)/matrix.txt
+	@$(COMMIT_LINE) > $(OUT)/matrix.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkAccuracyMatrix$$' -benchtime 1x -timeout 12h ./bench/ -matrix-rows $(MATRIX_ROWS) | tee -a $(OUT)/matrix.txt
 
 # benchstat over three runs of the backfill benchmarks (compared with the
 # previous run's file when there is one).
@@ -108,22 +115,25 @@ bench-compare:
 # and plots it.
 scale:
 	@mkdir -p $(OUT)
+	@$(COMMIT_LINE) > $(OUT)/scale.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 6h ./bench/ \
-		-scale-rows 1M,4M,16M -scale-workloads uniform | tee $(OUT)/scale.txt
+		-scale-rows 1M,4M,16M -scale-workloads uniform | tee -a $(OUT)/scale.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 6h ./bench/ \
 		-scale-rows 1M,4M -scale-workloads update-churn | tee -a $(OUT)/scale.txt
 
-# Regenerates README.md's results tables from the last make bench output
-# ($(OUT)/bench.txt; make bench runs first when there is none), make
-# scale's ($(OUT)/scale.txt, when there is one; else the 1M rows of make
-# bench) and make bench-eta's ($(OUT)/eta.txt, when there is one; else
-# make bench's BenchmarkETA), docs/scale.png from the scale figures, and
+# Regenerates README.md's summary table and docs/results.md's tables from
+# the last make bench output ($(OUT)/bench.txt; make bench runs first when
+# there is none), make scale's ($(OUT)/scale.txt, when there is one; else
+# the 1M rows of make bench), make bench-eta's and make bench-jobs's
+# ($(OUT)/eta.txt, $(OUT)/jobs.txt, when there are; else make bench's) and
+# make matrix's (docs/accuracy.md), each table stamped with the commit its
+# output's first line names; docs/scale.png from the scale figures, and
 # docs/progress.png from a run of the main job.
 results:
 	@mkdir -p $(OUT) docs
 	@if [ ! -f $(OUT)/bench.txt ]; then $(MAKE) --no-print-directory bench; fi
 	$(GO) run ./tools/results -bench $(OUT)/bench.txt -scale $(OUT)/scale.txt -matrix-bench $(OUT)/matrix.txt \
-		-eta-bench $(OUT)/eta.txt -jobs-bench $(OUT)/jobs.txt -readme README.md -plot docs/scale.png
+		-eta-bench $(OUT)/eta.txt -jobs-bench $(OUT)/jobs.txt -readme README.md -results docs/results.md -plot docs/scale.png
 	$(GO) run ./cmd/lsmstats backfill --rows 200000 --workload update-churn --crash-at 20 --bars off \
 		--json docs/progress.json --plot docs/progress.png
 
