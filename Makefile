@@ -7,6 +7,9 @@ GO       ?= go
 PKGS     := ./...
 FUZZTIME ?= 10s
 OUT      := out
+# The first line of each benchmark output: the commit it ran at, which make
+# results stamps on the tables it writes from it.
+COMMIT_LINE = echo "commit: $$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
 
 .PHONY: all build test race bench bench-smoke bench-eta bench-jobs bench-compare matrix scale results demo lint fuzz torture faults soak clean
 
@@ -44,7 +47,7 @@ test: build
 # kill lands past the child's initial load. The code the torture exercises
 # runs under -race in lsm, backfill and bench, and the torture itself in make
 # test.
-RACE_PKGS = $(shell $(GO) list $(PKGS) | grep -v '/internal/torture$$')
+RACE_PKGS = $(shell $(GO) list $(PKGS) | grep -v '/harness/torture$$')
 
 race:
 	$(GO) test -count=1 -race -timeout 40m $(RACE_PKGS)
@@ -53,7 +56,8 @@ race:
 # beside the raw-Pebble pipeline, and BenchmarkScale runs at 1M rows.
 bench:
 	@mkdir -p $(OUT)
-	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 120m $(PKGS) | tee $(OUT)/bench.txt
+	@$(COMMIT_LINE) > $(OUT)/bench.txt
+	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 120m $(PKGS) | tee -a $(OUT)/bench.txt
 
 # Every benchmark of every package once (-benchtime 1x) at the sizes -short
 # gives them (each package's benchmarks say which): jobs, stores and the
@@ -70,13 +74,15 @@ bench-smoke:
 BENCH_ETA_FLAGS ?=
 bench-eta:
 	@mkdir -p $(OUT)
-	$(GO) test -run '^$$' -bench '^BenchmarkETA$$' -benchtime 1x -timeout 60m ./bench/ $(BENCH_ETA_FLAGS) | tee $(OUT)/eta.txt
+	@$(COMMIT_LINE) > $(OUT)/eta.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkETA$$' -benchtime 1x -timeout 60m ./bench/ $(BENCH_ETA_FLAGS) | tee -a $(OUT)/eta.txt
 
 # The job kinds' benchmarks alone (several upstream tables; snapshot backfill)
 # into $(OUT)/jobs.txt, whose table make results prefers to make bench's.
 bench-jobs:
 	@mkdir -p $(OUT)
-	$(GO) test -run '^$$' -bench '^Benchmark(MultiUpstream|SnapshotBackfill)$$' -benchtime 1x -timeout 60m ./bench/ | tee $(OUT)/jobs.txt
+	@$(COMMIT_LINE) > $(OUT)/jobs.txt
+	$(GO) test -run '^$$' -bench '^Benchmark(MultiUpstream|SnapshotBackfill)$$' -benchtime 1x -timeout 60m ./bench/ | tee -a $(OUT)/jobs.txt
 
 # The full accuracy matrix: every pk shape at 10k, 100k and 1M rows, in 1, 4,
 # 256 and 4096 vnodes, under four churn patterns (288 backfills; hours on
@@ -85,7 +91,8 @@ bench-jobs:
 MATRIX_ROWS ?= 10000,100000,1000000
 matrix:
 	@mkdir -p $(OUT)
-	$(GO) test -run '^$$' -bench '^BenchmarkAccuracyMatrix$$' -benchtime 1x -timeout 12h ./bench/ -matrix-rows $(MATRIX_ROWS) | tee $(OUT)/matrix.txt
+	@$(COMMIT_LINE) > $(OUT)/matrix.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkAccuracyMatrix$$' -benchtime 1x -timeout 12h ./bench/ -matrix-rows $(MATRIX_ROWS) | tee -a $(OUT)/matrix.txt
 
 # benchstat over three runs of the backfill benchmarks (compared with the
 # previous run's file when there is one).
@@ -108,22 +115,25 @@ bench-compare:
 # and plots it.
 scale:
 	@mkdir -p $(OUT)
+	@$(COMMIT_LINE) > $(OUT)/scale.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 6h ./bench/ \
-		-scale-rows 1M,4M,16M -scale-workloads uniform | tee $(OUT)/scale.txt
+		-scale-rows 1M,4M,16M -scale-workloads uniform | tee -a $(OUT)/scale.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 6h ./bench/ \
 		-scale-rows 1M,4M -scale-workloads update-churn | tee -a $(OUT)/scale.txt
 
-# Regenerates README.md's results tables from the last make bench output
-# ($(OUT)/bench.txt; make bench runs first when there is none), make
-# scale's ($(OUT)/scale.txt, when there is one; else the 1M rows of make
-# bench) and make bench-eta's ($(OUT)/eta.txt, when there is one; else
-# make bench's BenchmarkETA), docs/scale.png from the scale figures, and
+# Regenerates README.md's summary table and docs/results.md's tables from
+# the last make bench output ($(OUT)/bench.txt; make bench runs first when
+# there is none), make scale's ($(OUT)/scale.txt, when there is one; else
+# the 1M rows of make bench), make bench-eta's and make bench-jobs's
+# ($(OUT)/eta.txt, $(OUT)/jobs.txt, when there are; else make bench's) and
+# make matrix's (docs/accuracy.md), each table stamped with the commit its
+# output's first line names; docs/scale.png from the scale figures, and
 # docs/progress.png from a run of the main job.
 results:
 	@mkdir -p $(OUT) docs
 	@if [ ! -f $(OUT)/bench.txt ]; then $(MAKE) --no-print-directory bench; fi
-	$(GO) run ./internal/tools/results -bench $(OUT)/bench.txt -scale $(OUT)/scale.txt -matrix-bench $(OUT)/matrix.txt \
-		-eta-bench $(OUT)/eta.txt -jobs-bench $(OUT)/jobs.txt -readme README.md -plot docs/scale.png
+	$(GO) run ./tools/results -bench $(OUT)/bench.txt -scale $(OUT)/scale.txt -matrix-bench $(OUT)/matrix.txt \
+		-eta-bench $(OUT)/eta.txt -jobs-bench $(OUT)/jobs.txt -readme README.md -results docs/results.md -plot docs/scale.png
 	$(GO) run ./cmd/lsmstats backfill --rows 200000 --workload update-churn --crash-at 20 --bars off \
 		--json docs/progress.json --plot docs/progress.png
 
@@ -143,7 +153,7 @@ fuzz:
 
 # The crash torture of the whole stack: 1,000 SIGKILLs (make test runs 25).
 torture:
-	$(GO) test -count=1 -v -timeout 60m -run '^TestTorture$$' ./internal/torture -torture-kills 1000
+	$(GO) test -count=1 -v -timeout 60m -run '^TestTorture$$' ./harness/torture -torture-kills 1000
 
 # Fault injection at length (make test runs short versions): random faults
 # around 3,000 steps of the store, 200 child processes with WAL/MANIFEST
@@ -164,8 +174,22 @@ faults:
 SOAK_FOR  ?= 10m
 SOAK_SEED ?=
 soak:
-	$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/soak -soak-for $(SOAK_FOR) \
+	$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./harness/soak -soak-for $(SOAK_FOR) \
 		$(if $(SOAK_SEED),-soak-seed $(SOAK_SEED),-random-seeds)
 
 clean:
 	rm -rf bin $(OUT)
+
+# The API compatibility check (RELEASING.md): the exported API of the public
+# packages against the last release recorded in api/, allowed to break it
+# only when CHANGELOG.md's Unreleased section declares a breaking version
+# (a new minor one before v1). CI runs it.
+.PHONY: apicheck release
+apicheck:
+	$(GO) run ./tools/apicount -check api -changelog CHANGELOG.md
+
+# make release VERSION=vX.Y.Z: records the API in api/VERSION.txt, tags the
+# release commit (annotated, local) and names it in CHANGELOG.md (RELEASING.md).
+release:
+	@if [ -z "$(VERSION)" ]; then echo "make release VERSION=vX.Y.Z"; exit 2; fi
+	./tools/release.sh $(VERSION)

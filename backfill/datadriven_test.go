@@ -12,7 +12,7 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
-	"github.com/lsmstats/lsmstats/internal/storetest"
+	"github.com/lsmstats/lsmstats/harness/storetest"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -20,7 +20,7 @@ import (
 
 // TestDataDriven runs testdata/store/backfill/{jobs,snapshot}/* (at the
 // repository top): a small job, barrier by barrier, on the shared store
-// harness (package internal/storetest, whose common commands such as live,
+// harness (package harness/storetest, whose common commands such as live,
 // stats full or verify apply to the job's store too), with the job commands:
 //
 //	job [mode=snapshot] workload=NAME rows=N vnodes=N actors=N barrier-rows=N

@@ -137,7 +137,7 @@
 // backfilltest.Truth over an oracle per table), and bench times the
 // estimators (JobConfig.OnEstimate). How close each approach comes to it, and what each costs
 // per checkpoint, is measured by bench's BenchmarkBackfill and accuracy
-// matrix; make results writes the figures into README.md.
+// matrix; make results writes the figures into docs/results.md.
 //
 // The displayed figure is "%.2f%% [lower–upper] (consumed/total)", the
 // bounds there when the estimator gives them (an Accountant, as Stats is):

@@ -4,12 +4,12 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
-	"github.com/lsmstats/lsmstats/internal/storetest"
+	"github.com/lsmstats/lsmstats/harness/storetest"
 	"github.com/lsmstats/lsmstats/lsm"
 )
 
 // TestDataDriven runs testdata/store/lsm/* (at the repository top) on the
-// shared store harness (package internal/storetest, whose doc comment lists
+// shared store harness (package harness/storetest, whose doc comment lists
 // its commands). Every store of a file runs on the file's fault injector
 // (disarmed unless a test arms it), crash drops the store without Close, and
 // the white-box commands come from lsm.NewDataDrivenHooks (export_test.go):

@@ -11,7 +11,7 @@ import (
 )
 
 // DataDrivenHooks are the white-box parts of TestDataDriven (package
-// lsm_test, on the shared harness of internal/storetest, which package lsm's
+// lsm_test, on the shared harness of harness/storetest, which package lsm's
 // own tests cannot import): the file's fault injector, a crash without
 // Close, and the commands that need the package's internals.
 type DataDrivenHooks struct {

@@ -4,14 +4,14 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/lsmstats/lsmstats/internal/storetest"
+	"github.com/lsmstats/lsmstats/harness/storetest"
 )
 
 // TestStoreDataDriven runs testdata/store/stats/* (at the repository top): the
 // statistics of a real store (package lsm on Pebble) after writes, commits,
 // flushes and manual compactions, in the spirit of Pebble's
 // testdata/table_stats. The commands are those of the shared store harness
-// (package internal/storetest); the files mostly use stats full, estimate,
+// (package harness/storetest); the files mostly use stats full, estimate,
 // verify full, flush, compact all and singledel.
 //
 // After every commit the physical statistics must describe Pebble's live

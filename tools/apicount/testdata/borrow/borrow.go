@@ -3,7 +3,7 @@
 // type of its own that wraps one.
 package borrow
 
-import "github.com/lsmstats/lsmstats/internal/tools/apicount/testdata/borrow/internal/impl"
+import "github.com/lsmstats/lsmstats/tools/apicount/testdata/borrow/internal/impl"
 
 // Alias is an alias of an internal type: go doc shows one line.
 type Alias = impl.Impl

@@ -45,6 +45,22 @@ BenchmarkScale/rows=4M/workload=uniform-2  1  3e9 ns/op  900 solo-peak-rss-MB  6
 	var jobs strings.Builder
 	renderJobs(&jobs, m)
 	table := render(m) + scale.String() + eta.String() + jobs.String()
+	summary := renderSummary(m, stamp(path))
+	for _, want := range []string{
+		"| skew | — | — | 0.05 pp | 0.19 pp | 125.2 µs |",
+		"| uniform | — | — | 0.05 pp | 0.10 pp | 125.2 µs |",
+		"Measured at a commit that `" + path + "` does not record",
+	} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("summary lacks %q:\n%s", want, summary)
+		}
+	}
+	if strings.Contains(summary, "update-churn") {
+		t.Errorf("the summary shows a workload the run lacks:\n%s", summary)
+	}
+	if w := widestRow(summary); w > 8 {
+		t.Errorf("the summary table has %d columns, more than README's 8", w)
+	}
 	if strings.Contains(render(m), "BenchmarkMultiUpstream") {
 		t.Errorf("the job kinds' table is its own block, not the results block's")
 	}
@@ -116,5 +132,84 @@ func TestBlocks(t *testing.T) {
 	}
 	if _, err := replaceBlock("no markers", scaleStartMarker, scaleEndMarker, "x"); err == nil || !strings.Contains(err.Error(), "scale:start") {
 		t.Errorf("missing markers: %v", err)
+	}
+}
+
+// TestStamp: a block says the commit its output's commit line records, and
+// says so when the output records none.
+func TestStamp(t *testing.T) {
+	dir := t.TempDir()
+	with := filepath.Join(dir, "with.txt")
+	without := filepath.Join(dir, "without.txt")
+	if err := os.WriteFile(with, []byte("commit: 0123456789abcdef0123456789abcdef01234567 (with uncommitted changes)\ngoos: linux\nBenchmarkGet-2 1 5 ns/op\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(without, []byte("goos: linux\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := stamp(with), "Measured at commit `0123456789ab` (with uncommitted changes) (`"+with+"`)."; got != want {
+		t.Errorf("stamp = %q, want %q", got, want)
+	}
+	if got := stamp(without); !strings.Contains(got, "does not record") {
+		t.Errorf("stamp of an output without a commit line = %q", got)
+	}
+	if got := stamp(filepath.Join(dir, "missing.txt")); !strings.Contains(got, "does not record") {
+		t.Errorf("stamp of a missing output = %q", got)
+	}
+}
+
+// widestRow returns the most columns of any markdown table row in s (a
+// line that starts with "|"; "\|" is no separator).
+func widestRow(s string) int {
+	widest := 0
+	inCode := false
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+		}
+		if inCode || !strings.HasPrefix(line, "|") {
+			continue
+		}
+		cells := strings.Count(strings.ReplaceAll(line, `\|`, ""), "|") - 1
+		widest = max(widest, cells)
+	}
+	return widest
+}
+
+// TestREADME holds README.md to what make results keeps it: its first
+// screen (60 lines) has the picture, the two commands and the summary
+// table; no table wider than 8 columns; the detailed tables' blocks are in
+// docs/results.md, not in README.md.
+func TestREADME(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	lines := strings.Split(readme, "\n")
+	first := strings.Join(lines[:min(60, len(lines))], "\n")
+	for _, want := range []string{"docs/progress.png", "make demo", "make test", summaryStartMarker, summaryEndMarker, "| workload |"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("README.md's first 60 lines lack %q", want)
+		}
+	}
+	if w := widestRow(readme); w > 8 {
+		t.Errorf("README.md has a table of %d columns, more than 8", w)
+	}
+	if widestRow("| a | b \\| c |\n|---|---|\n") != 2 {
+		t.Error("widestRow counts an escaped | as a separator")
+	}
+	r, err := os.ReadFile("../../docs/results.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{startMarker, endMarker, scaleStartMarker, scaleEndMarker, etaStartMarker, etaEndMarker, jobsStartMarker, jobsEndMarker} {
+		if strings.Contains(readme, m) {
+			t.Errorf("README.md holds %q, whose table lives in docs/results.md", m)
+		}
+		if !strings.Contains(string(r), m) {
+			t.Errorf("docs/results.md lacks %q", m)
+		}
 	}
 }

@@ -21,5 +21,5 @@
 // When a job finishes, the parent checks the MV equals the upstream table and
 // starts the next job in a fresh directory, until the kills are done.
 //
-//	go test ./internal/torture -torture-kills 1000     (make torture)
+//	go test ./harness/torture -torture-kills 1000     (make torture)
 package torture
