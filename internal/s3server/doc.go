@@ -1,0 +1,28 @@
+// Package s3server runs a real S3-compatible server for tests and
+// benchmarks: SeaweedFS's all-in-one `weed mini`, a child process bound to
+// 127.0.0.1 only, on ports chosen free at start (never fixed ones), with a
+// data directory of its own under the system's temporary directory.
+//
+// The binary is built once into a cache outside the repository by
+// `make objstore` (Build; BinaryPath says where). A test that needs a server
+// and finds no binary, or a server that does not come up, fails with a
+// message that names `make objstore`; it never skips.
+//
+// Two ways to get a server:
+//
+//   - Start(t) starts a server of the test's own, stopped (with its data
+//     directory removed) when the test ends. Fault tests use it: Stop kills
+//     the process (SIGKILL) and Start starts it again on the same ports and
+//     data, Pause and Resume freeze and thaw it (SIGSTOP, SIGCONT).
+//   - Shared(t) returns one server per test binary, started on first use and
+//     stopped when RunTests (called from TestMain) returns. Tests share it
+//     through a bucket each (NewBucket); they must not stop or pause it.
+//
+// A server costs about 0.5–5 s to start (its filer dominates; more on a
+// busy machine) and about 120 MB of resident memory idle; BenchmarkStart
+// measures both. It is one process; the helpers kill its whole process group
+// and, on Linux, the kernel kills it if the test binary dies first
+// (Pdeathsig), so no server outlives its test run.
+//
+// It is imported by tests and benchmarks only.
+package s3server
