@@ -4,7 +4,7 @@ PKGS     := ./...
 FUZZTIME ?= 10s
 OUT      := out
 
-.PHONY: all build test race bench bench-eta bench-jobs bench-compare matrix scale results demo lint fuzz torture faults soak clean
+.PHONY: all build objstore test race bench bench-eta bench-jobs bench-compare matrix scale results demo lint fuzz torture faults soak clean
 
 all: build test
 
@@ -18,13 +18,21 @@ demo:
 	$(GO) build -o bin/lsmstats ./cmd/lsmstats
 	bin/lsmstats backfill --rows 1000000 --workload mixed --crash-at 60
 
+# SeaweedFS's weed binary, the S3 server on loopback that the object-store
+# tests start (internal/s3server), built into the user's cache directory
+# (~/.cache/lsmstats/weed-<revision>), outside the repository, unless it is
+# there already: about 10 minutes on two cores the first time, nothing
+# after. make test and make race need it.
+objstore:
+	$(GO) run ./internal/tools/buildweed -go $(GO)
+
 # The test command of README.md: unit, data-driven, randomized, crash
 # (SIGKILL) and short fuzz runs. The fuzz runs are budgeted in executions,
 # not seconds: with a duration, Go 1.26's fuzz coordinator can report
 # "context deadline exceeded" as a failure when the time runs out while a
 # worker is busy (go.dev/issue/75804, fixed in Go 1.27), and CI machines are
 # shared and busy.
-test: build
+test: build objstore
 	$(GO) test -count=1 -timeout 30m $(PKGS)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=30000x
 
@@ -35,7 +43,7 @@ test: build
 # test.
 RACE_PKGS = $(shell $(GO) list $(PKGS) | grep -v '/internal/torture$$')
 
-race:
+race: objstore
 	$(GO) test -count=1 -race -timeout 40m $(RACE_PKGS)
 
 # Every benchmark; the backfill ones run each workload once per approach,

@@ -103,7 +103,7 @@ func Build(ctx context.Context, goBin string, log io.Writer) error {
 	tmp := fmt.Sprintf("%s.tmp%d", dst, os.Getpid())
 	defer os.Remove(tmp)
 	build := func(dir string) error {
-		cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-buildvcs=false", "-o", tmp, "./weed")
+		cmd := exec.CommandContext(ctx, goBin, "build", "-buildvcs=false", "-o", tmp, "./weed")
 		cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, log, log
 		fmt.Fprintf(log, "objstore: (in %s) %s\n", dir, strings.Join(cmd.Args, " "))
 		return cmd.Run()

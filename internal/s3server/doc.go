@@ -18,11 +18,15 @@
 //     stopped when RunTests (called from TestMain) returns. Tests share it
 //     through a bucket each (NewBucket); they must not stop or pause it.
 //
-// A server costs about 0.5–5 s to start (its filer dominates; more on a
-// busy machine) and about 120 MB of resident memory idle; BenchmarkStart
-// measures both. It is one process; the helpers kill its whole process group
-// and, on Linux, the kernel kills it if the test binary dies first
-// (Pdeathsig), so no server outlives its test run.
+// A server takes about 5 s to start (3 of them its filer's start; more on
+// a busy machine) and holds about 120 MiB resident idle, 250 MiB after a
+// thousand small objects (BenchmarkStart measures both), which is why tests
+// share one where they can. Start after Stop takes longer: the restarted
+// master holds writes for its warm-up (three heartbeat pulses, 10–15 s),
+// and Start returns only once a write succeeds. The server is one process;
+// the helpers kill its whole process group and, on Linux, the kernel kills
+// it if the test binary dies first (Pdeathsig), so no server outlives its
+// test run.
 //
 // It is imported by tests and benchmarks only.
 package s3server

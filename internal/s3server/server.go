@@ -139,7 +139,7 @@ func newServer(bin string) (*Server, error) {
 	s.args = []string{"mini",
 		"-dir=" + dir,
 		"-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-		"-bucket=" + s.Bucket,
+		"-bucket=" + s.Bucket + "," + s.probeBucket(),
 		"-master.telemetry=false",
 		"-master.port=" + strconv.Itoa(ports[0]), "-master.port.grpc=" + strconv.Itoa(ports[1]),
 		"-volume.port=" + strconv.Itoa(ports[2]), "-volume.port.grpc=" + strconv.Itoa(ports[3]),
@@ -339,22 +339,29 @@ func (s *Server) waitReady(p *process) error {
 		s.bin, s.Endpoint, startTimeout, lastErr, s.logPath(), s.logTail(30))
 }
 
-// probe stores, reads and deletes a small object in the server's bucket.
+// probeBucket is the bucket probe writes in: not the test's, which a write
+// that timed out but landed later would otherwise pollute.
+func (s *Server) probeBucket() string { return s.Bucket + "-probe" }
+
+// probe stores, reads and deletes a small object, once the server has the
+// test's bucket.
 func (s *Server) probe() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ok, err := s.client.BucketExists(ctx, s.Bucket)
-	if err != nil {
+	for _, bucket := range []string{s.Bucket, s.probeBucket()} {
+		ok, err := s.client.BucketExists(ctx, bucket)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.Newf("no bucket %q yet", bucket)
+		}
+	}
+	const name, body = "probe", "ready"
+	if _, err := s.client.PutObject(ctx, s.probeBucket(), name, strings.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
 		return err
 	}
-	if !ok {
-		return errors.Newf("no bucket %q yet", s.Bucket)
-	}
-	const name, body = "s3server-probe", "ready"
-	if _, err := s.client.PutObject(ctx, s.Bucket, name, strings.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
-		return err
-	}
-	obj, err := s.client.GetObject(ctx, s.Bucket, name, minio.GetObjectOptions{})
+	obj, err := s.client.GetObject(ctx, s.probeBucket(), name, minio.GetObjectOptions{})
 	if err != nil {
 		return err
 	}
@@ -367,7 +374,7 @@ func (s *Server) probe() error {
 	if got.String() != body {
 		return errors.Newf("probe object read back as %q", got.String())
 	}
-	return s.client.RemoveObject(ctx, s.Bucket, name, minio.RemoveObjectOptions{})
+	return s.client.RemoveObject(ctx, s.probeBucket(), name, minio.RemoveObjectOptions{})
 }
 
 // kill kills the server's process group and waits for the server to exit.
