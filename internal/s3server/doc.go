@@ -1,7 +1,11 @@
 // Package s3server runs a real S3-compatible server for tests and
 // benchmarks: SeaweedFS's all-in-one `weed mini`, a child process bound to
 // 127.0.0.1 only, on ports chosen free at start (never fixed ones), with a
-// data directory of its own under the system's temporary directory.
+// data directory of its own under the system's temporary directory
+// (lsmstats-weed-*). weed mini also puts a gRPC socket per service in /tmp,
+// whatever its flags; the helpers remove them with the server, and a later
+// start removes the directories and sockets of test binaries that died
+// without removing theirs.
 //
 // The binary is built once into a cache outside the repository by
 // `make objstore` (Build; BinaryPath says where). A test that needs a server

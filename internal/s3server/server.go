@@ -46,11 +46,14 @@ type Server struct {
 	// Bucket is a bucket created at start, for the test's use.
 	Bucket string
 
-	dir    string // data directory; also holds the log and the unix sockets
-	bin    string
-	args   []string
-	env    []string
-	client *minio.Client
+	dir string // data directory; also holds the log and the unix sockets
+	bin string
+	// sockets are the gRPC unix sockets weed mini makes in /tmp, whatever
+	// its flags say (one per gRPC port); a killed server leaves them.
+	sockets []string
+	args    []string
+	env     []string
+	client  *minio.Client
 
 	mu     sync.Mutex
 	proc   *process // nil while stopped
@@ -124,8 +127,21 @@ func newServer(bin string) (*Server, error) {
 	}
 	// A short directory: the filer's and the S3 gateway's unix sockets live
 	// in it, and a socket's path must fit in 108 bytes.
-	dir, err := os.MkdirTemp("", "weed")
+	removeStaleDirs()
+	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
+		return nil, errors.Wrap(err, "s3server: data directory")
+	}
+	var sockets []string
+	for _, grpc := range []struct {
+		service string
+		port    int
+	}{{"master", ports[1]}, {"volume", ports[3]}, {"filer", ports[5]}, {"s3", ports[7]}, {"admin", ports[10]}} {
+		sockets = append(sockets, fmt.Sprintf("/tmp/seaweedfs-%s-grpc-%d.sock", grpc.service, grpc.port))
+	}
+	owner := strconv.Itoa(os.Getpid()) + "\n" + strings.Join(sockets, "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner), 0o644); err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, errors.Wrap(err, "s3server: data directory")
 	}
 	s := &Server{
@@ -135,8 +151,13 @@ func newServer(bin string) (*Server, error) {
 		Bucket:    "b-" + randomHex(6),
 		dir:       dir,
 		bin:       bin,
+		sockets:   sockets,
 	}
-	s.args = []string{"mini",
+	s.args = []string{
+		// glog's files would litter the temporary directory: its lines go
+		// to the server's log (weed.log) instead.
+		"-logtostderr",
+		"mini",
 		"-dir=" + dir,
 		"-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-bucket=" + s.Bucket + "," + s.probeBucket(),
@@ -401,7 +422,15 @@ func (s *Server) killLocked() error {
 		return errors.Newf("s3server: process %d did not exit within 30s of SIGKILL", pid)
 	}
 	s.proc, s.paused = nil, false
+	removeFiles(s.sockets)
 	return nil
+}
+
+// removeFiles removes the files at paths that exist.
+func removeFiles(paths []string) {
+	for _, p := range paths {
+		_ = os.Remove(p)
+	}
 }
 
 // close kills the server and removes its data.
@@ -462,4 +491,41 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// The data directories are os.TempDir()/lsmstats-weed-*, each with, in
+// ownerFile, the pid of the test binary that made it and the paths of its
+// server's gRPC sockets, one a line.
+const (
+	dirPrefix = "lsmstats-weed-"
+	ownerFile = "owner.pid"
+)
+
+// removeStaleDirs removes the data directories (and the gRPC sockets) of
+// test binaries that died without cleaning up (a panic, a timeout, a
+// SIGKILL: their servers died with them, by Pdeathsig).
+func removeStaleDirs() {
+	entries, err := os.ReadDir(os.TempDir())
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), dirPrefix) {
+			continue
+		}
+		dir := filepath.Join(os.TempDir(), e.Name())
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		pid, err := strconv.Atoi(lines[0])
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			removeFiles(lines[1:])
+			_ = os.RemoveAll(dir)
+		}
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -153,4 +155,38 @@ func BenchmarkStart(b *testing.B) {
 	b.ReportMetric(startSecs/n, "start-s")
 	b.ReportMetric(rssStart/n/(1<<20), "rss-MiB")
 	b.ReportMetric(rssLoaded/n/(1<<20), "rss-1k-objects-MiB")
+}
+
+// A data directory whose test binary is gone is removed by the next start;
+// one whose test binary lives is not.
+func TestStaleDirs(t *testing.T) {
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	stale, err := os.MkdirTemp("", dirPrefix)
+	require.NoError(t, err)
+	staleSocket := filepath.Join(t.TempDir(), "seaweedfs-master-grpc-1.sock")
+	require.NoError(t, os.WriteFile(staleSocket, nil, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(stale, ownerFile), []byte(strconv.Itoa(dead.Process.Pid)+"\n"+staleSocket+"\n"), 0o644))
+	live, err := os.MkdirTemp("", dirPrefix)
+	require.NoError(t, err)
+	defer os.RemoveAll(live)
+	require.NoError(t, os.WriteFile(filepath.Join(live, ownerFile), []byte(strconv.Itoa(os.Getppid())), 0o644))
+
+	s := Start(t)
+	require.DirExists(t, s.Dir())
+	require.NoDirExists(t, stale)
+	require.NoFileExists(t, staleSocket)
+	require.DirExists(t, live)
+	for _, sock := range s.sockets {
+		require.FileExists(t, sock, "the server's gRPC socket (weed mini names it so)")
+	}
+	s.Stop(t)
+	for _, sock := range s.sockets {
+		require.NoFileExists(t, sock, "a killed server's socket stayed")
+	}
+	entries, err := os.ReadDir(os.TempDir())
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.False(t, strings.HasPrefix(e.Name(), "weed-"+revision()+"."), "glog file %s in the temporary directory", e.Name())
+	}
 }
