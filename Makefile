@@ -11,7 +11,7 @@ OUT      := out
 # results stamps on the tables it writes from it.
 COMMIT_LINE = echo "commit: $$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
 
-.PHONY: all build test race bench bench-smoke bench-eta bench-jobs bench-compare matrix scale results demo lint fuzz torture faults soak clean
+.PHONY: all build objstore test race bench bench-smoke bench-eta bench-jobs bench-compare matrix scale results demo lint fuzz torture faults soak clean
 
 all: build test
 
@@ -24,6 +24,14 @@ build:
 demo:
 	$(GO) build -o bin/lsmstats ./cmd/lsmstats
 	bin/lsmstats backfill --rows 1000000 --workload mixed --crash-at 60
+
+# SeaweedFS's weed binary, the S3 server on loopback that the object-store
+# tests start (internal/s3server), built into the user's cache directory
+# (~/.cache/lsmstats/weed-<revision>), outside the repository, unless it is
+# there already: about 10 minutes on two cores the first time, nothing
+# after. make test and make race need it.
+objstore:
+	$(GO) run ./tools/buildweed -go $(GO)
 
 # The test command of README.md: unit, data-driven, randomized, crash
 # (SIGKILL) and short fuzz runs. The fuzz runs are budgeted in executions,
@@ -38,7 +46,7 @@ demo:
 # mutator is seeded (GODEBUG=fuzzseed) too, but Go caches the inputs it
 # found in GOCACHE and its workers interleave freely, so those runs are not
 # repeated bit for bit; a failing input is written to testdata/fuzz.
-test: build
+test: build objstore
 	$(GO) test -count=1 -timeout 30m $(PKGS)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=30000x FUZZSEED=1
 
@@ -49,7 +57,7 @@ test: build
 # test.
 RACE_PKGS = $(shell $(GO) list $(PKGS) | grep -v '/harness/torture$$')
 
-race:
+race: objstore
 	$(GO) test -count=1 -race -timeout 40m $(RACE_PKGS)
 
 # Every benchmark; the backfill ones run each workload once per approach,

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package s3server
+
+import "syscall"
+
+// procAttr puts the server in a process group of its own, so that killing
+// the group kills anything it started.
+func procAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
