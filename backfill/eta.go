@@ -65,7 +65,7 @@
 // adds over the plain rate is that it follows a rate that shifts without
 // notice and does not take a burst of inserts to go on. The measured figures are printed
 // by the test and by BenchmarkETA, whose table make results puts in
-// README.md.
+// docs/results.md.
 
 package backfill
 

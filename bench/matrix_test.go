@@ -86,7 +86,7 @@ var matrixRows = flag.String("matrix-rows", "", "table sizes of BenchmarkAccurac
 // over every checkpoint, in percentage points, the stats figure's bounds
 // (mean and largest width, checkpoints whose truth lay outside), and the
 // stats estimator's CPU per checkpoint. ns/op is the cell's backfill time.
-// make results tabulates it in README.md and docs/accuracy.md.
+// make results tabulates it in docs/results.md and docs/accuracy.md.
 func BenchmarkAccuracyMatrix(b *testing.B) {
 	cells := reducedMatrix()
 	if *matrixRows != "" {

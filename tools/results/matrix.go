@@ -94,7 +94,7 @@ func countName(n int) string {
 	return strconv.Itoa(n)
 }
 
-// renderMatrix summarises the accuracy matrix for README.md: per pk shape
+// renderMatrix summarises the accuracy matrix for docs/results.md: per pk shape
 // and table size, for each vnode count, the stats approach's worst cell
 // over the churn patterns (largest mean, largest max, signed mean furthest
 // from zero), and the row-count approach's largest max error.
