@@ -279,6 +279,7 @@ type event struct {
 	// ckpt, truth, done: what the truth cost this worker so far
 	// (bench.TruthCost)
 	TruthS      float64 `json:"truth_s,omitempty"`
+	TruthCPUS   float64 `json:"truth_cpu_s,omitempty"`
 	TruthScored int     `json:"truth_scored,omitempty"`
 	TruthSkip   int     `json:"truth_skipped,omitempty"`
 }
@@ -397,7 +398,7 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 	}
 	var s *bench.Session
 	costOf := func(e *event, c bench.TruthCost) {
-		e.TruthS, e.TruthScored, e.TruthSkip = c.Time.Seconds(), c.Scored, c.Skipped
+		e.TruthS, e.TruthCPUS, e.TruthScored, e.TruthSkip = c.Time.Seconds(), c.CPU.Seconds(), c.Scored, c.Skipped
 	}
 	truthMode := bench.TruthConcurrent
 	if f.noTruth {
@@ -452,25 +453,30 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 	}
 	emit(event{T: "done", Epoch: sum.Epoch, LoadS: sum.Load.Seconds(), BackfillS: sum.Backfill.Seconds(),
 		MVMatches: sum.MVMatches, MVError: sum.MVError,
-		TruthS: sum.Truth.Time.Seconds(), TruthScored: sum.Truth.Scored, TruthSkip: sum.Truth.Skipped})
+		TruthS: sum.Truth.Time.Seconds(), TruthCPUS: sum.Truth.CPU.Seconds(), TruthScored: sum.Truth.Scored, TruthSkip: sum.Truth.Skipped})
 	return nil
 }
 
 // ---- supervisor --------------------------------------------------------
 
-// report is the JSON file of a run.
+// report is the JSON file of a run. With --no-truth (Parameters' "truth"
+// false) every field that is the truth or an error against it is null:
+// the barriers' and recoveries' truth, vnode_err_mean_pp and
+// vnode_err_max_pp, their upstreams' truth, Error and Timings.Truth; the
+// figures, their bounds, the ETA, the costs and the timings are all there.
 type report struct {
-	Parameters     map[string]any               `json:"parameters"`
-	Barriers       []barrierJSON                `json:"barriers"`
-	Recoveries     []barrierJSON                `json:"recoveries"`
-	MVMatches      bool                         `json:"mv_matches_upstream"`
-	MVError        string                       `json:"mv_error,omitempty"`
-	Crashes        int                          `json:"crashes"`
-	KilledBy       []string                     `json:"killed_by"`
-	CommittedEpoch uint64                       `json:"committed_epoch"`
-	Error          map[string]*bench.ErrorStats `json:"error"`
-	Cost           map[string]costJSON          `json:"cost"`
-	Timings        timingsJSON                  `json:"timings"`
+	Parameters     map[string]any `json:"parameters"`
+	Barriers       []barrierJSON  `json:"barriers"`
+	Recoveries     []barrierJSON  `json:"recoveries"`
+	MVMatches      bool           `json:"mv_matches_upstream"`
+	MVError        string         `json:"mv_error,omitempty"`
+	Crashes        int            `json:"crashes"`
+	KilledBy       []string       `json:"killed_by"`
+	CommittedEpoch uint64         `json:"committed_epoch"`
+	// Error is each approach's error against the truth; null without it.
+	Error   map[string]*bench.ErrorStats `json:"error"`
+	Cost    map[string]costJSON          `json:"cost"`
+	Timings timingsJSON                  `json:"timings"`
 	// ETA is the accuracy of the ETA after 10% progress (the truth, or the
 	// stats figure without it), against the time that remained at each
 	// checkpoint with the crashes' downtime left out (Timings.DowntimeS:
@@ -496,12 +502,15 @@ type barrierJSON struct {
 	DisplayedRowCount string           `json:"displayed_rowcount"`
 	DisplayedStats    string           `json:"displayed_stats"`
 	Finished          bool             `json:"finished"`
-	VnodeErrMeanPP    float64          `json:"vnode_err_mean_pp"`
-	VnodeErrMaxPP     float64          `json:"vnode_err_max_pp"`
-	SnapshotRows      uint64           `json:"snapshot_rows"`
-	RateLimit         float64          `json:"rate_limit"`
-	TimeNS            int64            `json:"time_unix_ns"`
-	ETA               etaJSON          `json:"eta"`
+	// VnodeErrMeanPP and VnodeErrMaxPP are the stats figure's mean and
+	// largest error over the vnodes against their truth, in percentage
+	// points; null with the truth.
+	VnodeErrMeanPP *float64 `json:"vnode_err_mean_pp"`
+	VnodeErrMaxPP  *float64 `json:"vnode_err_max_pp"`
+	SnapshotRows   uint64   `json:"snapshot_rows"`
+	RateLimit      float64  `json:"rate_limit"`
+	TimeNS         int64    `json:"time_unix_ns"`
+	ETA            etaJSON  `json:"eta"`
 	// ActualRemainingS is the time from this checkpoint to the job's
 	// end, known once it finished, and ActualRunningS the same with the
 	// crashes' downtime after it left out.
@@ -509,8 +518,27 @@ type barrierJSON struct {
 	ActualRunningS   float64 `json:"actual_running_s"`
 	// Phase is a snapshot backfill's phase, and Upstreams every table's
 	// figures and truth.
-	Phase     string                      `json:"phase,omitempty"`
-	Upstreams []backfill.UpstreamProgress `json:"upstreams,omitempty"`
+	Phase     string         `json:"phase,omitempty"`
+	Upstreams []upstreamJSON `json:"upstreams,omitempty"`
+}
+
+// upstreamJSON is one upstream table's figures in the report; its truth
+// (which takes the place of backfill.UpstreamProgress's -1 for none) is
+// null when absent, as a barrier's is.
+type upstreamJSON struct {
+	backfill.UpstreamProgress
+	Truth *float64 `json:"truth"`
+}
+
+func upstreamsOf(us []backfill.UpstreamProgress) []upstreamJSON {
+	if us == nil {
+		return nil
+	}
+	out := make([]upstreamJSON, len(us))
+	for i, u := range us {
+		out[i] = upstreamJSON{UpstreamProgress: u, Truth: truthOf(u.Truth)}
+	}
+	return out
 }
 
 // costJSON is an approach's cost per checkpoint barrier (the report's
@@ -541,21 +569,37 @@ type timingsJSON struct {
 	// DowntimeS is the time from each killed worker's last checkpoint to
 	// the recovered job's first figure, summed: what the ETA cannot know.
 	DowntimeS float64 `json:"downtime_s"`
-	// TruthS is the time the truth took beside the job (its goroutine's
-	// wall time, over the workers), TruthCheckpoints the checkpoints it
-	// scored and TruthSkipped those it skipped to keep up (a snapshot
-	// backfill's scans); all 0 with --no-truth.
-	TruthS           float64 `json:"truth_s"`
-	TruthCheckpoints int     `json:"truth_checkpoints"`
-	TruthSkipped     int     `json:"truth_skipped"`
+	// Truth is what the truth cost beside the job; null with --no-truth.
+	Truth *truthTimingsJSON `json:"truth"`
+}
+
+// truthTimingsJSON is what computing the truth beside the job cost, over
+// the workers.
+type truthTimingsJSON struct {
+	// WallS is the wall time of the truth's goroutine (on a busy machine
+	// it counts waiting for a core) and CPUS its CPU time.
+	WallS float64 `json:"wall_s"`
+	CPUS  float64 `json:"cpu_s"`
+	// Checkpoints is the checkpoints it scored and Skipped those it
+	// skipped to keep up (a snapshot backfill's scans).
+	Checkpoints int `json:"checkpoints"`
+	Skipped     int `json:"skipped"`
 }
 
 func barrierOf(r *recordJSON) barrierJSON {
 	rc, st := r.figure("rowcount"), r.figure("stats")
 	return barrierJSON{Barrier: r.Barrier, Epoch: r.Epoch, Truth: truthOf(r.Truth), RowCount: rc.Raw, Stats: st.Raw,
 		StatsBounds: st.Bounds, DisplayedRowCount: rc.Shown, DisplayedStats: st.Shown, Finished: r.Finished,
-		VnodeErrMeanPP: r.VnodeErrMean, VnodeErrMaxPP: r.VnodeErrMax,
-		SnapshotRows: r.Rows, RateLimit: r.RateLimit, TimeNS: r.TimeNS, ETA: r.ETA, Phase: r.Phase, Upstreams: r.Upstreams}
+		VnodeErrMeanPP: vnodeErrOf(r.Truth, r.VnodeErrMean), VnodeErrMaxPP: vnodeErrOf(r.Truth, r.VnodeErrMax),
+		SnapshotRows: r.Rows, RateLimit: r.RateLimit, TimeNS: r.TimeNS, ETA: r.ETA, Phase: r.Phase, Upstreams: upstreamsOf(r.Upstreams)}
+}
+
+// vnodeErrOf is a vnode error for the report: nil without a truth.
+func vnodeErrOf(truth, err float64) *float64 {
+	if truth < 0 {
+		return nil
+	}
+	return &err
 }
 
 // truthValue is a report's truth, -1 when absent.
@@ -740,6 +784,7 @@ func (sv *supervisor) runOnce(ctx context.Context) (int, error) {
 	sv.statsOnlyBytes += sv.runStatsOnly
 	sv.backfillS += sv.runBackfill
 	sv.truth.TruthS += sv.runTruth.TruthS
+	sv.truth.TruthCPUS += sv.runTruth.TruthCPUS
 	sv.truth.TruthScored += sv.runTruth.TruthScored
 	sv.truth.TruthSkip += sv.runTruth.TruthSkip
 	sv.rep.Timings.RunsS = append(sv.rep.Timings.RunsS, time.Since(sv.runStart).Seconds())
@@ -865,6 +910,7 @@ func (sv *supervisor) handle(e event) (crash bool) {
 func (sv *supervisor) costSoFar(e event) {
 	if e.TruthScored+e.TruthSkip >= sv.runTruth.TruthScored+sv.runTruth.TruthSkip {
 		sv.runTruth.TruthS = max(sv.runTruth.TruthS, e.TruthS)
+		sv.runTruth.TruthCPUS = max(sv.runTruth.TruthCPUS, e.TruthCPUS)
 		sv.runTruth.TruthScored, sv.runTruth.TruthSkip = e.TruthScored, e.TruthSkip
 	}
 }
@@ -915,11 +961,11 @@ func setTruth(b *barrierJSON, r *recordJSON, t *truthEventJSON) {
 		}
 	}
 	b.Truth = truthOf(t.Truth)
-	b.VnodeErrMeanPP, b.VnodeErrMaxPP = t.VnodeErrMean, t.VnodeErrMax
+	b.VnodeErrMeanPP, b.VnodeErrMaxPP = vnodeErrOf(t.Truth, t.VnodeErrMean), vnodeErrOf(t.Truth, t.VnodeErrMax)
 	if len(t.Upstreams) == len(b.Upstreams) {
 		b.Upstreams = slices.Clone(b.Upstreams)
 		for u := range b.Upstreams {
-			b.Upstreams[u].Truth = t.Upstreams[u]
+			b.Upstreams[u].Truth = truthOf(t.Upstreams[u])
 		}
 	}
 }
@@ -981,8 +1027,13 @@ func (sv *supervisor) conclude() (int, error) {
 	for _, d := range sv.downtimes {
 		rep.Timings.DowntimeS += d.to.Sub(d.from).Seconds()
 	}
-	rep.Timings.TruthS, rep.Timings.TruthCheckpoints, rep.Timings.TruthSkipped = sv.truth.TruthS, sv.truth.TruthScored, sv.truth.TruthSkip
 	rep.Error, rep.Cost = summarize(sv.records, sv.stateBytes, sv.statsOnlyBytes)
+	if sv.withTruth() {
+		rep.Timings.Truth = &truthTimingsJSON{WallS: sv.truth.TruthS, CPUS: sv.truth.TruthCPUS,
+			Checkpoints: sv.truth.TruthScored, Skipped: sv.truth.TruthSkip}
+	} else {
+		rep.Error = nil // no error against a truth: null
+	}
 	rep.ETA, rep.ETAWall = etaAccuracy(rep.Barriers, sv.downtimes)
 	printSummary(sv.stdout, rep)
 	if f.jsonPath != "" {
@@ -1151,17 +1202,18 @@ func printSummary(w io.Writer, rep *report) {
 	switch {
 	case rep.Parameters["truth"] == false:
 		fmt.Fprintln(w, "truth: none (--no-truth): the job ran without the workload model's count, and no error against it is computed")
-	case tm.TruthCheckpoints+tm.TruthSkipped > 0:
+	case tm.Truth != nil && tm.Truth.Checkpoints+tm.Truth.Skipped > 0:
+		tt := tm.Truth
 		share := ""
 		if tm.JobBackfillS > 0 {
-			share = fmt.Sprintf(", %.1f%% of the job's backfill time", 100*tm.TruthS/tm.JobBackfillS)
+			share = fmt.Sprintf(", %.1f%% of the job's backfill time", 100*tt.WallS/tm.JobBackfillS)
 		}
 		skipped := ""
-		if tm.TruthSkipped > 0 {
-			skipped = fmt.Sprintf(" (%s skipped to keep up)", plural(tm.TruthSkipped, "checkpoint"))
+		if tt.Skipped > 0 {
+			skipped = fmt.Sprintf(" (%s skipped to keep up)", plural(tt.Skipped, "checkpoint"))
 		}
-		fmt.Fprintf(w, "truth: computed beside the job, which did not wait for it, in %.2fs for %s%s%s\n",
-			tm.TruthS, plural(tm.TruthCheckpoints, "checkpoint"), skipped, share)
+		fmt.Fprintf(w, "truth: computed beside the job, which did not wait for it, in %.2fs (%.2fs of CPU) for %s%s%s\n",
+			tt.WallS, tt.CPUS, plural(tt.Checkpoints, "checkpoint"), skipped, share)
 	}
 	printETA(w, rep)
 }

@@ -185,7 +185,10 @@ func TestBackfillNoTruth(t *testing.T) {
 		var rep report
 		require.NoError(t, json.Unmarshal(b, &rep))
 		var raw struct {
-			Barriers []map[string]json.RawMessage `json:"barriers"`
+			Barriers   []map[string]json.RawMessage `json:"barriers"`
+			Recoveries []map[string]json.RawMessage `json:"recoveries"`
+			Error      json.RawMessage              `json:"error"`
+			Timings    map[string]json.RawMessage   `json:"timings"`
 		}
 		require.NoError(t, json.Unmarshal(b, &raw))
 		require.True(t, rep.MVMatches)
@@ -204,12 +207,36 @@ func TestBackfillNoTruth(t *testing.T) {
 			if b.ETA.RemainingS >= 0 {
 				withETA++
 			}
+			// The figures are there with or without the truth.
+			require.Positive(t, b.SnapshotRows, "barrier %d", b.Barrier)
+			require.Positive(t, b.Stats, "barrier %d: the stats figure", b.Barrier)
+			require.Positive(t, b.RowCount, "barrier %d: the row-count figure", b.Barrier)
+			require.Len(t, b.Upstreams, 1, "barrier %d", b.Barrier)
+			require.Len(t, b.Upstreams[0].Figures, 2, "barrier %d: both approaches' figures", b.Barrier)
 			if noTruth {
 				require.Nil(t, b.Truth, "barrier %d", b.Barrier)
-				require.Equal(t, "null", string(raw.Barriers[i]["truth"]), "barrier %d", b.Barrier)
+				require.Nil(t, b.VnodeErrMeanPP, "barrier %d", b.Barrier)
+				require.Nil(t, b.Upstreams[0].Truth, "barrier %d", b.Barrier)
+				for _, k := range []string{"truth", "vnode_err_mean_pp", "vnode_err_max_pp"} {
+					require.Equal(t, "null", string(raw.Barriers[i][k]), "barrier %d: %s", b.Barrier, k)
+				}
+				var ups []map[string]json.RawMessage
+				require.NoError(t, json.Unmarshal(raw.Barriers[i]["upstreams"], &ups))
+				require.Equal(t, "null", string(ups[0]["truth"]), "barrier %d: the upstream's truth", b.Barrier)
 			} else {
 				require.NotNil(t, b.Truth, "barrier %d", b.Barrier)
+				require.NotNil(t, b.VnodeErrMeanPP, "barrier %d", b.Barrier)
+				require.NotNil(t, b.VnodeErrMaxPP, "barrier %d", b.Barrier)
+				require.NotNil(t, b.Upstreams[0].Truth, "barrier %d", b.Barrier)
+				require.InDelta(t, *b.Truth, *b.Upstreams[0].Truth, 1e-9, "barrier %d", b.Barrier)
 			}
+		}
+		if noTruth {
+			for _, r := range raw.Recoveries {
+				require.Equal(t, "null", string(r["truth"]), "a recovery")
+			}
+			require.Equal(t, "null", string(raw.Error))
+			require.Equal(t, "null", string(raw.Timings["truth"]))
 		}
 		require.Positive(t, withETA)
 		require.Positive(t, rep.ETA.N, "the ETA's accuracy, on the stats figure without a truth")
@@ -221,19 +248,20 @@ func TestBackfillNoTruth(t *testing.T) {
 			}
 		}
 		if noTruth {
-			require.Empty(t, rep.Error)
-			require.Zero(t, rep.Timings.TruthCheckpoints)
-			require.Zero(t, rep.Timings.TruthS)
+			require.Nil(t, rep.Error)
+			require.Nil(t, rep.Timings.Truth)
 			require.Contains(t, out, "truth: none (--no-truth)")
 			require.Positive(t, rep.Cost["stats"].ProgressNSPerBarrier, "the figures' costs are still there")
 			continue
 		}
 		require.Contains(t, rep.Error, "stats")
 		require.Equal(t, len(rep.Barriers), rep.Error["stats"].N)
-		require.Positive(t, rep.Timings.TruthS)
+		require.NotNil(t, rep.Timings.Truth)
+		require.Positive(t, rep.Timings.Truth.WallS)
+		require.Positive(t, rep.Timings.Truth.CPUS)
 		// Every barrier and the recovered job's first figure; a killed
 		// worker's truths still in the pipe are read.
-		require.GreaterOrEqual(t, rep.Timings.TruthCheckpoints, len(rep.Barriers)+len(rep.Recoveries))
+		require.GreaterOrEqual(t, rep.Timings.Truth.Checkpoints, len(rep.Barriers)+len(rep.Recoveries))
 		for _, r := range rep.Recoveries {
 			require.NotNil(t, r.Truth, "the recovered job's first figure, barrier %d", r.Barrier)
 		}
