@@ -17,7 +17,8 @@ import (
 // same work on the same rows, written by hand on a Pebble database opened
 // with the store's own Pebble options (lsm.Options.PebbleOptions: comparer,
 // statistics collector, L0 and compaction settings; a compaction scheduler
-// of its own, with the store's policy), in the same key format,
+// of its own, with the store's policy), or with Pebble's defaults
+// (Config.RawOptions, PebbleDefaults), in the same key format,
 // with the same sync policy — one synced commit per checkpoint. What it
 // leaves out is what the store adds: buffering writers, epochs, atomic
 // ingestion, statistics, snapshot reads per vnode, actors, progress.
@@ -59,6 +60,16 @@ func (r RawResult) LoadRate() float64 { return rate(r.LoadOps, r.Load) }
 // SnapshotRate returns snapshot rows per second.
 func (r RawResult) SnapshotRate() float64 { return rate(r.SnapshotRows, r.Backfill) }
 
+// PebbleDefaults returns Pebble's default options, but for the comparer
+// of the store's key format (keys.Comparer: the raw pipelines' reads
+// skip older versions by prefix) and the logger: a raw pipeline's
+// Config.RawOptions for a yardstick of Pebble as it comes.
+func PebbleDefaults(logger pebble.Logger) *pebble.Options {
+	o := &pebble.Options{Comparer: keys.Comparer, Logger: logger}
+	o.EnsureDefaults()
+	return o
+}
+
 func rate(n uint64, d time.Duration) float64 {
 	if d <= 0 {
 		return 0
@@ -91,7 +102,11 @@ func runRaw(ctx context.Context, cfg Config, interleaved bool) (RawResult, error
 	if err != nil {
 		return res, err
 	}
-	db, err := pebble.Open(cfg.Dir, cfg.Store.PebbleOptions())
+	opts := cfg.Store.PebbleOptions()
+	if cfg.RawOptions != nil {
+		opts = cfg.RawOptions()
+	}
+	db, err := pebble.Open(cfg.Dir, opts)
 	if err != nil {
 		return res, errors.Wrap(err, "bench: open raw pebble")
 	}

@@ -68,6 +68,10 @@ type Config struct {
 	Approaches []string
 	// Store options (nil: defaults).
 	Store *lsm.Options
+	// RawOptions, if set, returns the Pebble options of the raw-Pebble
+	// pipelines (RunRaw; new options for each database, e.g.
+	// PebbleDefaults); nil means the store's (Store.PebbleOptions()).
+	RawOptions func() *pebble.Options
 	// Checked makes the upstream writer read before each write
 	// (backfill.JobConfig.Unchecked false). By default it trusts the
 	// generator, which is consistent by construction, and writes blind, as
@@ -99,6 +103,12 @@ type Config struct {
 	// instead of the workload's (Workload is then ignored, and RunRaw does
 	// not apply): the same driver, measurements and restart.
 	User *UserJob
+	// Truth says how the run computes the truth of its checkpoints
+	// (TruthInline by default: in the job's steps), and OnTruth, if set,
+	// gets each one computed apart (TruthConcurrent), from a goroutine of
+	// its own, in the order of the checkpoints.
+	Truth   TruthMode
+	OnTruth func(TruthResult)
 	// RestartAt, if positive, drops the run after that many records of
 	// the job (or once it finished), without closing it (its uncommitted
 	// work is lost, as in a crash: backfill.RestartCrash), and reopens it
@@ -161,6 +171,14 @@ type Session struct {
 	src *timedSource
 	// initial is the job's Initial record, with the times of its figures.
 	initial *backfill.Record
+	// truth computes the truth apart (TruthConcurrent), nil otherwise;
+	// tally is the run's cost of the truth.
+	truth *truthScorer
+	tally *truthTally
+	// jobStart is when this session's backfill started (Run), and
+	// harnessAtStart the harness's time then.
+	jobStart       time.Time
+	harnessAtStart time.Duration
 	// closers run first in Close (OnClose).
 	closers []func()
 }
@@ -183,9 +201,25 @@ func (s *Session) runClosers() {
 func (s *Session) Initial() *backfill.Record { return s.initial }
 
 // Harness returns the time the run spent in the workload model since Open
-// returned: generating the steps and computing each checkpoint's truth. It
-// is the harness's, not the store's: Summary's times exclude it.
+// returned: generating the steps and computing each checkpoint's truth
+// inline (TruthInline). It is the harness's, not the store's: Summary's
+// times exclude it.
 func (s *Session) Harness() time.Duration { return s.h.d }
+
+// TruthCost returns what computing the truth cost the run so far (every
+// session of a Run); safe to call from OnTruth and beside the job.
+func (s *Session) TruthCost() TruthCost { return s.tally.cost() }
+
+// Backfilled returns the time this session's backfill has run in Run, as
+// Summary.Backfill counts it (the harness's time taken out): from the
+// job's start (after the load, or after the job reopened in a new
+// session) to now; 0 before the start.
+func (s *Session) Backfilled() time.Duration {
+	if s.jobStart.IsZero() {
+		return 0
+	}
+	return time.Since(s.jobStart) - (s.h.d - s.harnessAtStart)
+}
 
 // harness times the workload model's work inside a run: its wall time d
 // and its CPU time cpu. The job calls its source and oracle from one
@@ -206,8 +240,9 @@ func (h *harness) time(f func()) {
 // one the job resumed it at, and forwards the source's optional methods.
 type timedSource struct {
 	backfill.Source
-	h    *harness
-	step uint64 // the last step produced
+	h     *harness
+	step  uint64 // the last step produced
+	truth *truthScorer
 }
 
 func (s *timedSource) Resume(at backfill.Position) error {
@@ -222,6 +257,9 @@ func (s *timedSource) Next(ctx context.Context) ([]backfill.RowOp, error) {
 	s.h.time(func() { ops, err = s.Source.Next(ctx) })
 	if err == nil {
 		s.step++
+		if s.truth != nil {
+			s.truth.observe(ops)
+		}
 	}
 	for _, op := range ops {
 		if op.Kind != backfill.UpdateInsert {
@@ -259,7 +297,7 @@ func (o timedOracle) Rows(epoch uint64, vnode uint16, cursor []byte) (behind, to
 
 // Open opens (or recovers) a run in cfg.Dir.
 func Open(cfg Config) (*Session, error) {
-	sess, jc, err := newSession(cfg)
+	sess, jc, err := newSession(cfg, &truthTally{})
 	if err != nil {
 		return nil, err
 	}
@@ -288,11 +326,20 @@ func (s *Session) opened(j *backfill.Job) {
 // job yet, and the configuration to open the job with (its OnCheckpoint
 // stamps each record with its figures' times, then calls
 // cfg.OnCheckpoint).
-func newSession(cfg Config) (*Session, backfill.JobConfig, error) {
+func newSession(cfg Config, tally *truthTally) (*Session, backfill.JobConfig, error) {
 	var jc backfill.JobConfig
 	est, err := Estimators(cfg.Approaches)
 	if err != nil {
 		return nil, jc, err
+	}
+	switch cfg.Truth {
+	case TruthInline, TruthOff:
+	case TruthConcurrent:
+		if cfg.User != nil {
+			return nil, jc, errors.New("bench: a user's job has its truth inline only (TruthConcurrent needs the workload's model)")
+		}
+	default:
+		return nil, jc, errors.Newf("bench: unknown truth mode %d", cfg.Truth)
 	}
 	var gs []*workload.Generator
 	var g *workload.Generator
@@ -371,7 +418,27 @@ func newSession(cfg Config) (*Session, backfill.JobConfig, error) {
 	}
 	timed := &timedSource{Source: src, h: h}
 	jc.Source = timed
-	if len(oracles) > 0 {
+	sess := &Session{Store: s, Gen: g, Gens: gs, Source: src, h: h, pt: pt, src: timed, tally: tally}
+	switch {
+	case cfg.Truth == TruthOff || len(oracles) == 0:
+	case cfg.Truth == TruthConcurrent:
+		var tables []uint32
+		gens := gs
+		if snapshot {
+			gens = nil
+			for i := range max(1, len(cfg.Upstreams)) {
+				up, _, _ := UpstreamTableOf(i)
+				tables = append(tables, up)
+			}
+		}
+		sess.truth = newTruthScorer(gens, s, tables, jc.LogStore, tally, cfg.OnTruth)
+		timed.truth = sess.truth
+		jc.Score = func(_ context.Context, r *backfill.Record) error {
+			// Before OpenJob returns, the record is the reopened job's
+			// first figure (Job.Initial).
+			return sess.truth.score(r, sess.Job == nil)
+		}
+	default:
 		// The job knows no truth: the run scores each checkpoint.
 		truth := backfilltest.Truth{Store: s, LogStore: jc.LogStore}
 		for _, o := range oracles {
@@ -386,17 +453,33 @@ func newSession(cfg Config) (*Session, backfill.JobConfig, error) {
 				}
 				truth.LogStore = def.ID
 			}
-			return truth.Score(ctx, r)
+			start := time.Now()
+			var err error
+			cpu := cpuOf(func() { err = truth.Score(ctx, r) })
+			tally.add(time.Since(start), cpu)
+			if err == nil {
+				tally.scored.Add(1)
+			}
+			return err
 		}
 	}
-	return &Session{Store: s, Gen: g, Gens: gs, Source: src, h: h, pt: pt, src: timed}, jc, nil
+	return sess, jc, nil
 }
 
-// Close runs the functions OnClose registered, then closes the job and
-// the store.
+// Close runs the functions OnClose registered, waits for the truths
+// computed apart, then closes the job and the store.
 func (s *Session) Close() error {
 	s.runClosers()
-	return errors.CombineErrors(s.Job.Close(), s.Store.Close())
+	return errors.CombineErrors(s.closeTruth(), errors.CombineErrors(s.Job.Close(), s.Store.Close()))
+}
+
+// closeTruth waits for the truths computed apart (TruthConcurrent), if
+// any, and returns the first error computing them.
+func (s *Session) closeTruth() error {
+	if s.truth == nil {
+		return nil
+	}
+	return s.truth.close()
 }
 
 // ErrorStats summarise one approach's raw figure - truth over checkpoints,
@@ -486,6 +569,10 @@ type Summary struct {
 	Load, Backfill time.Duration
 	LoadOps        uint64
 	Harness        time.Duration
+	// Truth is what computing the checkpoints' truth cost (Config.Truth):
+	// inline, its time is in Harness too; computed apart, it ran beside
+	// the job, and its CPU time is taken out of BackfillCPU.
+	Truth TruthCost
 	// LoadCPU and BackfillCPU are the process's CPU time in each phase
 	// (Pebble's background work included), less the harness's CPU time.
 	LoadCPU, BackfillCPU time.Duration
@@ -591,23 +678,27 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	defer pprof.SetGoroutineLabels(ctx)
 
 	var s *Session // the opening's
+	tally := &truthTally{}
 	defer func() {
 		// The driver closed the jobs; the last store is the run's.
 		if s != nil {
 			s.runClosers()
+			_ = s.closeTruth()
 			_ = s.Store.Close()
 		}
 	}()
 	var (
 		jobStart       time.Time
 		jobCPU         time.Duration
+		truthCPU       time.Duration // the truth's CPU at jobStart
 		jobLSM         LSMWrites
 		restarted      bool
-		measuredOpened bool // the first opening's load measured
+		measuredOpened bool  // the first opening's load measured
+		truthErr       error // of a restarted session's truths
 	)
 	d := backfill.Driver{
 		Open: func(backfill.Opening) (backfill.JobConfig, error) {
-			sess, jc, err := newSession(cfg)
+			sess, jc, err := newSession(cfg, tally)
 			if err != nil {
 				return jc, err
 			}
@@ -629,6 +720,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 				// The reopened Pebble counts its bytes from zero.
 				var err error
 				jobLSM, err = storeWrites(s.Store)
+				s.jobStart, s.harnessAtStart = time.Now(), s.h.d
 				return err
 			}
 			measuredOpened = true
@@ -651,7 +743,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 					cfg.OnLoadStep(s.src.step, s.src.BackfillStep()-1)
 				}
 			}
-			jobStart, jobCPU = time.Now(), processCPU()
+			jobStart, jobCPU, truthCPU = time.Now(), processCPU(), tally.cost().CPU
 			if jobLSM, err = storeWrites(s.Store); err != nil {
 				return err
 			}
@@ -661,6 +753,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			sum.LoadCPU = jobCPU - cpu - s.h.cpu
 			sum.Harness = s.h.d
 			*s.h = harness{}
+			s.jobStart = jobStart
 			commits = &sum.BackfillCommits
 			pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "backfill")))
 			return nil
@@ -682,8 +775,12 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			}
 			restarted = true
 			// The job is dropped unclosed: only what the last checkpoint
-			// committed survives the store's Close.
+			// committed survives the store's Close. The truths of its
+			// checkpoints are finished first (they may read its store).
 			s.runClosers()
+			if err := s.closeTruth(); err != nil {
+				truthErr = err
+			}
 			return backfill.Restart{Kind: backfill.RestartCrash, Actors: cfg.RescaleTo}, true
 		},
 		OnEnd: func(*backfill.Job) error {
@@ -692,6 +789,16 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			}
 			sum.Backfill = time.Since(jobStart) - s.h.d
 			sum.BackfillCPU = processCPU() - jobCPU - s.h.cpu
+			// The truths computed apart: every one of the job's, before the
+			// summary's errors are tallied (their CPU is not the job's).
+			if err := errors.CombineErrors(truthErr, s.closeTruth()); err != nil {
+				return err
+			}
+			sum.Truth = tally.cost()
+			if cfg.Truth == TruthConcurrent {
+				sum.BackfillCPU -= sum.Truth.CPU - truthCPU
+				tally.fill(sum.Records)
+			}
 			end, err := storeWrites(s.Store)
 			if err != nil {
 				return err

@@ -23,6 +23,10 @@ import (
 type ScanOracle struct {
 	Store *lsm.Store
 	Table uint32
+	// Snapshot, if set, is scanned instead of Store at the epoch asked:
+	// a snapshot pinned at the checkpoint scored, for a truth computed
+	// after the job moved on (Store is then unused).
+	Snapshot *lsm.Snapshot
 }
 
 var _ Oracle = ScanOracle{}
@@ -32,11 +36,13 @@ var _ Oracle = ScanOracle{}
 // epoch must be readable (between the store's GC watermark and its
 // committed epoch).
 func (o ScanOracle) Rows(epoch uint64, vnode uint16, cursor []byte) (behind, total int64, err error) {
-	snap, err := o.Store.Pin(epoch)
-	if err != nil {
-		return 0, 0, errors.Wrapf(err, "backfilltest: scan oracle at epoch %d", epoch)
+	snap := o.Snapshot
+	if snap == nil {
+		if snap, err = o.Store.Pin(epoch); err != nil {
+			return 0, 0, errors.Wrapf(err, "backfilltest: scan oracle at epoch %d", epoch)
+		}
+		defer snap.Close()
 	}
-	defer snap.Close()
 	it, err := snap.NewIter(o.Table, vnode, nil, nil)
 	if err != nil {
 		return 0, 0, err

@@ -33,6 +33,10 @@ type Truth struct {
 	// consume (counted by a scan); unused otherwise.
 	Store    *lsm.Store
 	LogStore uint32
+	// LogSnapshot, if set, is where the log-store rows are counted instead
+	// of the store's committed epoch: a snapshot pinned at the checkpoint
+	// scored, for a truth computed after the job moved on.
+	LogSnapshot *lsm.Snapshot
 }
 
 // Oracles returns the Score of a Truth over the oracles of a job's
@@ -114,12 +118,19 @@ func (t Truth) Score(ctx context.Context, rec *backfill.Record) error {
 	return nil
 }
 
-// logRows counts the log-store rows at the committed epoch.
+// logRows counts the log-store rows at the committed epoch (or in
+// LogSnapshot).
 func (t Truth) logRows() (int64, error) {
-	if t.Store == nil || t.LogStore == 0 {
-		return 0, errors.New("backfilltest: the truth of a snapshot backfill needs its Store and LogStore")
+	if (t.Store == nil && t.LogSnapshot == nil) || t.LogStore == 0 {
+		return 0, errors.New("backfilltest: the truth of a snapshot backfill needs its Store (or LogSnapshot) and LogStore")
 	}
-	it, err := t.Store.NewIter(t.LogStore, 0, nil, nil)
+	var it *lsm.Iter
+	var err error
+	if t.LogSnapshot != nil {
+		it, err = t.LogSnapshot.NewIter(t.LogStore, 0, nil, nil)
+	} else {
+		it, err = t.Store.NewIter(t.LogStore, 0, nil, nil)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 
 	"github.com/cockroachdb/errors"
@@ -540,9 +541,13 @@ func (g *Generator) LiveRows() int64 { return int64(g.nlive) }
 
 // RowsAtOrBelow counts the live rows of a vnode with pk <= cursor.
 func (g *Generator) RowsAtOrBelow(vnode uint16, cursor []byte) int64 {
+	return int64(g.fen[vnode].sum(g.rank(vnode, cursor)))
+}
+
+// rank returns the number of the vnode's pks (live or not) <= cursor.
+func (g *Generator) rank(vnode uint16, cursor []byte) int {
 	o := g.order[vnode]
-	n := sort.Search(len(o), func(i int) bool { return bytes.Compare(g.pk[o[i]], cursor) > 0 })
-	return int64(g.fen[vnode].sum(n))
+	return sort.Search(len(o), func(i int) bool { return bytes.Compare(g.pk[o[i]], cursor) > 0 })
 }
 
 // EachRow calls f for each live row of a vnode in pk order.
@@ -590,4 +595,66 @@ func (f fenwick) find(rank int) int {
 		}
 	}
 	return pos
+}
+
+// Counts is a copy of a generator's live-row counts (Generator.Counts) that
+// follows the ops given to it (Apply) instead of the generator: it answers
+// Live and RowsAtOrBelow as the generator did at the step it was copied at,
+// plus the ops applied since. A truth computed from it can run on another
+// goroutine while the generator goes on. It shares the generator's
+// immutable parts (the pks and their order), which Next does not change.
+// Not safe for concurrent use; safe beside its generator's use.
+type Counts struct {
+	g   *Generator
+	fen []fenwick
+}
+
+// Counts returns a copy of the generator's live-row counts at its current
+// step: O(rows) time and 4 bytes per row that can exist.
+func (g *Generator) Counts() *Counts {
+	c := &Counts{g: g, fen: make([]fenwick, len(g.fen))}
+	for v, f := range g.fen {
+		c.fen[v] = slices.Clone(f)
+	}
+	return c
+}
+
+// RowID returns the id of the workload's row whose value is row: every
+// row's value starts with it (Generator.Resume reads it the same way).
+func RowID(row []byte) (int32, bool) {
+	if len(row) < 12 {
+		return 0, false
+	}
+	id := binary.BigEndian.Uint64(row)
+	if id > math.MaxInt32 {
+		return 0, false
+	}
+	return int32(id), true
+}
+
+// Apply takes one op of the generator's, an Insert or a Delete of row id
+// (RowID of its value) in vnode: the row becomes live or not. Updates
+// change no count and need not be applied. A row the generator cannot
+// produce is an error.
+func (c *Counts) Apply(insert bool, vnode uint16, id int32) error {
+	if id < 0 || int(id) >= len(c.g.pk) || c.g.vnode[id] != vnode {
+		return errors.Newf("workload: counts: row %d of vnode %d is not a row of the workload", id, vnode)
+	}
+	d := int32(-1)
+	if insert {
+		d = 1
+	}
+	c.fen[vnode].add(int(c.g.pos[id])+1, d)
+	return nil
+}
+
+// Live returns the live rows of a vnode.
+func (c *Counts) Live(vnode uint16) int64 {
+	f := c.fen[vnode]
+	return int64(f.sum(len(f) - 1))
+}
+
+// RowsAtOrBelow counts the live rows of a vnode with pk <= cursor.
+func (c *Counts) RowsAtOrBelow(vnode uint16, cursor []byte) int64 {
+	return int64(c.fen[vnode].sum(c.g.rank(vnode, cursor)))
 }

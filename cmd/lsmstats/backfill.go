@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -92,6 +93,7 @@ type backfillFlags struct {
 	rateChanges                              rateChanges
 	metricsAddr                              string
 	bucketBudget                             int
+	noTruth                                  bool
 }
 
 func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.FlagSet, error) {
@@ -137,6 +139,7 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 	fs.Var(&f.rateChanges, "rate-change-at", "PCT:N: from the checkpoint whose stats figure reaches PCT%, limit the snapshot reads to N rows/s (0: none); repeatable")
 	fs.IntVar(&f.bucketBudget, "stats-bucket-budget", 0, "live statistics buckets per table, about (lsm.Options.StatsBucketBudget: bounds their memory whatever the rows, at the cost of wider estimate bounds; 0: the default, 65536)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of the running job and its store at http://ADDR/metrics (e.g. 127.0.0.1:9187; port 0 picks one)")
+	fs.BoolVar(&f.noTruth, "no-truth", false, "run without the truth (the workload model's count of live rows behind the cursors): the figures, bounds, ETA and JSON are the same, the truth and the errors against it absent. Without it, the truth of each checkpoint is computed on a goroutine of its own, beside the job, which does not wait for it")
 	fs.BoolVar(&f.worker, "worker", false, "internal: run as the supervised worker")
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
@@ -259,14 +262,38 @@ type event struct {
 	// ckpt: the state bytes this worker process wrote so far (Job.StateBytes)
 	StateBytes     int64 `json:"state_bytes,omitempty"`
 	StatsOnlyBytes int64 `json:"stats_only_bytes,omitempty"`
-	// done (LoadS and BackfillS are bench.Summary's Load and Backfill,
-	// for a reader of the worker's lines: the supervisor times the run
-	// itself)
+	// truth: a checkpoint's truth, computed beside the job after its ckpt
+	// line (bench.TruthConcurrent)
+	Truth *truthEventJSON `json:"truth,omitempty"`
+	// done (LoadS is bench.Summary's Load, for a reader of the worker's
+	// lines: the supervisor times the run itself)
 	MVMatches bool    `json:"mv_matches,omitempty"`
 	MVError   string  `json:"mv_error,omitempty"`
 	Epoch     uint64  `json:"epoch,omitempty"`
 	LoadS     float64 `json:"load_s,omitempty"`
+	// ckpt, done: the time the job's backfill has run in this worker
+	// (bench.Session.Backfilled; at done, bench.Summary's Backfill): from
+	// its start after the load or the recovery, the workload model's time
+	// taken out, as BenchmarkScale times it
 	BackfillS float64 `json:"backfill_s,omitempty"`
+	// ckpt, truth, done: what the truth cost this worker so far
+	// (bench.TruthCost)
+	TruthS      float64 `json:"truth_s,omitempty"`
+	TruthCPUS   float64 `json:"truth_cpu_s,omitempty"`
+	TruthScored int     `json:"truth_scored,omitempty"`
+	TruthSkip   int     `json:"truth_skipped,omitempty"`
+}
+
+// truthEventJSON is a truth line: the record it is of (barrier, epoch,
+// the reopened job's first figure or not) and its truth.
+type truthEventJSON struct {
+	Barrier      uint64    `json:"barrier"`
+	Epoch        uint64    `json:"epoch"`
+	Reopened     bool      `json:"reopened,omitempty"`
+	Truth        float64   `json:"truth"`
+	Upstreams    []float64 `json:"upstreams,omitempty"`
+	VnodeErrMean float64   `json:"vnode_err_mean_pp"`
+	VnodeErrMax  float64   `json:"vnode_err_max_pp"`
 }
 
 type recordJSON struct {
@@ -361,13 +388,32 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 // through bench.Run, reporting on stdout.
 func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
+	var mu sync.Mutex // the job's lines and the truth's come from two goroutines
 	emit := func(e event) {
+		mu.Lock()
+		defer mu.Unlock()
 		if err := enc.Encode(e); err != nil {
 			os.Exit(exitWorkerLost) // the supervisor is gone
 		}
 	}
 	var s *bench.Session
+	costOf := func(e *event, c bench.TruthCost) {
+		e.TruthS, e.TruthCPUS, e.TruthScored, e.TruthSkip = c.Time.Seconds(), c.CPU.Seconds(), c.Scored, c.Skipped
+	}
+	truthMode := bench.TruthConcurrent
+	if f.noTruth {
+		truthMode = bench.TruthOff
+	}
+	gauge := newTruthGauge()
 	cfg := bench.Config{
+		Truth: truthMode,
+		OnTruth: func(r bench.TruthResult) {
+			e := event{T: "truth", Truth: &truthEventJSON{Barrier: r.Barrier, Epoch: r.Epoch, Reopened: r.Reopened, Truth: r.Truth,
+				Upstreams: r.Upstreams, VnodeErrMean: r.VnodeErrMean, VnodeErrMax: r.VnodeErrMax}}
+			costOf(&e, r.SoFar)
+			emit(e)
+			gauge.set(r.Barrier, r.Truth)
+		},
 		Dir: f.dir, Workload: p, Upstreams: f.upstreamParams(p), Mode: f.jobMode(), SnapshotOrder: f.snapshotOrder, Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
 		CheckpointEvery: f.checkpointEvery, RateLimit: f.rateLimit, RateChanges: f.rateChanges,
 		Store: &lsm.Options{Logger: cliLogger{w: stderr}, StatsBucketBudget: f.bucketBudget},
@@ -377,7 +423,7 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 				// The supervisor holds the listener (its address stays
 				// across restarts) and hands it to each worker as file
 				// descriptor 3.
-				metrics, err := serveMetrics(os.NewFile(3, "metrics listener"), s.Store, s.Job)
+				metrics, err := serveMetrics(os.NewFile(3, "metrics listener"), s.Store, s.Job, gauge)
 				if err != nil {
 					return err
 				}
@@ -395,8 +441,9 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 			}
 			// Each checkpoint carries the state bytes so far: a killed
 			// worker's bytes count up to its last reported checkpoint.
-			e := event{T: "ckpt", Rec: toJSON(r)}
+			e := event{T: "ckpt", Rec: toJSON(r), BackfillS: s.Backfilled().Seconds()}
 			e.StateBytes, e.StatsOnlyBytes = s.Job.StateBytes()
+			costOf(&e, s.TruthCost())
 			emit(e)
 		},
 	}
@@ -405,56 +452,93 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 		return err
 	}
 	emit(event{T: "done", Epoch: sum.Epoch, LoadS: sum.Load.Seconds(), BackfillS: sum.Backfill.Seconds(),
-		MVMatches: sum.MVMatches, MVError: sum.MVError})
+		MVMatches: sum.MVMatches, MVError: sum.MVError,
+		TruthS: sum.Truth.Time.Seconds(), TruthCPUS: sum.Truth.CPU.Seconds(), TruthScored: sum.Truth.Scored, TruthSkip: sum.Truth.Skipped})
 	return nil
 }
 
 // ---- supervisor --------------------------------------------------------
 
-// report is the JSON file of a run.
+// report is the JSON file of a run. With --no-truth (Parameters' "truth"
+// false) every field that is the truth or an error against it is null:
+// the barriers' and recoveries' truth, vnode_err_mean_pp and
+// vnode_err_max_pp, their upstreams' truth, Error and Timings.Truth; the
+// figures, their bounds, the ETA, the costs and the timings are all there.
 type report struct {
-	Parameters     map[string]any               `json:"parameters"`
-	Barriers       []barrierJSON                `json:"barriers"`
-	Recoveries     []barrierJSON                `json:"recoveries"`
-	MVMatches      bool                         `json:"mv_matches_upstream"`
-	MVError        string                       `json:"mv_error,omitempty"`
-	Crashes        int                          `json:"crashes"`
-	KilledBy       []string                     `json:"killed_by"`
-	CommittedEpoch uint64                       `json:"committed_epoch"`
-	Error          map[string]*bench.ErrorStats `json:"error"`
-	Cost           map[string]costJSON          `json:"cost"`
-	Timings        timingsJSON                  `json:"timings"`
-	// ETA is the accuracy of the ETA after 10% progress (truth), against
-	// the actual remaining time of each checkpoint.
-	ETA bench.ETAStats `json:"eta_after_10pct"`
+	Parameters     map[string]any `json:"parameters"`
+	Barriers       []barrierJSON  `json:"barriers"`
+	Recoveries     []barrierJSON  `json:"recoveries"`
+	MVMatches      bool           `json:"mv_matches_upstream"`
+	MVError        string         `json:"mv_error,omitempty"`
+	Crashes        int            `json:"crashes"`
+	KilledBy       []string       `json:"killed_by"`
+	CommittedEpoch uint64         `json:"committed_epoch"`
+	// Error is each approach's error against the truth; null without it.
+	Error   map[string]*bench.ErrorStats `json:"error"`
+	Cost    map[string]costJSON          `json:"cost"`
+	Timings timingsJSON                  `json:"timings"`
+	// ETA is the accuracy of the ETA after 10% progress (the truth, or the
+	// stats figure without it), against the time that remained at each
+	// checkpoint with the crashes' downtime left out (Timings.DowntimeS:
+	// from a killed worker's last checkpoint to the recovered job's first
+	// figure, which no forecast can know of), and ETAWall against the
+	// wall time that remained, downtime included.
+	ETA     bench.ETAStats `json:"eta_after_10pct"`
+	ETAWall bench.ETAStats `json:"eta_after_10pct_wall"`
 	// MetricsAddr is where --metrics-addr served the metrics.
 	MetricsAddr string `json:"metrics_addr,omitempty"`
 }
 
 type barrierJSON struct {
-	Barrier  uint64  `json:"barrier"`
-	Epoch    uint64  `json:"epoch"`
-	Truth    float64 `json:"truth"`
-	RowCount float64 `json:"rowcount"`
-	Stats    float64 `json:"stats"`
+	Barrier uint64 `json:"barrier"`
+	Epoch   uint64 `json:"epoch"`
+	// Truth is the truth in percent; null when it is absent (--no-truth,
+	// or a worker killed before it was computed).
+	Truth    *float64 `json:"truth"`
+	RowCount float64  `json:"rowcount"`
+	Stats    float64  `json:"stats"`
 	// StatsBounds bound the truth (the stats approach's bounds).
 	StatsBounds       *backfill.Bounds `json:"stats_bounds,omitempty"`
 	DisplayedRowCount string           `json:"displayed_rowcount"`
 	DisplayedStats    string           `json:"displayed_stats"`
 	Finished          bool             `json:"finished"`
-	VnodeErrMeanPP    float64          `json:"vnode_err_mean_pp"`
-	VnodeErrMaxPP     float64          `json:"vnode_err_max_pp"`
-	SnapshotRows      uint64           `json:"snapshot_rows"`
-	RateLimit         float64          `json:"rate_limit"`
-	TimeNS            int64            `json:"time_unix_ns"`
-	ETA               etaJSON          `json:"eta"`
+	// VnodeErrMeanPP and VnodeErrMaxPP are the stats figure's mean and
+	// largest error over the vnodes against their truth, in percentage
+	// points; null with the truth.
+	VnodeErrMeanPP *float64 `json:"vnode_err_mean_pp"`
+	VnodeErrMaxPP  *float64 `json:"vnode_err_max_pp"`
+	SnapshotRows   uint64   `json:"snapshot_rows"`
+	RateLimit      float64  `json:"rate_limit"`
+	TimeNS         int64    `json:"time_unix_ns"`
+	ETA            etaJSON  `json:"eta"`
 	// ActualRemainingS is the time from this checkpoint to the job's
-	// end, known once it finished.
+	// end, known once it finished, and ActualRunningS the same with the
+	// crashes' downtime after it left out.
 	ActualRemainingS float64 `json:"actual_remaining_s"`
+	ActualRunningS   float64 `json:"actual_running_s"`
 	// Phase is a snapshot backfill's phase, and Upstreams every table's
 	// figures and truth.
-	Phase     string                      `json:"phase,omitempty"`
-	Upstreams []backfill.UpstreamProgress `json:"upstreams,omitempty"`
+	Phase     string         `json:"phase,omitempty"`
+	Upstreams []upstreamJSON `json:"upstreams,omitempty"`
+}
+
+// upstreamJSON is one upstream table's figures in the report; its truth
+// (which takes the place of backfill.UpstreamProgress's -1 for none) is
+// null when absent, as a barrier's is.
+type upstreamJSON struct {
+	backfill.UpstreamProgress
+	Truth *float64 `json:"truth"`
+}
+
+func upstreamsOf(us []backfill.UpstreamProgress) []upstreamJSON {
+	if us == nil {
+		return nil
+	}
+	out := make([]upstreamJSON, len(us))
+	for i, u := range us {
+		out[i] = upstreamJSON{UpstreamProgress: u, Truth: truthOf(u.Truth)}
+	}
+	return out
 }
 
 // costJSON is an approach's cost per checkpoint barrier (the report's
@@ -467,20 +551,77 @@ type costJSON struct {
 }
 
 type timingsJSON struct {
-	TotalS     float64   `json:"total_s"`
-	LoadS      float64   `json:"load_s"`
-	BackfillS  float64   `json:"backfill_s"`
-	RunsS      []float64 `json:"runs_s"`
+	TotalS    float64   `json:"total_s"`
+	LoadS     float64   `json:"load_s"`
+	BackfillS float64   `json:"backfill_s"`
+	RunsS     []float64 `json:"runs_s"`
+	// RowsPerS is the snapshot rows over BackfillS, which holds the
+	// crashes, the recoveries and the end of the run (the MV's check).
 	RowsPerS   float64   `json:"snapshot_rows_per_s"`
 	RecoveryMS []float64 `json:"recovery_ms"`
+	// JobBackfillS is the time the job's backfill ran, summed over the
+	// workers as each measured it (bench.Session.Backfilled: from the
+	// start after the load or the recovery to the end, or to a killed
+	// worker's last checkpoint; the workload model's time taken out), and
+	// JobRowsPerS the snapshot rows over it: BenchmarkScale's rows/s.
+	JobBackfillS float64 `json:"job_backfill_s"`
+	JobRowsPerS  float64 `json:"job_snapshot_rows_per_s"`
+	// DowntimeS is the time from each killed worker's last checkpoint to
+	// the recovered job's first figure, summed: what the ETA cannot know.
+	DowntimeS float64 `json:"downtime_s"`
+	// Truth is what the truth cost beside the job; null with --no-truth.
+	Truth *truthTimingsJSON `json:"truth"`
+}
+
+// truthTimingsJSON is what computing the truth beside the job cost, over
+// the workers.
+type truthTimingsJSON struct {
+	// WallS is the wall time of the truth's goroutine (on a busy machine
+	// it counts waiting for a core) and CPUS its CPU time.
+	WallS float64 `json:"wall_s"`
+	CPUS  float64 `json:"cpu_s"`
+	// Checkpoints is the checkpoints it scored and Skipped those it
+	// skipped to keep up (a snapshot backfill's scans).
+	Checkpoints int `json:"checkpoints"`
+	Skipped     int `json:"skipped"`
 }
 
 func barrierOf(r *recordJSON) barrierJSON {
 	rc, st := r.figure("rowcount"), r.figure("stats")
-	return barrierJSON{Barrier: r.Barrier, Epoch: r.Epoch, Truth: r.Truth, RowCount: rc.Raw, Stats: st.Raw,
+	return barrierJSON{Barrier: r.Barrier, Epoch: r.Epoch, Truth: truthOf(r.Truth), RowCount: rc.Raw, Stats: st.Raw,
 		StatsBounds: st.Bounds, DisplayedRowCount: rc.Shown, DisplayedStats: st.Shown, Finished: r.Finished,
-		VnodeErrMeanPP: r.VnodeErrMean, VnodeErrMaxPP: r.VnodeErrMax,
-		SnapshotRows: r.Rows, RateLimit: r.RateLimit, TimeNS: r.TimeNS, ETA: r.ETA, Phase: r.Phase, Upstreams: r.Upstreams}
+		VnodeErrMeanPP: vnodeErrOf(r.Truth, r.VnodeErrMean), VnodeErrMaxPP: vnodeErrOf(r.Truth, r.VnodeErrMax),
+		SnapshotRows: r.Rows, RateLimit: r.RateLimit, TimeNS: r.TimeNS, ETA: r.ETA, Phase: r.Phase, Upstreams: upstreamsOf(r.Upstreams)}
+}
+
+// vnodeErrOf is a vnode error for the report: nil without a truth.
+func vnodeErrOf(truth, err float64) *float64 {
+	if truth < 0 {
+		return nil
+	}
+	return &err
+}
+
+// truthValue is a report's truth, -1 when absent.
+func truthValue(t *float64) float64 {
+	if t == nil {
+		return -1
+	}
+	return *t
+}
+
+// truthOf is a truth for the report: nil when there is none (negative).
+func truthOf(t float64) *float64 {
+	if t < 0 {
+		return nil
+	}
+	return &t
+}
+
+// truthKey names the record a truth line is of.
+type truthKey struct {
+	barrier, epoch uint64
+	reopened       bool
 }
 
 // supervisor is a supervised backfill across its worker runs: what the
@@ -506,7 +647,24 @@ type supervisor struct {
 	runState, runStatsOnly     int64
 	runStart                   time.Time
 	done                       *event
+	// The records of the run in progress start at runFirst in records
+	// (and rep.Barriers); its recovery, if any, is rep.Recoveries' last
+	// (recovered). A truth line may come before its record's line:
+	// pending holds it until then.
+	runFirst  int
+	recovered bool
+	pending   map[truthKey]*truthEventJSON
+	// The job's backfill time and the truth's cost in the run in progress
+	// (the last a worker reported) and in the runs before.
+	runBackfill, backfillS float64
+	runTruth, truth        event
+	lastCkpt               time.Time // of the run in progress
+	downtimes              []downtime
 }
+
+// downtime is the time from a killed worker's last checkpoint to the
+// recovered job's first figure.
+type downtime struct{ from, to time.Time }
 
 // supervise runs workers until one reports the job done, killing and
 // restarting them at the crash points, then reports the run.
@@ -522,9 +680,10 @@ func supervise(f *backfillFlags, args []string, p workload.Params, stdout, stder
 	// temporary store, if any, is removed on the way out.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sv.ui = newProgressUI(f.bars, stdout)
+	sv.ui = newProgressUI(f.bars, !f.noTruth, stdout)
 	defer sv.ui.stop()
 	sv.rep = &report{Parameters: parameters(f, p), Error: map[string]*bench.ErrorStats{}}
+	sv.pending = map[truthKey]*truthEventJSON{}
 	closeMetrics, err := sv.listenMetrics()
 	defer closeMetrics()
 	if err != nil {
@@ -609,6 +768,9 @@ func (sv *supervisor) runOnce(ctx context.Context) (int, error) {
 	exited := make(chan struct{})
 	go interrupt(ctx, cmd.Process, exited, sv.stderr)
 	sv.runState, sv.runStatsOnly = 0, 0
+	sv.runFirst, sv.recovered = len(sv.records), false
+	sv.runBackfill, sv.runTruth = 0, event{}
+	clear(sv.pending)
 	killed, err := sv.follow(out, cmd.Process)
 	if err != nil {
 		return exitError, err
@@ -620,6 +782,11 @@ func (sv *supervisor) runOnce(ctx context.Context) (int, error) {
 	}
 	sv.stateBytes += sv.runState
 	sv.statsOnlyBytes += sv.runStatsOnly
+	sv.backfillS += sv.runBackfill
+	sv.truth.TruthS += sv.runTruth.TruthS
+	sv.truth.TruthCPUS += sv.runTruth.TruthCPUS
+	sv.truth.TruthScored += sv.runTruth.TruthScored
+	sv.truth.TruthSkip += sv.runTruth.TruthSkip
 	sv.rep.Timings.RunsS = append(sv.rep.Timings.RunsS, time.Since(sv.runStart).Seconds())
 	return sv.ended(killed, werr)
 }
@@ -647,23 +814,52 @@ func (sv *supervisor) startWorker() (*exec.Cmd, io.Reader, error) {
 }
 
 // follow reads a worker's lines until it ends, or kills it (SIGKILL) at
-// the next crash point; it reports whether it killed it.
+// the next crash point; it reports whether it killed it. At a crash point
+// it waits for that checkpoint's truth (computed beside the job, it comes
+// right after its checkpoint's line), up to the worker's next line. The
+// lines of a killed worker still in the pipe are read for the truths they
+// hold: the checkpoints after the crash point are the next worker's to
+// report.
 func (sv *supervisor) follow(out io.Reader, worker *os.Process) (killed bool, err error) {
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	crashing := false // at a crash point, waiting for its truth
+	kill := func() error {
+		// The worker goes on after reporting: the kill lands in the
+		// next barrier's work.
+		crashing, killed = false, true
+		return worker.Signal(syscall.SIGKILL)
+	}
 	for sc.Scan() {
 		var e event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return false, errors.Wrapf(err, "worker output %q", sc.Text())
+			return killed, errors.Wrapf(err, "worker output %q", sc.Text())
 		}
-		if sv.handle(e) {
-			// The worker goes on after reporting: the kill lands in the
-			// next barrier's work.
-			return true, worker.Signal(syscall.SIGKILL)
+		switch {
+		case killed:
+			if e.T == "truth" {
+				sv.handle(e)
+			}
+			continue
+		case crashing && e.T != "truth":
+			// The next checkpoint came first: it is the next worker's.
+			if err := kill(); err != nil {
+				return true, err
+			}
+			continue
+		}
+		crashing = sv.handle(e) || crashing
+		if crashing && (!sv.withTruth() || sv.rep.Barriers[len(sv.rep.Barriers)-1].Truth != nil) {
+			if err := kill(); err != nil {
+				return true, err
+			}
 		}
 	}
-	return false, nil
+	return killed, nil
 }
+
+// withTruth reports whether the run computes the truth.
+func (sv *supervisor) withTruth() bool { return !sv.f.noTruth }
 
 // handle takes one line of a worker into the report and the display; it
 // reports whether the line is a checkpoint at a crash point.
@@ -676,22 +872,102 @@ func (sv *supervisor) handle(e event) (crash bool) {
 			rep.Timings.LoadS = time.Since(sv.start).Seconds()
 		}
 	case "initial":
+		if !sv.lastCkpt.IsZero() {
+			sv.downtimes = append(sv.downtimes, downtime{sv.lastCkpt, time.Unix(0, e.Rec.TimeNS)})
+		}
+		sv.takePending(e.Rec, true)
 		rep.Recoveries = append(rep.Recoveries, barrierOf(e.Rec))
+		sv.recovered = true
 		rep.Timings.RecoveryMS = append(rep.Timings.RecoveryMS, float64(time.Since(sv.runStart).Milliseconds()))
 		sv.ui.update(e.Rec, true)
 	case "ckpt":
+		sv.takePending(e.Rec, false)
 		sv.records = append(sv.records, e.Rec)
 		sv.runState, sv.runStatsOnly = e.StateBytes, e.StatsOnlyBytes
+		sv.runBackfill, sv.lastCkpt = e.BackfillS, time.Unix(0, e.Rec.TimeNS)
+		sv.costSoFar(e)
 		rep.Barriers = append(rep.Barriers, barrierOf(e.Rec))
 		sv.ui.update(e.Rec, false)
 		if len(sv.crashAt) > 0 && int(e.Rec.Barrier) >= sv.crashAt[0] && !e.Rec.Finished {
 			sv.crashAt = sv.crashAt[1:]
 			return true
 		}
+	case "truth":
+		sv.costSoFar(e)
+		if t := e.Truth; t != nil {
+			sv.takeTruth(t)
+		}
 	case "done":
 		sv.done = &e
+		sv.runBackfill = e.BackfillS
+		sv.costSoFar(e)
 	}
 	return false
+}
+
+// costSoFar keeps the truth's cost in the run in progress, as the worker
+// reported it last (its lines may come out of order: the largest).
+func (sv *supervisor) costSoFar(e event) {
+	if e.TruthScored+e.TruthSkip >= sv.runTruth.TruthScored+sv.runTruth.TruthSkip {
+		sv.runTruth.TruthS = max(sv.runTruth.TruthS, e.TruthS)
+		sv.runTruth.TruthCPUS = max(sv.runTruth.TruthCPUS, e.TruthCPUS)
+		sv.runTruth.TruthScored, sv.runTruth.TruthSkip = e.TruthScored, e.TruthSkip
+	}
+}
+
+// takeTruth sets a truth in its record of the run in progress, or keeps it
+// until the record's line comes.
+func (sv *supervisor) takeTruth(t *truthEventJSON) {
+	key := truthKey{t.Barrier, t.Epoch, t.Reopened}
+	if t.Reopened {
+		if n := len(sv.rep.Recoveries); sv.recovered && n > 0 {
+			if b := &sv.rep.Recoveries[n-1]; b.Barrier == t.Barrier && b.Epoch == t.Epoch {
+				setTruth(b, nil, t)
+				return
+			}
+		}
+		sv.pending[key] = t
+		return
+	}
+	for i := len(sv.records) - 1; i >= sv.runFirst; i-- {
+		if r := sv.records[i]; r.Barrier == t.Barrier && r.Epoch == t.Epoch {
+			setTruth(&sv.rep.Barriers[i], r, t)
+			sv.ui.truth(r.Barrier, t.Truth)
+			return
+		}
+	}
+	sv.pending[key] = t
+}
+
+// takePending sets the truth that came before its record, if any.
+func (sv *supervisor) takePending(r *recordJSON, reopened bool) {
+	key := truthKey{r.Barrier, r.Epoch, reopened}
+	if t, ok := sv.pending[key]; ok {
+		delete(sv.pending, key)
+		var b barrierJSON
+		setTruth(&b, r, t)
+	}
+}
+
+// setTruth sets a truth line's truth in a record (if not nil) and its
+// barrier's entry in the report.
+func setTruth(b *barrierJSON, r *recordJSON, t *truthEventJSON) {
+	if r != nil {
+		r.Truth, r.VnodeErrMean, r.VnodeErrMax = t.Truth, t.VnodeErrMean, t.VnodeErrMax
+		if len(t.Upstreams) == len(r.Upstreams) {
+			for u := range r.Upstreams {
+				r.Upstreams[u].Truth = t.Upstreams[u]
+			}
+		}
+	}
+	b.Truth = truthOf(t.Truth)
+	b.VnodeErrMeanPP, b.VnodeErrMaxPP = vnodeErrOf(t.Truth, t.VnodeErrMean), vnodeErrOf(t.Truth, t.VnodeErrMax)
+	if len(t.Upstreams) == len(b.Upstreams) {
+		b.Upstreams = slices.Clone(b.Upstreams)
+		for u := range b.Upstreams {
+			b.Upstreams[u].Truth = truthOf(t.Upstreams[u])
+		}
+	}
 }
 
 // ended classifies a worker's exit: our kill is a crash (the next worker
@@ -744,8 +1020,21 @@ func (sv *supervisor) conclude() (int, error) {
 	if rep.Timings.BackfillS > 0 {
 		rep.Timings.RowsPerS = float64(rows) / rep.Timings.BackfillS
 	}
+	rep.Timings.JobBackfillS = sv.backfillS
+	if sv.backfillS > 0 {
+		rep.Timings.JobRowsPerS = float64(rows) / sv.backfillS
+	}
+	for _, d := range sv.downtimes {
+		rep.Timings.DowntimeS += d.to.Sub(d.from).Seconds()
+	}
 	rep.Error, rep.Cost = summarize(sv.records, sv.stateBytes, sv.statsOnlyBytes)
-	rep.ETA = etaAccuracy(rep.Barriers)
+	if sv.withTruth() {
+		rep.Timings.Truth = &truthTimingsJSON{WallS: sv.truth.TruthS, CPUS: sv.truth.TruthCPUS,
+			Checkpoints: sv.truth.TruthScored, Skipped: sv.truth.TruthSkip}
+	} else {
+		rep.Error = nil // no error against a truth: null
+	}
+	rep.ETA, rep.ETAWall = etaAccuracy(rep.Barriers, sv.downtimes)
 	printSummary(sv.stdout, rep)
 	if f.jsonPath != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
@@ -792,13 +1081,41 @@ func interrupt(ctx context.Context, worker *os.Process, exited <-chan struct{}, 
 }
 
 // etaAccuracy fills each barrier's actual remaining time (to the first
-// finished barrier) and compares it with the ETA after 10% progress
-// (bench.ETAPointsOf). A barrier whose ETA the report cannot hold (none
-// shown, or unbounded: -1) is no point.
-func etaAccuracy(barriers []barrierJSON) bench.ETAStats {
+// finished barrier), with and without the downtimes after it, and
+// compares the ETA after 10% progress (bench.ETAPointsOf) with both:
+// running against the time with the downtimes left out, wall with them.
+// A barrier whose ETA the report cannot hold (none shown, or unbounded:
+// -1) is no point.
+func etaAccuracy(barriers []barrierJSON, downtimes []downtime) (running, wall bench.ETAStats) {
+	// The running clock stops during each downtime.
+	runningTime := func(t time.Time) time.Time {
+		for _, d := range downtimes {
+			if !t.After(d.from) {
+				break
+			}
+			t = t.Add(-min(t.Sub(d.from), d.to.Sub(d.from)))
+		}
+		return t
+	}
+	running, end := etaStats(barriers, runningTime)
+	if end.IsZero() {
+		return bench.ETAStats{}, bench.ETAStats{} // not finished
+	}
+	wall, wallEnd := etaStats(barriers, func(t time.Time) time.Time { return t })
+	for i := range barriers {
+		t := time.Unix(0, barriers[i].TimeNS)
+		barriers[i].ActualRunningS = max(0, float64(end.Sub(runningTime(t)))/1e9)
+		barriers[i].ActualRemainingS = max(0, float64(wallEnd.Sub(t))/1e9)
+	}
+	return running, wall
+}
+
+// etaStats compares each barrier's ETA after 10% progress with the time
+// that remained on clock, and returns the job's end on that clock.
+func etaStats(barriers []barrierJSON, clock func(time.Time) time.Time) (bench.ETAStats, time.Time) {
 	cs := make([]bench.ETACheckpoint, len(barriers))
 	for i, b := range barriers {
-		cs[i] = bench.ETACheckpoint{Time: time.Unix(0, b.TimeNS), Finished: b.Finished, Truth: b.Truth, Stats: b.Stats}
+		cs[i] = bench.ETACheckpoint{Time: clock(time.Unix(0, b.TimeNS)), Finished: b.Finished, Truth: truthValue(b.Truth), Stats: b.Stats}
 		if b.ETA.RemainingS >= 0 {
 			sec := func(s float64) time.Duration {
 				if s < 0 {
@@ -811,12 +1128,9 @@ func etaAccuracy(barriers []barrierJSON) bench.ETAStats {
 	}
 	pts, end, ok := bench.ETAPointsOf(cs)
 	if !ok {
-		return bench.ETAStats{}
+		return bench.ETAStats{}, time.Time{}
 	}
-	for i := range barriers {
-		barriers[i].ActualRemainingS = max(0, float64(end.Sub(cs[i].Time))/1e9)
-	}
-	return bench.SummarizeETA(pts, 0.1)
+	return bench.SummarizeETA(pts, 0.1), end
 }
 
 // summarize tallies the checkpoints of every run as bench does a run's
@@ -842,7 +1156,7 @@ func parameters(f *backfillFlags, p workload.Params) map[string]any {
 		"update_during": p.UpdateDuring, "delete_during": p.DeleteDuring, "insert_during": p.InsertDuring,
 		"during_steps": p.DuringSteps, "chunk_size": f.chunkSize, "barrier_rows": f.barrierRows,
 		"checkpoint_every": f.checkpointEvery, "crash_at": []int(f.crashAt), "rescale_to": f.rescaleTo,
-		"rate_limit": f.rateLimit, "rate_change_at": []backfill.RateChange(f.rateChanges),
+		"rate_limit": f.rateLimit, "rate_change_at": []backfill.RateChange(f.rateChanges), "truth": !f.noTruth,
 	}
 }
 
@@ -850,10 +1164,13 @@ func printSummary(w io.Writer, rep *report) {
 	fmt.Fprintf(w, "\n%-9s %12s %12s %22s %22s\n", "approach", "mean error", "max error", "progress CPU/barrier", "state bytes/barrier")
 	for _, a := range []string{"rowcount", "stats"} {
 		e, c := rep.Error[a], rep.Cost[a]
-		if e == nil {
-			continue
+		switch {
+		case e != nil:
+			fmt.Fprintf(w, "%-9s %9.3f pp %9.3f pp %19.1f µs %22.0f\n", a, e.MeanPP, e.MaxPP, c.ProgressNSPerBarrier/1e3, c.StateBytesPerBarrier)
+		case len(rep.Error) == 0 && c != (costJSON{}):
+			// No truth: no error against it.
+			fmt.Fprintf(w, "%-9s %12s %12s %19.1f µs %22.0f\n", a, "—", "—", c.ProgressNSPerBarrier/1e3, c.StateBytesPerBarrier)
 		}
-		fmt.Fprintf(w, "%-9s %9.3f pp %9.3f pp %19.1f µs %22.0f\n", a, e.MeanPP, e.MaxPP, c.ProgressNSPerBarrier/1e3, c.StateBytesPerBarrier)
 	}
 	rc, st := rep.Error["rowcount"], rep.Error["stats"]
 	if rc != nil && st != nil {
@@ -877,8 +1194,27 @@ func printSummary(w io.Writer, rep *report) {
 	}
 	fmt.Fprintf(w, "%s, %s (%s showed a figure before the first barrier after it); MV equals upstream: %s\n",
 		plural(len(rep.Barriers), "checkpoint"), plural(rep.Crashes, "crash"), plural(len(rep.Recoveries), "recovery"), match)
-	fmt.Fprintf(w, "time: %.1fs total, %.1fs load, %.1fs backfill with its crashes and recoveries, %.0f snapshot rows/s\n",
-		rep.Timings.TotalS, rep.Timings.LoadS, rep.Timings.BackfillS, rep.Timings.RowsPerS)
+	tm := rep.Timings
+	fmt.Fprintf(w, "time: %.1fs total, %.1fs load, %.1fs backfill with its crashes, recoveries and the MV's check, %.0f snapshot rows/s\n",
+		tm.TotalS, tm.LoadS, tm.BackfillS, tm.RowsPerS)
+	fmt.Fprintf(w, "the job's backfill ran %.1fs (in its workers, from the start to the end or the last checkpoint before a crash; the workload model's time left out, as BenchmarkScale times it): %.0f snapshot rows/s\n",
+		tm.JobBackfillS, tm.JobRowsPerS)
+	switch {
+	case rep.Parameters["truth"] == false:
+		fmt.Fprintln(w, "truth: none (--no-truth): the job ran without the workload model's count, and no error against it is computed")
+	case tm.Truth != nil && tm.Truth.Checkpoints+tm.Truth.Skipped > 0:
+		tt := tm.Truth
+		share := ""
+		if tm.JobBackfillS > 0 {
+			share = fmt.Sprintf(", %.1f%% of the job's backfill time", 100*tt.WallS/tm.JobBackfillS)
+		}
+		skipped := ""
+		if tt.Skipped > 0 {
+			skipped = fmt.Sprintf(" (%s skipped to keep up)", plural(tt.Skipped, "checkpoint"))
+		}
+		fmt.Fprintf(w, "truth: computed beside the job, which did not wait for it, in %.2fs (%.2fs of CPU) for %s%s%s\n",
+			tt.WallS, tt.CPUS, plural(tt.Checkpoints, "checkpoint"), skipped, share)
+	}
 	printETA(w, rep)
 }
 
@@ -890,17 +1226,40 @@ func printETA(w io.Writer, rep *report) {
 		fmt.Fprintln(w, "ETA: no checkpoint after 10% progress showed one")
 		return
 	}
-	fmt.Fprintf(w, "ETA after 10%% progress: median error %.1f%%, p90 %.1f%%, actual time inside the interval at %.0f%% of %s\n",
-		100*e.MedianErr, 100*e.P90Err, 100*e.Coverage, plural(e.N, "checkpoint"))
-	fmt.Fprintf(w, "%8s %9s  %-44s %9s\n", "barrier", "truth", "ETA", "actual")
+	down := rep.Timings.DowntimeS > 0
+	if down {
+		fmt.Fprintf(w, "ETA after 10%% progress, against the time that remained less the crashes' downtime (%.1fs, which no forecast knows of): median error %.1f%%, p90 %.1f%%, actual time inside the interval at %.0f%% of %s; against the wall time: median %.1f%%, p90 %.1f%%, inside at %.0f%%\n",
+			rep.Timings.DowntimeS, 100*e.MedianErr, 100*e.P90Err, 100*e.Coverage, plural(e.N, "checkpoint"),
+			100*rep.ETAWall.MedianErr, 100*rep.ETAWall.P90Err, 100*rep.ETAWall.Coverage)
+	} else {
+		fmt.Fprintf(w, "ETA after 10%% progress: median error %.1f%%, p90 %.1f%%, actual time inside the interval at %.0f%% of %s\n",
+			100*e.MedianErr, 100*e.P90Err, 100*e.Coverage, plural(e.N, "checkpoint"))
+	}
+	progress := "truth"
+	if rep.Parameters["truth"] == false {
+		progress = "stats"
+	}
+	fmt.Fprintf(w, "%8s %9s  %-44s %9s", "barrier", progress, "ETA", "actual")
+	if down {
+		fmt.Fprintf(w, " %12s", "less downtime")
+	}
+	fmt.Fprintln(w)
 	next := 0.0
 	for _, b := range rep.Barriers {
-		if b.Finished || b.ETA.RemainingS < 0 || b.Truth < next {
+		pct := truthValue(b.Truth)
+		if pct < 0 {
+			pct = b.Stats
+		}
+		if b.Finished || b.ETA.RemainingS < 0 || pct < next {
 			continue
 		}
-		next = b.Truth + 20
-		fmt.Fprintf(w, "%8d %8.2f%%  %-44s %9s\n", b.Barrier, b.Truth, b.ETA.Shown,
+		next = pct + 20
+		fmt.Fprintf(w, "%8d %8.2f%%  %-44s %9s", b.Barrier, pct, b.ETA.Shown,
 			backfill.FormatETA(time.Duration(b.ActualRemainingS*1e9)))
+		if down {
+			fmt.Fprintf(w, " %12s", backfill.FormatETA(time.Duration(b.ActualRunningS*1e9)))
+		}
+		fmt.Fprintln(w)
 	}
 }
 

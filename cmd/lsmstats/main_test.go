@@ -163,6 +163,112 @@ func TestBackfillCommand(t *testing.T) {
 	require.Contains(t, vout, ": ok")
 }
 
+// TestBackfillNoTruth runs the same job with a crash with and without
+// --no-truth. Without the truth, the JSON report holds every barrier's
+// figures, bounds and ETA, its truth null, the "truth" parameter false, no
+// error statistics and no truth's time, and the progress lines show no
+// truth. With it, the truth of every barrier is there (computed beside the
+// job, it comes after its checkpoint's line), and the summary says how
+// long it took. Both report the job's own rows/s.
+func TestBackfillNoTruth(t *testing.T) {
+	for _, noTruth := range []bool{true, false} {
+		jsonPath := filepath.Join(t.TempDir(), "run.json")
+		args := []string{"backfill", "--workload", "mixed", "--rows", "20000", "--vnodes", "16", "--actors", "2",
+			"--chunk-size", "64", "--barrier-rows", "256", "--crash-at", "8", "--json", jsonPath, "--bars", "off"}
+		if noTruth {
+			args = append(args, "--no-truth")
+		}
+		out, errOut, code := runCmd(t, args...)
+		require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+		b, err := os.ReadFile(jsonPath)
+		require.NoError(t, err)
+		var rep report
+		require.NoError(t, json.Unmarshal(b, &rep))
+		var raw struct {
+			Barriers   []map[string]json.RawMessage `json:"barriers"`
+			Recoveries []map[string]json.RawMessage `json:"recoveries"`
+			Error      json.RawMessage              `json:"error"`
+			Timings    map[string]json.RawMessage   `json:"timings"`
+		}
+		require.NoError(t, json.Unmarshal(b, &raw))
+		require.True(t, rep.MVMatches)
+		require.Equal(t, 1, rep.Crashes)
+		require.Equal(t, !noTruth, rep.Parameters["truth"])
+		require.Positive(t, rep.Timings.JobBackfillS)
+		require.Positive(t, rep.Timings.JobRowsPerS)
+		require.Positive(t, rep.Timings.DowntimeS)
+		require.Contains(t, out, "the job's backfill ran ")
+		require.Len(t, raw.Barriers, len(rep.Barriers))
+		withETA := 0
+		for i, b := range rep.Barriers {
+			require.NotEmpty(t, b.DisplayedStats, "barrier %d", b.Barrier)
+			require.NotEmpty(t, b.DisplayedRowCount, "barrier %d", b.Barrier)
+			require.NotNil(t, b.StatsBounds, "barrier %d", b.Barrier)
+			if b.ETA.RemainingS >= 0 {
+				withETA++
+			}
+			// The figures are there with or without the truth.
+			require.Positive(t, b.SnapshotRows, "barrier %d", b.Barrier)
+			require.Positive(t, b.Stats, "barrier %d: the stats figure", b.Barrier)
+			require.Positive(t, b.RowCount, "barrier %d: the row-count figure", b.Barrier)
+			require.Len(t, b.Upstreams, 1, "barrier %d", b.Barrier)
+			require.Len(t, b.Upstreams[0].Figures, 2, "barrier %d: both approaches' figures", b.Barrier)
+			if noTruth {
+				require.Nil(t, b.Truth, "barrier %d", b.Barrier)
+				require.Nil(t, b.VnodeErrMeanPP, "barrier %d", b.Barrier)
+				require.Nil(t, b.Upstreams[0].Truth, "barrier %d", b.Barrier)
+				for _, k := range []string{"truth", "vnode_err_mean_pp", "vnode_err_max_pp"} {
+					require.Equal(t, "null", string(raw.Barriers[i][k]), "barrier %d: %s", b.Barrier, k)
+				}
+				var ups []map[string]json.RawMessage
+				require.NoError(t, json.Unmarshal(raw.Barriers[i]["upstreams"], &ups))
+				require.Equal(t, "null", string(ups[0]["truth"]), "barrier %d: the upstream's truth", b.Barrier)
+			} else {
+				require.NotNil(t, b.Truth, "barrier %d", b.Barrier)
+				require.NotNil(t, b.VnodeErrMeanPP, "barrier %d", b.Barrier)
+				require.NotNil(t, b.VnodeErrMaxPP, "barrier %d", b.Barrier)
+				require.NotNil(t, b.Upstreams[0].Truth, "barrier %d", b.Barrier)
+				require.InDelta(t, *b.Truth, *b.Upstreams[0].Truth, 1e-9, "barrier %d", b.Barrier)
+			}
+		}
+		if noTruth {
+			for _, r := range raw.Recoveries {
+				require.Equal(t, "null", string(r["truth"]), "a recovery")
+			}
+			require.Equal(t, "null", string(raw.Error))
+			require.Equal(t, "null", string(raw.Timings["truth"]))
+		}
+		require.Positive(t, withETA)
+		require.Positive(t, rep.ETA.N, "the ETA's accuracy, on the stats figure without a truth")
+		last := rep.Barriers[len(rep.Barriers)-1]
+		require.True(t, last.Finished)
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "barrier ") && noTruth {
+				require.NotContains(t, l, "truth", "a progress line")
+			}
+		}
+		if noTruth {
+			require.Nil(t, rep.Error)
+			require.Nil(t, rep.Timings.Truth)
+			require.Contains(t, out, "truth: none (--no-truth)")
+			require.Positive(t, rep.Cost["stats"].ProgressNSPerBarrier, "the figures' costs are still there")
+			continue
+		}
+		require.Contains(t, rep.Error, "stats")
+		require.Equal(t, len(rep.Barriers), rep.Error["stats"].N)
+		require.NotNil(t, rep.Timings.Truth)
+		require.Positive(t, rep.Timings.Truth.WallS)
+		require.Positive(t, rep.Timings.Truth.CPUS)
+		// Every barrier and the recovered job's first figure; a killed
+		// worker's truths still in the pipe are read.
+		require.GreaterOrEqual(t, rep.Timings.Truth.Checkpoints, len(rep.Barriers)+len(rep.Recoveries))
+		for _, r := range rep.Recoveries {
+			require.NotNil(t, r.Truth, "the recovered job's first figure, barrier %d", r.Barrier)
+		}
+		require.Contains(t, out, "truth: computed beside the job")
+	}
+}
+
 // TestBackfillSnapshotUpstreams runs a snapshot backfill over three
 // upstream tables through the command, with a crash: the JSON report holds
 // each barrier's phase and each table's figures and truth, the phases come

@@ -110,7 +110,7 @@ func TestMetricsScrape(t *testing.T) {
 	}
 
 	barriers := map[float64]bool{}
-	var withETA, beforeChange, afterChange int
+	var withETA, withTruth, beforeChange, afterChange int
 	for _, s := range scrapes {
 		nb, ok := s["lsmstats_backfill_checkpoint_barrier"]
 		if !ok {
@@ -128,7 +128,18 @@ func TestMetricsScrape(t *testing.T) {
 		eq(`lsmstats_backfill_progress_ratio{approach="rowcount"}`, b.RowCount/100)
 		eq(`lsmstats_backfill_progress_lower_ratio{approach="stats"}`, b.StatsBounds.Lower/100)
 		eq(`lsmstats_backfill_progress_upper_ratio{approach="stats"}`, b.StatsBounds.Upper/100)
-		eq(`lsmstats_backfill_truth_ratio`, b.Truth/100)
+		// The truth comes beside the job, after its checkpoint: the
+		// command's gauge says which barrier's it is. The job's own has
+		// none.
+		_, ok = s[`lsmstats_backfill_truth_ratio`]
+		require.False(t, ok, "barrier %v: the job's record has a truth", nb)
+		if tb, ok := s[`lsmstats_cli_truth_barrier`]; ok {
+			withTruth++
+			require.LessOrEqual(t, tb, nb, "a truth of a barrier after the scraped one")
+			tr := byBarrier[uint64(tb)].Truth
+			require.NotNil(t, tr, "barrier %v: its truth is in the JSON", tb)
+			eq(`lsmstats_cli_truth_ratio`, *tr/100)
+		}
 		eq(`lsmstats_backfill_snapshot_rows_total`, float64(b.SnapshotRows))
 		eq(`lsmstats_backfill_rate_limit_rows_per_second`, b.RateLimit)
 		eq(`lsmstats_backfill_snapshot_read_rate_rows_per_second`, b.ETA.RowsPerS)
@@ -162,10 +173,11 @@ func TestMetricsScrape(t *testing.T) {
 		// And its operational counters (Store.Collector).
 		require.Positive(t, s[`lsmstats_store_commits_total`], "barrier %v", nb)
 	}
-	t.Logf("%d scrapes of %d barriers, %d with an ETA, %d/%d before/after the rate change",
-		len(scrapes), len(barriers), withETA, beforeChange, afterChange)
+	t.Logf("%d scrapes of %d barriers, %d with an ETA, %d with a truth, %d/%d before/after the rate change",
+		len(scrapes), len(barriers), withETA, withTruth, beforeChange, afterChange)
 	require.GreaterOrEqual(t, len(barriers), 3, "scrapes while the job ran")
 	require.Positive(t, withETA, "a scrape with an ETA")
+	require.Positive(t, withTruth, "a scrape with a truth")
 	require.Positive(t, beforeChange+afterChange)
 	require.False(t, math.IsNaN(rep.ETA.MedianErr))
 }

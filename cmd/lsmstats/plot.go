@@ -106,14 +106,19 @@ func progressPlot(rep *report) (*plot.Plot, error) {
 		color color.RGBA
 		dash  []vg.Length
 	}{
-		{"truth", func(b barrierJSON) float64 { return b.Truth }, color.RGBA{A: 255}, nil},
+		{"truth", func(b barrierJSON) float64 { return truthValue(b.Truth) }, color.RGBA{A: 255}, nil},
 		{"row-count (RisingWave)", func(b barrierJSON) float64 { return b.RowCount }, color.RGBA{R: 214, G: 39, B: 40, A: 255}, nil},
 		{"stats (lsmstats)", func(b barrierJSON) float64 { return b.Stats }, color.RGBA{G: 119, B: 187, A: 255}, []vg.Length{vg.Points(4), vg.Points(3)}},
 	}
 	for _, s := range series {
-		pts := make(plotter.XYs, len(rep.Barriers))
-		for i, b := range rep.Barriers {
-			pts[i].X, pts[i].Y = float64(b.Barrier), s.value(b)
+		pts := make(plotter.XYs, 0, len(rep.Barriers))
+		for _, b := range rep.Barriers {
+			if y := s.value(b); y >= 0 { // a truth absent is no point
+				pts = append(pts, plotter.XY{X: float64(b.Barrier), Y: y})
+			}
+		}
+		if len(pts) == 0 {
+			continue // --no-truth: no truth line
 		}
 		l, err := plotter.NewLine(pts)
 		if err != nil {

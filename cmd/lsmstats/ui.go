@@ -12,26 +12,30 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 )
 
-// progressUI shows the run: live bars (mpb) for the load, the truth and both
-// approaches on a terminal, or a line per few checkpoints otherwise. The
-// stats figure shows its bounds, and each line the snapshot rows/s and the
-// ETA with its interval.
+// progressUI shows the run: live bars (mpb) for the load, the truth (unless
+// --no-truth) and both approaches on a terminal, or a line per few
+// checkpoints otherwise. The stats figure shows its bounds, and each line
+// the snapshot rows/s and the ETA with its interval. The truth comes apart
+// from its checkpoint (computed beside the job): its bar shows the last
+// one that came, with its barrier.
 type progressUI struct {
-	w    io.Writer
-	bars bool
+	w         io.Writer
+	bars      bool
+	withTruth bool
 
-	p                            *mpb.Progress
-	loadBar, truth, rowcnt, stat *mpb.Bar
-	mu                           sync.Mutex
-	text                         map[string]string
-	lastLine                     time.Time
-	done                         bool // finish or stop ran
+	p                               *mpb.Progress
+	loadBar, truthBar, rowcnt, stat *mpb.Bar
+	mu                              sync.Mutex
+	text                            map[string]string
+	lastLine                        time.Time
+	lastTruth                       string // the last truth that came, for lines without bars
+	done                            bool   // finish or stop ran
 }
 
 const barScale = 10000 // 0.01% resolution
 
-func newProgressUI(mode string, w io.Writer) *progressUI {
-	ui := &progressUI{w: w, text: map[string]string{}}
+func newProgressUI(mode string, withTruth bool, w io.Writer) *progressUI {
+	ui := &progressUI{w: w, withTruth: withTruth, text: map[string]string{}}
 	switch mode {
 	case "on":
 		ui.bars = true
@@ -95,25 +99,47 @@ func (ui *progressUI) update(r *recordJSON, recovered bool) {
 			if recovered {
 				tag = "recovered at barrier"
 			}
-			fmt.Fprintf(ui.w, "%s %d: truth %.2f%%  rowcount %s  stats %s  %s%s\n", tag, r.Barrier, r.Truth, rc.Shown, st.Shown, rateETA(r), perUpstream(r))
+			truth := ""
+			switch {
+			case r.Truth >= 0:
+				truth = fmt.Sprintf("truth %.2f%%  ", r.Truth)
+			case ui.withTruth:
+				// Computed beside the job: the last that came.
+				truth = "truth " + ui.lastTruth + "  "
+			}
+			fmt.Fprintf(ui.w, "%s %d: %srowcount %s  stats %s  %s%s\n", tag, r.Barrier, truth, rc.Shown, st.Shown, rateETA(r), perUpstream(r))
 			ui.lastLine = time.Now()
 		}
 		return
 	}
-	if ui.truth == nil {
+	if ui.rowcnt == nil {
 		if ui.loadBar != nil {
 			ui.loadBar.SetTotal(-1, true)
 		}
-		ui.truth = ui.bar("truth", barScale)
+		if ui.withTruth {
+			ui.truthBar = ui.bar("truth", barScale)
+		}
 		ui.rowcnt = ui.bar("rowcount", barScale)
 		ui.stat = ui.bar("stats", barScale)
 	}
-	ui.setText("truth", fmt.Sprintf("%.2f%%  (barrier %d)", r.Truth, r.Barrier))
+	if r.Truth >= 0 {
+		ui.truth(r.Barrier, r.Truth)
+	}
 	ui.setText("rowcount", fmt.Sprintf("%s  raw %.2f%%", rc.Shown, rc.Raw))
 	ui.setText("stats", fmt.Sprintf("%s  raw %.2f%%  %s%s", st.Shown, st.Raw, rateETA(r), perUpstream(r)))
-	ui.truth.SetCurrent(barValue(r.Truth))
 	ui.rowcnt.SetCurrent(barValue(rc.Pct))
 	ui.stat.SetCurrent(barValue(st.Pct))
+}
+
+// truth shows a checkpoint's truth, which may come after its checkpoint's
+// figures.
+func (ui *progressUI) truth(barrier uint64, pct float64) {
+	ui.lastTruth = fmt.Sprintf("%.2f%% (barrier %d)", pct, barrier)
+	if ui.truthBar == nil {
+		return
+	}
+	ui.setText("truth", fmt.Sprintf("%.2f%%  (barrier %d)", pct, barrier))
+	ui.truthBar.SetCurrent(barValue(pct))
 }
 
 // perUpstream formats each upstream table's stats figure beside the job's,
@@ -165,7 +191,11 @@ func (ui *progressUI) crash(n int) {
 		fmt.Fprintf(ui.w, "crash %d: the worker was killed with SIGKILL; restarting\n", n)
 		return
 	}
-	ui.setText("truth", fmt.Sprintf("%s  — crash %d: SIGKILL, restarting", ui.text["truth"], n))
+	name := "stats"
+	if ui.truthBar != nil {
+		name = "truth"
+	}
+	ui.setText(name, fmt.Sprintf("%s  — crash %d: SIGKILL, restarting", ui.text[name], n))
 }
 
 func (ui *progressUI) finish() {
@@ -173,7 +203,7 @@ func (ui *progressUI) finish() {
 		return
 	}
 	ui.done = true
-	for _, b := range []*mpb.Bar{ui.loadBar, ui.truth, ui.rowcnt, ui.stat} {
+	for _, b := range []*mpb.Bar{ui.loadBar, ui.truthBar, ui.rowcnt, ui.stat} {
 		if b != nil {
 			b.SetTotal(-1, true)
 		}

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench"
@@ -18,7 +19,7 @@ import (
 func TestBarsNeverPassTheirTotal(t *testing.T) {
 	for _, mode := range []string{"on", "off"} {
 		var out bytes.Buffer
-		ui := newProgressUI(mode, &out)
+		ui := newProgressUI(mode, true, &out)
 		for step := uint64(1); step <= 22; step++ {
 			ui.load(step, 21)
 		}
@@ -72,16 +73,36 @@ func TestSummaryComparison(t *testing.T) {
 // an ETA the report holds (none shown, or unbounded: -1).
 func TestETAAccuracy(t *testing.T) {
 	b := func(s int64, truth, eta float64, finished bool) barrierJSON {
-		return barrierJSON{TimeNS: s * 1e9, Truth: truth, Finished: finished, Stats: truth,
+		return barrierJSON{TimeNS: s * 1e9, Truth: &truth, Finished: finished, Stats: truth,
 			ETA: etaJSON{RemainingS: eta, LowS: eta / 2, HighS: eta * 2}}
 	}
 	barriers := []barrierJSON{b(0, 0, -1, false), b(20, 20, 80, false), b(60, 60, -1, false), b(90, 90, 20, false), b(100, 100, 0, true), b(110, 100, 0, true)}
-	st := etaAccuracy(barriers)
+	st, wall := etaAccuracy(barriers, nil)
+	require.Equal(t, st, wall, "no downtime")
 	require.Equal(t, 2, st.N)
 	require.InDelta(t, 0.5, st.MedianErr, 1e-9) // errors 0 and 1
 	require.InDelta(t, 1.0, st.Coverage, 1e-9)
 	for i, want := range []float64{100, 80, 40, 10, 0, 0} {
 		require.InDelta(t, want, barriers[i].ActualRemainingS, 1e-9, "barrier %d", i)
+		require.InDelta(t, want, barriers[i].ActualRunningS, 1e-9, "barrier %d", i)
 	}
-	require.Equal(t, bench.ETAStats{}, etaAccuracy(barriers[:4]), "no finished barrier")
+	st, wall = etaAccuracy(barriers[:4], nil)
+	require.Equal(t, bench.ETAStats{}, st, "no finished barrier")
+	require.Equal(t, bench.ETAStats{}, wall, "no finished barrier")
+
+	// A crash between 30 s and 40 s (its last checkpoint, the recovered
+	// job's first figure) is left out of the time that remained before
+	// it: the ETA of 80 s at 20 s is then exact, and 20 s at 90 s still.
+	down := []downtime{{time.Unix(30, 0), time.Unix(40, 0)}}
+	barriers[1].ETA = etaJSON{RemainingS: 70, LowS: 60, HighS: 75}
+	st, wall = etaAccuracy(barriers, down)
+	require.Equal(t, 2, st.N)
+	require.InDelta(t, 0.5, st.MedianErr, 1e-9) // errors 0 and 1
+	require.InDelta(t, 1.0, st.Coverage, 1e-9)
+	require.InDelta(t, (0.125+1)/2, wall.MedianErr, 1e-9) // 70 for 80, 20 for 10
+	require.InDelta(t, 0.5, wall.Coverage, 1e-9)          // 80 outside 60–75
+	for i, want := range []float64{90, 70, 40, 10, 0, 0} {
+		require.InDelta(t, want, barriers[i].ActualRunningS, 1e-9, "barrier %d", i)
+	}
+	require.InDelta(t, 80, barriers[1].ActualRemainingS, 1e-9)
 }

@@ -96,16 +96,17 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 	if len(pts) == 0 {
 		return
 	}
-	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"interleaved order\" ran with `--snapshot-order interleaved`, the others in the default vnode order; the first × raw is against raw Pebble scanning in pk order, the second against raw Pebble reading the vnodes in turn; \"alone\" is a child process holding only a store and the job, on the uniform workload's rows (bench/solo_test.go: no workload model, glibc's malloc limited to one arena): its cost per row, and its peak RSS over the job and a read of both tables; \"raw Pebble alone\" a child doing the same load, scan-and-write and read on raw Pebble with the store's Pebble options, the same cache and memtables; ![plot](scale.png)):\n\n")
-	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | backfill wall / CPU per row | load wall / CPU per row | alone: backfill, load wall / CPU per row (raw Pebble alone) | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest (of which malloc's free memory) [raw Pebble alone: the rest] | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file: probe / whole run (listings) | a listing of the SSTs | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"interleaved order\" ran with `--snapshot-order interleaved`, the others in the default vnode order; the first × raw is against raw Pebble scanning in pk order, the second (the interleaved order's) against raw Pebble reading the vnodes in turn; each × raw is against raw Pebble with the store's Pebble options, then, after the slash, with Pebble's default options; the statistics' share is the bytes of the metadata rows (the live statistics' buckets and the store's few other rows) and of the SST payloads over the bytes the store's Pebble wrote into SSTs by flushes, by compactions, and by both; \"alone\" is a child process holding only a store and the job, on the uniform workload's rows (bench/solo_test.go: no workload model, glibc's malloc limited to one arena): its cost per row, and its peak RSS over the job and a read of both tables; \"raw Pebble alone\" a child doing the same load, scan-and-write and read on raw Pebble with the store's Pebble options, the same cache and memtables; ![plot](scale.png)):\n\n")
+	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | statistics' share of bytes flushed / compacted (both) | backfill wall / CPU per row | load wall / CPU per row | alone: backfill, load wall / CPU per row (raw Pebble alone) | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest (of which malloc's free memory) [raw Pebble alone: the rest] | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file: probe / whole run (listings) | a listing of the SSTs | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {
 		x := p.m
 		f := func(key, format string) string { return optional(x, key, format) }
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s | %s (%s) | %s (%s) | %s | %s / %s | %s (%s + %s) | %s / %s | %s | %s | %s | %s / %s | %s | %s (%s) |\n",
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s | %s (%s) | %s (%s) | %s | %s / %s | %s (%s + %s) | %s / %s | %s | %s | %s | %s / %s | %s | %s (%s) |\n",
 			p.sizeName, p.workload,
-			f("load-rows/s", "%.0f"), f("load-x-of-raw-pebble", "%.3f×"),
-			f("rows/s", "%.0f"), f("x-of-raw-pebble", "%.3f×"), f("x-of-raw-interleaved", "%.3f×"),
+			f("load-rows/s", "%.0f"), ratios(x, "load-x-of-raw-pebble", "load-x-of-raw-default"),
+			f("rows/s", "%.0f"), ratios(x, "x-of-raw-pebble", "x-of-raw-default"),
+			ratios(x, "x-of-raw-interleaved", "x-of-raw-interleaved-default"), statsShare(x),
 			dur(x, "backfill-ns/row"), dur(x, "backfill-cpu-ns/row"), dur(x, "load-ns/row"), dur(x, "load-cpu-ns/row"), soloPerRow(x),
 			f("backfill-compact-B/row", "%.0f B"), f("raw-interleaved-compact-B/row", "%.0f B"),
 			f("peak-rss-MB", "%.0f MB"), f("raw-peak-rss-MB", "%.0f MB"), solo(x),
@@ -117,6 +118,26 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 			f("ssts", "%.0f"), f("l0-sublevels", "%.0f"), f("max-l0-sublevels", "%.0f"))
 	}
 	b.WriteString("\n")
+}
+
+// ratios is a ratio to raw Pebble with the store's options, and after a
+// slash, when the run measured it, to raw Pebble with Pebble's defaults.
+func ratios(x map[string]float64, key, defaultsKey string) string {
+	v := optional(x, key, "%.3f×")
+	if d, ok := x[defaultsKey]; ok {
+		v += fmt.Sprintf(" / %.3f×", d)
+	}
+	return v
+}
+
+// statsShare is the statistics' share of the bytes flushed and compacted,
+// and of both.
+func statsShare(x map[string]float64) string {
+	both, ok := x["stats-share-%"]
+	if !ok {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f%% / %.2f%% (%.2f%%)", x["stats-share-flushed-%"], x["stats-share-compacted-%"], both)
 }
 
 // solo is the solo child's memory (bench/solo_test.go): its peak RSS as the
@@ -203,7 +224,9 @@ func plotScale(path string, pts []scalePoint) error {
 		{"Throughput", "thousand rows/s", []series{
 			{"snapshot", "rows/s", 1e-3, blue}, {"raw snapshot", "raw-rows/s", 1e-3, grey},
 			{"raw snapshot, vnodes in turn", "raw-interleaved-rows/s", 1e-3, green},
-			{"load", "load-rows/s", 1e-3, red}, {"raw load", "raw-load-rows/s", 1e-3, orange}}},
+			{"raw snapshot, Pebble's defaults", "raw-default-rows/s", 1e-3, brown},
+			{"load", "load-rows/s", 1e-3, red}, {"raw load", "raw-load-rows/s", 1e-3, orange},
+			{"raw load, Pebble's defaults", "raw-default-load-rows/s", 1e-3, purple}}},
 		{"Cost per row (the store)", "µs per row", []series{
 			{"backfill wall", "backfill-ns/row", 1e-3, blue}, {"backfill CPU", "backfill-cpu-ns/row", 1e-3, green},
 			{"load wall", "load-ns/row", 1e-3, red}, {"load CPU", "load-cpu-ns/row", 1e-3, orange},
