@@ -189,7 +189,11 @@ func TestSnapshotCrash(t *testing.T) {
 			}
 			return kills[phase] < perPhase && target <= 0 || l[0] == 'D' || l[0] == 'E'
 		}
-		c.ReadUntil(2*time.Minute, handle)
+		// No short timeout: one that ran out in a phase whose kills are all
+		// done would let the child run to its end without a kill in the
+		// phases after it (as it did under -race on a loaded machine).
+		reason := c.ReadUntil(10*time.Minute, handle)
+		require.NotEqual(t, testutil.TimedOut, reason, "run %d: the child printed nothing decisive in 10 minutes", run)
 		kill := kills[phase] < perPhase && len(lines) > 0 && lines[len(lines)-1][0] == 'R'
 		killedIn := phase
 		if kill {
