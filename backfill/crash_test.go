@@ -15,6 +15,7 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/s3server"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -52,7 +53,8 @@ func TestMain(m *testing.M) {
 		*crashesFlag, _ = strconv.Atoi(os.Getenv("LSMSTATS_BACKFILL_CHILD_CRASHES"))
 		testutil.ExitChild(crashChild(dir, actors, seed))
 	}
-	goleak.VerifyTestMain(m)
+	// The data-driven files' object-store runs share one S3 server.
+	goleak.VerifyTestMain(s3server.TestingM(m))
 }
 
 func testSeed(t testing.TB) uint64 { return testutil.Seed(t, "seed", *seedFlag) }
