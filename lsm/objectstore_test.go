@@ -1,11 +1,13 @@
 package lsm
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -130,7 +132,11 @@ func TestObjectStoreCorruption(t *testing.T) {
 		ObjectStore: &objstore.StoreOptions{Storage: bucket}}
 	s, err := Open(dir, opts)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, s.Close()) }()
+	defer func() {
+		if s != nil {
+			require.NoError(t, s.Close())
+		}
+	}()
 	fillObjStore(t, s, 2000)
 	rep, err := s.Verify()
 	require.NoError(t, err)
@@ -162,7 +168,15 @@ func TestObjectStoreCorruption(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, w.Close())
 	}
-	gone, flipped := ssts[0], ssts[1]
+	// The largest SST holds the table's rows (the others the store's
+	// metadata): flip a byte in its data, delete another.
+	size := func(n string) int64 {
+		sz, err := bucket.Size(n)
+		require.NoError(t, err)
+		return sz
+	}
+	slices.SortFunc(ssts, func(x, y string) int { return cmp.Compare(size(y), size(x)) })
+	flipped, gone := ssts[0], ssts[1]
 	goneBody, flippedBody := read(gone), read(flipped)
 	require.NoError(t, bucket.Delete(gone))
 	bad := append([]byte(nil), flippedBody...)
@@ -189,6 +203,7 @@ func TestObjectStoreCorruption(t *testing.T) {
 	require.NoError(t, s.Close())
 	s, err = Open(dir, opts)
 	if err != nil {
+		s = nil
 		require.True(t, errors.Is(err, lsmstats.ErrCorruption), "%v", err)
 		require.ErrorContains(t, err, gone)
 		t.Logf("open: %v", err)
