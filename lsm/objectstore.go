@@ -22,6 +22,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/objstore"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A store on an object store (Options.ObjectStore) keeps its SSTs in the
@@ -383,6 +384,21 @@ func (o *objectStore) openSST(ctx context.Context, num uint64, window int64) (ob
 // objectName names SST num's object in messages.
 func (o *objectStore) objectName(num uint64) string {
 	return fmt.Sprintf("object %s in %s", objstore.SSTName(o.rec.creator, num), o.describe())
+}
+
+// ObjectStoreCollector returns the Prometheus collector of the object store
+// that the store opened from Options.ObjectStore.URL: its requests, bytes,
+// retries and errors by kind, and their latency (objstore.Bucket is the
+// collector, lsmstats_objstore_*; register it beside Collector's, under
+// labels of the caller's through prometheus.WrapRegistererWith to tell
+// several stores apart). Nil for a store on local disk, and for one on a
+// caller's Storage, whose collector (if any) is the caller's. It reads the
+// counters at each scrape; it is safe for concurrent use.
+func (s *Store) ObjectStoreCollector() prometheus.Collector {
+	if s.obj == nil || s.obj.owned == nil {
+		return nil
+	}
+	return s.obj.owned
 }
 
 // close closes the Bucket the store opened.

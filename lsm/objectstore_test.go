@@ -16,6 +16,7 @@ import (
 	"github.com/lsmstats/lsmstats/internal/s3server"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/objstore"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -83,6 +84,7 @@ func TestObjectStoreOpen(t *testing.T) {
 	ldir := t.TempDir()
 	s, err = open(ldir, "")
 	require.NoError(t, err)
+	require.Nil(t, s.ObjectStoreCollector())
 	require.NoError(t, s.Close())
 	_, err = open(ldir, urlA)
 	require.ErrorContains(t, err, "keeps its SSTs on local disk")
@@ -111,6 +113,20 @@ func TestObjectStoreOpen(t *testing.T) {
 	// The store opens again with its own object store, all rows there.
 	s, err = open(dir, urlA)
 	require.NoError(t, err)
+	// Its Bucket's metrics count the requests of this Open.
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(s.ObjectStoreCollector()))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var requests float64
+	for _, f := range families {
+		if f.GetName() == "lsmstats_objstore_requests_total" {
+			for _, m := range f.GetMetric() {
+				requests += m.GetCounter().GetValue()
+			}
+		}
+	}
+	require.Positive(t, requests, "no requests counted")
 	rep, err := s.Verify()
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%+v", rep)
