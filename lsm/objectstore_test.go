@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/s3server"
 	"github.com/lsmstats/lsmstats/keys"
@@ -255,4 +256,51 @@ func TestObjectStoreCorruption(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%+v", rep)
 	require.EqualValues(t, 2000, rep.Rows)
+}
+
+// TestObjectStoreLowerLevels keeps only L5 and L6 in the object store
+// (ObjectStore.Levels = remote.CreateOnSharedLower): a checkpoint
+// committed as a batch is flushed into a local L0 SST, which a compaction
+// into L6 moves into the bucket; ingested checkpoints go to the bucket at
+// once. The store reopens and verifies.
+func TestObjectStoreLowerLevels(t *testing.T) {
+	srv := s3server.Shared(t)
+	bucket, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Prefix: "lower/",
+		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
+	require.NoError(t, err)
+	defer bucket.Close()
+	dir := t.TempDir()
+	opts := &Options{Logger: QuietLogger(io.Discard),
+		ObjectStore: &objstore.StoreOptions{Storage: bucket, Levels: remote.CreateOnSharedLower}}
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	fillObjStore(t, s, 200) // small: one batch, through the memtable
+	require.NoError(t, s.db.Flush())
+	local, err := filepath.Glob(filepath.Join(dir, pebbleDir, "*.sst"))
+	require.NoError(t, err)
+	require.NotEmpty(t, local, "the flush of a batch checkpoint stays local")
+	countSSTs := func() int {
+		names, err := bucket.List("", "")
+		require.NoError(t, err)
+		n := 0
+		for _, name := range names {
+			if p, ok := objstore.ParseName(name); ok && !p.Ref {
+				n++
+			}
+		}
+		return n
+	}
+	before := countSSTs()
+	lo, hi := keys.TableSpan(objTable.ID)
+	require.NoError(t, s.db.Compact(context.Background(), lo, hi, true))
+	require.Greater(t, countSSTs(), before, "the compaction into L6 wrote no object")
+	require.NoError(t, s.Close())
+
+	s, err = Open(dir, opts)
+	require.NoError(t, err)
+	rep, err := s.Verify()
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+	require.EqualValues(t, 200, rep.Rows)
+	require.NoError(t, s.Close())
 }
