@@ -11,7 +11,7 @@ OUT      := out
 # results stamps on the tables it writes from it.
 COMMIT_LINE = echo "commit: $$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
 
-.PHONY: all build objstore test race bench bench-smoke bench-eta bench-jobs bench-compare matrix scale results demo lint fuzz torture faults soak clean
+.PHONY: all build objstore test race bench bench-smoke bench-eta bench-jobs bench-compare matrix scale results demo demo-s3 lint fuzz torture faults soak clean
 
 all: build test
 
@@ -24,6 +24,17 @@ build:
 demo:
 	$(GO) build -o bin/lsmstats ./cmd/lsmstats
 	bin/lsmstats backfill --rows 1000000 --workload mixed --crash-at 60
+
+# The demo's backfill, crash included, with the store's SSTs in a bucket of
+# a SeaweedFS server on loopback that tools/s3run starts beside it and
+# removes afterwards (make objstore builds the server once); the JSON
+# report, which names the object store, goes to out/demo-s3.json.
+demo-s3: objstore
+	$(GO) build -o bin/lsmstats ./cmd/lsmstats
+	$(GO) build -o bin/s3run ./tools/s3run
+	mkdir -p $(OUT)
+	bin/s3run bin/lsmstats backfill --rows 1000000 --workload mixed --crash-at 60 \
+		--object-store 's3://{bucket}/demo?endpoint={endpoint}' --json $(OUT)/demo-s3.json
 
 # SeaweedFS's weed binary, the S3 server on loopback that the object-store
 # tests start (internal/s3server), built into the user's cache directory

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,8 +16,10 @@ import (
 	"github.com/lsmstats/lsmstats/backfill/backfilltest"
 	"github.com/lsmstats/lsmstats/bench/genjob"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/s3server"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/objstore"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -30,6 +33,9 @@ const (
 	childDirEnv    = "LSMSTATS_BACKFILL_CHILD_DIR"
 	childActorsEnv = "LSMSTATS_BACKFILL_CHILD_ACTORS"
 	childSeedEnv   = "LSMSTATS_BACKFILL_CHILD_SEED"
+	// childObjStoreEnv is the URL of the crash child's object store (empty:
+	// local disk); its credentials are in the AWS variables.
+	childObjStoreEnv = "LSMSTATS_BACKFILL_CHILD_OBJSTORE"
 )
 
 func TestMain(m *testing.M) {
@@ -50,9 +56,10 @@ func TestMain(m *testing.M) {
 		actors, _ := strconv.Atoi(os.Getenv(childActorsEnv))
 		seed, _ := strconv.ParseUint(os.Getenv(childSeedEnv), 10, 64)
 		*crashesFlag, _ = strconv.Atoi(os.Getenv("LSMSTATS_BACKFILL_CHILD_CRASHES"))
-		testutil.ExitChild(crashChild(dir, actors, seed))
+		testutil.ExitChild(crashChild(dir, os.Getenv(childObjStoreEnv), actors, seed))
 	}
-	goleak.VerifyTestMain(m)
+	// The data-driven files' object-store runs share one S3 server.
+	goleak.VerifyTestMain(s3server.TestingM(m))
 }
 
 func testSeed(t testing.TB) uint64 { return testutil.Seed(t, "seed", *seedFlag) }
@@ -66,8 +73,14 @@ func crashParams(seed uint64) workload.Params {
 	return p
 }
 
-func openCrashJob(dir string, actors int, seed uint64) (*lsm.Store, *backfill.Job, *workload.Generator, error) {
-	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil), MemoryWatermark: 256 << 10})
+// openCrashJob opens the crash test's store in dir, with its SSTs in the
+// object store of URL objURL if that is not empty, and its job.
+func openCrashJob(dir, objURL string, actors int, seed uint64) (*lsm.Store, *backfill.Job, *workload.Generator, error) {
+	opts := &lsm.Options{Logger: lsm.QuietLogger(nil), MemoryWatermark: 256 << 10}
+	if objURL != "" {
+		opts.ObjectStore = &objstore.StoreOptions{URL: objURL}
+	}
+	s, err := lsm.Open(dir, opts)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -102,8 +115,8 @@ func figure(r backfill.Record, approach string) string {
 
 // crashChild runs the job until it finishes or is killed, printing each
 // checkpoint's displayed figures ("I" for the figure right after recovery).
-func crashChild(dir string, actors int, seed uint64) error {
-	s, j, _, err := openCrashJob(dir, actors, seed)
+func crashChild(dir, objURL string, actors int, seed uint64) error {
+	s, j, _, err := openCrashJob(dir, objURL, actors, seed)
 	if err != nil {
 		return err
 	}
@@ -130,7 +143,23 @@ func errorsCombine(a, b error) error {
 // The MV must equal the upstream table, the displayed figures must never
 // decrease across restarts, and each restart must show a figure before its
 // first new barrier.
-func TestCrashRecovery(t *testing.T) {
+func TestCrashRecovery(t *testing.T) { crashRecovery(t, "", *crashesFlag) }
+
+// TestCrashRecoveryObjectStore is TestCrashRecovery with the store's SSTs
+// in a bucket of the shared S3 server, with fewer crashes: a SIGKILL while
+// an SST is uploaded, or while the job reads remote SSTs, loses nothing
+// committed.
+func TestCrashRecoveryObjectStore(t *testing.T) {
+	srv := s3server.Shared(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	url := "s3://" + srv.NewBucket(t) + "/crash?endpoint=" + srv.Endpoint + "&retry-for=30s"
+	crashRecovery(t, url, min(*crashesFlag, 3))
+}
+
+// crashRecovery runs TestCrashRecovery with kills SIGKILLs, on the object
+// store of objURL if that is not empty.
+func crashRecovery(t *testing.T, objURL string, kills int) {
 	seed := testSeed(t)
 	r := rand.New(rand.NewPCG(seed, 5))
 	dir := t.TempDir()
@@ -147,7 +176,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	crashes, initials := 0, 0
 	for run := 0; ; run++ {
-		lines, done := runChild(t, dir, actors, seed, r, run < *crashesFlag)
+		lines, done := runChild(t, dir, objURL, actors, seed, r, run < kills)
 		for _, l := range lines {
 			switch l[0] {
 			case 'I':
@@ -166,12 +195,12 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		require.Less(t, run, 100, "the job does not finish")
 	}
-	require.GreaterOrEqual(t, crashes, *crashesFlag)
+	require.GreaterOrEqual(t, crashes, kills)
 	require.GreaterOrEqual(t, initials, 1, "no restart showed a figure before its first barrier")
 	require.Equal(t, 100.0, last["stats"])
 	require.Equal(t, 100.0, last["rowcount"])
 
-	s, j, g, err := openCrashJob(dir, actors, seed)
+	s, j, g, err := openCrashJob(dir, objURL, actors, seed)
 	require.NoError(t, err)
 	defer s.Close()
 	require.NoError(t, j.Compare())
@@ -200,6 +229,11 @@ func TestCrashRecovery(t *testing.T) {
 		require.NoError(t, it.Close())
 	}
 	require.Equal(t, want, s.Stats().Live.Table(1).Rows)
+	if objURL != "" {
+		local, err := filepath.Glob(filepath.Join(dir, "db", "*.sst"))
+		require.NoError(t, err)
+		require.Empty(t, local, "SSTs on local disk in a store on an object store")
+	}
 	require.NoError(t, j.Close())
 	t.Logf("%d crashes, %d restarts showed a figure at once", crashes, initials)
 }
@@ -207,8 +241,8 @@ func TestCrashRecovery(t *testing.T) {
 // runChild runs the child until it finishes, or kills it after a random
 // time if kill is set. It returns the child's report lines and whether the
 // job finished.
-func runChild(t *testing.T, dir string, actors int, seed uint64, r *rand.Rand, kill bool) ([]string, bool) {
-	c := testutil.StartChild(t, os.Stderr, childDirEnv+"="+dir, childActorsEnv+"="+strconv.Itoa(actors),
+func runChild(t *testing.T, dir, objURL string, actors int, seed uint64, r *rand.Rand, kill bool) ([]string, bool) {
+	c := testutil.StartChild(t, os.Stderr, childDirEnv+"="+dir, childObjStoreEnv+"="+objURL, childActorsEnv+"="+strconv.Itoa(actors),
 		childSeedEnv+"="+strconv.FormatUint(seed, 10), "LSMSTATS_BACKFILL_CHILD_CRASHES="+strconv.Itoa(*crashesFlag))
 	var lines []string
 	add := func(l string) { lines = append(lines, l) }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/lsmstats/lsmstats/internal/s3server"
 	"go.uber.org/goleak"
 )
 
@@ -24,7 +25,8 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 	}
-	goleak.VerifyTestMain(m)
+	// BenchmarkObjectStore's S3 server is shared, stopped at the end.
+	goleak.VerifyTestMain(s3server.TestingM(m))
 }
 
 // smokeSizes are the sizes of the package's benchmarks under -short (make
@@ -38,6 +40,7 @@ var smokeSizes = map[string]string{
 	"multi-rows":    "20000,2000,500",
 	"snapshot-rows": "20000,2000,500",
 	"scale-rows":    "20k",
+	"objstore-rows": "10000",
 }
 
 // setSmokeSizes sets the flags of smokeSizes that the command line did not

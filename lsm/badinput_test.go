@@ -14,10 +14,12 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/objstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -42,12 +44,21 @@ import (
 // or the text itself.
 type ddBad struct {
 	dir string
+	// obj is the object store of the file's stores (nil: local disk).
+	obj *objstore.StoreOptions
 }
 
 func (d *ddBad) run(t *testing.T, s *Store, writers map[string]*Writer, td *datadriven.TestData) (string, bool) {
 	switch td.Cmd {
 	case "raw-pebble-set":
 		opts := &pebble.Options{Comparer: keys.Comparer, Logger: QuietLogger(nil)}
+		if d.obj != nil {
+			// Pebble opens the remote SSTs its catalog lists through the
+			// factory, and the store's creator id is in the catalog.
+			opts.Experimental.RemoteStorage = remote.MakeSimpleFactory(map[remote.Locator]remote.Storage{objectStoreLocator: d.obj.Storage})
+			opts.Experimental.CreateOnShared = remote.CreateOnSharedAll
+			opts.Experimental.CreateOnSharedLocator = objectStoreLocator
+		}
 		db, err := pebble.Open(filepath.Join(d.dir, pebbleDir), opts)
 		require.NoError(t, err)
 		for _, line := range strings.Split(strings.TrimSpace(td.Input), "\n") {

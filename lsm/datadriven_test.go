@@ -38,7 +38,7 @@ import (
 // KEY, PK and VALUE are as ddBad (badinput_test.go) describes.
 func TestDataDriven(t *testing.T) {
 	storetest.Walk(t, "../testdata/store/lsm", func(t *testing.T, h *storetest.Harness) {
-		hooks := lsm.NewDataDrivenHooks(h.Dir)
+		hooks := lsm.NewDataDrivenHooks(h.Dir, h.ObjectStore)
 		h.Options = func(o *lsm.Options) { o.FS = hooks.FS }
 		h.Crash = hooks.Crash
 		for _, name := range hooks.Commands {

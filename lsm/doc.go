@@ -198,6 +198,47 @@
 // ErrReadOnly. A path without a store is refused with ErrNoStore, and so is
 // one with Options.MustExist.
 //
+// # SSTs in an object store (objectstore.go)
+//
+// Options.ObjectStore keeps the store's SSTs in an S3-compatible bucket
+// (package objstore), as Hummock keeps its SSTs in S3, through Pebble's
+// shared storage: Pebble creates the SSTs there and reads them by ranged
+// GETs. By default (remote.CreateOnSharedAll) every new SST goes to the
+// bucket, at every level: the flushes into L0, every compaction's outputs,
+// and every ingested SST, which is nearly all the store writes (a
+// checkpoint, a GC batch and a metadata change each arrive as an
+// ingestion, and Pebble copies an ingested file into the bucket whatever
+// level it lands in). So the bucket holds all of the committed data, and
+// what a node keeps locally is small and rebuildable from nothing but its
+// own history: the WAL (empty between checkpoints, the store never writes
+// through it but for metadata), the MANIFEST and Pebble's catalog of remote
+// objects (which name the SSTs), the checkpoint mark, staging and the
+// object-store record. ObjectStore.Levels = remote.CreateOnSharedLower
+// keeps the outputs of flushes and of compactions into L0–L4 on local disk
+// and sends only L5 and L6 (most of the bytes) to the bucket: fewer
+// requests for short-lived upper-level files, at the price that losing the
+// local disk then loses those files too. Ingested SSTs go to the bucket
+// either way. Reads of remote SSTs that miss the block cache are GETs,
+// each far slower than a local read; ObjectStore.CacheSize gives Pebble a
+// secondary cache of remote blocks on local disk.
+//
+// Open checks the object store before anything is written: the endpoint
+// answers, the credentials are accepted, the bucket exists (each refused
+// with a message naming which, marked objstore.ErrUnreachable,
+// ErrAccessDenied, ErrNoSuchBucket); a store created with an object store
+// is refused without one, or with another (its identity marker, an object
+// lsmstats-store-CREATOR, is missing there), and one created without is
+// refused with one. Each store has a random creator id, in its objects'
+// names, so stores share a bucket and a prefix without collisions. An
+// object deleted or damaged in the bucket is corruption: reads and Verify
+// name the SST and its object (ErrCorruption). While the server is down,
+// requests are retried (bounded by the objstore.RetryPolicy, each retry
+// logged), then fail with an error naming the endpoint; Pebble retries
+// failed flushes and compactions, and a commit whose ingestion failed
+// publishes nothing, so the same work succeeds once the server is back.
+// A writable Open removes the store's orphaned objects (uploads that
+// failed half-way, deletions that failed), which Pebble never does.
+//
 // # Faults
 //
 // An I/O error in the store's own files (staged spills, the SSTs a commit

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats/objstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,7 +28,8 @@ type DataDrivenHooks struct {
 	Run func(t *testing.T, s *Store, writers map[string]*Writer, td *datadriven.TestData) string
 }
 
-// NewDataDrivenHooks returns the hooks of one file whose store lives in dir.
+// NewDataDrivenHooks returns the hooks of one file whose store lives in dir,
+// with its SSTs in obj (nil: on local disk).
 // The commands:
 //
 //	spill                force the sync manager to spill every buffer
@@ -35,9 +37,9 @@ type DataDrivenHooks struct {
 //	                     fault injection: see ddFaults (faults_test.go)
 //	raw-pebble-set, raw-set, get, iter, write-pk, physical
 //	                     bad input: see ddBad (badinput_test.go)
-func NewDataDrivenHooks(dir string) DataDrivenHooks {
+func NewDataDrivenHooks(dir string, obj *objstore.StoreOptions) DataDrivenHooks {
 	faults := &ddFaults{f: newFaultInjector(dir, 1)}
-	bad := &ddBad{dir: dir}
+	bad := &ddBad{dir: dir, obj: obj}
 	return DataDrivenHooks{
 		FS:    faults.f.fs(),
 		Crash: crashForTest,

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/lsmstats/lsmstats"
+	"github.com/lsmstats/lsmstats/internal/s3server"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
@@ -32,7 +33,9 @@ func TestMain(m *testing.M) {
 		}
 		testutil.ExitChild(crashChild(dir, seed))
 	}
-	goleak.VerifyTestMain(m)
+	// The tests on an object store share one S3 server (internal/s3server),
+	// which RunTests stops when they end.
+	goleak.VerifyTestMain(s3server.TestingM(m))
 }
 
 // crashForTest abandons a store as a crash would: the staging directory and

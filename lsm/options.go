@@ -12,6 +12,7 @@ import (
 	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/objstore"
 )
 
 // Options configures a Store. A nil *Options is valid and means the defaults.
@@ -118,6 +119,25 @@ type Options struct {
 	// MustExist refuses, with ErrNoStore, a path that holds no store instead
 	// of creating one there.
 	MustExist bool
+
+	// ObjectStore, if set (a URL or a Storage), keeps the store's SSTs in
+	// an S3-compatible object store, as Hummock keeps its SSTs in S3
+	// (objectstore.go, docs/design.md "Storage in a bucket"): Pebble
+	// creates its SSTs there (the flushes and compactions of the levels
+	// ObjectStore.Levels says, every ingested SST), and everything else
+	// stays in the directory: the WAL, the MANIFEST, Pebble's catalog of
+	// remote objects, the checkpoint mark, the MANIFEST's copy, staging.
+	// The store records the object store in the directory (OBJECT-STORE)
+	// and writes an identity marker into it; Open checks that the object
+	// store answers (a message says whether the endpoint is unreachable,
+	// the credentials are refused or the bucket is missing), refuses a
+	// store created with an object store when opened without one, or with
+	// another, and one created without when opened with one, and, when
+	// writable, removes the store's orphaned objects (SSTs of failed
+	// uploads Pebble never deletes). Each store has a creator id of its
+	// own, in its objects' names: several stores share a bucket, under a
+	// prefix each or one. Nil means local disk only.
+	ObjectStore *objstore.StoreOptions
 
 	// Logger receives Pebble's log lines and the store's own (its errors:
 	// a failed flush at Close, corrupt data met, metadata rows a read-only

@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats"
@@ -56,6 +57,9 @@ type Store struct {
 	db      *pebble.DB
 	popts   *pebble.Options
 	tracker *ssttracker.Tracker
+	// obj is the object store of the store's SSTs (objectstore.go); nil
+	// for a store on local disk only.
+	obj *objectStore
 	// spans says where SSTs end, Pebble's and the store's: at tables and
 	// at the vnode partitions of the tables partitionLarge picked.
 	spans sstSpans
@@ -199,6 +203,22 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return nil, err
 	}
 	s.manifestNum.Store(num)
+	logger := o.Logger
+	if logger == nil {
+		logger = pebble.DefaultLogger
+	}
+	hasDB := slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "MANIFEST-") })
+	obj, err := s.prepareObjectStore(hasDB, logger)
+	if err != nil {
+		return nil, err
+	}
+	s.obj = obj
+	opened := false
+	defer func() {
+		if !opened && obj != nil {
+			obj.close()
+		}
+	}()
 	if o.ReadOnly {
 		ro := errors.Wrapf(ErrReadOnly, "store %s", dir)
 		s.failed.Store(&ro)
@@ -211,15 +231,27 @@ func Open(dir string, opts *Options) (*Store, error) {
 		if err := s.resetStaging(); err != nil {
 			return nil, err
 		}
+		if obj != nil && obj.create {
+			if err := obj.writeRecord(s.fs, dir); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	popts := o.pebbleOptions()
-	s.tracker = ssttracker.NewTracker(ssttracker.TrackerConfig{
+	tcfg := ssttracker.TrackerConfig{
 		Dir:           s.fs.PathJoin(dir, pebbleDir),
 		FS:            s.fs,
 		ReaderOptions: popts.MakeReaderOptions(),
 		Logger:        popts.Logger,
-	})
+	}
+	if obj != nil {
+		obj.setPebbleOptions(popts, o.ObjectStore)
+		tcfg.OpenRemote = func(ctx context.Context, num uint64) (objstorage.Readable, error) {
+			return obj.openSST(ctx, num, propertiesWindow)
+		}
+	}
+	s.tracker = ssttracker.NewTracker(tcfg)
 	el := s.tracker.EventListener()
 	el.WriteStallBegin = func(pebble.WriteStallBeginInfo) { s.metrics.pebbleStalls.Add(1) }
 	el.ManifestCreated = func(info pebble.ManifestCreateInfo) {
@@ -283,6 +315,12 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return nil, s.openError(err)
 	}
 	s.db = db
+	if obj != nil {
+		if err := obj.setCreator(db, dir, o.ReadOnly); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
+	}
 	s.wopts = popts.MakeWriterOptions(0, db.TableFormat())
 	s.spillOpts = s.wopts
 	s.spillOpts.BlockPropertyCollectors = nil
@@ -314,6 +352,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if deferred != nil {
 		deferred.accept(popts.Logger)
 	}
+	if obj != nil && !o.ReadOnly {
+		obj.storage.accept(popts.Logger)
+	}
 	// The first refresh after SetDB lists the live SSTs (load's metadata
 	// ingestion may have run it; this one then takes the changes since).
 	if err := s.tracker.RefreshSignalled(); err != nil {
@@ -329,6 +370,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		popts.Logger.Errorf("lsmstats: load statistics of %s: %v", dir, err)
 	}
 	s.tracker.Start()
+	opened = true
 	if o.ReadOnly {
 		return s, nil
 	}
@@ -339,6 +381,17 @@ func Open(dir string, opts *Options) (*Store, error) {
 	reqs := s.mu.live.Rescans()
 	s.mu.Unlock()
 	s.rescanBuckets(reqs)
+	if obj != nil {
+		// Nothing of the store ingests now (the caller does not have it
+		// yet): the sweep cannot take an ingestion's object for an orphan.
+		removed, err := obj.sweep(db)
+		switch {
+		case err != nil:
+			popts.Logger.Errorf("lsmstats: %s: remove orphaned objects from %s: %v", dir, obj.describe(), err)
+		case len(removed) > 0:
+			popts.Logger.Infof("lsmstats: %s: removed %d orphaned objects from %s (%s ...)", dir, len(removed), obj.describe(), removed[0])
+		}
+	}
 	return s, nil
 }
 
@@ -670,6 +723,9 @@ func (s *Store) Close() error {
 	s.pebbleMetricsMu.Lock() // counters sees closed from now on
 	s.pebbleMetricsMu.Unlock()
 	err = errors.CombineErrors(err, s.db.Close())
+	if s.obj != nil {
+		s.obj.close()
+	}
 	if !s.opts.ReadOnly {
 		err = errors.CombineErrors(err, s.fs.RemoveAll(s.staging))
 	}

@@ -154,7 +154,7 @@ func (s *Store) Verify() (VerifyReport, error) {
 	}
 	rep.Files = files
 	for _, c := range corrupt {
-		rep.Corrupt = append(rep.Corrupt, fmt.Sprintf("sst %06d: %v", c.fileNum, c.err))
+		rep.Corrupt = append(rep.Corrupt, fmt.Sprintf("sst %06d%s: %v", c.fileNum, s.where(c.fileNum), c.err))
 	}
 
 	// Physical: compactions may change the file set between the refresh and
@@ -329,19 +329,9 @@ const maxListAttempts = 8
 var errVanished = errors.New("lsmstats: SST vanished")
 
 func (s *Store) checkFile(num uint64, ropts sstable.ReaderOptions) error {
-	path := s.fs.PathJoin(s.dir, pebbleDir, fmt.Sprintf("%06d.sst", num))
-	f, err := s.fs.Open(path)
+	readable, err := s.openSST(num)
 	if err != nil {
-		if oserror.IsNotExist(err) {
-			return errors.Mark(err, errVanished)
-		}
-		return errors.Wrapf(err, "lsmstats: open %s", path)
-	}
-	// The open file stays readable if a compaction deletes it meanwhile.
-	readable, err := sstable.NewSimpleReadable(f)
-	if err != nil {
-		_ = f.Close()
-		return errors.Wrapf(err, "lsmstats: open %s", path)
+		return err
 	}
 	r, err := sstable.NewReader(context.Background(), readable, ropts)
 	if err != nil {
@@ -359,6 +349,36 @@ func (s *Store) checkFile(num uint64, ropts sstable.ReaderOptions) error {
 		return markPebble(err)
 	}
 	return checkValueBlocks(readable, r)
+}
+
+// openSST opens backing SST num for reading outside Pebble: its file in
+// Pebble's directory or, on a store on an object store, its object (read
+// in windows of verifyWindow bytes, one GET each). An open file stays
+// readable if a compaction deletes it meanwhile; an object does not (the
+// next listing finds its replacements). A missing SST is marked
+// errVanished.
+func (s *Store) openSST(num uint64) (objstorage.Readable, error) {
+	path := s.fs.PathJoin(s.dir, pebbleDir, fmt.Sprintf("%06d.sst", num))
+	f, err := s.fs.Open(path)
+	if err != nil {
+		if oserror.IsNotExist(err) && s.obj != nil {
+			r, err := s.obj.openSST(context.Background(), num, verifyWindow)
+			if oserror.IsNotExist(err) {
+				return nil, errors.Mark(err, errVanished)
+			}
+			return r, err
+		}
+		if oserror.IsNotExist(err) {
+			return nil, errors.Mark(err, errVanished)
+		}
+		return nil, errors.Wrapf(err, "lsmstats: open %s", path)
+	}
+	readable, err := sstable.NewSimpleReadable(f)
+	if err != nil {
+		_ = f.Close()
+		return nil, errors.Wrapf(err, "lsmstats: open %s", path)
+	}
+	return readable, nil
 }
 
 // checkValueBlocks validates the checksums of the value blocks and the value

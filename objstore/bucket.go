@@ -189,6 +189,9 @@ func (b *Bucket) retry(ctx context.Context, pol RetryPolicy, k Kind, key, detail
 			b.m.failed(k, cl)
 			return b.failure(k, key, detail, err, cl, n, time.Since(start))
 		}
+		if b.cfg.OnRetry != nil {
+			b.cfg.OnRetry(b.failure(k, key, detail, err, cl, n, time.Since(start)), n, sleep)
+		}
 		t := time.NewTimer(sleep)
 		select {
 		case <-t.C:

@@ -48,6 +48,14 @@ type Config struct {
 	// Transport carries the HTTP requests; nil means a transport of the
 	// Bucket's own (keep-alive connections, up to 64 idle ones).
 	Transport http.RoundTripper
+
+	// OnRetry, if set, is called before each retry of a request with the
+	// failed attempt's error (it names the request, the object, the bucket
+	// and the endpoint, as a request's error does), the number of attempts
+	// so far and the wait before the next one: for a log of the retries
+	// (a store logs them). It is called from the request's goroutine, many
+	// at once, and must be fast.
+	OnRetry func(err error, attempts int, wait time.Duration)
 }
 
 // RetryPolicy bounds how a Bucket retries a request that failed for a
@@ -70,6 +78,9 @@ type RetryPolicy struct {
 	// attempt starts or goes on past it. 0 means 2 minutes.
 	MaxElapsed time.Duration
 }
+
+// defaultMaxElapsed is RetryPolicy.MaxElapsed's default.
+const defaultMaxElapsed = 2 * time.Minute
 
 // Defaults of the zero values of Config and RetryPolicy.
 const (
@@ -97,7 +108,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 		p.AttemptTimeout = 30 * time.Second
 	}
 	if p.MaxElapsed <= 0 {
-		p.MaxElapsed = 2 * time.Minute
+		p.MaxElapsed = defaultMaxElapsed
 	}
 	return p
 }
@@ -214,7 +225,8 @@ func checkPrefix(p string) error {
 }
 
 // String returns c as a URL that ParseURL reads back: the bucket, the
-// prefix, the endpoint and the region, never the credentials.
+// prefix, the endpoint, the region and the retries' bound (when it is not
+// the default), never the credentials.
 func (c Config) String() string {
 	u := url.URL{Scheme: "s3", Host: c.Bucket, Path: "/" + c.Prefix}
 	q := url.Values{}
@@ -223,6 +235,9 @@ func (c Config) String() string {
 	}
 	if c.Region != "" {
 		q.Set("region", c.Region)
+	}
+	if d := c.Retry.MaxElapsed; d > 0 && d != defaultMaxElapsed {
+		q.Set("retry-for", d.String())
 	}
 	u.RawQuery = q.Encode()
 	if u.Path == "/" {

@@ -115,9 +115,18 @@ func checkNames(t *testing.T, ssts, refs []string, creator int) {
 		require.Equal(t, creator, c, n)
 		require.Equal(t, fmt.Sprintf("%04x", uint16(uint64(c)*7459+uint64(f)*17539)), m[1], n)
 		require.Contains(t, refs, fmt.Sprintf("%s.ref.%d.%s", n, creator, m[3]))
+		// The package's names are Pebble's.
+		require.Equal(t, n, objstore.SSTName(uint64(c), uint64(f)))
+		parsed, ok := objstore.ParseName(n)
+		require.True(t, ok, n)
+		require.Equal(t, objstore.ObjectName{Creator: uint64(c), FileNum: uint64(f)}, parsed)
 	}
 	for _, r := range refs {
 		require.Regexp(t, refName, r)
+		parsed, ok := objstore.ParseName(r)
+		require.True(t, ok, r)
+		require.True(t, parsed.Ref, r)
+		require.Equal(t, uint64(creator), parsed.RefCreator, r)
 	}
 }
 
@@ -145,7 +154,12 @@ func TestPebbleOnBucket(t *testing.T) {
 	log := &testLogger{}
 	var bgErrors atomic.Int64
 	const creator = 7
-	db, err := pebble.Open(dir, sharedOptions(b, log, &bgErrors))
+	opts := sharedOptions(b, log, &bgErrors)
+	// Only the test's own compaction: an automatic one after the second
+	// flush would race with the listing below (its output appearing
+	// beside its inputs).
+	opts.DisableAutomaticCompactions = true
+	db, err := pebble.Open(dir, opts)
 	require.NoError(t, err)
 	// Shared objects need a creator id before the first SST is made.
 	require.NoError(t, db.SetCreatorID(creator))

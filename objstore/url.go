@@ -5,18 +5,20 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/errors"
 )
 
 // ParseURL reads an object-store URL into a Config:
 //
-//	s3://BUCKET[/PREFIX][?endpoint=http://127.0.0.1:8333][&region=us-east-1]
+//	s3://BUCKET[/PREFIX][?endpoint=http://127.0.0.1:8333][&region=us-east-1][&retry-for=2m]
 //
 // PREFIX (empty: the bucket's root) gets a trailing slash if it has none.
 // The endpoint defaults to $AWS_ENDPOINT_URL_S3, then $AWS_ENDPOINT_URL,
 // then AWS S3 in the region; the region to $AWS_REGION, then
-// $AWS_DEFAULT_REGION, then DefaultRegion. The credentials come from the
+// $AWS_DEFAULT_REGION, then DefaultRegion. retry-for bounds each request
+// with its retries (RetryPolicy.MaxElapsed, a Go duration: 30s, 2m). The credentials come from the
 // standard variables only, never from the URL: AWS_ACCESS_KEY_ID,
 // AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN (none set: anonymous
 // requests). An error names the part of the URL that is wrong and never
@@ -26,7 +28,7 @@ func ParseURL(raw string) (Config, error) {
 }
 
 // urlParams are the query parameters ParseURL knows.
-var urlParams = map[string]bool{"endpoint": true, "region": true}
+var urlParams = map[string]bool{"endpoint": true, "region": true, "retry-for": true}
 
 func parseURL(raw string, getenv func(string) string) (Config, error) {
 	var c Config
@@ -99,6 +101,14 @@ func parseURL(raw string, getenv func(string) string) (Config, error) {
 		if _, err := parseEndpoint(c.Endpoint); err != nil {
 			return c, errors.Wrapf(err, "object store URL %q", shown)
 		}
+	}
+
+	if q.Has("retry-for") {
+		d, err := time.ParseDuration(q.Get("retry-for"))
+		if err != nil || d <= 0 {
+			return c, errors.Newf("objstore: object store URL %q: retry-for %q is not a positive duration (such as 30s or 2m)", shown, q.Get("retry-for"))
+		}
+		c.Retry.MaxElapsed = d
 	}
 
 	c.AccessKeyID = getenv("AWS_ACCESS_KEY_ID")

@@ -3,6 +3,7 @@ package objstore_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lsmstats/lsmstats/objstore"
 	"github.com/stretchr/testify/require"
@@ -48,6 +49,15 @@ func TestParseURL(t *testing.T) {
 	c, err = objstore.ParseURL("s3://b12/p/")
 	require.NoError(t, err)
 	require.Equal(t, "p/", c.Prefix)
+
+	// retry-for bounds each request's retries, and String keeps it.
+	c, err = objstore.ParseURL("s3://b12/p?retry-for=15s")
+	require.NoError(t, err)
+	require.Equal(t, 15*time.Second, c.Retry.MaxElapsed)
+	require.Contains(t, c.String(), "retry-for=15s")
+	c2, err = objstore.ParseURL(c.String())
+	require.NoError(t, err)
+	require.Equal(t, c, c2)
 
 	t.Setenv("AWS_REGION", "ap-south-1")
 	t.Setenv("AWS_ENDPOINT_URL_S3", "https://minio.example:9000")
@@ -114,8 +124,10 @@ func TestParseURLErrors(t *testing.T) {
 		{"s3://bucket?endpoint=http://host/path", "has a path"},
 		{"s3://bucket?endpoint=http://u:hunter2@host", "carries credentials"},
 		{"s3://bucket?region=", "empty region"},
-		{"s3://bucket?regoin=us-east-1", `unknown parameter "regoin" (known: endpoint, region)`},
+		{"s3://bucket?regoin=us-east-1", `unknown parameter "regoin" (known: endpoint, region, retry-for)`},
 		{"s3://bucket?region=a&region=b", `parameter "region" given 2 times`},
+		{"s3://bucket?retry-for=ten", `retry-for "ten" is not a positive duration`},
+		{"s3://bucket?retry-for=-1s", `retry-for "-1s" is not a positive duration`},
 		{"s3://bucket?%zz", "query"},
 		{"s3://bu cket", "not a URL"},
 	} {

@@ -24,6 +24,7 @@ import (
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/objstore"
 )
 
 // The backfill command is a supervisor and a worker. The supervisor starts
@@ -94,6 +95,7 @@ type backfillFlags struct {
 	metricsAddr                              string
 	bucketBudget                             int
 	noTruth                                  bool
+	objectStore                              string
 }
 
 func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.FlagSet, error) {
@@ -140,6 +142,8 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 	fs.IntVar(&f.bucketBudget, "stats-bucket-budget", 0, "live statistics buckets per table, about (lsm.Options.StatsBucketBudget: bounds their memory whatever the rows, at the cost of wider estimate bounds; 0: the default, 65536)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of the running job and its store at http://ADDR/metrics (e.g. 127.0.0.1:9187; port 0 picks one)")
 	fs.BoolVar(&f.noTruth, "no-truth", false, "run without the truth (the workload model's count of live rows behind the cursors): the figures, bounds, ETA and JSON are the same, the truth and the errors against it absent. Without it, the truth of each checkpoint is computed on a goroutine of its own, beside the job, which does not wait for it")
+	fs.StringVar(&f.objectStore, "object-store", "", "keep the store's SSTs in this object store: s3://BUCKET/PREFIX?endpoint=URL&region=R "+
+		"(credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN); the store's directory keeps the rest")
 	fs.BoolVar(&f.worker, "worker", false, "internal: run as the supervised worker")
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
@@ -416,7 +420,7 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 		},
 		Dir: f.dir, Workload: p, Upstreams: f.upstreamParams(p), Mode: f.jobMode(), SnapshotOrder: f.snapshotOrder, Actors: f.actors, ChunkSize: f.chunkSize, BarrierRows: f.barrierRows,
 		CheckpointEvery: f.checkpointEvery, RateLimit: f.rateLimit, RateChanges: f.rateChanges,
-		Store: &lsm.Options{Logger: cliLogger{w: stderr}, StatsBucketBudget: f.bucketBudget},
+		Store: &lsm.Options{Logger: cliLogger{w: stderr}, StatsBucketBudget: f.bucketBudget, ObjectStore: objectStoreOptions(f.objectStore)},
 		OnOpen: func(opened *bench.Session) error {
 			s = opened
 			if f.metricsAddr != "" {
@@ -1149,6 +1153,20 @@ func summarize(records []*recordJSON, stateBytes, statsOnlyBytes int64) (map[str
 	}
 }
 
+// objectStoreName names the object store of URL in the report: its URL
+// as objstore prints it (no credentials), "" for none, or the URL as given
+// if it does not parse (the worker's Open says what is wrong with it).
+func objectStoreName(url string) string {
+	if url == "" {
+		return ""
+	}
+	c, err := objstore.ParseURL(url)
+	if err != nil {
+		return url
+	}
+	return c.String()
+}
+
 func parameters(f *backfillFlags, p workload.Params) map[string]any {
 	return map[string]any{
 		"workload": f.workload, "mode": f.mode, "snapshot_order": f.snapshotOrder.String(), "rows": p.Rows, "upstream_rows": []int(f.rowsList), "vnodes": p.VnodeCount, "actors": f.actors, "seed": p.Seed,
@@ -1157,6 +1175,7 @@ func parameters(f *backfillFlags, p workload.Params) map[string]any {
 		"during_steps": p.DuringSteps, "chunk_size": f.chunkSize, "barrier_rows": f.barrierRows,
 		"checkpoint_every": f.checkpointEvery, "crash_at": []int(f.crashAt), "rescale_to": f.rescaleTo,
 		"rate_limit": f.rateLimit, "rate_change_at": []backfill.RateChange(f.rateChanges), "truth": !f.noTruth,
+		"object_store": objectStoreName(f.objectStore),
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench"
+	"github.com/lsmstats/lsmstats/internal/s3server"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/stretchr/testify/require"
@@ -28,7 +29,8 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "backfill" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	goleak.VerifyTestMain(m)
+	// The object-store tests share one S3 server, stopped at the end.
+	goleak.VerifyTestMain(s3server.TestingM(m))
 }
 
 func runCmd(t *testing.T, args ...string) (string, string, int) {
@@ -110,7 +112,7 @@ func TestBackfillCommand(t *testing.T) {
 	var sj statsJSON
 	require.NoError(t, json.Unmarshal([]byte(sout), &sj))
 	require.Equal(t, rep.CommittedEpoch, sj.CommittedEpoch)
-	s, err := openStore(dir, io.Discard, false)
+	s, err := openStore(dir, "", io.Discard, false)
 	require.NoError(t, err)
 	for _, table := range sj.Tables {
 		byVnode := map[uint16]vnodeStatJSON{}

@@ -40,6 +40,9 @@ func serveMetrics(f *os.File, store *lsm.Store, job *backfill.Job, truth *truthG
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(backfill.NewCollector(job, nil))
 	reg.MustRegister(stats.NewMetrics(store.Stats, nil), store.Collector(nil), truth)
+	if c := store.ObjectStoreCollector(); c != nil {
+		reg.MustRegister(c)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: metricsTimeout}

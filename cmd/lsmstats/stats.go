@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/objstore"
 )
 
 type statsJSON struct {
@@ -69,11 +70,31 @@ type vnodeStatJSON struct {
 
 // openStore opens the store in dir for a command: read-only unless write,
 // and never creating one.
-func openStore(dir string, stderr io.Writer, write bool) (*lsm.Store, error) {
+func openStore(dir, objectStore string, stderr io.Writer, write bool) (*lsm.Store, error) {
 	if dir == "" {
 		return nil, errors.New("--dir is required")
 	}
-	return lsm.Open(dir, &lsm.Options{ReadOnly: !write, MustExist: true, Logger: cliLogger{w: stderr}})
+	return lsm.Open(dir, &lsm.Options{ReadOnly: !write, MustExist: true, Logger: cliLogger{w: stderr},
+		ObjectStore: objectStoreOptions(objectStore)})
+}
+
+// objectStoreFlag adds the --object-store flag to fs.
+func objectStoreFlag(fs *flag.FlagSet) *string {
+	return fs.String("object-store", "", "the store keeps its SSTs in this object store: s3://BUCKET/PREFIX?endpoint=URL&region=R "+
+		"(credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)")
+}
+
+// objectStoreCacheSize is the size of the local cache of remote SST blocks
+// of a store on an object store that a command opens.
+const objectStoreCacheSize = 256 << 20
+
+// objectStoreOptions returns the store options of --object-store URL: nil
+// for none.
+func objectStoreOptions(url string) *objstore.StoreOptions {
+	if url == "" {
+		return nil
+	}
+	return &objstore.StoreOptions{URL: url, CacheSize: objectStoreCacheSize}
 }
 
 // collectStats gathers the statistics of one table or of all.
@@ -140,6 +161,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	dir := fs.String("dir", "", "store directory")
 	table := fs.Int64("table", -1, "only this table id")
 	asJSON := fs.Bool("json", false, "print JSON")
+	objectStore := objectStoreFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}
@@ -149,7 +171,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	if *dir == "" {
 		return usageError(errors.New("--dir is required"))
 	}
-	s, err := openStore(*dir, stderr, false)
+	s, err := openStore(*dir, *objectStore, stderr, false)
 	if err != nil {
 		return exitOK, err
 	}

@@ -22,6 +22,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	dir := fs.String("dir", "", "store directory")
 	recompute := fs.Bool("recompute-live", false,
 		"first recompute (scan, persist) the live statistics of the tables written by unchecked writers")
+	objectStore := objectStoreFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}
@@ -31,7 +32,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	if *dir == "" {
 		return usageError(errors.New("--dir is required"))
 	}
-	s, err := openStore(*dir, stderr, *recompute)
+	s, err := openStore(*dir, *objectStore, stderr, *recompute)
 	if err != nil {
 		return exitOK, err
 	}
@@ -97,6 +98,7 @@ func repairCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	fs := flag.NewFlagSet("repair", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "store directory")
+	objectStore := objectStoreFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}
@@ -106,7 +108,7 @@ func repairCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	if *dir == "" {
 		return usageError(errors.New("--dir is required"))
 	}
-	repaired, err := lsm.RepairManifest(*dir, &lsm.Options{Logger: cliLogger{w: stderr}})
+	repaired, err := lsm.RepairManifest(*dir, &lsm.Options{Logger: cliLogger{w: stderr}, ObjectStore: objectStoreOptions(*objectStore)})
 	if err != nil {
 		return exitOK, err
 	}
@@ -115,7 +117,7 @@ func repairCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	} else {
 		fmt.Fprintf(stdout, "the MANIFEST of %s is not damaged: nothing to restore\n", *dir)
 	}
-	s, err := openStore(*dir, stderr, false)
+	s, err := openStore(*dir, *objectStore, stderr, false)
 	if err != nil {
 		return exitOK, err
 	}

@@ -90,6 +90,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -103,10 +105,12 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/internal/lsminternal"
+	"github.com/lsmstats/lsmstats/internal/s3server"
 	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/internal/statsinternal"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/objstore"
 	"github.com/lsmstats/lsmstats/stats"
 	"github.com/stretchr/testify/require"
 )
@@ -135,6 +139,11 @@ type Harness struct {
 	// AtEnd, if set, runs at the end of the file, before the harness closes
 	// the store.
 	AtEnd func(t *testing.T)
+	// ObjectStore, if set, keeps the SSTs of every store the harness
+	// opens in this object store (lsm.Options.ObjectStore), unless the
+	// options of OpenWith name one. Walk runs every file with one and
+	// without.
+	ObjectStore *objstore.StoreOptions
 
 	defs        map[string]lsm.TableDef // the table of each writer
 	compactions bool
@@ -152,16 +161,68 @@ func New(t *testing.T) *Harness {
 // compactions.
 func (h *Harness) Compactions() bool { return h.compactions }
 
-// Walk runs every file under root, each on a new harness which setup (if
-// not nil) prepares.
+// Walk runs every file under root twice, with the same expected output:
+// on local disk (subtest "local") and with the SSTs in an object store, a
+// bucket of the file's own on the test binary's shared S3 server (subtest
+// "objstore"; the package's TestMain calls s3server.RunTests). Each run
+// is on a new harness which setup (if not nil) prepares.
+//
+// A file about faults of local SST files, which a store on an object store
+// does not have, says so in a line "# storetest: local only: REASON": Walk
+// runs it on local disk only and logs the reason.
 func Walk(t *testing.T, root string, setup func(t *testing.T, h *Harness)) {
 	datadriven.Walk(t, root, func(t *testing.T, path string) {
-		h := New(t)
-		if setup != nil {
-			setup(t, h)
+		text, err := os.ReadFile(path)
+		require.NoError(t, err)
+		localOnly := ""
+		for _, line := range strings.Split(string(text), "\n") {
+			if r, ok := strings.CutPrefix(line, localOnlyMarker); ok {
+				localOnly = strings.TrimSpace(r)
+			}
 		}
-		h.Run(t, path)
+		for _, remote := range []bool{false, true} {
+			name := "local"
+			if remote {
+				name = "objstore"
+			}
+			if remote && localOnly != "" {
+				t.Logf("%s runs on local disk only: %s", path, localOnly)
+				continue
+			}
+			t.Run(name, func(t *testing.T) {
+				h := New(t)
+				if remote {
+					h.ObjectStore = ObjectStore(t)
+				}
+				if setup != nil {
+					setup(t, h)
+				}
+				h.Run(t, path)
+			})
+		}
 	})
+}
+
+// localOnlyMarker starts the line of a file that runs on local disk only.
+const localOnlyMarker = "# storetest: local only:"
+
+// ObjectStore returns options that keep a store's SSTs in a new bucket on
+// the test binary's shared S3 server (internal/s3server.Shared), through a
+// Bucket closed when the test ends, whose retries give up within 30 s.
+func ObjectStore(t testing.TB) *objstore.StoreOptions {
+	t.Helper()
+	srv := s3server.Shared(t)
+	b, err := objstore.New(objstore.Config{
+		Endpoint:        srv.Endpoint,
+		Bucket:          srv.NewBucket(t),
+		Prefix:          "store/",
+		AccessKeyID:     srv.AccessKey,
+		SecretAccessKey: srv.SecretKey,
+		Retry:           objstore.RetryPolicy{MaxElapsed: 30 * time.Second},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	return &objstore.StoreOptions{Storage: b}
 }
 
 // Run runs one file and closes the store at the end.
@@ -174,10 +235,34 @@ func (h *Harness) Run(t *testing.T, path string) {
 			_ = h.Store.Close()
 			h.Store = nil
 		}
+		if h.ObjectStore != nil && !t.Failed() {
+			h.checkRemote(t)
+		}
 	}()
 	datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
 		return strings.ReplaceAll(h.Step(t, td), h.Dir, "$DIR")
 	})
+}
+
+// checkRemote checks, at the end of a file run on an object store, that
+// the store's SSTs were there: none in Pebble's directory, and objects in
+// the object store if the store made any SST.
+func (h *Harness) checkRemote(t *testing.T) {
+	local, err := filepath.Glob(filepath.Join(h.Dir, "db", "*.sst"))
+	require.NoError(t, err)
+	require.Empty(t, local, "SSTs on local disk in a store on an object store")
+	if _, err := os.Stat(filepath.Join(h.Dir, "db")); err != nil {
+		return // the file opened no store
+	}
+	names, err := h.ObjectStore.Storage.List("", "")
+	require.NoError(t, err)
+	ssts := 0
+	for _, n := range names {
+		if p, ok := objstore.ParseName(n); ok && !p.Ref {
+			ssts++
+		}
+	}
+	require.NotZero(t, ssts, "no SST in the object store: %q", names)
 }
 
 // Step runs one command.
@@ -410,6 +495,9 @@ func (h *Harness) OpenWith(t *testing.T, opts *lsm.Options) error {
 	}
 	clear(h.Writers)
 	clear(h.defs)
+	if h.ObjectStore != nil && opts.ObjectStore == nil {
+		opts.ObjectStore = h.ObjectStore
+	}
 	if h.Options != nil {
 		h.Options(opts)
 	}

@@ -32,5 +32,6 @@
 // it if the test binary dies first (Pdeathsig), so no server outlives its
 // test run.
 //
-// It is imported by tests and benchmarks only.
+// It is imported by tests and benchmarks, and by tools/s3run, which runs a
+// command (make demo-s3) beside a server of its own (Launch, Close).
 package s3server

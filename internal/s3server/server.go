@@ -88,6 +88,14 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+// Launch starts a server for a program rather than a test (the demo's
+// tools/s3run): as Start, with a bucket (Server.Bucket), and the caller
+// stops it with Close.
+func Launch() (*Server, error) { return start() }
+
+// Close kills a server that Launch started and removes its data.
+func (s *Server) Close() error { return s.close() }
+
 // start starts a server, trying again on new ports when another process
 // took one of the chosen ports before the server bound it.
 func start() (*Server, error) {

@@ -60,3 +60,13 @@ func Shared(t testing.TB) *Server {
 	}
 	return shared.srv
 }
+
+// TestingM returns m as a testing.M-like value whose Run is RunTests(m),
+// for a TestMain that hands its tests to another runner, as goleak's:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(s3server.TestingM(m)) }
+func TestingM(m *testing.M) interface{ Run() int } { return runner{m} }
+
+type runner struct{ m *testing.M }
+
+func (r runner) Run() int { return RunTests(r.m) }

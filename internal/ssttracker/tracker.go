@@ -63,6 +63,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats/internal/sstsummary"
@@ -103,6 +104,11 @@ type TrackerConfig struct {
 	// Logger receives refresh errors and rebuilt files (nil:
 	// pebble.DefaultLogger).
 	Logger pebble.Logger
+	// OpenRemote, if set, opens the SSTs that are not in Dir (those Pebble
+	// keeps in remote storage) by their backing file number; an error
+	// satisfying oserror.IsNotExist means the SST vanished, as for a local
+	// file. Nil: every SST is a file in Dir.
+	OpenRemote func(ctx context.Context, fileNum uint64) (objstorage.Readable, error)
 }
 
 func (cfg TrackerConfig) withDefaults() TrackerConfig {
@@ -625,8 +631,22 @@ func rebuiltAfter(rebuilt []FileError, removed, added []*liveFile) []FileError {
 	return out
 }
 
-func (l *loader) path(fileNum uint64) string {
-	return l.cfg.FS.PathJoin(l.cfg.Dir, fmt.Sprintf("%06d.sst", fileNum))
+// openReadable opens backing SST fileNum: the file in Dir, or else the
+// remote SST (OpenRemote).
+func (cfg *TrackerConfig) openReadable(ctx context.Context, fileNum uint64) (objstorage.Readable, error) {
+	file, err := cfg.FS.Open(cfg.FS.PathJoin(cfg.Dir, fmt.Sprintf("%06d.sst", fileNum)))
+	if err != nil {
+		if cfg.OpenRemote != nil && oserror.IsNotExist(err) {
+			return cfg.OpenRemote(ctx, fileNum)
+		}
+		return nil, err
+	}
+	readable, err := sstable.NewSimpleReadable(file)
+	if err != nil {
+		_ = file.Close()
+		return nil, err
+	}
+	return readable, nil
 }
 
 // load reads one new SST. Errors satisfying oserror.IsNotExist mean the
@@ -686,13 +706,8 @@ func (l *loader) cached(ref *sstRef) (*liveFile, bool) {
 
 // open opens the backing file of ref.
 func (l *loader) open(ctx context.Context, ref *sstRef) (*sstable.Reader, error) {
-	file, err := l.cfg.FS.Open(l.path(ref.backing()))
+	readable, err := l.cfg.openReadable(ctx, ref.backing())
 	if err != nil {
-		return nil, err
-	}
-	readable, err := sstable.NewSimpleReadable(file)
-	if err != nil {
-		_ = file.Close()
 		return nil, err
 	}
 	ropts := l.cfg.ReaderOptions

@@ -21,7 +21,10 @@ import (
 // with raw Pebble) and a logger that keeps Pebble's informational lines
 // off standard error (QuietLogger). To 218 by issue 41: RepairManifest,
 // the way back from a damaged MANIFEST, which a user runs on a store that
-// Open refuses (lsmstats repair calls it).
+// Open refuses (lsmstats repair calls it). To 220 by issue 39: SSTs in an
+// object store (Options.ObjectStore, whose fields are package objstore's)
+// and the metrics of the store's own Bucket (Store.ObjectStoreCollector,
+// which lsmstats backfill --metrics-addr serves).
 func TestContractBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list -export")
@@ -36,7 +39,7 @@ func TestContractBudget(t *testing.T) {
 		all += len(c.names) + len(c.members)
 	}
 	require.LessOrEqual(t, top, 42, "exported top-level names of stats and lsm")
-	require.LessOrEqual(t, all, 218, "exported names, methods and fields of stats and lsm")
+	require.LessOrEqual(t, all, 220, "exported names, methods and fields of stats and lsm")
 }
 
 // TestMembersFollowAliases: an alias counts the methods and fields of the

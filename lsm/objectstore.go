@@ -1,0 +1,482 @@
+package lsm
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/errors/oserror"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage"
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats"
+	"github.com/lsmstats/lsmstats/objstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A store on an object store (Options.ObjectStore) keeps its SSTs in the
+// object store and everything else on local disk: Pebble's WAL, MANIFEST,
+// OPTIONS and remote-object catalog, the checkpoint mark, the MANIFEST's
+// copy, the staging directory, and the object-store record:
+//
+//	<dir>/OBJECT-STORE      lines of text, the last one a checksum:
+//	    lsmstats object store 1
+//	    creator CREATOR
+//	    url URL
+//	    crc32c XXXXXXXX
+//
+// CREATOR is the store's creator id in Pebble's shared storage (random,
+// never 0: stores that share a bucket and prefix make objects of different
+// names), URL the object store's URL without credentials (empty for a
+// caller's storage without one), the checksum the crc32c (Castagnoli) of
+// the lines before it, in 8 hex digits. Beside the SSTs, the object store
+// holds the store's identity marker, an object named
+// lsmstats-store-CREATOR whose body is the record's text: Open refuses an
+// object store that lacks it (another bucket, another prefix, another
+// server), so a store never runs against objects that are not its own.
+//
+// Creation writes the marker, then the record (synced), then opens Pebble
+// and gives it the creator id (DB.SetCreatorID, kept in Pebble's catalog);
+// a crash in between leaves a marker without a store, or a record whose
+// creator Pebble does not know yet, which the next Open sets. Every Open
+// checks, before it calls SetCreatorID, that the objects Pebble's catalog
+// lists were made by the record's creator (Pebble refuses another id, and
+// panics on one in its invariants builds).
+
+const (
+	objectStoreRecordName  = "OBJECT-STORE"
+	objectStoreRecordMagic = "lsmstats object store 1"
+	// objectStoreLocator is the locator of the store's object store in
+	// Pebble's catalog: Pebble keeps it with every remote SST, so it never
+	// changes.
+	objectStoreLocator = remote.Locator("lsmstats")
+	// markerPrefix starts the name of the store's identity marker.
+	markerPrefix = "lsmstats-store-"
+	// propertiesWindow is the read window of the statistics tracker's
+	// remote reads (an SST's footer, metaindex and properties block, at its
+	// end, in one GET); verifyWindow that of Verify's reads of every block.
+	propertiesWindow = 256 << 10
+	verifyWindow     = 8 << 20
+)
+
+// objectStoreRecord is what the record file holds.
+type objectStoreRecord struct {
+	creator uint64
+	url     string
+}
+
+func (r objectStoreRecord) encode() []byte {
+	body := fmt.Sprintf("%s\ncreator %d\nurl %s\n", objectStoreRecordMagic, r.creator, r.url)
+	return fmt.Appendf([]byte(body), "crc32c %08x\n", crc32.Checksum([]byte(body), castagnoli))
+}
+
+func decodeObjectStoreRecord(b []byte) (objectStoreRecord, error) {
+	var r objectStoreRecord
+	i := bytes.LastIndex(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	if i < 0 {
+		return r, errors.New("no checksum line")
+	}
+	body, sum := b[:i+1], strings.TrimSpace(string(b[i+1:]))
+	want, ok := strings.CutPrefix(sum, "crc32c ")
+	if !ok || want != fmt.Sprintf("%08x", crc32.Checksum(body, castagnoli)) {
+		return r, errors.Newf("checksum line %q does not match its %d bytes", sum, len(body))
+	}
+	lines := strings.Split(strings.TrimSuffix(string(body), "\n"), "\n")
+	if len(lines) != 3 || lines[0] != objectStoreRecordMagic {
+		return r, errors.Newf("not a record of this format (%q)", lines[0])
+	}
+	c, ok := strings.CutPrefix(lines[1], "creator ")
+	if !ok {
+		return r, errors.Newf("line %q is no creator", lines[1])
+	}
+	var err error
+	if r.creator, err = strconv.ParseUint(c, 10, 64); err != nil || r.creator == 0 {
+		return r, errors.Newf("creator %q is not a positive number", c)
+	}
+	if r.url, ok = strings.CutPrefix(lines[2], "url "); !ok {
+		return r, errors.Newf("line %q is no url", lines[2])
+	}
+	return r, nil
+}
+
+// readObjectStoreRecord reads the record of the store in dir; ok is false
+// when it has none.
+func readObjectStoreRecord(fs vfs.FS, dir string) (r objectStoreRecord, ok bool, err error) {
+	path := fs.PathJoin(dir, objectStoreRecordName)
+	f, err := fs.Open(path)
+	if oserror.IsNotExist(err) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, errors.Wrapf(err, "lsmstats: open %s", path)
+	}
+	b, err := io.ReadAll(f)
+	err = errors.CombineErrors(err, f.Close())
+	if err != nil {
+		return r, false, errors.Wrapf(err, "lsmstats: read %s", path)
+	}
+	r, err = decodeObjectStoreRecord(b)
+	if err != nil {
+		return r, false, lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats: the object-store record %s is corrupt", path))
+	}
+	return r, true, nil
+}
+
+func markerName(creator uint64) string { return markerPrefix + strconv.FormatUint(creator, 10) }
+
+// objectStore is the object store of an open store.
+type objectStore struct {
+	// storage is the one Pebble uses: the caller's or the Bucket opened
+	// from the URL, whose deletions wait while Open checks the store.
+	storage *deferredDeleteStorage
+	// owned is the Bucket the store opened from the URL and closes.
+	owned *objstore.Bucket
+	// name names the object store in messages: its URL, without
+	// credentials.
+	name string
+	rec  objectStoreRecord
+	// create says the store is new: Open writes the record.
+	create bool
+}
+
+// checker is a remote.Storage that can check that it works (a Bucket).
+type checker interface {
+	Check(ctx context.Context) error
+}
+
+// checkTimeout bounds Open's check of the object store.
+const checkTimeout = 30 * time.Second
+
+// prepareObjectStore reads the store's object-store record and checks it
+// against the options, before anything is written: a store created with an
+// object store is refused without one, and one created without with one.
+// With an object store it opens it, checks that it answers (Check) and,
+// for an existing store, that it holds the store's identity marker. hasDB
+// says that the directory holds a Pebble database. The result is nil for a
+// store without an object store.
+func (s *Store) prepareObjectStore(hasDB bool, logger pebble.Logger) (*objectStore, error) {
+	rec, hasRec, err := readObjectStoreRecord(s.fs, s.dir)
+	if err != nil {
+		return nil, err
+	}
+	so := s.opts.ObjectStore
+	if so == nil || (so.URL == "" && so.Storage == nil) {
+		if hasRec {
+			return nil, errors.Newf("lsmstats: store %s keeps its SSTs in the object store %s: open it with that object store "+
+				"(lsm.Options.ObjectStore, lsmstats --object-store)", s.dir, recordedName(rec))
+		}
+		return nil, nil
+	}
+	o := &objectStore{rec: rec, name: so.URL}
+	if !hasRec && hasDB {
+		return nil, errors.Newf("lsmstats: store %s keeps its SSTs on local disk (it was created without an object store): "+
+			"open it without one, not with %s", s.dir, o.describe())
+	}
+	storage := so.Storage
+	if storage == nil {
+		cfg, err := objstore.ParseURL(so.URL)
+		if err != nil {
+			return nil, errors.Wrap(err, "lsmstats")
+		}
+		o.name = cfg.String()
+		cfg.OnRetry = func(err error, attempts int, wait time.Duration) {
+			logger.Errorf("lsmstats: object store: attempt %d failed, retrying in %s: %v", attempts, wait.Round(time.Millisecond), err)
+		}
+		if o.owned, err = objstore.New(cfg); err != nil {
+			return nil, errors.Wrap(err, "lsmstats")
+		}
+		storage = o.owned
+	} else if b, ok := storage.(*objstore.Bucket); ok && o.name == "" {
+		o.name = b.Config().String()
+	}
+	o.storage = newDeferredDeleteStorage(storage)
+	if err := o.check(s.dir, hasRec); err != nil {
+		o.close()
+		return nil, err
+	}
+	if !hasRec {
+		if s.opts.ReadOnly {
+			o.close()
+			return nil, errors.Wrapf(ErrNoStore, "%s holds no store", s.dir)
+		}
+		o.create = true
+		o.rec = objectStoreRecord{creator: newCreatorID(), url: o.name}
+	}
+	return o, nil
+}
+
+// recordedName names the object store of a record.
+func recordedName(r objectStoreRecord) string {
+	if r.url == "" {
+		return fmt.Sprintf("of the caller's storage (creator %d)", r.creator)
+	}
+	return r.url
+}
+
+// describe names the object store in a message.
+func (o *objectStore) describe() string {
+	if o.name == "" {
+		return "the caller's object store"
+	}
+	return "object store " + o.name
+}
+
+// check asks the object store whether it works and, for an existing store
+// (hasRec), whether it holds the store's identity marker.
+func (o *objectStore) check(dir string, hasRec bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	if c, ok := o.storage.Storage.(checker); ok {
+		if err := c.Check(ctx); err != nil {
+			return errors.Wrapf(err, "lsmstats: store %s: %s does not work", dir, o.describe())
+		}
+	}
+	if !hasRec {
+		return nil
+	}
+	name := markerName(o.rec.creator)
+	if _, err := o.storage.Size(name); err != nil {
+		if o.storage.IsNotExistError(err) {
+			return errors.Newf("lsmstats: store %s: %s does not hold the store's objects (it has no object %s): "+
+				"it is not the object store the store was created with, %s", dir, o.describe(), name, recordedName(o.rec))
+		}
+		return errors.Wrapf(err, "lsmstats: store %s: look for the store's marker %s in %s", dir, name, o.describe())
+	}
+	return nil
+}
+
+// writeRecord makes a new store's identity: its marker in the object store,
+// then its record, synced, in dir.
+func (o *objectStore) writeRecord(fs vfs.FS, dir string) error {
+	body := o.rec.encode()
+	w, err := o.storage.CreateObject(markerName(o.rec.creator))
+	if err == nil {
+		_, err = w.Write(body)
+		err = errors.CombineErrors(err, w.Close())
+	}
+	if err != nil {
+		return errors.Wrapf(err, "lsmstats: store %s: write the store's marker %s in %s", dir, markerName(o.rec.creator), o.describe())
+	}
+	path := fs.PathJoin(dir, objectStoreRecordName)
+	tmp := path + ".tmp"
+	if err := writeFileSynced(fs, tmp, body); err != nil {
+		return err
+	}
+	if err := fs.Rename(tmp, path); err != nil {
+		return errors.Wrapf(err, "lsmstats: rename %s", tmp)
+	}
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return errors.Wrapf(err, "lsmstats: open %s", dir)
+	}
+	err = errors.CombineErrors(d.Sync(), d.Close())
+	return errors.Wrapf(err, "lsmstats: sync %s", dir)
+}
+
+// setPebbleOptions makes Pebble create its SSTs in the object store.
+func (o *objectStore) setPebbleOptions(popts *pebble.Options, so *objstore.StoreOptions) {
+	popts.Experimental.RemoteStorage = remote.MakeSimpleFactory(map[remote.Locator]remote.Storage{objectStoreLocator: o.storage})
+	popts.Experimental.CreateOnShared = so.Levels
+	if so.Levels == remote.CreateOnSharedNone {
+		popts.Experimental.CreateOnShared = remote.CreateOnSharedAll
+	}
+	popts.Experimental.CreateOnSharedLocator = objectStoreLocator
+	popts.Experimental.SecondaryCacheSizeBytes = so.CacheSize
+}
+
+// setCreator checks that the remote objects Pebble's catalog lists were
+// made by the record's creator, then (writable stores) gives Pebble the
+// creator id: a no-op when its catalog has it.
+func (o *objectStore) setCreator(db *pebble.DB, dir string, readOnly bool) error {
+	for _, m := range db.ObjProvider().List() {
+		if !m.IsRemote() {
+			continue
+		}
+		if c := uint64(m.Remote.CreatorID); c != o.rec.creator {
+			return lsmstats.MarkCorruption(errors.Newf("lsmstats: store %s: Pebble's catalog lists SST %06d of creator %d, "+
+				"but the store's record %s names creator %d", dir, uint64(m.DiskFileNum), c, objectStoreRecordName, o.rec.creator))
+		}
+	}
+	if readOnly {
+		return nil
+	}
+	if err := db.SetCreatorID(o.rec.creator); err != nil {
+		return errors.Wrapf(err, "lsmstats: store %s: set the creator id %d", dir, o.rec.creator)
+	}
+	return nil
+}
+
+// sweep removes the store's orphaned objects: SSTs of its creator, and
+// its reference markers, whose file Pebble's catalog does not list. A
+// failed upload leaves such objects (an SST whose marker's PUT failed, a
+// PUT that timed out at the client but landed), and so does a deletion
+// that failed, or one deferred while Open checked the store; Pebble never
+// removes them. The listing comes first: an object it lists was created
+// (Pebble adds an object to its catalog before it uploads it), so a file
+// Pebble makes meanwhile is never taken for an orphan. It returns the
+// objects removed.
+func (o *objectStore) sweep(db *pebble.DB) ([]string, error) {
+	names, err := o.storage.List("", "")
+	if err != nil {
+		return nil, err
+	}
+	known := map[uint64]bool{}
+	for _, m := range db.ObjProvider().List() {
+		if m.IsRemote() {
+			known[uint64(m.DiskFileNum)] = true
+		}
+	}
+	me := o.rec.creator
+	// Objects of the store that another store references stay.
+	shared := map[uint64]bool{}
+	for _, n := range names {
+		if p, ok := objstore.ParseName(n); ok && p.Ref && p.Creator == me && p.RefCreator != me {
+			shared[p.FileNum] = true
+		}
+	}
+	var removed []string
+	for _, n := range names {
+		p, ok := objstore.ParseName(n)
+		switch {
+		case !ok:
+			continue
+		case p.Ref && (p.RefCreator != me || known[p.RefFileNum]):
+			continue
+		case !p.Ref && (p.Creator != me || known[p.FileNum] || shared[p.FileNum]):
+			continue
+		}
+		if err := o.storage.Delete(n); err != nil {
+			return removed, err
+		}
+		removed = append(removed, n)
+	}
+	return removed, nil
+}
+
+// openSST opens backing SST num in the object store for reading outside
+// Pebble, with reads of window bytes at a time (objstore.NewReadable). A
+// missing object is marked os.ErrNotExist, as a missing local file is.
+func (o *objectStore) openSST(ctx context.Context, num uint64, window int64) (objstorage.Readable, error) {
+	name := objstore.SSTName(o.rec.creator, num)
+	r, err := objstore.NewReadable(ctx, o.storage, name, window)
+	if err != nil {
+		missing := o.storage.IsNotExistError(err)
+		err = errors.Wrapf(err, "lsmstats: open SST %06d, object %s in %s", num, name, o.describe())
+		if missing {
+			err = errors.Mark(err, os.ErrNotExist)
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+// objectName names SST num's object in messages.
+func (o *objectStore) objectName(num uint64) string {
+	return fmt.Sprintf("object %s in %s", objstore.SSTName(o.rec.creator, num), o.describe())
+}
+
+// ObjectStoreCollector returns the Prometheus collector of the object store
+// that the store opened from Options.ObjectStore.URL: its requests, bytes,
+// retries and errors by kind, and their latency (objstore.Bucket is the
+// collector, lsmstats_objstore_*; register it beside Collector's, under
+// labels of the caller's through prometheus.WrapRegistererWith to tell
+// several stores apart). Nil for a store on local disk, and for one on a
+// caller's Storage, whose collector (if any) is the caller's. It reads the
+// counters at each scrape; it is safe for concurrent use.
+func (s *Store) ObjectStoreCollector() prometheus.Collector {
+	if s.obj == nil || s.obj.owned == nil {
+		return nil
+	}
+	return s.obj.owned
+}
+
+// close closes the Bucket the store opened.
+func (o *objectStore) close() {
+	if o.owned != nil {
+		_ = o.owned.Close()
+	}
+}
+
+// newCreatorID returns a random creator id in [1, 2^63).
+func newCreatorID() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if id := binary.BigEndian.Uint64(b[:]) >> 1; id != 0 {
+			return id
+		}
+	}
+}
+
+// deferredDeleteStorage is the object store as Pebble sees it: like
+// deferredRemoveFS for local files, it keeps the objects Pebble deletes
+// while Open checks the store and deletes them once Open accepts it (a
+// refused Open deletes nothing). Pebble deletes an SST by deleting its
+// reference marker, then the SST once no marker is left: while deletions
+// wait, the markers stay, so Pebble keeps the SSTs too, and the sweep
+// after Open removes them.
+type deferredDeleteStorage struct {
+	remote.Storage
+	mu struct {
+		sync.Mutex
+		deferring bool
+		deleted   []string
+	}
+}
+
+func newDeferredDeleteStorage(s remote.Storage) *deferredDeleteStorage {
+	d := &deferredDeleteStorage{Storage: s}
+	d.mu.deferring = true
+	return d
+}
+
+// Delete implements remote.Storage.
+func (d *deferredDeleteStorage) Delete(name string) error {
+	d.mu.Lock()
+	if d.mu.deferring {
+		d.mu.deleted = append(d.mu.deleted, name)
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.Unlock()
+	return d.Storage.Delete(name)
+}
+
+// accept deletes the objects Pebble deleted while Open checked, and
+// passes deletions through from now on. Failures are logged (an object
+// left behind, which the next sweep removes).
+func (d *deferredDeleteStorage) accept(logger pebble.Logger) {
+	d.mu.Lock()
+	deleted := d.mu.deleted
+	d.mu.deleted, d.mu.deferring = nil, false
+	d.mu.Unlock()
+	for _, name := range deleted {
+		if err := d.Storage.Delete(name); err != nil && !d.IsNotExistError(err) {
+			logger.Errorf("lsmstats: delete object %s: %v", name, err)
+		}
+	}
+}
+
+// where names SST num's object for a message about the SST, " (object
+// NAME in object store URL)", when the SST is not a file in Pebble's
+// directory; "" when it is.
+func (s *Store) where(num uint64) string {
+	if s.obj == nil {
+		return ""
+	}
+	if _, err := s.fs.Stat(s.fs.PathJoin(s.dir, pebbleDir, fmt.Sprintf("%06d.sst", num))); err == nil {
+		return ""
+	}
+	return " (" + s.obj.objectName(num) + ")"
+}

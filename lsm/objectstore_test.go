@@ -1,0 +1,306 @@
+package lsm
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+	"github.com/lsmstats/lsmstats"
+	"github.com/lsmstats/lsmstats/internal/s3server"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/objstore"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+)
+
+// objTable is the table of the object-store tests.
+var objTable = TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
+
+// objURL returns the URL of prefix in bucket on srv, whose requests give up
+// after retryFor of retries.
+func objURL(srv *s3server.Server, bucket, prefix, retryFor string) string {
+	return fmt.Sprintf("s3://%s/%s?endpoint=%s&retry-for=%s", bucket, prefix, srv.Endpoint, retryFor)
+}
+
+// fillObjStore creates objTable in s and commits rows pks [0, n) at epoch 1,
+// ingested, so that the store has SSTs.
+func fillObjStore(t *testing.T, s *Store, n int) {
+	t.Helper()
+	require.NoError(t, s.CreateTable(objTable))
+	w, err := s.NewWriter(objTable.ID, nil, nil)
+	require.NoError(t, err)
+	def, err := s.Table(objTable.ID)
+	require.NoError(t, err)
+	for pk := range uint64(n) {
+		k := keys.AppendUint64(nil, pk)
+		require.NoError(t, w.Insert(1, def.VnodeOf(k), k, []byte(fmt.Sprintf("row-%d", pk))))
+	}
+	require.NoError(t, w.Seal(1))
+	require.NoError(t, s.Commit(1))
+}
+
+// TestObjectStoreOpen checks what Open refuses on an object store, each with
+// a message that says what is wrong, and that a refused Open of a new store
+// leaves nothing behind.
+func TestObjectStoreOpen(t *testing.T) {
+	srv := s3server.Shared(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	a, b := srv.NewBucket(t), srv.NewBucket(t)
+	urlA := objURL(srv, a, "s1", "2s")
+	open := func(dir, url string) (*Store, error) {
+		o := &Options{Logger: QuietLogger(io.Discard), CommitBatchBytes: -1}
+		if url != "" {
+			o.ObjectStore = &objstore.StoreOptions{URL: url}
+		}
+		return Open(dir, o)
+	}
+
+	dir := t.TempDir()
+	s, err := open(dir, urlA)
+	require.NoError(t, err)
+	fillObjStore(t, s, 100)
+	require.NoError(t, s.Close())
+	local, err := filepath.Glob(filepath.Join(dir, pebbleDir, "*.sst"))
+	require.NoError(t, err)
+	require.Empty(t, local)
+
+	// Without the object store, or with another one.
+	_, err = open(dir, "")
+	require.ErrorContains(t, err, "keeps its SSTs in the object store s3://"+a+"/s1/")
+	for _, other := range []string{objURL(srv, b, "s1", "2s"), objURL(srv, a, "s2", "2s")} {
+		_, err = open(dir, other)
+		require.ErrorContains(t, err, "does not hold the store's objects", other)
+		require.ErrorContains(t, err, "s3://"+a+"/s1/", other)
+	}
+	// A store on local disk, with an object store.
+	ldir := t.TempDir()
+	s, err = open(ldir, "")
+	require.NoError(t, err)
+	require.Nil(t, s.ObjectStoreCollector())
+	require.NoError(t, s.Close())
+	_, err = open(ldir, urlA)
+	require.ErrorContains(t, err, "keeps its SSTs on local disk")
+
+	// The object store itself: each failure says which.
+	for _, c := range []struct {
+		name, url, secret string
+		mark              error
+		says              string
+	}{
+		{"wrong credentials", objURL(srv, a, "s3", "2s"), "wrong", objstore.ErrAccessDenied, "access denied"},
+		{"missing bucket", objURL(srv, "no-such-bucket", "s3", "2s"), srv.SecretKey, objstore.ErrNoSuchBucket, "no-such-bucket"},
+		{"unreachable endpoint", "s3://" + a + "/s3?endpoint=http://127.0.0.1:1&retry-for=1s", srv.SecretKey, objstore.ErrUnreachable, "127.0.0.1:1"},
+	} {
+		t.Setenv("AWS_SECRET_ACCESS_KEY", c.secret)
+		ndir := filepath.Join(t.TempDir(), "store")
+		_, err := open(ndir, c.url)
+		require.ErrorIs(t, err, c.mark, c.name)
+		require.ErrorContains(t, err, c.says, c.name)
+		t.Logf("%s: %v", c.name, err)
+		_, statErr := os.Stat(filepath.Join(ndir, objectStoreRecordName))
+		require.True(t, os.IsNotExist(statErr), "%s: a refused Open left a record", c.name)
+	}
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+
+	// The store opens again with its own object store, all rows there.
+	s, err = open(dir, urlA)
+	require.NoError(t, err)
+	// Its Bucket's metrics count the requests of this Open.
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(s.ObjectStoreCollector()))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var requests float64
+	for _, f := range families {
+		if f.GetName() == "lsmstats_objstore_requests_total" {
+			for _, m := range f.GetMetric() {
+				requests += m.GetCounter().GetValue()
+			}
+		}
+	}
+	require.Positive(t, requests, "no requests counted")
+	rep, err := s.Verify()
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+	require.EqualValues(t, 100, rep.Rows)
+	require.NoError(t, s.Close())
+}
+
+// TestObjectStoreCorruption deletes one SST's object from the bucket, and
+// flips a byte in another's: Verify names each SST with its object, marked
+// ErrCorruption, and once the objects are restored Verify finds nothing.
+func TestObjectStoreCorruption(t *testing.T) {
+	srv := s3server.Shared(t)
+	bucket, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Prefix: "c/",
+		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, Retry: objstore.RetryPolicy{MaxElapsed: 5e9}})
+	require.NoError(t, err)
+	defer bucket.Close()
+	dir := t.TempDir()
+	opts := &Options{Logger: QuietLogger(io.Discard), CommitBatchBytes: -1,
+		ObjectStore: &objstore.StoreOptions{Storage: bucket}}
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	defer func() {
+		if s != nil {
+			require.NoError(t, s.Close())
+		}
+	}()
+	fillObjStore(t, s, 2000)
+	rep, err := s.Verify()
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+
+	// The SSTs' objects, by name.
+	names, err := bucket.List("", "")
+	require.NoError(t, err)
+	var ssts []string
+	for _, n := range names {
+		if p, ok := objstore.ParseName(n); ok && !p.Ref {
+			ssts = append(ssts, n)
+		}
+	}
+	require.GreaterOrEqual(t, len(ssts), 2, "objects: %q", names)
+	ctx := context.Background()
+	read := func(name string) []byte {
+		r, size, err := bucket.ReadObject(ctx, name)
+		require.NoError(t, err)
+		body := make([]byte, size)
+		require.NoError(t, r.ReadAt(ctx, body, 0))
+		require.NoError(t, r.Close())
+		return body
+	}
+	write := func(name string, body []byte) {
+		w, err := bucket.CreateObject(name)
+		require.NoError(t, err)
+		_, err = w.Write(body)
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+	}
+	// The largest SST holds the table's rows (the others the store's
+	// metadata): flip a byte in its data, delete another.
+	size := func(n string) int64 {
+		sz, err := bucket.Size(n)
+		require.NoError(t, err)
+		return sz
+	}
+	slices.SortFunc(ssts, func(x, y string) int { return cmp.Compare(size(y), size(x)) })
+	flipped, gone := ssts[0], ssts[1]
+	goneBody, flippedBody := read(gone), read(flipped)
+	require.NoError(t, bucket.Delete(gone))
+	bad := append([]byte(nil), flippedBody...)
+	bad[len(bad)/4] ^= 0x40 // in a data block: the footer and index sit at the end
+	write(flipped, bad)
+
+	rep, err = s.Verify()
+	require.NoError(t, err)
+	require.False(t, rep.OK())
+	for _, n := range []string{gone, flipped} {
+		found := false
+		for _, c := range rep.Corrupt {
+			if strings.Contains(c, "object "+n) {
+				found = true
+			}
+		}
+		require.True(t, found, "Verify does not name object %s: %q", n, rep.Corrupt)
+	}
+	t.Logf("corrupt: %q", rep.Corrupt)
+	// Reopened (nothing in Pebble's caches), the store meets the damage as
+	// corruption that names the object: Open, if the missing SST holds
+	// metadata, else the read of its rows; the flipped byte at the read of
+	// its block.
+	require.NoError(t, s.Close())
+	s, err = Open(dir, opts)
+	if err != nil {
+		s = nil
+		require.True(t, errors.Is(err, lsmstats.ErrCorruption), "%v", err)
+		require.ErrorContains(t, err, gone)
+		t.Logf("open: %v", err)
+		write(gone, goneBody)
+		s, err = Open(dir, opts)
+		require.NoError(t, err)
+	}
+	readAll := func() error {
+		var readErr error
+		for v := range uint16(objTable.VnodeCount) {
+			it, err := s.NewIter(objTable.ID, v, nil, nil)
+			if err != nil {
+				return err
+			}
+			for ok := it.First(); ok; ok = it.Next() {
+			}
+			if err := it.Close(); err != nil && readErr == nil {
+				readErr = err
+			}
+		}
+		return readErr
+	}
+	readErr := readAll()
+	require.Error(t, readErr)
+	require.True(t, errors.Is(readErr, lsmstats.ErrCorruption), "%v", readErr)
+	t.Logf("read: %v", readErr)
+
+	// Restored, the store is whole again.
+	write(gone, goneBody)
+	write(flipped, flippedBody)
+	require.NoError(t, readAll())
+	rep, err = s.Verify()
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+	require.EqualValues(t, 2000, rep.Rows)
+}
+
+// TestObjectStoreLowerLevels keeps only L5 and L6 in the object store
+// (ObjectStore.Levels = remote.CreateOnSharedLower): a checkpoint
+// committed as a batch is flushed into a local L0 SST, which a compaction
+// into L6 moves into the bucket; ingested checkpoints go to the bucket at
+// once. The store reopens and verifies.
+func TestObjectStoreLowerLevels(t *testing.T) {
+	srv := s3server.Shared(t)
+	bucket, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Prefix: "lower/",
+		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
+	require.NoError(t, err)
+	defer bucket.Close()
+	dir := t.TempDir()
+	opts := &Options{Logger: QuietLogger(io.Discard),
+		ObjectStore: &objstore.StoreOptions{Storage: bucket, Levels: remote.CreateOnSharedLower}}
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	fillObjStore(t, s, 200) // small: one batch, through the memtable
+	require.NoError(t, s.db.Flush())
+	local, err := filepath.Glob(filepath.Join(dir, pebbleDir, "*.sst"))
+	require.NoError(t, err)
+	require.NotEmpty(t, local, "the flush of a batch checkpoint stays local")
+	countSSTs := func() int {
+		names, err := bucket.List("", "")
+		require.NoError(t, err)
+		n := 0
+		for _, name := range names {
+			if p, ok := objstore.ParseName(name); ok && !p.Ref {
+				n++
+			}
+		}
+		return n
+	}
+	before := countSSTs()
+	lo, hi := keys.TableSpan(objTable.ID)
+	require.NoError(t, s.db.Compact(context.Background(), lo, hi, true))
+	require.Greater(t, countSSTs(), before, "the compaction into L6 wrote no object")
+	require.NoError(t, s.Close())
+
+	s, err = Open(dir, opts)
+	require.NoError(t, err)
+	rep, err := s.Verify()
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+	require.EqualValues(t, 200, rep.Rows)
+	require.NoError(t, s.Close())
+}
