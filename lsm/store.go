@@ -159,6 +159,9 @@ type storeMetrics struct {
 	pebbleStalls                          atomic.Int64
 	bucketScans, bucketScanRows           atomic.Int64
 	corruptions                           atomic.Int64
+	// checksAnswered counts the checked ops whose pk the live statistics
+	// proved not live, without a read (Writer.checkLocked).
+	checksAnswered atomic.Int64
 }
 
 // Open opens (or creates) the store in dir. A nil opts means the defaults.

@@ -245,5 +245,5 @@ func (b *Batch) publish() {
 	}
 	b.lastVnode = nil
 	b.next.at = time.Now()
-	b.s.cur = b.next
+	b.s.setCurrent(b.next)
 }

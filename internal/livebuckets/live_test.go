@@ -79,6 +79,7 @@ func TestLiveRandom(t *testing.T) {
 	s.AddTable(table, vnodes)
 	m := liveModel{}
 	persisted := map[string][]byte{}
+	var notLive, unknown int // NotLive's answers on pks that are not live
 	for commit := 0; commit < 60; commit++ {
 		b := s.Begin()
 		type op struct {
@@ -166,6 +167,18 @@ func TestLiveRandom(t *testing.T) {
 				require.GreaterOrEqual(t, float64(est.Upper), est.Rows)
 				require.LessOrEqual(t, est.Upper-est.Lower, 2*splitLimit(total, l.Table(table).Rows, TableBucketBudget), "bounds wider than two buckets")
 			}
+			// NotLive never says so of a live row, and says so of most
+			// pks that are not live in a vnode of few buckets' rows.
+			for range 50 {
+				pk := livePK(r.IntN(6000))
+				_, live := m[v][string(pk)]
+				if l.NotLive(table, v, pk) {
+					require.False(t, live, "NotLive of a live pk %x in vnode %d", pk, v)
+					notLive++
+				} else if !live {
+					unknown++
+				}
+			}
 			// Answered together, in lockstep, the queries get the same
 			// answers.
 			all := l.AppendEstimates(nil, table, qs)
@@ -210,7 +223,8 @@ func TestLiveRandom(t *testing.T) {
 		}
 	}
 	l := s.Current()
-	t.Logf("buckets: %d for %d rows", l.BucketCount(), l.Table(table).Rows)
+	t.Logf("buckets: %d for %d rows; NotLive proved %d of %d pks that were not live", l.BucketCount(), l.Table(table).Rows, notLive, notLive+unknown)
+	require.Positive(t, notLive, "NotLive's answers")
 	require.Greater(t, len(Detail(l, table, 0).Buckets), 1, "buckets must split")
 }
 
@@ -1018,4 +1032,61 @@ func TestLiveBucketBudget(t *testing.T) {
 		require.LessOrEqual(t, n, 8*budget+vnodes, "in order %v", inOrder)
 		require.Less(t, n, n0, "in order %v: the budget must bind here", inOrder)
 	}
+}
+
+// TestNotLive: what NotLive proves, case by case, and what it leaves to a
+// read: a vnode without rows, pks outside its anchors, anchors and bucket
+// bounds by their live flags, empty buckets while the counts are exact,
+// and nothing once an unchecked writer may have made them estimates.
+func TestNotLive(t *testing.T) {
+	const table = 1
+	s := NewState()
+	s.AddTable(table, 2)
+	pk := func(n uint64) []byte { return keys.AppendUint64(nil, n) }
+	m := liveModel{0: {}}
+	apply := func(n uint64, rows int64) {
+		if rows > 0 {
+			m[0][string(pk(n))] = 10
+		} else {
+			delete(m[0], string(pk(n)))
+		}
+		b := s.Begin()
+		require.NoError(t, b.Apply(Delta{Table: table, Vnode: 0, PK: pk(n), Counts: Counts{rows, 10 * rows}, Live: rows > 0}))
+		b.Normalize()
+		b.Publish()
+		for _, r := range b.Rescans() {
+			require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(r)}))
+		}
+	}
+	require.True(t, s.Current().NotLive(table, 0, pk(5)), "a vnode that never had a row")
+	require.False(t, s.Current().NotLive(table+1, 0, pk(5)), "a table the statistics do not know")
+	require.False(t, s.Current().NotLive(table, 2, pk(5)), "a vnode beyond the table's")
+	for _, n := range []uint64{10, 20, 30, 40} {
+		apply(n, 1)
+	}
+	l := s.Current()
+	require.Len(t, Detail(l, table, 0).Buckets, 4, "a bucket per row in a small vnode")
+	for n, want := range map[uint64]bool{
+		5: true, 45: true, // outside the anchors
+		10: false, 40: false, // live anchors
+		20: false, 30: false, // live bucket bounds
+		15: true, 25: true, 35: true, // in buckets of one row, at their bounds: not live
+	} {
+		require.Equal(t, want, l.NotLive(table, 0, pk(n)), "pk %d", n)
+	}
+	require.True(t, l.NotLive(table, 1, pk(10)), "the other vnode has no row")
+	// Deleting the largest row clears its anchor's flag: its pk is not
+	// live, and the anchor stays where it was.
+	apply(40, -1)
+	require.True(t, s.Current().NotLive(table, 0, pk(40)))
+	require.False(t, s.Current().NotLive(table, 0, pk(30)))
+	// After an unchecked writer's commit, a bucket's count may be wrong:
+	// only the anchors and the flags still prove anything.
+	b := s.Begin()
+	require.NoError(t, b.MarkEstimates(table))
+	b.Publish()
+	l = s.Current()
+	require.True(t, l.NotLive(table, 0, pk(5)))
+	require.True(t, l.NotLive(table, 0, pk(20)) == false)
+	require.False(t, l.NotLive(table, 0, pk(25)), "an empty bucket of estimated counts proves nothing")
 }

@@ -1,11 +1,18 @@
 package livebuckets
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // State owns the current Snapshot and the set of buckets changed
-// since they were last persisted. Not safe for concurrent use.
+// since they were last persisted. Not safe for concurrent use, but for
+// Current, which may be called from any goroutine.
 type State struct {
-	cur   *Snapshot
+	cur *Snapshot
+	// pub is cur, for Current's readers outside the store's lock: set
+	// whenever cur changes.
+	pub   atomic.Pointer[Snapshot]
 	dirty map[bucketID]struct{}
 	// budget is the bucket budget of the tables added from now on.
 	budget int64
@@ -14,7 +21,15 @@ type State struct {
 // NewState returns an empty state whose tables have a bucket budget of
 // TableBucketBudget.
 func NewState() *State {
-	return &State{cur: &Snapshot{tables: map[uint32]*liveTable{}, at: time.Now()}, dirty: map[bucketID]struct{}{}, budget: TableBucketBudget}
+	s := &State{dirty: map[bucketID]struct{}{}, budget: TableBucketBudget}
+	s.setCurrent(&Snapshot{tables: map[uint32]*liveTable{}, at: time.Now()})
+	return s
+}
+
+// setCurrent makes l the current snapshot.
+func (s *State) setCurrent(l *Snapshot) {
+	s.cur = l
+	s.pub.Store(l)
 }
 
 // SetBucketBudget sets the bucket budget of the tables added after it: a
@@ -36,8 +51,10 @@ func (s *State) SetBucketBudget(budget int) {
 	s.budget = int64(budget)
 }
 
-// Current returns the current snapshot.
-func (s *State) Current() *Snapshot { return s.cur }
+// Current returns the current snapshot. Safe to call concurrently with
+// the State's other methods: a snapshot is immutable once published (but
+// while a store loads, before FinishLoad).
+func (s *State) Current() *Snapshot { return s.pub.Load() }
 
 // AddTable makes room for a table of the given vnode count.
 func (s *State) AddTable(table uint32, vnodeCount int) {
@@ -47,5 +64,5 @@ func (s *State) AddTable(table uint32, vnodeCount int) {
 	next := s.cur.cloneTables()
 	next.tables[table] = &liveTable{vnodes: make([]*liveVnode, vnodeCount), budget: s.budget}
 	next.at = time.Now()
-	s.cur = next
+	s.setCurrent(next)
 }
