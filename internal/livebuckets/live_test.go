@@ -80,6 +80,8 @@ func TestLiveRandom(t *testing.T) {
 	m := liveModel{}
 	persisted := map[string][]byte{}
 	var notLive, unknown int // NotLive's answers on pks that are not live
+	// Commits after which log rows were persisted, full folds, reloads.
+	var logged, folds, lastLogs, reloads int
 	for commit := 0; commit < 60; commit++ {
 		b := s.Begin()
 		type op struct {
@@ -125,7 +127,7 @@ func TestLiveRandom(t *testing.T) {
 			require.NoError(t, b.Apply(Delta{Table: table, Vnode: o.vnode, PK: o.pk, Counts: o.d, Live: live}))
 		}
 		b.Normalize()
-		entries := b.MetaEntries()
+		entries := b.MetaEntries(uint64(commit + 1))
 		for i, e := range entries {
 			// An SST takes them as they come: strictly in key order.
 			require.True(t, i == 0 || bytes.Compare(entries[i-1].Key, e.Key) < 0, "entry %d %x after %x", i, e.Key, entries[max(i-1, 0)].Key)
@@ -190,7 +192,15 @@ func TestLiveRandom(t *testing.T) {
 		// Reload from what was persisted (the dirty set of the splits is
 		// persisted with the next commit, so compare before splits only
 		// when nothing is dirty).
-		if len(s.dirty) == 0 {
+		if len(s.logs) > 0 {
+			logged++
+		}
+		if len(s.logs) < lastLogs {
+			folds++
+		}
+		lastLogs = len(s.logs)
+		if len(s.pending) == 0 {
+			reloads++
 			re := NewState()
 			re.AddTable(table, vnodes)
 			var ks []string
@@ -215,6 +225,13 @@ func TestLiveRandom(t *testing.T) {
 			for v := uint16(0); v < vnodes; v++ {
 				require.Equal(t, l.Vnode(table, v), re.Current().Vnode(table, v))
 				require.Equal(t, Detail(l, table, v), Detail(re.Current(), table, v))
+				// The calibrations too, exactly: the log carries the
+				// changes of the position sums in units of their grid.
+				was, now := l.table(table).vnode(v), re.Current().table(table).vnode(v)
+				for i := range was.buckets {
+					require.Equal(t, was.buckets[i].calibrated, now.buckets[i].calibrated, "vnode %d bucket %d", v, i)
+					require.Equal(t, was.buckets[i].sumPos, now.buckets[i].sumPos, "vnode %d bucket %d", v, i)
+				}
 				if lv := re.Current().table(table).vnodes[v]; lv != nil {
 					requireIndexed(t, lv)
 					require.Equal(t, len(lv.buckets), cap(lv.buckets), "no slack after FinishLoad")
@@ -225,6 +242,10 @@ func TestLiveRandom(t *testing.T) {
 	l := s.Current()
 	t.Logf("buckets: %d for %d rows; NotLive proved %d of %d pks that were not live", l.BucketCount(), l.Table(table).Rows, notLive, notLive+unknown)
 	require.Positive(t, notLive, "NotLive's answers")
+	t.Logf("%d reloads; log rows persisted after %d commits, folded %d times", reloads, logged, folds)
+	require.Positive(t, logged)
+	require.Positive(t, folds)
+	require.Positive(t, reloads)
 	require.Greater(t, len(Detail(l, table, 0).Buckets), 1, "buckets must split")
 }
 
@@ -372,8 +393,10 @@ func TestLiveRecount(t *testing.T) {
 	s.AddTable(table, vnodes)
 	m := liveModel{}
 	persisted := map[string][]byte{}
+	epoch := uint64(0)
 	persist := func(b *Batch) {
-		for _, e := range b.MetaEntries() {
+		epoch++
+		for _, e := range b.MetaEntries(epoch) {
 			if e.Delete {
 				delete(persisted, string(e.Key))
 			} else {
@@ -472,7 +495,7 @@ func TestLiveRecount(t *testing.T) {
 	// The counts are exact now: a second recount changes nothing.
 	b, err = s.Recount(table, scan)
 	require.NoError(t, err)
-	require.Empty(t, b.MetaEntries())
+	require.Empty(t, b.MetaEntries(epoch))
 
 	_, err = s.Recount(table+1, scan)
 	require.Error(t, err, "unknown table")
@@ -648,7 +671,7 @@ func TestAuxPacking(t *testing.T) {
 			bs[i] = bucket{Counts: Counts{Rows: int64(r.IntN(1<<20)) - 1<<10}, lowerLive: i > 0 && r.IntN(2) == 0}
 			if r.IntN(4) > 0 {
 				bs[i].calibrated = true
-				bs[i].sumResid = r.NormFloat64() * float64(int64(1)<<r.IntN(40))
+				bs[i].sumPos = quantize(r.NormFloat64() * float64(int64(1)<<r.IntN(40)) / float64(max(bs[i].Rows, 1)))
 			}
 			if i > 0 {
 				bs[i].setLower(append(bytes.Repeat([]byte{byte(i)}, r.IntN(12)), byte(i)))
@@ -700,7 +723,7 @@ func TestCalibrationFollowsOps(t *testing.T) {
 				ends = append(ends, len(arena))
 			}
 			b := bucket{Counts: Counts{Rows: int64(len(rows))}, calibrated: true}
-			b.sumResid, b.sumPos = calibrate(pkOf(lo), pkOf(hi), arena, ends)
+			b.sumPos = calibrate(pkOf(lo), pkOf(hi), arena, ends)
 			return b
 		}
 		b := scan()
@@ -718,8 +741,9 @@ func TestCalibrationFollowsOps(t *testing.T) {
 			}
 		}
 		want := scan()
-		require.InDelta(t, want.sumPos, b.sumPos, 1e-6*float64(len(rows)+1), "round %d", round)
-		require.InDelta(t, want.sumResid, b.sumResid, 1e-6*float64(len(rows)+1)*float64(len(rows)+1), "round %d", round)
+		// Positions are quantized: the sums agree exactly.
+		require.Equal(t, want.sumPos, b.sumPos, "round %d", round)
+		require.Equal(t, want.sumResid(), b.sumResid(), "round %d", round)
 	}
 }
 
@@ -773,8 +797,8 @@ func TestAnchorsMoveWithoutRescans(t *testing.T) {
 				want := m.split(req).Pieces[0]
 				require.True(t, bk.calibrated, "prefix %q commit %d bucket %d", prefix, commit, i)
 				n := float64(bk.Rows)
-				require.InDelta(t, want.SumPos, bk.sumPos, 1e-6*(n+1), "prefix %q commit %d bucket %d of %d", prefix, commit, i, len(v.buckets))
-				require.InDelta(t, want.SumResid, bk.sumResid, 1e-6*(n+1)*(n+1), "prefix %q commit %d bucket %d", prefix, commit, i)
+				require.InDelta(t, want.SumPos, bk.sumPos, (n+1)/posUnit, "prefix %q commit %d bucket %d of %d", prefix, commit, i, len(v.buckets))
+				require.InDelta(t, n*(n+1)/2-n*want.SumPos, bk.sumResid(), (n+1)*(n+1)/posUnit, "prefix %q commit %d bucket %d", prefix, commit, i)
 			}
 		}
 		// A small end bucket merged into its neighbour is rescanned; an
@@ -861,8 +885,8 @@ func TestMergesWithoutRescans(t *testing.T) {
 				require.True(t, bk.calibrated, "prefix %q commit %d bucket %d", prefix, commit, i)
 				require.EqualValues(t, len(rows), bk.Rows)
 				n := float64(bk.Rows)
-				require.InDelta(t, wantPos, bk.sumPos, 1e-6*(n+1), "prefix %q commit %d bucket %d of %d", prefix, commit, i, len(v.buckets))
-				require.InDelta(t, wantResid, bk.sumResid, 1e-6*(n+1)*(n+1), "prefix %q commit %d bucket %d", prefix, commit, i)
+				require.InDelta(t, wantPos, bk.sumPos, (n+1)/posUnit, "prefix %q commit %d bucket %d of %d", prefix, commit, i, len(v.buckets))
+				require.InDelta(t, wantResid, bk.sumResid(), (n+1)*(n+1)/posUnit, "prefix %q commit %d bucket %d", prefix, commit, i)
 			}
 		}
 		t.Logf("prefix %q: %d rows, %d buckets merged away, %d stale rescans", prefix, len(live), merged, staleRescans)
@@ -946,7 +970,7 @@ func bucketAt(lower []byte, c Counts) bucket {
 // TestBucketSize holds the bucket to the size the design's memory account
 // gives (docs/design.md, "What the statistics hold in memory").
 func TestBucketSize(t *testing.T) {
-	require.EqualValues(t, 48, unsafe.Sizeof(bucket{}))
+	require.EqualValues(t, 40, unsafe.Sizeof(bucket{}))
 }
 
 // TestLiveBucketBudget fills the same table, commit by commit, into a state
@@ -995,7 +1019,7 @@ func TestLiveBucketBudget(t *testing.T) {
 					}
 				}
 				b.Normalize()
-				b.MetaEntries()
+				b.MetaEntries(uint64(c + 1))
 				b.Publish()
 				for _, req := range b.Rescans() {
 					require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))

@@ -5,23 +5,36 @@ import (
 	"time"
 )
 
-// State owns the current Snapshot and the set of buckets changed
-// since they were last persisted. Not safe for concurrent use, but for
-// Current, which may be called from any goroutine.
+// State owns the current Snapshot and what is persisted of it (persist.go).
+// Not safe for concurrent use, but for Current, which may be called from
+// any goroutine.
 type State struct {
 	cur *Snapshot
 	// pub is cur, for Current's readers outside the store's lock: set
 	// whenever cur changes.
-	pub   atomic.Pointer[Snapshot]
-	dirty map[bucketID]struct{}
+	pub atomic.Pointer[Snapshot]
 	// budget is the bucket budget of the tables added from now on.
 	budget int64
+	// format is the store format of the rows Load reads (SetFormat).
+	format uint64
+	// images are the buckets as their rows hold them, of the vnodes whose
+	// current buckets differ from those rows (changed by the log, or by
+	// rescans since the last commit), and imageBuckets their number.
+	images       map[vkey][]bucket
+	imageBuckets int
+	// pending are the vnodes rescans changed since the last commit, which
+	// the next commit folds.
+	pending map[vkey]struct{}
+	// logs are the epochs of the log rows written since the last full
+	// fold, in increasing order, and logBytes their bytes.
+	logs     []uint64
+	logBytes int
 }
 
 // NewState returns an empty state whose tables have a bucket budget of
 // TableBucketBudget.
 func NewState() *State {
-	s := &State{dirty: map[bucketID]struct{}{}, budget: TableBucketBudget}
+	s := &State{budget: TableBucketBudget, format: 2, images: map[vkey][]bucket{}, pending: map[vkey]struct{}{}}
 	s.setCurrent(&Snapshot{tables: map[uint32]*liveTable{}, at: time.Now()})
 	return s
 }
