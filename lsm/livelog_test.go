@@ -129,7 +129,7 @@ func TestLiveLogCorrupt(t *testing.T) {
 		[]byte{0, 0, 0, 9, 1, 0, 0, 0, 0},                      // unknown table
 		[]byte{0, 0, 0, 1, 1, 0, 7, 0, 0},                      // vnode past the table's
 		[]byte{0, 0, 0, 1, 9, 0, 0, 0, 0},                      // more vnodes than the table has
-		[]byte{0, 0, 0, 1, 1, 0, 0, 0x10, 0},                   // unknown anchor flag
+		[]byte{0, 0, 0, 1, 1, 0, 0, 0x20, 0},                   // unknown anchor flag
 		[]byte{0, 0, 0, 1, 1, 0, 0, 0, 1, 0xfe, 0x3f, 0, 0, 0}, // bucket far past the vnode's
 		[]byte{0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0xff},    // unknown bucket flags
 		[]byte{0, 0, 0, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0},          // vnodes out of order

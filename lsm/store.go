@@ -517,6 +517,9 @@ func (s *Store) load(m mark, hasMark bool) error {
 	if formatSeen {
 		s.mu.live.SetFormat(format)
 	}
+	for t := range leftOut {
+		s.mu.live.LeaveOut(t)
+	}
 	for _, e := range liveEntries {
 		if t, ok := liveTableOf(e[0]); ok {
 			if _, gone := leftOut[t]; gone {

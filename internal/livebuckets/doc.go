@@ -6,10 +6,10 @@
 // touches and publishes them; buckets that grew too big or lost their
 // calibration are rescanned after the commit (rescan.go), or split at
 // once when rows were appended (appendsplit.go). What a commit changed is
-// persisted with it (persist.go, docs/format.md): for the vnodes whose
-// bucket bounds it kept, one delta-log row of count changes (log.go); for
-// the others, their changed bucket rows (meta.go), a fold; and once the
-// log outweighs a rewrite of the buckets it changed, a fold of them all
+// persisted with it (persist.go, docs/format.md): for the vnodes that
+// have bucket rows, one delta-log row of their changes of bounds and counts
+// (log.go); for new vnodes, their bucket rows (meta.go), a fold; and once
+// the log outweighs a rewrite of the buckets it changed, a fold of them all
 // that deletes the log. Loading replays the log on the bucket rows.
 // Published vnodes
 // carry the index that the estimates read (vnode.go, arena.go, probe.go,

@@ -10,16 +10,16 @@ import (
 )
 
 // What a commit writes of the live statistics: the delta log (log.go) for
-// the vnodes whose bounds and anchors it left alone, the rows of the
-// buckets that changed for the others (a fold), and now and then a fold of
-// every vnode the log changed, which deletes the log.
+// the vnodes that have rows, with their changes of bounds (splits, merges,
+// rescans) and counts; the rows of the new vnodes (a fold); and now and
+// then a fold of every vnode the log changed, which deletes the log.
 //
 // The state remembers, for each vnode the log changed since its rows were
 // last written, those rows (its image: the buckets as persisted, which a
 // fold compares the vnode with to write only the rows that changed), the
-// vnodes that rescans changed since the last commit (pending: the next
-// commit folds them), and the epochs and bytes of the log rows since the
-// last full fold.
+// vnodes that rescans changed since the last commit with what they were
+// at that commit (pending), and the epochs and bytes of the log rows
+// since the last full fold.
 
 // rowBytesEstimate is about the bytes of a bucket row (key and value):
 // the log since the last full fold is folded once it holds as many bytes
@@ -45,14 +45,14 @@ type persistPlan struct {
 
 // MetaEntries returns the metadata entries that persist the batch, which
 // commits epoch (for a recount: the committed epoch), sorted by key: the
-// log row of epoch with what it changed in the vnodes whose bounds stayed,
-// and for every other vnode it changed (and those that
-// rescans changed since the last commit) the rows of its buckets that
-// differ from what is persisted, deletes of the bounds that are gone, and
-// its first row with epoch as its base epoch; every so often, a fold of
-// all the vnodes with logged changes and deletes of the log rows instead
-// of a log row; and the estimates markers that changed. Publish records
-// them as persisted.
+// log row of epoch with what it changed in the vnodes that have rows (and
+// what rescans changed since the last commit), and for a vnode without
+// rows yet, its rows (a fold: the rows of its buckets that differ from
+// what is persisted, deletes of the bounds that are gone, and its first
+// row with epoch as its base epoch); every so often, a fold of all the
+// vnodes with logged changes and deletes of the log rows instead of a log
+// row; for a recount, a fold of every vnode it changed; and the estimates
+// markers that changed. Publish records them as persisted.
 func (b *Batch) MetaEntries(epoch uint64) []MetaEntry {
 	s := b.s
 	plan := &persistPlan{logged: map[vkey][]bucket{}, logEpoch: epoch}
@@ -84,14 +84,17 @@ func (b *Batch) MetaEntries(epoch uint64) []MetaEntry {
 		sections := 0
 		for _, k := range ks[:n] {
 			old, v := s.cur.table(k.table).vnode(k.vnode), b.vnodes[k]
-			_, pending := s.pending[k]
+			prev, pending := s.pending[k]
+			if pending {
+				old = prev // the log holds the vnode as of the last commit
+			}
 			if b.foldAll && !pending && !plan.clearLogs && sameVnode(old, v) {
 				continue // a recount that changed nothing
 			}
 			// A vnode without rows yet (its first rows, in this commit) is
 			// folded: a log row applies to rows that exist.
 			stored := s.cur.table(k.table).vnodeOrNil(k.vnode) != nil
-			if b.foldAll || plan.clearLogs || pending || !stored || !sameBounds(old, v) {
+			if b.foldAll || plan.clearLogs || !stored {
 				persisted := s.images[k]
 				if persisted == nil {
 					persisted = old.buckets
@@ -226,8 +229,11 @@ func (s *State) persisted(b *Batch) {
 	}
 	for _, k := range p.folded {
 		s.dropImage(k)
-		delete(s.pending, k)
 	}
+	// MetaEntries took every pending vnode into the batch, and commits
+	// and rescans do not interleave (the store holds commits off while it
+	// rescans).
+	clear(s.pending)
 	for k, img := range p.logged {
 		if s.images[k] == nil {
 			s.setImage(k, img)
@@ -242,14 +248,18 @@ func (s *State) persisted(b *Batch) {
 	}
 }
 
-// rescanned records the vnodes that a rescan batch changed, whose buckets
-// were old before it: the next commit folds them.
-func (s *State) rescanned(b *Batch, old map[vkey][]bucket) {
+// rescanned records the vnodes that a rescan batch changed, which were
+// old before it: the next commit persists their changes since the last
+// commit.
+func (s *State) rescanned(b *Batch, old map[vkey]*liveVnode) {
 	for k := range b.vnodes {
-		if s.images[k] == nil {
-			s.setImage(k, old[k])
+		if _, ok := s.pending[k]; ok {
+			continue
 		}
-		s.pending[k] = struct{}{}
+		if s.images[k] == nil {
+			s.setImage(k, old[k].buckets)
+		}
+		s.pending[k] = old[k]
 	}
 }
 
@@ -300,13 +310,13 @@ func (s *State) Migrate() []MetaEntry {
 // they persist (Check). The zero value is not usable: see State.RowCheck.
 type RowCheck struct {
 	cur     *Snapshot
-	pending map[vkey]struct{}
+	pending map[vkey]*liveVnode
 	format  uint64
 }
 
 // RowCheck captures what Check compares the rows with: the current
 // snapshot, less the vnodes that rescans changed since the last commit
-// (the next commit rewrites their rows). The caller must keep commits off
+// (the next commit logs their changes). The caller must keep commits off
 // from then until it has read the rows.
 func (s *State) RowCheck() *RowCheck {
 	return &RowCheck{cur: s.cur, pending: maps.Clone(s.pending), format: s.format}

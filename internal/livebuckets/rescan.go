@@ -232,7 +232,7 @@ func (sc *BucketScan) Finish() ScannedBucket {
 // scanned pieces, whose counts are exact at the committed epoch, and sets
 // the vnode's minPK and maxPK from the scan when the bucket was the first
 // or the last. Publishes one new snapshot, which the next commit persists
-// (it folds the vnodes). A bucket that no longer exists is an error, and
+// (in its log row). A bucket that no longer exists is an error, and
 // nothing is applied.
 func (s *State) ApplyRescans(sbs []ScannedBucket) error {
 	b := s.Begin()
@@ -241,9 +241,9 @@ func (s *State) ApplyRescans(sbs []ScannedBucket) error {
 			return err
 		}
 	}
-	old := make(map[vkey][]bucket, len(b.vnodes))
+	old := make(map[vkey]*liveVnode, len(b.vnodes))
 	for k := range b.vnodes {
-		old[k] = s.cur.table(k.table).vnode(k.vnode).buckets
+		old[k] = s.cur.table(k.table).vnode(k.vnode)
 	}
 	b.publish()
 	s.rescanned(b, old)

@@ -22,9 +22,13 @@ type State struct {
 	// rescans since the last commit), and imageBuckets their number.
 	images       map[vkey][]bucket
 	imageBuckets int
-	// pending are the vnodes rescans changed since the last commit, which
-	// the next commit folds.
-	pending map[vkey]struct{}
+	// pending are the vnodes rescans changed since the last commit, each
+	// as the last commit left it (what its rows and the log hold): the next
+	// commit persists their changes since.
+	pending map[vkey]*liveVnode
+	// leftOut are the tables whose log sections Load reads without
+	// applying them (LeaveOut).
+	leftOut map[uint32]struct{}
 	// logs are the epochs of the log rows written since the last full
 	// fold, in increasing order, and logBytes their bytes.
 	logs     []uint64
@@ -34,7 +38,7 @@ type State struct {
 // NewState returns an empty state whose tables have a bucket budget of
 // TableBucketBudget.
 func NewState() *State {
-	s := &State{budget: TableBucketBudget, format: 2, images: map[vkey][]bucket{}, pending: map[vkey]struct{}{}}
+	s := &State{budget: TableBucketBudget, format: 2, images: map[vkey][]bucket{}, pending: map[vkey]*liveVnode{}}
 	s.setCurrent(&Snapshot{tables: map[uint32]*liveTable{}, at: time.Now()})
 	return s
 }
@@ -78,4 +82,14 @@ func (s *State) AddTable(table uint32, vnodeCount int) {
 	next.tables[table] = &liveTable{vnodes: make([]*liveVnode, vnodeCount), budget: s.budget}
 	next.at = time.Now()
 	s.setCurrent(next)
+}
+
+// LeaveOut makes Load read the log rows' sections of a table that is not
+// added (a read-only store left its catalog entry out) without applying
+// them, where it would refuse a section of an unknown table.
+func (s *State) LeaveOut(table uint32) {
+	if s.leftOut == nil {
+		s.leftOut = map[uint32]struct{}{}
+	}
+	s.leftOut[table] = struct{}{}
 }
