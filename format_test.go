@@ -2,6 +2,7 @@ package lsmstats_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"flag"
 	"fmt"
@@ -81,7 +82,7 @@ func TestFormatFixture(t *testing.T) {
 // buildFixtureStore writes a small store into dir, the same bytes every
 // time: two tables (a composite (bytes, u64) pk distributed by its first
 // column, and a u64 pk), three checkpoints of inserts, updates and
-// deletes, no compaction, each checkpoint ingested as its own SSTs (the
+// deletes and one of updates only, no compaction, each checkpoint ingested as its own SSTs (the
 // payloads of one flushed SST would encode the same way). It returns the
 // store's directory.
 func buildFixtureStore(t *testing.T, dir string) string {
@@ -129,6 +130,19 @@ func buildFixtureStore(t *testing.T, dir string) string {
 		require.NoError(t, we.Seal(e))
 		require.NoError(t, s.Commit(e))
 	}
+	// A fourth checkpoint updates rows and nothing else: it changes counts
+	// of buckets, not their bounds, and writes the live statistics' log
+	// row (format 2).
+	for i := 0; i < 120; i += 11 {
+		if old, live := stored[i]; live {
+			pk := orderPK(i)
+			stored[i] = append(row(i, 4), " and longer"...)
+			require.NoError(t, wo.Update(4, keys.Vnode(pk[:len(pk)-8], orders.VnodeCount), pk, old, stored[i]))
+		}
+	}
+	require.NoError(t, wo.Seal(4))
+	require.NoError(t, we.Seal(4))
+	require.NoError(t, s.Commit(4))
 	require.NoError(t, wo.Close())
 	require.NoError(t, we.Close())
 	require.NoError(t, s.Close())
@@ -237,4 +251,73 @@ func writeFixture(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.NoError(t, os.WriteFile(fixtureDump, []byte(dump), 0o644))
 	require.False(t, bytes.Contains([]byte(dump), []byte("%!")), "dump formatting")
+}
+
+const (
+	fixtureV1Dir  = "testdata/format/v1/store"
+	fixtureV1Dump = "testdata/format/v1/store.txt"
+)
+
+// TestFormatV1Store opens the fixture store that format_version 1 wrote
+// (checked in when format 2 replaced it: the live statistics' delta log,
+// docs/format.md): read-only, it reads as it did then; opened for
+// writing, it is rewritten in format 2 (its live-statistics rows and
+// format_version, in one ingestion), reads the same, verifies clean, and
+// takes commits.
+func TestFormatV1Store(t *testing.T) {
+	want, err := os.ReadFile(fixtureV1Dump)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS(fixtureV1Dir)))
+	formatVersion := func() uint64 {
+		db, err := pebble.Open(filepath.Join(dir, "db"), &pebble.Options{Comparer: keys.Comparer, ReadOnly: true, Logger: lsm.QuietLogger(nil)})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, db.Close()) }()
+		v, closer, err := db.Get(keys.MetaKey([]byte(keys.FormatVersionName)))
+		require.NoError(t, err)
+		defer closer.Close()
+		require.Len(t, v, 8)
+		return binary.BigEndian.Uint64(v)
+	}
+	require.Equal(t, uint64(1), formatVersion())
+
+	ro, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil), ReadOnly: true})
+	require.NoError(t, err)
+	require.Equal(t, string(want), dumpStore(t, ro), "format 1, read-only")
+	rep, err := ro.Verify()
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+	require.NoError(t, ro.Close())
+	require.Equal(t, uint64(1), formatVersion(), "a read-only open writes nothing")
+
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
+	require.NoError(t, err)
+	require.Equal(t, string(want), dumpStore(t, s), "migrated")
+	require.NoError(t, s.Close())
+	require.Equal(t, uint64(lsm.FormatVersion), formatVersion())
+
+	// Format 2 now: it reads the same, verifies, and takes a commit.
+	s, err = lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
+	require.NoError(t, err)
+	require.Equal(t, string(want), dumpStore(t, s), "reopened in format 2")
+	rep, err = s.Verify()
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+	w, err := s.NewWriter(2, nil, nil)
+	require.NoError(t, err)
+	pk := keys.AppendUint64(nil, 1000)
+	epoch := s.Stats().CommittedEpoch + 1
+	require.NoError(t, w.Insert(epoch, keys.Vnode(pk, 4), pk, []byte("after the migration")))
+	require.NoError(t, w.Seal(epoch))
+	require.NoError(t, s.Commit(epoch))
+	require.NoError(t, w.Close())
+	before := s.Stats().Live.Table(2)
+	require.NoError(t, s.Close())
+	s, err = lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	require.Equal(t, before, s.Stats().Live.Table(2))
+	rep, err = s.Verify()
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
 }

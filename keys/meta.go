@@ -29,12 +29,16 @@ const (
 	// LiveEstimatesPrefix starts the estimates markers of the live
 	// statistics, live_est/<table u32 BE> (stats).
 	LiveEstimatesPrefix = "live_est/"
+	// LiveLogPrefix starts the delta log of the live statistics,
+	// live_log/<epoch u64 BE>: what a commit changed in the counts of the
+	// buckets whose rows it did not rewrite (stats).
+	LiveLogPrefix = "live_log/"
 )
 
 // metaNames are the registered names; those ending in '/' are prefixes.
 var metaNames = []string{
 	FormatVersionName, FormatMinorName, CommittedEpochName, EpochHWMName, GCEpochName,
-	CatalogPrefix, LivePrefix, LiveEstimatesPrefix,
+	CatalogPrefix, LivePrefix, LiveEstimatesPrefix, LiveLogPrefix,
 }
 
 // KnownMetaName reports whether name is a registered metadata name, or

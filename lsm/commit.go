@@ -71,7 +71,7 @@ func (s *Store) Commit(epoch uint64) error {
 		return err
 	}
 	batch.Normalize()
-	meta := batch.MetaEntries() // sorted
+	meta := batch.MetaEntries(epoch) // sorted
 	meta = insertMeta(meta, livebuckets.MetaEntry{Key: keys.MetaKey([]byte(keys.CommittedEpochName)), Value: be64(epoch)})
 	meta = insertMeta(meta, livebuckets.MetaEntry{Key: keys.MetaKey([]byte(hwmName)), Value: be64(hwm)})
 	for _, e := range meta {

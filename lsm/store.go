@@ -26,8 +26,11 @@ import (
 )
 
 // FormatVersion is the store format this library writes. Open refuses a
-// store whose format_version is newer.
-const FormatVersion = 1
+// store whose format_version is newer. Version 2 (the live statistics'
+// delta log, docs/format.md) reads stores of version 1: Open rewrites
+// their live-statistics rows in the new layout and their format_version,
+// in one ingestion; a read-only Open reads them as they are.
+const FormatVersion = 2
 
 // formatMinor is the minor format version this library writes within
 // FormatVersion (docs/format.md, "Versioning rules"). A minor version only
@@ -163,6 +166,9 @@ type storeMetrics struct {
 	pebbleStalls                          atomic.Int64
 	bucketScans, bucketScanRows           atomic.Int64
 	corruptions                           atomic.Int64
+	// checksAnswered counts the checked ops whose pk the live statistics
+	// proved not live, without a read (Writer.checkLocked).
+	checksAnswered atomic.Int64
 }
 
 // Open opens (or creates) the store in dir. A nil opts means the defaults.
@@ -476,7 +482,7 @@ func (s *Store) load(m mark, hasMark bool) error {
 		return nil
 	}
 	var formatSeen, gcEpochBad bool
-	var minor uint64
+	var minor, format uint64
 	var unknown [][]byte // rows of names this library does not know
 	liveEntries := [][2][]byte{}
 	// leftOut counts the live-statistics rows of each table whose catalog
@@ -503,7 +509,10 @@ func (s *Store) load(m mark, hasMark bool) error {
 			if v > FormatVersion {
 				return errors.Wrapf(ErrFormatTooNew, "store %s has format_version %d, this library writes %d", s.dir, v, FormatVersion)
 			}
-			formatSeen = true
+			if v < 1 {
+				return errors.Wrapf(errCorruptMetadata, "store %s has format_version %d", s.dir, v)
+			}
+			formatSeen, format = true, v
 		case n == keys.FormatMinorName:
 			if minor, err = u64(name, val); err != nil {
 				return err
@@ -546,7 +555,7 @@ func (s *Store) load(m mark, hasMark bool) error {
 			}
 			s.mu.catalog[id] = def
 			s.mu.live.AddTable(id, def.VnodeCount)
-		case strings.HasPrefix(n, keys.LivePrefix) || strings.HasPrefix(n, keys.LiveEstimatesPrefix):
+		case isLiveName(n):
 			liveEntries = append(liveEntries, [2][]byte{append([]byte(nil), it.Key()...), append([]byte(nil), val...)})
 		default:
 			unknown = append(unknown, append([]byte(nil), name...))
@@ -557,6 +566,12 @@ func (s *Store) load(m mark, hasMark bool) error {
 	}
 	if err := s.checkMinor(minor, unknown, leaveOut); err != nil {
 		return err
+	}
+	if formatSeen {
+		s.mu.live.SetFormat(format)
+	}
+	for t := range leftOut {
+		s.mu.live.LeaveOut(t)
 	}
 	for _, e := range liveEntries {
 		if t, ok := liveTableOf(e[0]); ok {
@@ -590,6 +605,15 @@ func (s *Store) load(m mark, hasMark bool) error {
 		}
 	}
 	s.mu.live.FinishLoad()
+	if formatSeen && format < FormatVersion && !s.opts.ReadOnly {
+		// A store of format 1: its live-statistics rows in the layout of
+		// format 2, with the version, in one ingestion.
+		migrate := append(s.mu.live.Migrate(), livebuckets.MetaEntry{Key: keys.MetaKey([]byte(keys.FormatVersionName)), Value: be64(FormatVersion)})
+		if err := s.ingestMeta(migrate); err != nil {
+			return errors.Wrapf(err, "lsmstats: rewrite the live statistics of %s (format %d) in format %d", s.dir, format, FormatVersion)
+		}
+		s.logf("lsmstats: %s: store of format %d rewritten in format %d", s.dir, format, FormatVersion)
+	}
 	s.partitionLarge()
 	for t, n := range leftOut {
 		if n > 0 {

@@ -206,7 +206,8 @@ func (s *Store) Verify() (VerifyReport, error) {
 			differ("the live SSTs hold %d keys of none of the key shapes", foreign)
 		}
 	}
-	if err := s.verifyMeta(differ); err != nil {
+	corruptRow := func(err error) { rep.Corrupt = append(rep.Corrupt, fmt.Sprintf("metadata row: %v", err)) }
+	if err := s.verifyMeta(differ, corruptRow); err != nil {
 		if !lsmstats.IsCorruption(err) {
 			return rep, err
 		}
@@ -458,19 +459,61 @@ func blockKind(r *sstable.Reader, err error) string {
 }
 
 // verifyMeta reports every key in the metadata range that is not a
-// metadata key (Open ignores them).
-func (s *Store) verifyMeta(differ func(string, ...any)) error {
+// metadata key (Open ignores them), and checks the live statistics' rows
+// (bucket rows, estimates markers, the delta log) against the live
+// statistics they persist: each row that does not decode or apply goes to
+// corrupt, each vnode whose rows hold other statistics to differ. A
+// read-only store's live statistics are its rows as Open read them (the
+// rows it left out are among its corrupt metadata already): only the key
+// shapes are checked. Callers hold ingestMu, so that no commit writes
+// rows meanwhile.
+func (s *Store) verifyMeta(differ func(string, ...any), corrupt func(error)) error {
+	var check *livebuckets.RowCheck
+	if !s.opts.ReadOnly {
+		s.mu.Lock()
+		check = s.mu.live.RowCheck()
+		s.mu.Unlock()
+	}
 	lo, hi := keys.TableSpan(keys.MetaTable)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return markPebble(err)
 	}
+	var live [][2][]byte
 	for ok := it.First(); ok; ok = it.Next() {
-		if _, isMeta := keys.MetaName(it.Key()); !isMeta {
+		name, isMeta := keys.MetaName(it.Key())
+		if !isMeta {
 			differ("metadata range: key %x has none of the key shapes", it.Key())
+			continue
+		}
+		if check == nil || !isLiveName(string(name)) {
+			continue
+		}
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return markPebble(errors.CombineErrors(err, it.Close()))
+		}
+		live = append(live, [2][]byte{slices.Clone(it.Key()), slices.Clone(val)})
+	}
+	if err := markPebble(errors.CombineErrors(it.Error(), it.Close())); err != nil {
+		return err
+	}
+	if check != nil {
+		bad, diffs := check.Check(live)
+		for _, err := range bad {
+			corrupt(lsmstats.MarkCorruption(err))
+		}
+		for _, d := range diffs {
+			differ("%s", d)
 		}
 	}
-	return markPebble(errors.CombineErrors(it.Error(), it.Close()))
+	return nil
+}
+
+// isLiveName reports whether a metadata name is one of the live
+// statistics' rows.
+func isLiveName(n string) bool {
+	return strings.HasPrefix(n, keys.LivePrefix) || strings.HasPrefix(n, keys.LiveEstimatesPrefix) || strings.HasPrefix(n, keys.LiveLogPrefix)
 }
 
 func sameFiles(a, b *ssttracker.Version) bool {
@@ -564,7 +607,7 @@ func (s *Store) RecomputeLiveStats(table uint32) (before, after stats.LiveCounts
 		return before, after, errors.Wrapf(err, "lsmstats: recompute live statistics of table %d", table)
 	}
 	batch.Normalize()
-	if err := s.ingestMeta(batch.MetaEntries()); err != nil {
+	if err := s.ingestMeta(batch.MetaEntries(epoch)); err != nil {
 		return before, after, errors.Wrapf(err, "lsmstats: persist recomputed live statistics of table %d", table)
 	}
 	s.statsMu.Lock()

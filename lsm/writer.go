@@ -278,7 +278,7 @@ func (w *Writer) applyLocked(op opKind, epoch uint64, vnode uint16, pk, oldRow, 
 	}
 	e := entry{put: op != opDelete, checked: w.checked}
 	if w.checked {
-		cur, live, err := w.lookupLocked(prefix, b)
+		cur, live, err := w.checkLocked(prefix, b, vnode, pk)
 		if err != nil {
 			return 0, err
 		}
@@ -385,6 +385,36 @@ func (w *Writer) Get(vnode uint16, pk []byte) ([]byte, bool, error) {
 // lookupLocked finds the newest state of prefix in the writer's view, below
 // the in-memory piece of skip (nil: include every piece).
 func (w *Writer) lookupLocked(prefix []byte, skip *epochBuf) ([]byte, bool, error) {
+	if row, put, found, err := w.lookupBuffersLocked(prefix, skip); err != nil || found {
+		return row, put, err
+	}
+	return w.s.getCommitted(prefix)
+}
+
+// checkLocked is lookupLocked for a checked op on pk of vnode (prefix):
+// below the writer's own buffers, a pk that the committed live statistics
+// prove not live (livebuckets.Snapshot.NotLive: an insert above its
+// vnode's largest pk, in an empty bucket, ...) is not read from Pebble,
+// whose point read of a missing pk still searches every memtable. The
+// statistics read are those of the committed epoch the read would see:
+// a commit publishes them before it releases the writer's committed
+// buffers, and this runs under the writer's lock, so a pk not found in
+// the buffers is in the statistics read after it.
+func (w *Writer) checkLocked(prefix []byte, skip *epochBuf, vnode uint16, pk []byte) ([]byte, bool, error) {
+	if row, put, found, err := w.lookupBuffersLocked(prefix, skip); err != nil || found {
+		return row, put, err
+	}
+	if w.s.mu.live.Current().NotLive(w.def.ID, vnode, pk) {
+		w.s.metrics.checksAnswered.Add(1)
+		return nil, false, nil
+	}
+	return w.s.getCommitted(prefix)
+}
+
+// lookupBuffersLocked finds the newest state of prefix in the writer's
+// buffers, below the in-memory piece of skip (nil: include every piece),
+// and reports whether it found one.
+func (w *Writer) lookupBuffersLocked(prefix []byte, skip *epochBuf) (row []byte, put, found bool, err error) {
 	for i := len(w.sealed); i >= 0; i-- {
 		// The open epoch first, then the sealed ones, newest first.
 		var b *epochBuf
@@ -398,17 +428,17 @@ func (w *Writer) lookupLocked(prefix []byte, skip *epochBuf) ([]byte, bool, erro
 		if b != skip {
 			if j, ok := b.index[string(prefix)]; ok {
 				e := &b.entries[j]
-				return e.value, e.put, nil
+				return e.value, e.put, true, nil
 			}
 		}
 		for k := len(b.spills) - 1; k >= 0; k-- {
 			row, put, found, err := b.spills[k].get(prefix)
 			if err != nil || found {
-				return row, put, err
+				return row, put, found, err
 			}
 		}
 	}
-	return w.s.getCommitted(prefix)
+	return nil, false, false, nil
 }
 
 // Close releases the writer's vnodes. Its open epoch is discarded; sealed

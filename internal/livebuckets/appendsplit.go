@@ -95,7 +95,7 @@ func (b *Batch) splitAppends() {
 		if r.old.Rows > 0 {
 			old := Piece{
 				Lower: bk.lower(), Counts: r.old.Counts, LowerLive: r.old.lowerLive,
-				Calibrated: r.old.calibrated, SumResid: r.old.sumResid, SumPos: r.old.sumPos,
+				Calibrated: r.old.calibrated, SumPos: r.old.sumPos,
 			}
 			sb.Rescan.Lower = bk.lower()
 			sb.Pieces = slices.Insert(sb.Pieces, 0, old)

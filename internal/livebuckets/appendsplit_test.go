@@ -93,7 +93,7 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 			before := s.Current().BucketCount()
 			b.Normalize()
 			splits += max(0, b.next.BucketCount()-before)
-			persist(b.MetaEntries())
+			persist(b.MetaEntries(uint64(commit + 1)))
 			b.Publish()
 			rescans := b.Rescans()
 			if !mixed {
@@ -120,7 +120,7 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 		// The last rescans are persisted by the next commit.
 		b := s.Begin()
 		b.Normalize()
-		persist(b.MetaEntries())
+		persist(b.MetaEntries(1 << 20))
 		b.Publish()
 		re := NewState()
 		re.AddTable(table, vnodes)
@@ -184,8 +184,8 @@ func checkBucketsAgainstScans(t *testing.T, l *Snapshot, table uint32, m liveMod
 				wantResid += float64(j+1) - float64(len(rows))*u
 				wantPos += u
 			}
-			require.InDelta(t, wantPos, bk.sumPos, 1e-6*(n+1), msg)
-			require.InDelta(t, wantResid, bk.sumResid, 1e-6*(n+1)*(n+1), msg)
+			require.InDelta(t, wantPos, bk.sumPos, (n+1)/posUnit, msg)
+			require.InDelta(t, wantResid, bk.sumResid(), (n+1)*(n+1)/posUnit, msg)
 		}
 	}
 }

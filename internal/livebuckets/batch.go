@@ -11,12 +11,11 @@ import (
 // Batch accumulates the live deltas of one commit on a private copy of
 // the touched vnodes. Nothing is visible until Publish.
 type Batch struct {
-	s       *State
-	next    *Snapshot
-	tables  map[uint32]*liveTable // copied tables
-	vnodes  map[vkey]*liveVnode   // copied vnodes
-	touched map[bucketID]struct{}
-	seq     sequential
+	s      *State
+	next   *Snapshot
+	tables map[uint32]*liveTable // copied tables
+	vnodes map[vkey]*liveVnode   // copied vnodes
+	seq    sequential
 	// appends are the rows each vnode's last bucket gained above its
 	// largest pk, for Normalize to split it without a scan (appendRun).
 	appends      map[vkey]*appendRun
@@ -25,26 +24,22 @@ type Batch struct {
 	// deltas come in (table, vnode, pk) order, so most lookups repeat it.
 	lastKey   vkey
 	lastVnode *liveVnode
+	// foldAll makes MetaEntries fold every vnode of the batch (a
+	// recount).
+	foldAll bool
+	// persist is what MetaEntries wrote, for Publish to record in the
+	// state once the commit is durable (nil: MetaEntries was not called).
+	persist *persistPlan
 }
 
 // sequential remembers where the last delta of a batch landed. A commit
 // applies its deltas in (table, vnode, pk) order, so the next one lands in
-// the same bucket or a few after it, and touches it again.
+// the same bucket or a few after it.
 type sequential struct {
 	vnode vkey
 	// bucket is the index of the bucket of the last delta in vnode, -1 if
 	// none.
 	bucket int
-	// touchedLower is the lower bound of the bucket the batch last added
-	// to touched (it aliases the bucket's): building a touched key copies
-	// the bound into a string, which a run of deltas in one bucket skips.
-	touched      vkey
-	touchedLower []byte
-	haveTouched  bool
-	// anchors is the vnode whose anchors row the batch last added to
-	// touched (a run of appends moves the anchors with every row).
-	anchors     vkey
-	haveAnchors bool
 }
 
 type vkey struct {
@@ -59,7 +54,6 @@ func (s *State) Begin() *Batch {
 		next:    s.cur.cloneTables(),
 		tables:  map[uint32]*liveTable{},
 		vnodes:  map[vkey]*liveVnode{},
-		touched: map[bucketID]struct{}{},
 		seq:     sequential{bucket: -1},
 		appends: map[vkey]*appendRun{},
 	}
@@ -100,7 +94,7 @@ func (b *Batch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
 		buckets: slices.Clone(old.buckets), keys: old.keys, total: old.total,
 		minPK: old.minPK, maxPK: old.maxPK, minKey: old.minKey, maxKey: old.maxKey,
 		minLive: old.minLive, maxLive: old.maxLive,
-		shortBounds: old.shortBounds, shortHints: old.shortHints,
+		shortBounds: old.shortBounds, shortHints: old.shortHints, base: old.base,
 	}
 	t.vnodes[vnode] = v
 	b.vnodes[k] = v
@@ -114,14 +108,9 @@ func (b *Batch) MarkEstimates(table uint32) error {
 	if err != nil {
 		return err
 	}
-	if !t.estimates {
-		t.estimates = true
-		b.touched[bucketID{table: table, first: true, lower: estimatesMarker}] = struct{}{}
-	}
+	t.estimates = true
 	return nil
 }
-
-const estimatesMarker = "\x00estimates"
 
 // Delta is the change one version of a pk makes to the live
 // statistics of its vnode: Counts are the rows (+1 inserts, -1 deletes,
@@ -151,10 +140,6 @@ func (b *Batch) Apply(d Delta) error {
 	// calibration into their new frames, where the pk then lands.
 	was := v.anchors()
 	if v.updateHints(d.PK, pkKey, d.Live) {
-		if !b.seq.haveAnchors || b.seq.anchors != k {
-			b.touched[bucketID{table: d.Table, vnode: d.Vnode, first: true}] = struct{}{}
-			b.seq.anchors, b.seq.haveAnchors = k, true
-		}
 		if moved := !sameSlice(was.minPK, v.minPK) || !sameSlice(was.maxPK, v.maxPK); moved {
 			now := v.anchors()
 			v.setAnchors(was)
@@ -188,9 +173,6 @@ func (b *Batch) Apply(d Delta) error {
 	v.total = v.total.Add(d.Counts)
 	t := b.tables[d.Table]
 	t.total = t.total.Add(d.Counts)
-	if b.seq.touch(k, bk.lower()) {
-		b.touched[bucketID{table: d.Table, vnode: d.Vnode, lower: string(bk.lower()), first: i == 0}] = struct{}{}
-	}
 	return nil
 }
 
@@ -209,25 +191,16 @@ func (q *sequential) find(k vkey, v *liveVnode, pk []byte, pkKey uint64) int {
 	return i
 }
 
-// touch reports whether the bucket of vnode k with lower bound lower is
-// not the one touched last, and remembers it.
-func (q *sequential) touch(k vkey, lower []byte) bool {
-	if q.haveTouched && q.touched == k && bytes.Equal(q.touchedLower, lower) {
-		return false
-	}
-	q.touched, q.touchedLower, q.haveTouched = k, lower, true
-	return true
-}
-
 // sameSlice reports whether a and b are the same slice (not only equal).
 func sameSlice(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
-// Publish makes the batch the current snapshot; its entries are persisted.
+// Publish makes the batch the current snapshot, once what MetaEntries
+// returned is durable: the state records it as persisted.
 func (b *Batch) Publish() {
 	b.publish()
-	clear(b.s.dirty)
+	b.s.persisted(b)
 }
 
 // publish seals the batch's vnodes, packed table by table in vnode order
@@ -245,5 +218,5 @@ func (b *Batch) publish() {
 	}
 	b.lastVnode = nil
 	b.next.at = time.Now()
-	b.s.cur = b.next
+	b.s.setCurrent(b.next)
 }

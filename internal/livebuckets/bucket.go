@@ -1,6 +1,9 @@
 package livebuckets
 
-import "unsafe"
+import (
+	"math"
+	"unsafe"
+)
 
 const (
 	// SplitDivisor sets the largest bucket to 1/SplitDivisor of its vnode.
@@ -28,11 +31,15 @@ func (c Counts) Add(o Counts) Counts {
 
 type bucket struct {
 	Counts
-	sumResid, sumPos float64 // see calibrated
+	// sumPos is the sum of the positions of the bucket's rows between its
+	// anchors, each rounded to a multiple of 1/posUnit (quantize), so that
+	// the sum is exact in a float64 and a commit's change of it is an
+	// integer number of units (the delta log, meta.go). See calibrated.
+	sumPos float64
 	// lowerPtr and lowerLen are the bucket's lower bound (lower), nil for
 	// the first bucket: a slice's pointer and length without its capacity,
-	// which with the two flags below make the bucket 48 bytes rather than
-	// 64 (a vnode holds one to two hundred of them; see design.md, "What
+	// which with the two flags below make the bucket 40 bytes rather than
+	// 56 (a vnode holds one to two hundred of them; see design.md, "What
 	// the statistics hold in memory"). A pk fits in 32 bits of length, as
 	// Pebble's batches encode a key's length in 32 bits.
 	lowerPtr *byte
@@ -40,18 +47,31 @@ type bucket struct {
 	// lowerLive says that lower is the pk of a live row (always false for
 	// the first bucket, whose smallest pk is the vnode's minPK hint).
 	lowerLive bool
-	// calibrated says that sumResid and sumPos hold, for the bucket's
-	// current rows, the sums of rank − n·position and of position, where
-	// rank counts the bucket's rows at or below a row, n is its rows and
-	// position is where the row lies between the bucket's anchors (see
-	// calibrate). A scan of the rows sets them; every insert and delete
-	// after it updates them exactly, as their change depends on the
-	// position of the row alone; a merge or an end bucket's anchor moving
-	// carries them into the new frame. Without them (no scan yet, a merge
-	// or a move whose frames do not compare) the bucket is rescanned after
-	// the commit, and estimates use the uniform model until then.
+	// calibrated says that sumPos holds, for the bucket's current rows,
+	// the sum of their positions between the bucket's anchors. With the
+	// ranks of its n rows 1 to n, the sum of rank − n·position over them
+	// is then n(n+1)/2 − n·sumPos (sumResid), whose mean over the rows
+	// that are not anchors is the bucket's calibration offset (offset). A
+	// scan of the rows sets it; every insert and delete after it updates it
+	// exactly, as its change depends on the position of the row alone; a
+	// merge or an end bucket's anchor moving carries it into the new frame.
+	// Without it (no scan yet, a merge or a move whose frames do not
+	// compare) the bucket is rescanned after the commit, and estimates use
+	// the uniform model until then.
 	calibrated bool
 }
+
+// posUnit is the resolution of a row's position in a bucket's sumPos:
+// 2⁻¹⁶ of the bucket, which moves an estimate by at most 2⁻¹⁷ of the
+// bucket's rows per row, up or down alike.
+const posUnit = 1 << 16
+
+// quantize rounds a position to a multiple of 1/posUnit.
+func quantize(u float64) float64 { return math.Round(u*posUnit) / posUnit }
+
+// posUnits returns a quantized position or sum of them in units of
+// 1/posUnit.
+func posUnits(u float64) int64 { return int64(math.Round(u * posUnit)) }
 
 // lower returns the bucket's lower bound (nil for the first bucket).
 func (b *bucket) lower() []byte { return unsafe.Slice(b.lowerPtr, b.lowerLen) }
@@ -69,28 +89,25 @@ func (b *bucket) offset(loLive, hiLive bool) (float64, bool) {
 	if !b.calibrated || m <= 0 {
 		return 0, false
 	}
-	return (b.sumResid - float64(b2i(loLive))) / float64(m), true
+	return (b.sumResid() - float64(b2i(loLive))) / float64(m), true
 }
 
-// insert updates the calibration for a row inserted at position u. With n
-// rows before it and U the sum of their positions, the rows above the new
-// one rank one higher and every row's n·position grows by its position, so
-// the residuals change by n − U in all; the new row's own residual is its
-// rank minus (n+1)·u, and its rank plus the rows above it is n+1: the sum
-// of residuals grows by n − U + 1 − (n+1)·u, whichever rows are above it.
-func (b *bucket) insert(u float64) {
+// sumResid is the sum of rank − n·position over the bucket's rows: the
+// ranks 1 to n sum to n(n+1)/2.
+func (b *bucket) sumResid() float64 {
 	n := float64(max(b.Rows, 0))
-	b.sumResid += n - b.sumPos + 1 - (n+1)*u
-	b.sumPos += u
+	return n*(n+1)/2 - n*b.sumPos
 }
+
+// insert updates the calibration for a row inserted at position u: every
+// row keeps its position, and the new one adds its own. (The residuals'
+// sum, n(n+1)/2 − n·sumPos, follows: the rows above the new one rank one
+// higher, and every row's n·position grows by its position.)
+func (b *bucket) insert(u float64) { b.sumPos += quantize(u) }
 
 // remove updates the calibration for a row at position u deleted from
 // the bucket: the inverse of insert.
-func (b *bucket) remove(u float64) {
-	n := float64(max(b.Rows, 1))
-	b.sumPos -= u
-	b.sumResid -= (n - 1) - b.sumPos + 1 - n*u
-}
+func (b *bucket) remove(u float64) { b.sumPos -= quantize(u) }
 
 // stale reports whether the bucket must be rescanned to be calibrated
 // again: it has rows but no calibration.
@@ -105,7 +122,7 @@ func b2i(b bool) int64 {
 
 // calibrate takes the calibration of a scanned piece of the bucket's rows.
 func (b *bucket) calibrate(p Piece) {
-	b.calibrated, b.sumResid, b.sumPos = p.Calibrated, p.SumResid, p.SumPos
+	b.calibrated, b.sumPos = p.Calibrated, p.SumPos
 }
 
 // merge adds the rows of o, the next bucket, to b. The merged bucket spans

@@ -1,12 +1,17 @@
 // Package livebuckets holds the live statistics of a store: the exact
 // number of live rows and their bytes per (table, vnode), kept per pk
 // bucket, and how they change. A Snapshot is an immutable view of them; a
-// State owns the current one and the buckets not yet persisted; a Batch
+// State owns the current one and what of it is persisted; a Batch
 // applies a commit's live deltas to private copies of the vnodes it
 // touches and publishes them; buckets that grew too big or lost their
 // calibration are rescanned after the commit (rescan.go), or split at
-// once when rows were appended (appendsplit.go); every changed bucket is
-// persisted as a metadata row (meta.go, docs/format.md). Published vnodes
+// once when rows were appended (appendsplit.go). What a commit changed is
+// persisted with it (persist.go, docs/format.md): for the vnodes that
+// have bucket rows, one delta-log row of their changes of bounds and counts
+// (log.go); for new vnodes, their bucket rows (meta.go), a fold; and once
+// the log outweighs a rewrite of the buckets it changed, a fold of them all
+// that deletes the log. Loading replays the log on the bucket rows.
+// Published vnodes
 // carry the index that the estimates read (vnode.go, arena.go, probe.go,
 // estimate.go).
 //

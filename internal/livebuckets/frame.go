@@ -124,11 +124,9 @@ func (v *liveVnode) moveFrame(i int, was frame) {
 		b.calibrated = false
 		return
 	}
-	n := float64(max(b.Rows, 0))
-	sumPos := a*b.sumPos + n*c
-	// Σ rank is unchanged: sumResid = Σ rank − n·sumPos.
-	b.sumResid -= n * (sumPos - b.sumPos)
-	b.sumPos = sumPos
+	// Rounded to the grid of positions: the sum moves by less than a unit
+	// of it (2⁻¹⁷ of the bucket).
+	b.sumPos = quantize(a*b.sumPos + float64(max(b.Rows, 0))*c)
 }
 
 // affine returns a and c such that a row at position u in frame was lies

@@ -2,12 +2,9 @@ package livebuckets
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/binary"
 	"math"
 	"slices"
-	"sort"
-	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats"
@@ -20,21 +17,24 @@ import (
 //	live/<table u32 BE><vnode u16 BE>\x00              first bucket of a vnode:
 //	                                                     rows, bytes (zigzag varints),
 //	                                                     min pk, max pk (uvarint length + bytes),
-//	                                                     [flags u8, [calibration]]
+//	                                                     flags u8, [position sum], base epoch
 //	live/<table u32 BE><vnode u16 BE>\x01<lower pk>   other buckets: rows, bytes,
-//	                                                     [flags u8, [calibration]]
-//	calibration: sum of residuals f64 BE, sum of positions f64 BE
+//	                                                     flags u8, [position sum]
 //	live_est/<table u32 BE>                            present (value 1) while the
 //	                                                     table's counts may contain estimates
+//	live_log/<epoch u64 BE>                            the changes a commit made to
+//	                                                     the counts of buckets it did not
+//	                                                     rewrite (log.go)
 //
-// The flags (lower bound live, calibrated, min pk live, max pk live) and
-// the calibration (see bucket), present when the calibrated flag is, were
-// added after the first format: a value without them loads with every flag
-// clear (the bounds then count no anchor row, the estimate uses the uniform
-// model).
+// A vnode's bucket rows hold its statistics as of its base epoch, when they
+// were last written (folded, persist.go); the log rows of later epochs hold
+// what commits changed since. Format 1 had no log and no base epoch, and
+// held the calibration as two float64 (readRowV1); Open rewrites such a
+// store's rows in this layout (lsm, format_version 2).
 const (
 	livePrefix      = keys.LivePrefix
 	estimatesPrefix = keys.LiveEstimatesPrefix
+	logPrefix       = keys.LiveLogPrefix
 )
 
 // The flags byte of a bucket's value.
@@ -53,15 +53,19 @@ type bucketRow struct {
 	table uint32
 	vnode uint16
 	// first is the vnode's first bucket, whose lower bound is minus
-	// infinity and whose row also holds the vnode's pk hints.
+	// infinity and whose row also holds the vnode's pk hints and base
+	// epoch.
 	first bool
 	lower []byte
 	Counts
 	minPK, maxPK []byte // first bucket only
 	flags        byte
-	// sumResid and sumPos are the calibration, when flags has
-	// flagCalibrated.
-	sumResid, sumPos float64
+	// sumPos is the calibration (bucket.sumPos) in units of 1/posUnit,
+	// when flags has flagCalibrated.
+	sumPos int64
+	// base is the epoch of the vnode's rows (first bucket only): log rows
+	// of this epoch and earlier are already in them.
+	base uint64
 }
 
 // BucketKey returns the metadata key of a bucket.
@@ -84,13 +88,9 @@ func appendBucketKey(dst []byte, table uint32, vnode uint16, lower []byte, first
 	return keys.AppendMetaKey(dst, name[:], lower)
 }
 
-func (r *bucketRow) key() []byte { return r.appendKey(nil) }
-
 func (r *bucketRow) appendKey(dst []byte) []byte {
 	return appendBucketKey(dst, r.table, r.vnode, r.lower, r.first)
 }
-
-func (r *bucketRow) value() []byte { return r.appendValue(nil) }
 
 func (r *bucketRow) appendValue(val []byte) []byte {
 	val = binary.AppendVarint(val, r.Rows)
@@ -103,15 +103,17 @@ func (r *bucketRow) appendValue(val []byte) []byte {
 	}
 	val = append(val, r.flags)
 	if r.flags&flagCalibrated != 0 {
-		val = binary.BigEndian.AppendUint64(val, math.Float64bits(r.sumResid))
-		val = binary.BigEndian.AppendUint64(val, math.Float64bits(r.sumPos))
+		val = binary.AppendVarint(val, r.sumPos)
+	}
+	if r.first {
+		val = binary.AppendUvarint(val, r.base)
 	}
 	return val
 }
 
-// parseBucketRow decodes the row of a bucket; name is its metadata name,
-// which starts with livePrefix.
-func parseBucketRow(name, value []byte) (bucketRow, error) {
+// parseBucketName decodes the key of a bucket row; name is its metadata
+// name, which starts with livePrefix.
+func parseBucketName(name []byte) (bucketRow, error) {
 	var r bucketRow
 	rest := name[len(livePrefix):]
 	if len(rest) < 7 || rest[6] > 1 {
@@ -125,18 +127,78 @@ func parseBucketRow(name, value []byte) (bucketRow, error) {
 	if !r.first {
 		r.lower = slices.Clone(rest[7:])
 	}
+	return r, nil
+}
+
+// parseBucketRow decodes the row of a bucket in the layout of format
+// version 2 (appendValue); name is its metadata name.
+func parseBucketRow(name, value []byte) (bucketRow, error) {
+	r, err := parseBucketName(name)
+	if err != nil {
+		return r, err
+	}
+	d := rowDecoder{b: value}
+	r.Rows, r.Bytes = d.varint("rows"), d.varint("bytes")
+	if r.first {
+		r.minPK, r.maxPK = d.bytes("min pk hint"), d.bytes("max pk hint")
+	}
+	r.flags = d.byte("flags")
+	if d.err == nil && !r.validFlags() {
+		d.fail("flags")
+	}
+	if r.flags&flagCalibrated != 0 {
+		r.sumPos = d.varint("position sum")
+	}
+	if r.first {
+		r.base = d.uvarint("base epoch")
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("trailing bytes")
+	}
+	return r, d.err
+}
+
+// validFlags reports whether the row's flags are known and fit its kind
+// of bucket.
+func (r *bucketRow) validFlags() bool {
+	switch {
+	case r.flags&^knownFlags != 0:
+		return false
+	case !r.first && r.flags&(flagMinLive|flagMaxLive) != 0:
+		return false
+	case r.first && r.flags&flagLowerLive != 0:
+		return false
+	}
+	return true
+}
+
+// readRowV1 decodes the row of a bucket in the layout of format version
+// 1: the flags byte optional (a value without it has every flag clear),
+// the calibration two float64 BE (the sum of residuals, which the sum of
+// positions implies, and the sum of positions, rounded here to the grid of
+// positions), no base epoch.
+func readRowV1(name, value []byte) (bucketRow, error) {
+	r, err := parseBucketName(name)
+	if err != nil {
+		return r, err
+	}
 	d := rowDecoder{b: value}
 	r.Rows, r.Bytes = d.varint("rows"), d.varint("bytes")
 	if r.first {
 		r.minPK, r.maxPK = d.bytes("min pk hint"), d.bytes("max pk hint")
 	}
 	if d.err == nil && len(d.b) > 0 {
-		r.flags = d.byte()
+		r.flags = d.byte("flags")
 		switch {
-		case r.flags&^knownFlags != 0, !r.first && r.flags&(flagMinLive|flagMaxLive) != 0, r.first && r.flags&flagLowerLive != 0:
+		case !r.validFlags():
 			d.fail("flags")
 		case r.flags&flagCalibrated != 0:
-			r.sumResid, r.sumPos = d.float64("calibration"), d.float64("calibration")
+			_ = d.float64("calibration")
+			sumPos := d.float64("calibration")
+			if d.err == nil && math.Abs(sumPos) > 1<<46 {
+				d.fail("calibration")
+			}
+			r.sumPos = posUnits(sumPos)
 		}
 		if d.err == nil && len(d.b) != 0 {
 			d.fail("trailing bytes")
@@ -169,6 +231,16 @@ func (d *rowDecoder) varint(what string) int64 {
 	return v
 }
 
+func (d *rowDecoder) uvarint(what string) uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail(what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
 func (d *rowDecoder) bytes(what string) []byte {
 	l, n := binary.Uvarint(d.b)
 	if n <= 0 || uint64(len(d.b)-n) < l {
@@ -183,9 +255,33 @@ func (d *rowDecoder) bytes(what string) []byte {
 	return out
 }
 
-func (d *rowDecoder) byte() byte {
+func (d *rowDecoder) byte(what string) byte {
+	if len(d.b) < 1 {
+		d.fail(what)
+		return 0
+	}
 	v := d.b[0]
 	d.b = d.b[1:]
+	return v
+}
+
+func (d *rowDecoder) uint16(what string) uint16 {
+	if len(d.b) < 2 {
+		d.fail(what)
+		return 0
+	}
+	v := binary.BigEndian.Uint16(d.b)
+	d.b = d.b[2:]
+	return v
+}
+
+func (d *rowDecoder) uint32(what string) uint32 {
+	if len(d.b) < 4 {
+		d.fail(what)
+		return 0
+	}
+	v := binary.BigEndian.Uint32(d.b)
+	d.b = d.b[4:]
 	return v
 }
 
@@ -208,12 +304,18 @@ func (v *liveVnode) rowOf(table uint32, vnode uint16, i int) bucketRow {
 	b := &v.buckets[i]
 	r := bucketRow{table: table, vnode: vnode, first: i == 0, lower: b.lower(), Counts: b.Counts}
 	if r.first {
-		r.minPK, r.maxPK = v.minPK, v.maxPK
+		r.minPK, r.maxPK, r.base = v.minPK, v.maxPK, v.base
 		r.flags |= flagIf(v.minLive, flagMinLive) | flagIf(v.maxLive, flagMaxLive)
 	}
-	r.flags |= flagIf(b.lowerLive, flagLowerLive) | flagIf(b.calibrated, flagCalibrated)
-	r.sumResid, r.sumPos = b.sumResid, b.sumPos
+	r.flags |= b.flags()
+	r.sumPos = posUnits(b.sumPos)
 	return r
+}
+
+// flags returns the bucket's flags as its row holds them (lower bound live,
+// calibrated).
+func (b *bucket) flags() byte {
+	return flagIf(b.lowerLive, flagLowerLive) | flagIf(b.calibrated, flagCalibrated)
 }
 
 func flagIf(c bool, f byte) byte {
@@ -227,53 +329,13 @@ func estimatesKey(table uint32) []byte {
 	return keys.MetaKey(binary.BigEndian.AppendUint32([]byte(estimatesPrefix), table))
 }
 
-// appendMetaEntries appends to out the metadata rows to write for ids,
-// sorted as compareBucketIDs sorts them: one table's estimates marker, or
-// buckets of one vnode, each its row or a delete when the bucket no longer
-// exists. Keys and values are appended to buf.
-func (l *Snapshot) appendMetaEntries(out []MetaEntry, buf []byte, ids []bucketID) ([]MetaEntry, []byte) {
-	t := l.table(ids[0].table)
-	if ids[0].estimates() {
-		e := MetaEntry{Key: estimatesKey(ids[0].table)}
-		if t != nil && t.estimates {
-			e.Value = []byte{1}
-		} else {
-			e.Delete = true
-		}
-		return append(out, e), buf
-	}
-	v := t.vnode(ids[0].vnode)
-	j := 1 // the buckets before j are below every id left: a search of the rest
-	for _, id := range ids {
-		var e MetaEntry
-		i := 0
-		if !id.first {
-			j += sort.Search(len(v.buckets)-j, func(k int) bool { return string(v.buckets[j+k].lower()) >= id.lower })
-			if j == len(v.buckets) || string(v.buckets[j].lower()) != id.lower {
-				n := len(buf)
-				buf = appendBucketKey(buf, id.table, id.vnode, []byte(id.lower), false)
-				out = append(out, MetaEntry{Key: buf[n:len(buf):len(buf)], Delete: true})
-				continue
-			}
-			i = j
-		}
-		r := v.rowOf(id.table, id.vnode, i)
-		n := len(buf)
-		buf = r.appendKey(buf)
-		e.Key = buf[n:len(buf):len(buf)]
-		n = len(buf)
-		buf = r.appendValue(buf)
-		e.Value = buf[n:len(buf):len(buf)]
-		out = append(out, e)
-	}
-	return out, buf
-}
-
-// Spans are the metadata spans holding live statistics, for loading.
+// Spans are the metadata spans holding live statistics, for loading, in
+// key order.
 func Spans() [][2][]byte {
 	a, b := keys.MetaSpan(livePrefix)
 	c, d := keys.MetaSpan(estimatesPrefix)
-	return [][2][]byte{{a, b}, {c, d}}
+	e, f := keys.MetaSpan(logPrefix)
+	return [][2][]byte{{a, b}, {c, d}, {e, f}}
 }
 
 // ErrCorruptLive marks undecodable live-statistics metadata. It is
@@ -281,8 +343,14 @@ func Spans() [][2][]byte {
 // so on its way out, and now it is so from where it is made.
 var ErrCorruptLive = lsmstats.NewCorruptionSentinel("lsmstats/stats: corrupt live statistics metadata")
 
+// SetFormat says which store format (lsm.FormatVersion) the rows that
+// Load reads are in: 1 (readRowV1, no log) or 2, the default, the layout
+// this package writes.
+func (s *State) SetFormat(version uint64) { s.format = version }
+
 // Load adds one persisted metadata row (from the spans of Spans, in key
-// order) to the state. Tables must have been added first.
+// order: a table's bucket rows before the log rows) to the state. Tables
+// must have been added first.
 func (s *State) Load(key, value []byte) error {
 	bad := func(err error) error {
 		return errors.Wrapf(ErrCorruptLive, "key %x: %v", key, err)
@@ -293,8 +361,20 @@ func (s *State) Load(key, value []byte) error {
 		return bad(errors.New("not a metadata key"))
 	case bytes.HasPrefix(name, []byte(estimatesPrefix)):
 		return s.loadEstimates(name[len(estimatesPrefix):], bad)
+	case bytes.HasPrefix(name, []byte(logPrefix)):
+		if s.format == 1 {
+			return bad(errors.New("a log row in a store of format 1"))
+		}
+		if err := s.replayLog(name[len(logPrefix):], value); err != nil {
+			return bad(err)
+		}
+		return nil
 	case bytes.HasPrefix(name, []byte(livePrefix)):
-		r, err := parseBucketRow(name, value)
+		read := parseBucketRow
+		if s.format == 1 {
+			read = readRowV1
+		}
+		r, err := read(name, value)
 		if err != nil {
 			return bad(err)
 		}
@@ -334,13 +414,14 @@ func (s *State) loadBucket(r bucketRow) error {
 	v.cum = nil // until FinishLoad
 	bk := bucket{Counts: r.Counts, lowerLive: r.flags&flagLowerLive != 0}
 	if r.flags&flagCalibrated != 0 {
-		bk.calibrated, bk.sumResid, bk.sumPos = true, r.sumResid, r.sumPos
+		bk.calibrated, bk.sumPos = true, float64(r.sumPos)/posUnit
 	}
 	if r.first {
 		v.buckets[0] = bk
 		v.setHints(r.minPK, r.maxPK)
 		v.minLive = r.flags&flagMinLive != 0 && r.minPK != nil
 		v.maxLive = r.flags&flagMaxLive != 0 && r.maxPK != nil
+		v.base = r.base
 	} else {
 		bk.setLower(r.lower)
 		if len(v.buckets) > 1 && bytes.Compare(v.buckets[len(v.buckets)-1].lower(), bk.lower()) >= 0 {
@@ -373,81 +454,9 @@ func (s *State) FinishLoad() {
 	}
 }
 
-// bucketID identifies a bucket (or, with lower == estimatesMarker, a
-// table's estimates marker) whose metadata entry a batch must rewrite.
-type bucketID struct {
-	table uint32
-	vnode uint16
-	lower string // "" is the first bucket
-	first bool
-}
-
 // MetaEntry is one metadata key to write (or delete) with a commit.
 type MetaEntry struct {
 	Key    []byte
 	Value  []byte
 	Delete bool
-}
-
-// MetaEntries returns the metadata keys that persist every bucket changed by
-// this batch or since the last publish (splits, merges), sorted by key. After
-// the merges of Normalize, buckets that no longer exist are deleted.
-//
-// A checkpoint of a load or a backfill touches most buckets of its tables
-// (thousands per commit), so the entries are made in key order, not sorted
-// after: the bucket ids sort by (table, vnode, first, lower), which is the
-// order of their keys, and each vnode's ids are then found by one walk
-// over its buckets. Keys and values share one buffer.
-func (b *Batch) MetaEntries() []MetaEntry {
-	ids := make([]bucketID, 0, len(b.touched)+len(b.s.dirty))
-	for id := range b.s.dirty {
-		ids = append(ids, id)
-	}
-	for id := range b.touched {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, compareBucketIDs)
-	ids = slices.Compact(ids)
-	out := make([]MetaEntry, 0, len(ids))
-	buf := make([]byte, 0, 64*len(ids))
-	for len(ids) > 0 {
-		n := 1
-		if !ids[0].estimates() {
-			for n < len(ids) && !ids[n].estimates() && ids[n].table == ids[0].table && ids[n].vnode == ids[0].vnode {
-				n++
-			}
-		}
-		out, buf = b.next.appendMetaEntries(out, buf, ids[:n])
-		ids = ids[n:]
-	}
-	return out
-}
-
-// estimates says that the id is a table's estimates marker, not a bucket.
-func (id bucketID) estimates() bool { return id.first && id.lower == estimatesMarker }
-
-// compareBucketIDs orders bucket ids as their metadata keys sort: the
-// buckets by table, vnode, the first bucket, then lower bounds (keys end in
-// a 0x00 byte, which keeps the bounds' order); the estimates markers, whose
-// prefix sorts after the buckets', last, by table.
-func compareBucketIDs(a, b bucketID) int {
-	if ae, be := a.estimates(), b.estimates(); ae != be {
-		if ae {
-			return 1
-		}
-		return -1
-	}
-	if c := cmp.Compare(a.table, b.table); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.vnode, b.vnode); c != 0 {
-		return c
-	}
-	if a.first != b.first {
-		if a.first {
-			return -1
-		}
-		return 1
-	}
-	return strings.Compare(a.lower, b.lower)
 }

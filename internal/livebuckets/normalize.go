@@ -44,8 +44,6 @@ func (b *Batch) Normalize() {
 				}
 				parts[j] = append(parts[j], v.part(&bk, i))
 				prev.merge(bk)
-				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(prev.lower()), first: len(out) == 1}] = struct{}{}
-				b.touched[bucketID{table: k.table, vnode: k.vnode, lower: string(bk.lower())}] = struct{}{} // now deleted
 				continue
 			}
 			out = append(out, bk)
@@ -93,29 +91,28 @@ func mergesLeft(prev, bk *bucket, limit int64) bool {
 // calibratedPart is a bucket that a merge joins to its left neighbour:
 // its rows, its calibration, and the frame that calibration is in.
 type calibratedPart struct {
-	rows             int64
-	calibrated       bool
-	sumResid, sumPos float64
-	frame            frame
+	rows       int64
+	calibrated bool
+	sumPos     float64
+	frame      frame
 }
 
 // part returns bucket i (bk, which may have been moved) as a part of a
 // merge, in its frame before the merge.
 func (v *liveVnode) part(bk *bucket, i int) calibratedPart {
-	return calibratedPart{rows: bk.Rows, calibrated: bk.calibrated, sumResid: bk.sumResid, sumPos: bk.sumPos, frame: v.frame(i)}
+	return calibratedPart{rows: bk.Rows, calibrated: bk.calibrated, sumPos: bk.sumPos, frame: v.frame(i)}
 }
 
 // mergeCalibration sets the calibration of bucket j, which merges made of
 // parts, from theirs: each part's rows lie in the merged frame at a·u + c
-// for a row at u in the part's frame (affine), and rank above the rows of
-// the parts before it. Σ rank is then the parts' Σ rank shifted by those
-// rows, and Σ position their sums moved. An uncalibrated part with rows,
-// a negative count, or frames that do not compare leave the bucket
-// uncalibrated: it is rescanned after the commit, as before.
+// for a row at u in the part's frame (affine), so Σ position is their
+// sums moved (rounded to the grid of positions). An uncalibrated part
+// with rows, a negative count, or frames that do not compare leave the
+// bucket uncalibrated: it is rescanned after the commit, as before.
 func (v *liveVnode) mergeCalibration(j int, parts []calibratedPart) {
 	b := &v.buckets[j]
 	now := v.frame(j)
-	var before, sumRank, sumPos float64
+	var sumPos float64
 	for _, p := range parts {
 		if p.rows < 0 {
 			return
@@ -130,10 +127,7 @@ func (v *liveVnode) mergeCalibration(j int, parts []calibratedPart) {
 		if !ok {
 			return
 		}
-		n := float64(p.rows)
-		sumRank += p.sumResid + n*p.sumPos + n*before
-		sumPos += a*p.sumPos + n*c
-		before += n
+		sumPos += a*p.sumPos + float64(p.rows)*c
 	}
-	b.calibrated, b.sumPos, b.sumResid = true, sumPos, sumRank-before*sumPos
+	b.calibrated, b.sumPos = true, quantize(sumPos)
 }

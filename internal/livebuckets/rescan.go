@@ -88,9 +88,11 @@ func sortRescans(out []Rescan) {
 type Piece struct {
 	Lower []byte
 	Counts
-	LowerLive        bool
-	Calibrated       bool
-	SumResid, SumPos float64
+	LowerLive  bool
+	Calibrated bool
+	// SumPos is the sum of the rows' positions between the piece's
+	// anchors, each quantized (see bucket.sumPos).
+	SumPos float64
 }
 
 // scanAcc accumulates a scan of consecutive pieces of one vnode, its rows
@@ -138,7 +140,7 @@ func (a *scanAcc) close(hi []byte) {
 		lo = a.first // the first bucket's anchor: the vnode's smallest pk
 	}
 	if p.Rows > 0 {
-		p.SumResid, p.SumPos = calibrate(lo, hi, a.arena, a.ends)
+		p.SumPos = calibrate(lo, hi, a.arena, a.ends)
 		p.Calibrated = true
 	}
 	a.arena, a.ends = a.arena[:0], a.ends[:0]
@@ -153,11 +155,12 @@ func (a *scanAcc) finish() {
 }
 
 // calibrate returns, for a bucket's rows (pks in arena, cut at ends) between
-// the bucket's anchors lo and hi, the sum of rank − n·position and the sum
-// of position over them: rank counts the rows at or below a row, n is the
-// rows. The mean residual over the rows that are not anchors is the offset
-// of the bucket's estimates (bucket.offset), and both sums follow inserts
-// and deletes exactly (bucket.insert, bucket.remove).
+// the bucket's anchors lo and hi, the sum of their positions, each
+// quantized: with n rows ranked 1 to n, the sum of rank − n·position over
+// them is n(n+1)/2 − n times it, and the mean of that over the rows that
+// are not anchors is the offset of the bucket's estimates (bucket.offset).
+// The sum follows inserts and deletes exactly (bucket.insert,
+// bucket.remove).
 //
 // Interpolation in a bucket assumes its rows spread evenly between its
 // anchors. Where they do (hashed or sequential keys), the j-th row sits on
@@ -173,16 +176,13 @@ func (a *scanAcc) finish() {
 // passed. The estimates of cursors spread over the bucket's rows are then
 // unbiased, whichever rows come and go: their errors cancel across vnodes
 // instead of adding up.
-func calibrate(lo, hi, arena []byte, ends []int) (sumResid, sumPos float64) {
-	n := float64(len(ends))
+func calibrate(lo, hi, arena []byte, ends []int) (sumPos float64) {
 	start := 0
-	for j, end := range ends {
-		u := position(lo, arena[start:end], hi)
+	for _, end := range ends {
+		sumPos += quantize(position(lo, arena[start:end], hi))
 		start = end
-		sumResid += float64(j+1) - n*u
-		sumPos += u
 	}
-	return sumResid, sumPos
+	return sumPos
 }
 
 // BucketScan builds the pieces of a rescanned bucket from its rows at the
@@ -231,9 +231,9 @@ func (sc *BucketScan) Finish() ScannedBucket {
 // ApplyRescans replaces each rescanned bucket [Lower, Upper) by its
 // scanned pieces, whose counts are exact at the committed epoch, and sets
 // the vnode's minPK and maxPK from the scan when the bucket was the first
-// or the last. Publishes one new snapshot and marks the buckets for
-// persistence. A bucket that no longer exists is an error, and nothing is
-// applied.
+// or the last. Publishes one new snapshot, which the next commit persists
+// (in its log row). A bucket that no longer exists is an error, and
+// nothing is applied.
 func (s *State) ApplyRescans(sbs []ScannedBucket) error {
 	b := s.Begin()
 	for _, sb := range sbs {
@@ -241,10 +241,12 @@ func (s *State) ApplyRescans(sbs []ScannedBucket) error {
 			return err
 		}
 	}
-	b.publish()
-	for id := range b.touched {
-		s.dirty[id] = struct{}{}
+	old := make(map[vkey]*liveVnode, len(b.vnodes))
+	for k := range b.vnodes {
+		old[k] = s.cur.table(k.table).vnode(k.vnode)
 	}
+	b.publish()
+	s.rescanned(b, old)
 	return nil
 }
 
@@ -272,7 +274,6 @@ func (b *Batch) applyRescan(sb ScannedBucket) error {
 			repl[j].setLower(v.buckets[i].lower())
 		}
 		sum = sum.Add(p.Counts)
-		b.touched[bucketID{table: r.Table, vnode: r.Vnode, lower: string(repl[j].lower()), first: i == 0 && j == 0}] = struct{}{}
 	}
 	last := i == len(v.buckets)-1
 	v.replaceBucket(i, repl)
@@ -288,7 +289,6 @@ func (b *Batch) applyRescan(sb ScannedBucket) error {
 		}
 		v.setHints(minPK, maxPK)
 		v.minLive, v.maxLive = minLive, maxLive
-		b.touched[bucketID{table: r.Table, vnode: r.Vnode, first: true}] = struct{}{}
 	}
 	// A scan is the truth: correct the totals if trusted ops were off.
 	d := Counts{Rows: sum.Rows - old.Rows, Bytes: sum.Bytes - old.Bytes}
@@ -349,8 +349,8 @@ func (sc *VnodeScan) Recount() VnodeRecount {
 // with the lower bounds of its buckets (the first is nil) and must scan the
 // vnode at the committed epoch (NewVnodeScan); the caller holds commits off
 // until the batch is published. Nothing is visible until Publish;
-// MetaEntries persist the buckets that changed, Normalize and Rescans
-// apply as after a commit.
+// MetaEntries persist every vnode the recount scanned (folded, not logged),
+// Normalize and Rescans apply as after a commit.
 func (s *State) Recount(table uint32, scan func(vnode uint16, bounds [][]byte) (VnodeRecount, error)) (*Batch, error) {
 	b := s.Begin()
 	t, err := b.table(table)
@@ -391,7 +391,6 @@ func (s *State) Recount(table uint32, scan func(vnode uint16, bounds [][]byte) (
 			if bk.Counts != c.Counts || bk.lowerLive != (c.LowerLive && i > 0) || !bk.calibrated && c.Calibrated {
 				bk.Counts, bk.lowerLive = c.Counts, c.LowerLive && i > 0
 				bk.calibrate(c)
-				b.touched[bucketID{table: table, vnode: vn, lower: string(bk.lower()), first: i == 0}] = struct{}{}
 			}
 		}
 		live := rc.MinPK != nil
@@ -399,14 +398,11 @@ func (s *State) Recount(table uint32, scan func(vnode uint16, bounds [][]byte) (
 			// Exact hints: the interpolation of the end buckets improves.
 			v.setHints(rc.MinPK, rc.MaxPK)
 			v.minLive, v.maxLive = live, live
-			b.touched[bucketID{table: table, vnode: vn, first: true}] = struct{}{}
 		}
 		t.total = t.total.Add(Counts{Rows: sum.Rows - v.total.Rows, Bytes: sum.Bytes - v.total.Bytes})
 		v.total = sum
 	}
-	if t.estimates {
-		t.estimates = false
-		b.touched[bucketID{table: table, first: true, lower: estimatesMarker}] = struct{}{}
-	}
+	t.estimates = false
+	b.foldAll = true
 	return b, nil
 }

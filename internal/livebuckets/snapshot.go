@@ -1,6 +1,7 @@
 package livebuckets
 
 import (
+	"bytes"
 	"maps"
 	"slices"
 	"time"
@@ -178,4 +179,50 @@ func (l *Snapshot) TableBuckets(table uint32) int {
 		}
 	}
 	return n
+}
+
+// NotLive reports whether the statistics prove that no live row of a
+// vnode has pk: the vnode never had a live row since its anchors were
+// last set, pk lies below its smallest or above its largest pk (every
+// put moves them out, whatever writer made it), pk is an anchor or a
+// bucket bound whose live flag is clear (those flags follow every
+// version exactly), or pk's bucket holds no row but its live anchors and
+// the table's counts contain no estimates (its writers were all checked,
+// so the counts are exact). A false answer says nothing: the row may or may not be live.
+// A checked writer asks it before reading the committed row, which an
+// insert of a new pk then need not do.
+func (l *Snapshot) NotLive(table uint32, vnode uint16, pk []byte) bool {
+	t := l.table(table)
+	if t == nil || int(vnode) >= len(t.vnodes) || t.vnodes[vnode] == nil {
+		return t != nil && int(vnode) < len(t.vnodes) // a vnode that never had a row
+	}
+	v := t.vnodes[vnode]
+	if v.minPK == nil || v.maxPK == nil {
+		return v.minPK == nil && v.maxPK == nil
+	}
+	k := key8(pk)
+	switch c := compareAnchor(pk, k, v.minPK, v.minKey); {
+	case c < 0:
+		return true
+	case c == 0:
+		return !v.minLive
+	}
+	switch c := compareAnchor(pk, k, v.maxPK, v.maxKey); {
+	case c > 0:
+		return true
+	case c == 0:
+		return !v.maxLive
+	}
+	i := v.find(pk)
+	b := &v.buckets[i]
+	if i > 0 && v.keys[i] == k && bytes.Equal(b.lower(), pk) {
+		return !b.lowerLive
+	}
+	// pk lies strictly between the bucket's anchors: not live if the
+	// bucket's rows are its live anchors.
+	loLive, hiLive := b.lowerLive, i == len(v.buckets)-1 && v.maxLive
+	if i == 0 {
+		loLive = v.minLive
+	}
+	return !t.estimates && b.Rows-b2i(loLive)-b2i(hiLive) <= 0
 }

@@ -1,20 +1,52 @@
 package livebuckets
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
-// State owns the current Snapshot and the set of buckets changed
-// since they were last persisted. Not safe for concurrent use.
+// State owns the current Snapshot and what is persisted of it (persist.go).
+// Not safe for concurrent use, but for Current, which may be called from
+// any goroutine.
 type State struct {
-	cur   *Snapshot
-	dirty map[bucketID]struct{}
+	cur *Snapshot
+	// pub is cur, for Current's readers outside the store's lock: set
+	// whenever cur changes.
+	pub atomic.Pointer[Snapshot]
 	// budget is the bucket budget of the tables added from now on.
 	budget int64
+	// format is the store format of the rows Load reads (SetFormat).
+	format uint64
+	// images are the buckets as their rows hold them, of the vnodes whose
+	// current buckets differ from those rows (changed by the log, or by
+	// rescans since the last commit), and imageBuckets their number.
+	images       map[vkey][]bucket
+	imageBuckets int
+	// pending are the vnodes rescans changed since the last commit, each
+	// as the last commit left it (what its rows and the log hold): the next
+	// commit persists their changes since.
+	pending map[vkey]*liveVnode
+	// leftOut are the tables whose log sections Load reads without
+	// applying them (LeaveOut).
+	leftOut map[uint32]struct{}
+	// logs are the epochs of the log rows written since the last full
+	// fold, in increasing order, and logBytes their bytes.
+	logs     []uint64
+	logBytes int
 }
 
 // NewState returns an empty state whose tables have a bucket budget of
 // TableBucketBudget.
 func NewState() *State {
-	return &State{cur: &Snapshot{tables: map[uint32]*liveTable{}, at: time.Now()}, dirty: map[bucketID]struct{}{}, budget: TableBucketBudget}
+	s := &State{budget: TableBucketBudget, format: 2, images: map[vkey][]bucket{}, pending: map[vkey]*liveVnode{}}
+	s.setCurrent(&Snapshot{tables: map[uint32]*liveTable{}, at: time.Now()})
+	return s
+}
+
+// setCurrent makes l the current snapshot.
+func (s *State) setCurrent(l *Snapshot) {
+	s.cur = l
+	s.pub.Store(l)
 }
 
 // SetBucketBudget sets the bucket budget of the tables added after it: a
@@ -36,8 +68,10 @@ func (s *State) SetBucketBudget(budget int) {
 	s.budget = int64(budget)
 }
 
-// Current returns the current snapshot.
-func (s *State) Current() *Snapshot { return s.cur }
+// Current returns the current snapshot. Safe to call concurrently with
+// the State's other methods: a snapshot is immutable once published (but
+// while a store loads, before FinishLoad).
+func (s *State) Current() *Snapshot { return s.pub.Load() }
 
 // AddTable makes room for a table of the given vnode count.
 func (s *State) AddTable(table uint32, vnodeCount int) {
@@ -47,5 +81,15 @@ func (s *State) AddTable(table uint32, vnodeCount int) {
 	next := s.cur.cloneTables()
 	next.tables[table] = &liveTable{vnodes: make([]*liveVnode, vnodeCount), budget: s.budget}
 	next.at = time.Now()
-	s.cur = next
+	s.setCurrent(next)
+}
+
+// LeaveOut makes Load read the log rows' sections of a table that is not
+// added (a read-only store left its catalog entry out) without applying
+// them, where it would refuse a section of an unknown table.
+func (s *State) LeaveOut(table uint32) {
+	if s.leftOut == nil {
+		s.leftOut = map[uint32]struct{}{}
+	}
+	s.leftOut[table] = struct{}{}
 }

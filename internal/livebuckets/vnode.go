@@ -146,6 +146,9 @@ type liveVnode struct {
 	// arena is the allocation the vnode was published in, nil for a
 	// batch's private copy.
 	arena *arena
+	// base is the epoch of the vnode's bucket rows (persist.go): the log
+	// rows of later epochs hold what commits changed since.
+	base uint64
 }
 
 // keyView is how queries order and place pks in a sealed vnode by 8-byte

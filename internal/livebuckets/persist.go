@@ -1,0 +1,386 @@
+package livebuckets
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// What a commit writes of the live statistics: the delta log (log.go) for
+// the vnodes that have rows, with their changes of bounds (splits, merges,
+// rescans) and counts; the rows of the new vnodes (a fold); and now and
+// then a fold of every vnode the log changed, which deletes the log.
+//
+// The state remembers, for each vnode the log changed since its rows were
+// last written, those rows (its image: the buckets as persisted, which a
+// fold compares the vnode with to write only the rows that changed), the
+// vnodes that rescans changed since the last commit with what they were
+// at that commit (pending), and the epochs and bytes of the log rows
+// since the last full fold.
+
+// rowBytesEstimate is about the bytes of a bucket row (key and value):
+// the log since the last full fold is folded once it holds as many bytes
+// as a fold of the vnodes it changed would write.
+const rowBytesEstimate = 40
+
+// persistPlan is what a batch's MetaEntries wrote, for Publish to record.
+type persistPlan struct {
+	// folded are the vnodes whose rows the entries rewrote: their images
+	// are the vnodes themselves from now on.
+	folded []vkey
+	// logged are the vnodes the log row changed that had no image: their
+	// rows as they were, which become their images.
+	logged map[vkey][]bucket
+	// logEpoch and logBytes are the epoch and bytes of the log row the
+	// entries wrote (logBytes 0: none).
+	logEpoch uint64
+	logBytes int
+	// clearLogs says that the entries folded every vnode with an image
+	// and deleted every log row.
+	clearLogs bool
+}
+
+// MetaEntries returns the metadata entries that persist the batch, which
+// commits epoch (for a recount: the committed epoch), sorted by key: the
+// log row of epoch with what it changed in the vnodes that have rows (and
+// what rescans changed since the last commit), and for a vnode without
+// rows yet, its rows (a fold: the rows of its buckets that differ from
+// what is persisted, deletes of the bounds that are gone, and its first
+// row with epoch as its base epoch); every so often, a fold of all the
+// vnodes with logged changes and deletes of the log rows instead of a log
+// row; for a recount, a fold of every vnode it changed; and the estimates
+// markers that changed. Publish records them as persisted.
+func (b *Batch) MetaEntries(epoch uint64) []MetaEntry {
+	s := b.s
+	plan := &persistPlan{logged: map[vkey][]bucket{}, logEpoch: epoch}
+	for k := range s.pending {
+		_, _ = b.vnode(k.table, k.vnode) // cannot fail: the vnode exists
+	}
+	if !b.foldAll && len(s.logs) > 0 && s.logBytes >= s.imageBuckets*rowBytesEstimate {
+		plan.clearLogs = true
+		for k := range s.images {
+			_, _ = b.vnode(k.table, k.vnode)
+		}
+	}
+	ks := make([]vkey, 0, len(b.vnodes))
+	for k := range b.vnodes {
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, func(a, b vkey) int {
+		return cmp.Or(cmp.Compare(a.table, b.table), cmp.Compare(a.vnode, b.vnode))
+	})
+	var out []MetaEntry
+	var buf, log, section, scratch []byte
+	for len(ks) > 0 {
+		table := ks[0].table
+		n := 1
+		for n < len(ks) && ks[n].table == table {
+			n++
+		}
+		section = section[:0]
+		sections := 0
+		for _, k := range ks[:n] {
+			old, v := s.cur.table(k.table).vnode(k.vnode), b.vnodes[k]
+			prev, pending := s.pending[k]
+			if pending {
+				old = prev // the log holds the vnode as of the last commit
+			}
+			if b.foldAll && !pending && !plan.clearLogs && sameVnode(old, v) {
+				continue // a recount that changed nothing
+			}
+			// A vnode without rows yet (its first rows, in this commit) is
+			// folded: a log row applies to rows that exist.
+			stored := s.cur.table(k.table).vnodeOrNil(k.vnode) != nil
+			if b.foldAll || plan.clearLogs || !stored {
+				persisted := s.images[k]
+				if persisted == nil {
+					persisted = old.buckets
+				}
+				v.base = epoch
+				out, buf = appendFold(out, buf, k, persisted, v)
+				plan.folded = append(plan.folded, k)
+				continue
+			}
+			var changed bool
+			if section, changed = appendLogVnode(section, &scratch, k.vnode, old, v); changed {
+				sections++
+				if s.images[k] == nil {
+					plan.logged[k] = old.buckets
+				}
+			}
+		}
+		if sections > 0 {
+			log = binary.BigEndian.AppendUint32(log, table)
+			log = binary.AppendUvarint(log, uint64(sections))
+			log = append(log, section...)
+		}
+		ks = ks[n:]
+	}
+	ids := make([]uint32, 0, len(b.tables))
+	for id := range b.tables {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if was, now := s.cur.table(id), b.tables[id]; was == nil || was.estimates != now.estimates {
+			e := MetaEntry{Key: estimatesKey(id), Delete: !now.estimates}
+			if now.estimates {
+				e.Value = []byte{1}
+			}
+			out = append(out, e)
+		}
+	}
+	if plan.clearLogs {
+		for _, e := range s.logs {
+			out = append(out, MetaEntry{Key: logKey(e), Delete: true})
+		}
+	}
+	if len(log) > 0 {
+		e := MetaEntry{Key: logKey(epoch), Value: log}
+		plan.logBytes = len(e.Key) + len(e.Value)
+		out = append(out, e)
+	}
+	b.persist = plan
+	return out
+}
+
+// sameVnode reports whether v holds what old holds: bounds, anchors and
+// buckets.
+func sameVnode(old, v *liveVnode) bool {
+	if !sameBounds(old, v) || !bytes.Equal(old.minPK, v.minPK) || !bytes.Equal(old.maxPK, v.maxPK) ||
+		old.minLive != v.minLive || old.maxLive != v.maxLive {
+		return false
+	}
+	for i := range v.buckets {
+		if o, b := &old.buckets[i], &v.buckets[i]; o.Counts != b.Counts || o.sumPos != b.sumPos || o.flags() != b.flags() {
+			return false
+		}
+	}
+	return true
+}
+
+// sameBounds reports whether v has the buckets of old, bound for bound.
+func sameBounds(old, v *liveVnode) bool {
+	if len(old.buckets) != len(v.buckets) {
+		return false
+	}
+	for i := 1; i < len(v.buckets); i++ {
+		if !sameSlice(old.buckets[i].lower(), v.buckets[i].lower()) {
+			return false
+		}
+	}
+	return true
+}
+
+// appendFold appends to out the entries that bring the rows of vnode k,
+// persisted as the buckets persisted hold, to v: its first row, the rows
+// of the other buckets that differ from their persisted ones, and deletes
+// of the persisted bounds v no longer has, in key order (the bounds'
+// order). Keys and values are appended to buf.
+func appendFold(out []MetaEntry, buf []byte, k vkey, persisted []bucket, v *liveVnode) ([]MetaEntry, []byte) {
+	row := func(i int) {
+		r := v.rowOf(k.table, k.vnode, i)
+		n := len(buf)
+		buf = r.appendKey(buf)
+		key := buf[n:len(buf):len(buf)]
+		n = len(buf)
+		buf = r.appendValue(buf)
+		out = append(out, MetaEntry{Key: key, Value: buf[n:len(buf):len(buf)]})
+	}
+	row(0)
+	i, j := 1, 1
+	for i < len(persisted) || j < len(v.buckets) {
+		c := 1
+		switch {
+		case i == len(persisted):
+			c = 1
+		case j == len(v.buckets):
+			c = -1
+		default:
+			c = bytes.Compare(persisted[i].lower(), v.buckets[j].lower())
+		}
+		switch {
+		case c < 0:
+			n := len(buf)
+			buf = appendBucketKey(buf, k.table, k.vnode, persisted[i].lower(), false)
+			out = append(out, MetaEntry{Key: buf[n:len(buf):len(buf)], Delete: true})
+			i++
+		case c > 0:
+			row(j)
+			j++
+		default:
+			if p, b := &persisted[i], &v.buckets[j]; p.Counts != b.Counts || p.sumPos != b.sumPos || p.flags() != b.flags() {
+				row(j)
+			}
+			i, j = i+1, j+1
+		}
+	}
+	return out, buf
+}
+
+// persisted records what the batch's MetaEntries wrote, once durable.
+func (s *State) persisted(b *Batch) {
+	p := b.persist
+	if p == nil {
+		return
+	}
+	for _, k := range p.folded {
+		s.dropImage(k)
+	}
+	// MetaEntries took every pending vnode into the batch, and commits
+	// and rescans do not interleave (the store holds commits off while it
+	// rescans).
+	clear(s.pending)
+	for k, img := range p.logged {
+		if s.images[k] == nil {
+			s.setImage(k, img)
+		}
+	}
+	if p.clearLogs {
+		s.logs, s.logBytes = nil, 0
+	}
+	if p.logBytes > 0 {
+		s.logs = append(s.logs, p.logEpoch)
+		s.logBytes += p.logBytes
+	}
+}
+
+// rescanned records the vnodes that a rescan batch changed, which were
+// old before it: the next commit persists their changes since the last
+// commit.
+func (s *State) rescanned(b *Batch, old map[vkey]*liveVnode) {
+	for k := range b.vnodes {
+		if _, ok := s.pending[k]; ok {
+			continue
+		}
+		if s.images[k] == nil {
+			s.setImage(k, old[k].buckets)
+		}
+		s.pending[k] = old[k]
+	}
+}
+
+func (s *State) setImage(k vkey, bs []bucket) {
+	s.dropImage(k)
+	s.images[k] = bs
+	s.imageBuckets += len(bs)
+}
+
+func (s *State) dropImage(k vkey) {
+	s.imageBuckets -= len(s.images[k])
+	delete(s.images, k)
+}
+
+// Migrate returns the entries that rewrite every bucket row of the state,
+// as loaded from a store of format 1 (SetFormat), in this package's
+// layout, sorted by key: with format_version 2 in the same write, they
+// make the store one of format 2. Call it after FinishLoad.
+func (s *State) Migrate() []MetaEntry {
+	ids := make([]uint32, 0, len(s.cur.tables))
+	for id := range s.cur.tables {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var out []MetaEntry
+	var buf []byte
+	for _, id := range ids {
+		for vn, v := range s.cur.tables[id].vnodes {
+			if v == nil {
+				continue
+			}
+			for i := range v.buckets {
+				r := v.rowOf(id, uint16(vn), i)
+				n := len(buf)
+				buf = r.appendKey(buf)
+				key := buf[n:len(buf):len(buf)]
+				n = len(buf)
+				buf = r.appendValue(buf)
+				out = append(out, MetaEntry{Key: key, Value: buf[n:len(buf):len(buf)]})
+			}
+		}
+	}
+	s.format = 2
+	return out
+}
+
+// RowCheck compares the live statistics' metadata rows with the snapshot
+// they persist (Check). The zero value is not usable: see State.RowCheck.
+type RowCheck struct {
+	cur     *Snapshot
+	pending map[vkey]*liveVnode
+	format  uint64
+}
+
+// RowCheck captures what Check compares the rows with: the current
+// snapshot, less the vnodes that rescans changed since the last commit
+// (the next commit logs their changes). The caller must keep commits off
+// from then until it has read the rows.
+func (s *State) RowCheck() *RowCheck {
+	return &RowCheck{cur: s.cur, pending: maps.Clone(s.pending), format: s.format}
+}
+
+// Check loads rows (the metadata rows of the spans of Spans, in key order:
+// bucket rows, estimates markers and log rows) into a state of the
+// snapshot's tables, as Open would, and compares what they hold with the
+// snapshot vnode by vnode. It returns the rows that do not decode or
+// apply (each error names its key, marked ErrCorruptLive) and the vnodes
+// whose rows hold other buckets, counts, anchors or calibrations than
+// the snapshot. Safe for concurrent use with the State.
+func (c *RowCheck) Check(rows [][2][]byte) (corrupt []error, differ []string) {
+	re := NewState()
+	re.format = c.format
+	ids := c.cur.Tables()
+	for _, id := range ids {
+		re.AddTable(id, len(c.cur.tables[id].vnodes))
+	}
+	for _, r := range rows {
+		if err := re.Load(r[0], r[1]); err != nil {
+			corrupt = append(corrupt, err)
+		}
+	}
+	re.FinishLoad()
+	for _, id := range ids {
+		want, got := c.cur.tables[id], re.cur.tables[id]
+		if want.estimates != got.estimates {
+			differ = append(differ, fmt.Sprintf("table %d: the metadata rows say its counts may contain estimates: %t, the live statistics %t",
+				id, got.estimates, want.estimates))
+		}
+		for vn := range want.vnodes {
+			k := vkey{id, uint16(vn)}
+			if _, ok := c.pending[k]; ok {
+				continue
+			}
+			w, g := want.vnode(k.vnode), got.vnode(k.vnode)
+			if !equalVnode(w, g) {
+				differ = append(differ, fmt.Sprintf("table %d vnode %d: its metadata rows (bucket rows and log) hold %s, the live statistics %s",
+					id, vn, describeVnode(g), describeVnode(w)))
+			}
+		}
+	}
+	return corrupt, differ
+}
+
+// equalVnode reports whether a and b hold the same bounds, anchors and
+// buckets (counts, flags, calibrations).
+func equalVnode(a, b *liveVnode) bool {
+	if len(a.buckets) != len(b.buckets) || !bytes.Equal(a.minPK, b.minPK) || !bytes.Equal(a.maxPK, b.maxPK) ||
+		a.minLive != b.minLive || a.maxLive != b.maxLive {
+		return false
+	}
+	for i := range a.buckets {
+		x, y := &a.buckets[i], &b.buckets[i]
+		if x.Counts != y.Counts || x.sumPos != y.sumPos || x.flags() != y.flags() || !bytes.Equal(x.lower(), y.lower()) {
+			return false
+		}
+	}
+	return true
+}
+
+// describeVnode sums up a vnode for a difference: its rows, bytes and
+// buckets.
+func describeVnode(v *liveVnode) string {
+	return fmt.Sprintf("%d rows / %d bytes in %d buckets", v.total.Rows, v.total.Bytes, len(v.buckets))
+}
