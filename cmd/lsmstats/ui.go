@@ -28,7 +28,8 @@ type progressUI struct {
 	mu                              sync.Mutex
 	text                            map[string]string
 	lastLine                        time.Time
-	lastTruth                       string // the last truth that came, for lines without bars
+	lastTruth                       string // the newest truth that came, for lines without bars
+	truthBarrier                    uint64 // the barrier of lastTruth
 	done                            bool   // finish or stop ran
 }
 
@@ -93,6 +94,11 @@ func (ui *progressUI) load(step, of uint64) {
 // update shows a checkpoint (or the figure right after a recovery).
 func (ui *progressUI) update(r *recordJSON, recovered bool) {
 	rc, st := r.figure("rowcount"), r.figure("stats")
+	if recovered {
+		// The job went back to its last checkpoint: truths from there on
+		// are newer than any from before the crash.
+		ui.truthBarrier = min(ui.truthBarrier, r.Barrier)
+	}
 	if !ui.bars {
 		if recovered || r.Finished || time.Since(ui.lastLine) > time.Second {
 			tag := "barrier"
@@ -102,6 +108,7 @@ func (ui *progressUI) update(r *recordJSON, recovered bool) {
 			truth := ""
 			switch {
 			case r.Truth >= 0:
+				ui.truth(r.Barrier, r.Truth)
 				truth = fmt.Sprintf("truth %.2f%%  ", r.Truth)
 			case ui.withTruth:
 				// Computed beside the job: the last that came.
@@ -132,8 +139,13 @@ func (ui *progressUI) update(r *recordJSON, recovered bool) {
 }
 
 // truth shows a checkpoint's truth, which may come after its checkpoint's
-// figures.
+// figures, and after a newer checkpoint's truth: an older one than the
+// truth shown is dropped, so that the truth shown never goes back.
 func (ui *progressUI) truth(barrier uint64, pct float64) {
+	if ui.lastTruth != "" && barrier < ui.truthBarrier {
+		return
+	}
+	ui.truthBarrier = barrier
 	ui.lastTruth = fmt.Sprintf("%.2f%% (barrier %d)", pct, barrier)
 	if ui.truthBar == nil {
 		return

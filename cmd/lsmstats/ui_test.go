@@ -106,3 +106,26 @@ func TestETAAccuracy(t *testing.T) {
 	}
 	require.InDelta(t, 80, barriers[1].ActualRemainingS, 1e-9)
 }
+
+// TestTruthShownNeverGoesBack: the truth computed beside the job may come
+// after a newer checkpoint's (the demo once showed "truth 99.31% (barrier
+// 204)" on barrier 207, after barrier 206's 100%); an older one is dropped,
+// until a recovery takes the job back to an older checkpoint.
+func TestTruthShownNeverGoesBack(t *testing.T) {
+	var out bytes.Buffer
+	ui := newProgressUI("off", true, &out)
+	rec := func(barrier uint64, finished bool) *recordJSON {
+		return &recordJSON{Barrier: barrier, Truth: -1, Finished: finished, Figures: []backfill.Figure{
+			{Approach: "rowcount", Shown: "50.00%"}, {Approach: "stats", Shown: "99.00%"}}}
+	}
+	ui.truth(206, 100)
+	ui.truth(204, 99.31)
+	ui.update(rec(207, true), false)
+	require.Contains(t, out.String(), "barrier 207: truth 100.00% (barrier 206)")
+	require.NotContains(t, out.String(), "99.31")
+
+	ui.update(rec(150, false), true) // a recovery at an older checkpoint
+	ui.truth(151, 75)
+	ui.update(rec(152, true), false)
+	require.Contains(t, out.String(), "barrier 152: truth 75.00% (barrier 151)")
+}
