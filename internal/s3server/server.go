@@ -281,6 +281,15 @@ func (s *Server) Pause(t testing.TB) {
 	if err := s.signal(syscall.SIGSTOP, true); err != nil {
 		t.Fatal(err)
 	}
+	// The kernel stops a process's threads one by one as each next enters
+	// it: on a loaded machine a thread still serving requests can answer
+	// one after kill returned. Pause returns once every thread has stopped.
+	s.mu.Lock()
+	pid := s.proc.cmd.Process.Pid
+	s.mu.Unlock()
+	if err := waitStopped(pid, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Resume thaws a paused server (SIGCONT).
