@@ -320,28 +320,18 @@ func (s *Store) manifestCorruption(path string, m mark, hasMark bool, what strin
 // number, so no file it creates later has the name of one it removed.
 type deferredRemoveFS struct {
 	vfs.FS
-	mu struct {
-		sync.Mutex
-		deferring bool
-		removed   []string
-	}
+	held deferredRemovals
 }
 
 func newDeferredRemoveFS(fs vfs.FS) *deferredRemoveFS {
-	d := &deferredRemoveFS{FS: fs}
-	d.mu.deferring = true
-	return d
+	return &deferredRemoveFS{FS: fs, held: deferredRemovals{deferring: true}}
 }
 
 // Remove implements vfs.FS.
 func (d *deferredRemoveFS) Remove(name string) error {
-	d.mu.Lock()
-	if d.mu.deferring {
-		d.mu.removed = append(d.mu.removed, name)
-		d.mu.Unlock()
+	if d.held.hold(name) {
 		return nil
 	}
-	d.mu.Unlock()
 	return d.FS.Remove(name)
 }
 
@@ -349,15 +339,41 @@ func (d *deferredRemoveFS) Remove(name string) error {
 // removals through from now on. Failures are logged (a file left behind,
 // as Pebble's own cleaner leaves one it cannot remove).
 func (d *deferredRemoveFS) accept(logger pebble.Logger) {
-	d.mu.Lock()
-	removed := d.mu.removed
-	d.mu.removed, d.mu.deferring = nil, false
-	d.mu.Unlock()
-	for _, name := range removed {
+	for _, name := range d.held.release() {
 		if err := d.FS.Remove(name); err != nil && !oserror.IsNotExist(err) {
 			logger.Errorf("lsmstats: remove %s: %v", name, err)
 		}
 	}
+}
+
+// deferredRemovals holds the names of what Pebble removed (files or
+// objects) while Open checks the store: deferredRemoveFS and
+// deferredDeleteStorage remove them once Open accepts it. Safe for
+// concurrent use.
+type deferredRemovals struct {
+	mu        sync.Mutex
+	deferring bool
+	names     []string
+}
+
+// hold keeps name for later and reports true while removals are deferred;
+// afterwards it reports false and the caller removes name itself.
+func (d *deferredRemovals) hold(name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.deferring {
+		d.names = append(d.names, name)
+	}
+	return d.deferring
+}
+
+// release ends the deferral and returns the names held.
+func (d *deferredRemovals) release() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	names := d.names
+	d.names, d.deferring = nil, false
+	return names
 }
 
 // manifestCopyCovers reports whether the store in dir holds a copy of the

@@ -11,7 +11,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -428,28 +427,18 @@ func newCreatorID() uint64 {
 // after Open removes them.
 type deferredDeleteStorage struct {
 	remote.Storage
-	mu struct {
-		sync.Mutex
-		deferring bool
-		deleted   []string
-	}
+	held deferredRemovals
 }
 
 func newDeferredDeleteStorage(s remote.Storage) *deferredDeleteStorage {
-	d := &deferredDeleteStorage{Storage: s}
-	d.mu.deferring = true
-	return d
+	return &deferredDeleteStorage{Storage: s, held: deferredRemovals{deferring: true}}
 }
 
 // Delete implements remote.Storage.
 func (d *deferredDeleteStorage) Delete(name string) error {
-	d.mu.Lock()
-	if d.mu.deferring {
-		d.mu.deleted = append(d.mu.deleted, name)
-		d.mu.Unlock()
+	if d.held.hold(name) {
 		return nil
 	}
-	d.mu.Unlock()
 	return d.Storage.Delete(name)
 }
 
@@ -457,11 +446,7 @@ func (d *deferredDeleteStorage) Delete(name string) error {
 // passes deletions through from now on. Failures are logged (an object
 // left behind, which the next sweep removes).
 func (d *deferredDeleteStorage) accept(logger pebble.Logger) {
-	d.mu.Lock()
-	deleted := d.mu.deleted
-	d.mu.deleted, d.mu.deferring = nil, false
-	d.mu.Unlock()
-	for _, name := range deleted {
+	for _, name := range d.held.release() {
 		if err := d.Storage.Delete(name); err != nil && !d.IsNotExistError(err) {
 			logger.Errorf("lsmstats: delete object %s: %v", name, err)
 		}
