@@ -22,9 +22,12 @@ package ssttracker
 //
 // A listed file may vanish before it is opened (a compaction finished and
 // Pebble deleted its inputs). The listing is then stale, so the refresh lists
-// again (files already read are kept) — a few times; after that the vanished
-// file is left out, and the event of the compaction that removed it brings
-// the next refresh. Any other error while reading a file fails the refresh
+// again (files already read are kept) — a few times; after that a file that
+// vanished in the last listing is left out, and the event of the compaction
+// that removed it brings the next refresh. A file that vanished and is
+// listed again is missing, not removed (Pebble deletes a file only once no
+// version lists it, and never reuses a file number): the refresh fails with
+// an error marked as corruption, never leaving out a file silently. Any other error while reading a file fails the refresh
 // and publishes nothing: the current Version stays complete, but lags
 // behind the DB, and the next refresh lists. Err reports the failure until
 // a refresh succeeds, and the background goroutine retries with a backoff
@@ -56,6 +59,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +70,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/objstorage"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/sstsummary"
 	"github.com/lsmstats/lsmstats/keys"
 )
@@ -109,6 +114,11 @@ type TrackerConfig struct {
 	// satisfying oserror.IsNotExist means the SST vanished, as for a local
 	// file. Nil: every SST is a file in Dir.
 	OpenRemote func(ctx context.Context, fileNum uint64) (objstorage.Readable, error)
+	// ObjectName, if set, names the object of a remote SST by its backing
+	// file number in messages ("" for an SST in Dir): an error reading an
+	// SST names the object too, where Pebble's messages name the file
+	// number only. Nil: nothing is added.
+	ObjectName func(fileNum uint64) string
 }
 
 func (cfg TrackerConfig) withDefaults() TrackerConfig {
@@ -516,12 +526,13 @@ type loader struct {
 
 // derive lists db's SSTs and returns the Version that follows base.
 func (l *loader) derive(ctx context.Context, db *pebble.DB, base *Version) (*Version, error) {
+	vanished := map[uint64]bool{}
 	for attempt := 1; ; attempt++ {
 		refs, err := listSSTs(db)
 		if err != nil {
 			return nil, err
 		}
-		v, err := l.diff(ctx, base, refs, attempt == maxListAttempts)
+		v, err := l.diff(ctx, base, refs, vanished, attempt == maxListAttempts)
 		if err != nil || v != nil {
 			return v, err
 		}
@@ -530,8 +541,11 @@ func (l *loader) derive(ctx context.Context, db *pebble.DB, base *Version) (*Ver
 
 // diff derives the Version for refs from base. If a new file vanished it
 // returns a nil Version (list again), unless final: then it leaves the file
-// out.
-func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, final bool) (*Version, error) {
+// out. vanished holds the files that vanished in earlier listings of the
+// refresh: one listed again is missing, not gone (Pebble never reuses a
+// file number, and deletes a file only once no version lists it), and the
+// refresh fails with an error marked as corruption.
+func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, vanished map[uint64]bool, final bool) (*Version, error) {
 	files := make([]*liveFile, 0, len(refs))
 	slots := make([]fileSlot, 0, len(refs))
 	var added, removed []*liveFile
@@ -549,6 +563,12 @@ func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, final b
 			f, err := l.load(ctx, &refs[j])
 			if err != nil {
 				if oserror.IsNotExist(err) {
+					num := refs[j].backing()
+					if vanished[num] {
+						return nil, lsmstats.MarkCorruption(errors.Wrapf(err,
+							"lsmstats/stats: sst %06d is in Pebble's current version, but its file is missing", num))
+					}
+					vanished[num] = true
 					if !final {
 						return nil, nil
 					}
@@ -649,12 +669,25 @@ func (cfg *TrackerConfig) openReadable(ctx context.Context, fileNum uint64) (obj
 	return readable, nil
 }
 
+// nameObject names the object of SST fileNum in err's message, unless the
+// SST is local or the message names it already.
+func (cfg *TrackerConfig) nameObject(err error, fileNum uint64) error {
+	if err == nil || cfg.ObjectName == nil {
+		return err
+	}
+	if name := cfg.ObjectName(fileNum); name != "" && !strings.Contains(err.Error(), name) {
+		return errors.Wrapf(err, "%s", name)
+	}
+	return err
+}
+
 // load reads one new SST. Errors satisfying oserror.IsNotExist mean the
 // file vanished.
-func (l *loader) load(ctx context.Context, ref *sstRef) (*liveFile, error) {
+func (l *loader) load(ctx context.Context, ref *sstRef) (_ *liveFile, err error) {
 	if f, ok := l.cached(ref); ok {
 		return f, nil
 	}
+	defer func() { err = l.cfg.nameObject(err, ref.backing()) }()
 	r, err := l.open(ctx, ref)
 	if err != nil {
 		return nil, err

@@ -108,8 +108,9 @@ func (fs *physFlakyFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, erro
 }
 
 // TestTrackerVanishedFile: a listed file that cannot be found makes the
-// refresh list again; if it keeps vanishing it is left out, and a later
-// refresh adds it.
+// refresh list again; if the next listing lists it again, it is missing:
+// the refresh fails (corruption), and a later refresh adds it once it is
+// back.
 func TestTrackerVanishedFile(t *testing.T) {
 	e := openPhys(t, nil)
 	flaky := &physFlakyFS{FS: e.fs, fail: map[string]int{}, err: os.ErrNotExist}
@@ -129,13 +130,18 @@ func TestTrackerVanishedFile(t *testing.T) {
 	require.NoError(t, tr.Refresh())
 	require.Equal(t, 2, tr.Current().NumFiles())
 
-	// Vanishes for good (as far as this tracker can tell): left out.
+	// Missing for good while Pebble still lists it: not a file that a
+	// compaction removed (the next listing would not list it), but a file
+	// lost. The refresh fails with an error marked as corruption that names
+	// it, and publishes nothing.
 	tr2 := NewTracker(TrackerConfig{DB: e.db, Dir: e.dir, FS: flaky, ReaderOptions: e.opts.MakeReaderOptions(), Logger: e.log})
 	defer tr2.Close()
 	flaky.fail[second] = -1
-	require.NoError(t, tr2.Refresh())
-	require.Equal(t, 1, tr2.Current().NumFiles())
-	require.Equal(t, uint64(0), tr2.Current().Vnode(1, 2).Entries)
+	err := tr2.Refresh()
+	require.Error(t, err)
+	require.True(t, lsmstats.IsCorruption(err), "%v", err)
+	require.ErrorContains(t, err, fmt.Sprintf("sst %06d is in Pebble's current version, but its file is missing", files[1].FileNum))
+	require.Equal(t, 0, tr2.Current().NumFiles())
 	// It comes back: the next refresh adds it.
 	flaky.fail[second] = 0
 	require.NoError(t, tr2.Refresh())
