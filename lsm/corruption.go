@@ -20,13 +20,23 @@ const detailCarrier = "\n<corruption detail carrier>"
 // so that errors.Is(err, lsmstats.ErrCorruption) holds for every corruption
 // error the store returns, and drops Pebble's detail-carrier line from the
 // message (the message names the file: "pebble: file 000012: block ...").
-// Other errors are returned as they are.
+// Pebble's message names an SST by its file number alone: for an SST in an
+// object store, the message names its object too ("(object NAME)"), the
+// name under which it is found in the bucket. Other errors are returned as
+// they are.
 func markPebble(err error) error {
 	if err == nil || !pebble.IsCorruptionError(err) {
 		return err
 	}
-	if msg := err.Error(); strings.Contains(msg, detailCarrier) {
-		err = &cleanMessage{msg: strings.ReplaceAll(msg, detailCarrier, ""), cause: err}
+	msg := err.Error()
+	clean := strings.ReplaceAll(msg, detailCarrier, "")
+	if info := pebble.ExtractDataCorruptionInfo(err); info != nil && info.IsRemote {
+		if _, name, ok := strings.Cut(info.Path, "://"); ok && !strings.Contains(clean, name) {
+			clean += " (object " + name + ")"
+		}
+	}
+	if clean != msg {
+		err = &cleanMessage{msg: clean, cause: err}
 	}
 	return lsmstats.MarkCorruption(err)
 }

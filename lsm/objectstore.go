@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -292,6 +293,34 @@ func (o *objectStore) setPebbleOptions(popts *pebble.Options, so *objstore.Store
 	}
 	popts.Experimental.CreateOnSharedLocator = objectStoreLocator
 	popts.Experimental.SecondaryCacheSizeBytes = so.CacheSize
+	popts.Logger = &sizeCheckLogger{Logger: popts.Logger}
+}
+
+// sizeCheckLogger is the store's logger as Pebble sees it on an object
+// store. Pebble compares the size of a remote SST with the MANIFEST's only
+// in its table-statistics job, in the background, and on a mismatch calls
+// Logger.Fatalf, which ends the process. An object cut short or
+// overwritten in the bucket is bad input, not a reason to end the caller's
+// process: the mismatch is logged as an error (once per message), and the
+// SST is left to the reads that meet it, which fail with an error marked
+// as corruption naming its object (Verify reports it). Pebble's other
+// Fatalf calls (a failed WAL or MANIFEST write) pass through. Safe for
+// concurrent use.
+type sizeCheckLogger struct {
+	pebble.Logger
+	logged sync.Map // messages logged
+}
+
+// Fatalf implements pebble.Logger.
+func (l *sizeCheckLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if !strings.Contains(msg, "object size mismatch") {
+		l.Logger.Fatalf(format, args...)
+		return
+	}
+	if _, dup := l.logged.LoadOrStore(msg, true); !dup {
+		l.Errorf("lsmstats: %s: the SST's object is not the size the MANIFEST records (cut short or overwritten in the object store): it is corrupt", msg)
+	}
 }
 
 // setCreator checks that the remote objects Pebble's catalog lists were
@@ -457,11 +486,20 @@ func (d *deferredDeleteStorage) accept(logger pebble.Logger) {
 // NAME in object store URL)", when the SST is not a file in Pebble's
 // directory; "" when it is.
 func (s *Store) where(num uint64) string {
+	if o := s.objectOf(num); o != "" {
+		return " (" + o + ")"
+	}
+	return ""
+}
+
+// objectOf names SST num's object, "object NAME in object store URL", when
+// the SST is not a file in Pebble's directory; "" when it is.
+func (s *Store) objectOf(num uint64) string {
 	if s.obj == nil {
 		return ""
 	}
 	if _, err := s.fs.Stat(s.fs.PathJoin(s.dir, pebbleDir, fmt.Sprintf("%06d.sst", num))); err == nil {
 		return ""
 	}
-	return " (" + s.obj.objectName(num) + ")"
+	return s.obj.objectName(num)
 }

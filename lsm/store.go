@@ -256,6 +256,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		tcfg.OpenRemote = func(ctx context.Context, num uint64) (objstorage.Readable, error) {
 			return obj.openSST(ctx, num, propertiesWindow)
 		}
+		tcfg.ObjectName = s.objectOf
 	}
 	s.tracker = ssttracker.NewTracker(tcfg)
 	el := s.tracker.EventListener()
