@@ -68,14 +68,16 @@ var (
 const opTimeout = 2 * time.Minute
 
 // corruptionConfig is the backfill of the fixture: churn before and during
-// it, spills (a 48 KiB memory watermark) and SSTs cut at 16 KiB.
-func corruptionConfig(t testing.TB, dir string) bench.Config {
+// it, spills (a 48 KiB memory watermark) and SSTs cut at 16 KiB; its SSTs in
+// obj's bucket unless obj is nil.
+func corruptionConfig(t testing.TB, dir string, obj *fixtureBucket) bench.Config {
 	p, err := workload.Preset("mixed", 3000, 8, 5)
 	require.NoError(t, err)
 	p.DuringSteps = 8
 	return bench.Config{
 		Dir: dir, Workload: p, Actors: 2, ChunkSize: 64, BarrierRows: 192,
-		Store: &lsm.Options{Logger: lsm.QuietLogger(io.Discard), MemoryWatermark: 48 << 10, TargetFileSize: 16 << 10},
+		Store: &lsm.Options{Logger: lsm.QuietLogger(io.Discard), MemoryWatermark: 48 << 10, TargetFileSize: 16 << 10,
+			ObjectStore: obj.storeOptions()},
 	}
 }
 
@@ -89,8 +91,12 @@ type fixture struct {
 	stats, verify string
 	// targets are the damageable things: files, and SST blocks by kind.
 	targets []target
-	// ssts are the SSTs of the version Pebble alone opens.
+	// ssts are the SSTs of the version Pebble alone opens (a store on
+	// local disk).
 	ssts string
+	// obj is the object store of a store that keeps its SSTs in a bucket
+	// (nil: local disk).
+	obj *fixtureBucket
 }
 
 // target is one file, or one block of an SST, that can be damaged.
@@ -101,9 +107,9 @@ type target struct {
 	size int64
 }
 
-func buildFixture(t *testing.T) *fixture {
+func buildFixture(t *testing.T, obj *fixtureBucket) *fixture {
 	dir := filepath.Join(t.TempDir(), "fixture")
-	cfg := corruptionConfig(t, dir)
+	cfg := corruptionConfig(t, dir, obj)
 	// No compactions and one actor (actors write concurrently, and which
 	// one's buffer spills varies) while it is built: the same seed damages
 	// the same files. The resume compacts, with two actors (a rescale).
@@ -164,8 +170,8 @@ func buildFixture(t *testing.T) *fixture {
 	require.True(t, copied, "no spill was staged")
 	require.Positive(t, copyDir(t, spills, filepath.Join(dir, "staging")))
 
-	f := &fixture{dir: dir, reads: map[uint64]map[string]uint64{}}
-	ro, err := lsm.Open(dir, &lsm.Options{ReadOnly: true, Logger: lsm.QuietLogger(io.Discard)})
+	f := &fixture{dir: dir, reads: map[uint64]map[string]uint64{}, obj: obj}
+	ro, err := lsm.Open(dir, f.readOnly())
 	require.NoError(t, err)
 	committed := ro.CommittedEpoch()
 	require.Greater(t, committed, uint64(4))
@@ -177,14 +183,32 @@ func buildFixture(t *testing.T) *fixture {
 	}
 	require.NoError(t, ro.Close())
 	var code int
-	f.stats, _, code = runQuiet("stats", "--dir", dir, "--json")
+	f.stats, _, code = f.run("stats", dir, "--json")
 	require.Equal(t, exitOK, code)
-	f.verify, _, code = runQuiet("verify", "--dir", dir)
+	f.verify, _, code = f.run("verify", dir)
 	require.Equal(t, exitOK, code, f.verify)
+	if obj != nil {
+		f.targets = obj.snapshot(t)
+		return f
+	}
 	f.targets = listTargets(t, dir)
 	f.ssts = pebbleSSTs(filepath.Join(dir, "db"))
 	require.NotEmpty(t, f.ssts)
 	return f
+}
+
+// readOnly is the options of a read-only open of a copy of the fixture.
+func (f *fixture) readOnly() *lsm.Options {
+	return &lsm.Options{ReadOnly: true, Logger: lsm.QuietLogger(io.Discard), ObjectStore: f.obj.storeOptions()}
+}
+
+// run runs command cmd of the CLI on the store in dir.
+func (f *fixture) run(cmd, dir string, args ...string) (string, string, int) {
+	args = append([]string{cmd, "--dir", dir}, args...)
+	if f.obj != nil {
+		args = append(args, "--object-store", f.obj.url)
+	}
+	return runQuiet(args...)
 }
 
 // copyDir copies the files of src into dst (created) and returns how many.
@@ -313,7 +337,7 @@ func TestCorruption(t *testing.T) {
 	fmt.Fprintf(os.Stderr, "TestCorruption seed: %d\n", seed)
 	r := rand.New(rand.NewPCG(seed, 16))
 	start := time.Now()
-	f := buildFixture(t)
+	f := buildFixture(t, nil)
 	t.Logf("fixture: %d damageable targets, built in %s", len(f.targets), time.Since(start).Round(time.Millisecond))
 
 	byKind := map[string][]target{}
@@ -380,7 +404,7 @@ func TestCorruption(t *testing.T) {
 						rollbacks.Add(1) // which check must refuse, as it refuses any other answer
 					}
 				}
-				f.check(t, dir, desc, in.kind+" "+string(in.inj), res)
+				f.check(t, dir, desc, in.kind+" "+string(in.inj), namesWhat.MatchString, res)
 				if err := os.RemoveAll(filepath.Dir(dir)); err != nil {
 					t.Errorf("%v", err)
 				}
@@ -396,15 +420,17 @@ func TestCorruption(t *testing.T) {
 	close(work)
 	wg.Wait()
 	t.Logf("%d injections in %s; outcomes per target and injection (ok: as the undamaged store; corrupt: an error marked as corruption naming what is corrupt):\n%s",
-		*corruptionInjections, time.Since(start).Round(time.Millisecond), res.table())
+		*corruptionInjections, time.Since(start).Round(time.Millisecond), res.table("open", "reads", "stats", "verify", "resume"))
 	t.Logf("after %d of %d MANIFEST injections, Pebble alone opens another version without an error", rollbacks.Load(), manifests)
 	if manifests >= 16 {
 		require.Positive(t, rollbacks.Load(), "no MANIFEST injection made Pebble open another version: the fixture shows nothing")
 	}
 }
 
-// check runs every operation on the damaged store in dir.
-func (f *fixture) check(t *testing.T, dir, desc, row string, res outcomes) {
+// check runs every operation on the damaged store in dir; names reports
+// whether an error message names what is damaged. It returns the error of
+// the resume (nil if it finished).
+func (f *fixture) check(t *testing.T, dir, desc, row string, names func(string) bool, res outcomes) (resumeErr error) {
 	bad := func(op, format string, args ...any) {
 		t.Errorf("%s: %s: %s", desc, op, fmt.Sprintf(format, args...))
 	}
@@ -414,7 +440,7 @@ func (f *fixture) check(t *testing.T, dir, desc, row string, res outcomes) {
 		switch {
 		case !lsmstats.IsCorruption(err):
 			bad(op, "an error that is not marked as corruption: %v", err)
-		case !namesWhat.MatchString(err.Error()):
+		case !names(err.Error()):
 			bad(op, "a corruption error that names nothing: %v", err)
 		default:
 			res.add(row, op, "corrupt")
@@ -423,7 +449,7 @@ func (f *fixture) check(t *testing.T, dir, desc, row string, res outcomes) {
 
 	// Open and reads at several epochs.
 	watchdog(t, desc+": open and reads", func() {
-		s, err := lsm.Open(dir, &lsm.Options{ReadOnly: true, Logger: lsm.QuietLogger(io.Discard)})
+		s, err := lsm.Open(dir, f.readOnly())
 		if err != nil {
 			corrupt("open", err)
 			res.add(row, "reads", "not-run")
@@ -449,17 +475,18 @@ func (f *fixture) check(t *testing.T, dir, desc, row string, res outcomes) {
 
 	// The commands.
 	watchdog(t, desc+": stats", func() {
-		out, stderr, code := runQuiet("stats", "--dir", dir, "--json")
-		f.command(t, "stats", out, stderr, code, f.stats, bad, row, res)
+		out, stderr, code := f.run("stats", dir, "--json")
+		f.command(t, "stats", out, stderr, code, f.stats, names, bad, row, res)
 	})
 	watchdog(t, desc+": verify", func() {
-		out, stderr, code := runQuiet("verify", "--dir", dir)
-		f.command(t, "verify", out, stderr, code, f.verify, bad, row, res)
+		out, stderr, code := f.run("verify", dir)
+		f.command(t, "verify", out, stderr, code, f.verify, names, bad, row, res)
 	})
 
 	// The backfill, resumed to its end.
 	watchdog(t, desc+": resume", func() {
-		err := resume(t, dir)
+		err := resume(t, dir, f.obj)
+		resumeErr = err
 		switch {
 		case err == nil:
 			res.add(row, "resume", "ok")
@@ -469,11 +496,12 @@ func (f *fixture) check(t *testing.T, dir, desc, row string, res outcomes) {
 			corrupt("resume", err)
 		}
 	})
+	return resumeErr
 }
 
 // command classifies a command's outcome: exit 0 with the undamaged
 // store's output, or exit 7 with a message that names what is corrupt.
-func (f *fixture) command(t *testing.T, cmd, out, stderr string, code int, want string,
+func (f *fixture) command(t *testing.T, cmd, out, stderr string, code int, want string, names func(string) bool,
 	bad func(op, format string, args ...any), row string, res outcomes) {
 	switch code {
 	case exitOK:
@@ -484,7 +512,7 @@ func (f *fixture) command(t *testing.T, cmd, out, stderr string, code int, want 
 		res.add(row, cmd, "ok")
 	case exitCorrupt:
 		msg := commandMessage([]string{cmd}, stderr)
-		if msg == "" || !namesWhat.MatchString(msg+out) {
+		if msg == "" || !names(msg+out) {
 			bad(cmd, "exit 7 without a message naming what is corrupt: stdout:\n%s\nstderr:\n%s", out, stderr)
 			return
 		}
@@ -500,8 +528,8 @@ var errWrongResult = errors.New("wrong result")
 // cleared, Pebble compacts) and runs it to its end. A run that finishes
 // must have an MV equal to its upstream table, and an upstream table equal
 // to the workload's rows: else errWrongResult.
-func resume(t *testing.T, dir string) error {
-	cfg := corruptionConfig(t, dir)
+func resume(t *testing.T, dir string, obj *fixtureBucket) error {
+	cfg := corruptionConfig(t, dir, obj)
 	s, err := bench.Open(cfg)
 	if err != nil {
 		return err
@@ -573,14 +601,21 @@ func watchdog(t *testing.T, what string, fn func()) {
 	}
 }
 
-// table renders the outcomes: one line per target kind and injection.
-func (o outcomes) table() string {
+// count is the count of outcome key (op+" "+outcome) in row.
+func (o outcomes) count(row, key string) int {
+	outcomesMu.Lock()
+	defer outcomesMu.Unlock()
+	return o[row][key]
+}
+
+// table renders the outcomes of ops (each operation adds one outcome per
+// injection): one line per target kind and injection.
+func (o outcomes) table(ops ...string) string {
 	rows := make([]string, 0, len(o))
 	for k := range o {
 		rows = append(rows, k)
 	}
 	sort.Strings(rows)
-	ops := []string{"open", "reads", "stats", "verify", "resume"}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-26s %4s", "target injection", "n")
 	for _, op := range ops {
