@@ -65,8 +65,15 @@ func TestCorruptionObjectStore(t *testing.T) {
 		require.Contains(t, kinds, want, "the fixture has no %s to damage", want)
 	}
 
+	injections := *objCorruptionInjections
+	if injections == 0 {
+		injections = 2 * len(kinds)
+		if raceEnabled {
+			injections = len(kinds)
+		}
+	}
 	res := outcomes{}
-	for i := range *objCorruptionInjections {
+	for i := range injections {
 		if t.Failed() {
 			break
 		}
@@ -115,11 +122,12 @@ func TestCorruptionObjectStore(t *testing.T) {
 		require.NoError(t, os.RemoveAll(filepath.Dir(dir)))
 	}
 	t.Logf("%d injections in %s; outcomes per target and injection (ok: as the undamaged store; corrupt: an error marked as corruption naming the object; restored: the resume after the object's restoration, when the first failed):\n%s",
-		*objCorruptionInjections, time.Since(start).Round(time.Millisecond),
+		injections, time.Since(start).Round(time.Millisecond),
 		res.table("open", "reads", "stats", "verify", "resume", "restored"))
 }
 
-var objCorruptionInjections = flag.Int("object-corruption-injections", 18, "injections of TestCorruptionObjectStore")
+var objCorruptionInjections = flag.Int("object-corruption-injections", 0,
+	"injections of TestCorruptionObjectStore (0: 18, two rounds over the target kinds; 9 under the race detector, which slows each fivefold)")
 
 // objInjections are the injections in the order TestCorruptionObjectStore
 // takes them: two rounds over the target kinds (its default) flip bytes
