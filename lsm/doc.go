@@ -183,6 +183,14 @@
 //     a damaged MANIFEST from it when the result is exactly the MANIFEST
 //     Pebble wrote, and refuses otherwise (then the store must be restored
 //     from a copy of the whole store). Run Verify after it;
+//   - on an object store, an SST's object deleted, cut short or changed in
+//     the bucket is corruption like a damaged local file, and every error
+//     about it names the object as well as the file number (Pebble's own
+//     messages name the number alone). Pebble checks a remote SST's size
+//     only in its background table-statistics job, where a mismatch would
+//     end the process (Logger.Fatalf): the store logs it instead, and the
+//     reads that meet the SST report it. Restoring the object heals the
+//     store.
 //
 // Verify checks every block of every live SST and goes on past
 // corruption: it reports every corrupt file and metadata row (Corrupt) and
