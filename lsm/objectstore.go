@@ -62,9 +62,14 @@ const (
 	objectStoreLocator = remote.Locator("lsmstats")
 	// markerPrefix starts the name of the store's identity marker.
 	markerPrefix = "lsmstats-store-"
-	// propertiesWindow is the read window of the statistics tracker's
-	// remote reads (an SST's footer, metaindex and properties block, at its
-	// end, in one GET); verifyWindow that of Verify's reads of every block.
+	// propertiesTail is what the statistics tracker reads at once of a
+	// remote SST, at its end: its footer, metaindex and properties block
+	// (the statistics payload: a few KiB for an SST of a few vnodes, up
+	// to ~1.3 KiB per vnode of a large one), in one GET. Properties that
+	// do not fit cost one more GET of the bytes missing; a rebuild from the
+	// SST's keys reads it propertiesWindow bytes at a time. verifyWindow is
+	// the window of Verify's reads of every block.
+	propertiesTail   = 64 << 10
 	propertiesWindow = 256 << 10
 	verifyWindow     = 8 << 20
 )
@@ -367,8 +372,26 @@ func (o *objectStore) sweep(db *pebble.DB) ([]string, error) {
 // Pebble, with reads of window bytes at a time (objstore.NewReadable). A
 // missing object is marked os.ErrNotExist, as a missing local file is.
 func (o *objectStore) openSST(ctx context.Context, num uint64, window int64) (objstorage.Readable, error) {
+	return o.open(ctx, num, func(name string) (objstorage.Readable, error) {
+		return objstore.NewReadable(ctx, o.storage, name, window)
+	})
+}
+
+// openProperties is openSST for the statistics tracker, which reads an
+// SST's properties at its end: its last propertiesTail bytes in one GET
+// (objstore.NewTailReadable; without a HEAD on a Bucket, which the
+// deletions' wrapper would hide), then windows of propertiesWindow.
+func (o *objectStore) openProperties(ctx context.Context, num uint64) (objstorage.Readable, error) {
+	return o.open(ctx, num, func(name string) (objstorage.Readable, error) {
+		return objstore.NewTailReadable(ctx, o.storage.Storage, name, propertiesTail, propertiesWindow)
+	})
+}
+
+// open opens SST num's object with openObject, naming the SST and its
+// object in an error.
+func (o *objectStore) open(ctx context.Context, num uint64, openObject func(name string) (objstorage.Readable, error)) (objstorage.Readable, error) {
 	name := objstore.SSTName(o.rec.creator, num)
-	r, err := objstore.NewReadable(ctx, o.storage, name, window)
+	r, err := openObject(name)
 	if err != nil {
 		missing := o.storage.IsNotExistError(err)
 		err = errors.Wrapf(err, "lsmstats: open SST %06d, object %s in %s", num, name, o.describe())

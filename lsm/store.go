@@ -254,8 +254,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if obj != nil {
 		obj.setPebbleOptions(popts, o.ObjectStore)
 		tcfg.OpenRemote = func(ctx context.Context, num uint64) (objstorage.Readable, error) {
-			return obj.openSST(ctx, num, propertiesWindow)
+			return obj.openProperties(ctx, num)
 		}
+		tcfg.Where = s.where
 	}
 	s.tracker = ssttracker.NewTracker(tcfg)
 	el := s.tracker.EventListener()
