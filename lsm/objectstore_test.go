@@ -319,6 +319,7 @@ type tailCounter struct {
 	*objstore.Bucket
 
 	mu       sync.Mutex
+	calls    int // every tail read
 	armed    bool
 	want     int
 	running  int
@@ -342,8 +343,16 @@ func (c *tailCounter) disarm() int {
 	return c.most
 }
 
+// reads returns the number of tail reads so far.
+func (c *tailCounter) reads() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls
+}
+
 func (c *tailCounter) ReadTail(ctx context.Context, name string, n int64) (remote.ObjectReader, []byte, int64, error) {
 	c.mu.Lock()
+	c.calls++
 	if !c.armed {
 		c.mu.Unlock()
 		return c.Bucket.ReadTail(ctx, name, n)
@@ -370,10 +379,12 @@ func (c *tailCounter) ReadTail(ctx context.Context, name string, n int64) (remot
 	return c.Bucket.ReadTail(ctx, name, n)
 }
 
-// TestObjectStoreStatsLoad reopens a store of many SSTs, on local disk and
-// on the object store: the statistics' first refresh reads the SSTs'
-// properties several at once (on the object store, tail reads in flight
-// together), and its Version equals one loaded an SST at a time. Both
+// TestObjectStoreStatsLoad fills a store with many SSTs, on local disk and
+// on the object store, where the statistics read the properties of the
+// SSTs the store writes from their uploads' last bytes, without a request.
+// Reopened, the statistics' first refresh reads the SSTs' properties
+// several at once (on the object store, tail reads in flight together),
+// and its Version equals one loaded an SST at a time. Both
 // stores hold the same statistics. With the footers of two SSTs' objects
 // damaged, Open loads the others, and the statistics' error names the
 // first of the two by number, and its object, every time.
@@ -413,6 +424,8 @@ func TestObjectStoreStatsLoad(t *testing.T) {
 			require.NoError(t, w.Seal(epoch))
 			require.NoError(t, s.Commit(epoch))
 		}
+		require.GreaterOrEqual(t, s.tracker.Current().NumFiles(), commits, side)
+		require.Zero(t, counter.reads(), "tail reads of SSTs the store wrote")
 		require.NoError(t, s.Close())
 
 		counter.arm(4)
@@ -420,6 +433,7 @@ func TestObjectStoreStatsLoad(t *testing.T) {
 		most := counter.disarm()
 		require.NoError(t, err)
 		if side == "object store" {
+			require.GreaterOrEqual(t, counter.reads(), s.tracker.Current().NumFiles(), "tail reads at Open")
 			require.GreaterOrEqual(t, most, 4, "tail reads in flight at once while Open loaded the statistics")
 			require.LessOrEqual(t, most, ssttracker.DefaultLoadParallelism)
 		}

@@ -46,7 +46,8 @@ type tailReader interface {
 // properties block, each before the last. It reads the object's last tail
 // bytes (all of a shorter object) at once: on a Storage that can
 // (Bucket.ReadTail), in one GET of that suffix, whose answer also says the
-// object's size (no HEAD); on another, ReadObject then a ranged read. A
+// object's size (no HEAD); from memory if a TailKeeper kept them; on
+// another Storage, ReadObject then a ranged read. A
 // read that ends within the bytes held but starts below them, by at most
 // window bytes, extends them down to its start with one ranged read of the
 // bytes missing: an SST's properties longer than the tail cost one more
@@ -62,18 +63,7 @@ func NewTailReadable(ctx context.Context, s remote.Storage, name string, tail, w
 	if window <= 0 {
 		window = 1 << 20
 	}
-	var r remote.ObjectReader
-	var buf []byte
-	var size int64
-	var err error
-	if tr, ok := s.(tailReader); ok {
-		r, buf, size, err = tr.ReadTail(ctx, name, tail)
-	} else if r, size, err = s.ReadObject(ctx, name); err == nil {
-		buf = make([]byte, min(tail, size))
-		if err = r.ReadAt(ctx, buf, size-int64(len(buf))); err != nil {
-			_ = r.Close()
-		}
-	}
+	r, buf, size, err := readTail(ctx, s, name, tail)
 	if err != nil {
 		return nil, err
 	}
