@@ -489,7 +489,8 @@ func TestObjectStoreStatsLoad(t *testing.T) {
 		perr := s.Stats().PhysicalErr
 		require.Error(t, perr)
 		require.True(t, lsmstats.IsCorruption(perr), "%v", perr)
-		require.ErrorContains(t, perr, fmt.Sprintf("sst %06d (object %s in ", bad[1], objstore.SSTName(rec.creator, bad[1])))
+		require.ErrorContains(t, perr, fmt.Sprintf("sst %06d", bad[1]))
+		require.ErrorContains(t, perr, "object "+objstore.SSTName(rec.creator, bad[1])+" in ")
 		require.NotContains(t, perr.Error(), objstore.SSTName(rec.creator, bad[0]))
 		require.NoError(t, s.Close())
 	}
