@@ -466,13 +466,41 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	}
 	ropts := cfg.Store.PebbleOptions().MakeReaderOptions()
 	tcfg := ssttracker.TrackerConfig{DB: db, Dir: lsminternal.PebbleDir(s.Store), ReaderOptions: ropts, Logger: lsm.QuietLogger(nil)}
+	h := measureStatsHeap(b, s.Store)
+	p.physicalHeap, p.liveHeap, p.statsHeap = h.physical, h.live, h.physical+h.live
+	p.liveRows, p.keys = h.liveRows, h.keys
 
-	// Heap held by the statistics: a physical Version built from the live
-	// SSTs and the live buckets loaded from their metadata, as the store
-	// holds them (the stats package's memory benchmark does the same). The
-	// store's background work allocates and frees meanwhile: the probe waits
-	// for Pebble's compactions to finish and builds statsCopies copies, to
-	// divide that noise.
+	p.payload, p.readerPayload = readerPayload(b, db, lsminternal.PebbleDir(s.Store), ropts)
+	p.refreshPerFile, p.listing = refreshProbe(b, s.Store, tcfg)
+	return p
+}
+
+// statsHeap is what measureStatsHeap measured.
+type statsHeap struct {
+	// physical and live are the heap bytes of the physical and the live
+	// statistics.
+	physical, live float64
+	// liveRows are the live statistics' metadata rows; keys the MVCC
+	// entries the physical statistics count.
+	liveRows int
+	keys     uint64
+	// load is the time of the first recomputation of the physical
+	// statistics: reading every live SST's, as a reopened store does.
+	load time.Duration
+}
+
+// measureStatsHeap returns the heap that the statistics of a finished
+// store hold: a physical Version recomputed from its live SSTs by its own
+// tracker's configuration (on an object store, read from the bucket), and
+// the live buckets loaded from their metadata rows, as the store holds
+// them (the stats package's memory benchmark does the same). The store's
+// background work allocates and frees meanwhile: it waits for Pebble's
+// compactions to finish and builds statsCopies copies of each, to divide
+// that noise.
+func measureStatsHeap(b *testing.B, store *lsm.Store) statsHeap {
+	var h statsHeap
+	db := lsminternal.DB(store)
+	tcfg := lsminternal.StoreTracker(store).Config()
 	quiesce(db)
 	var entries [][2][]byte
 	for _, span := range livebuckets.Spans() {
@@ -486,21 +514,25 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	const statsCopies = 4
 	var kept []any
 	before := heapLive()
-	for range statsCopies {
+	for i := range statsCopies {
+		start := time.Now()
 		v, err := ssttracker.Recompute(tcfg)
 		require.NoError(b, err)
+		if i == 0 {
+			h.load = time.Since(start)
+		}
 		kept = append(kept, v)
-		if p.keys == 0 {
+		if h.keys == 0 {
 			for _, t := range v.Tables() {
 				c, _ := v.Table(t)
-				p.keys += c.Entries
+				h.keys += c.Entries
 			}
 		}
 	}
 	mid := heapLive()
 	for range statsCopies {
 		ls := livebuckets.NewState()
-		for _, def := range s.Store.Tables() {
+		for _, def := range store.Tables() {
 			ls.AddTable(def.ID, def.VnodeCount)
 		}
 		for _, kv := range entries {
@@ -509,16 +541,12 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 		ls.FinishLoad()
 		kept = append(kept, ls)
 	}
-	p.physicalHeap = (mid - before) / statsCopies
-	p.liveHeap = (heapLive() - mid) / statsCopies
-	p.statsHeap = p.physicalHeap + p.liveHeap
-	p.liveRows = len(entries)
+	h.physical = (mid - before) / statsCopies
+	h.live = (heapLive() - mid) / statsCopies
+	h.liveRows = len(entries)
 	runtime.KeepAlive(kept)
 	runtime.KeepAlive(entries)
-
-	p.payload, p.readerPayload = readerPayload(b, db, lsminternal.PebbleDir(s.Store), ropts)
-	p.refreshPerFile, p.listing = refreshProbe(b, s.Store, tcfg)
-	return p
+	return h
 }
 
 // readerPayload opens every live SST as Pebble's file cache does

@@ -63,11 +63,21 @@ const (
 	objectStoreLocator = remote.Locator("lsmstats")
 	// markerPrefix starts the name of the store's identity marker.
 	markerPrefix = "lsmstats-store-"
-	// propertiesWindow is the read window of the statistics tracker's
-	// remote reads (an SST's footer, metaindex and properties block, at its
-	// end, in one GET); verifyWindow that of Verify's reads of every block.
+	// propertiesTail is what the statistics tracker reads at once of a
+	// remote SST, at its end: its footer, metaindex and properties block
+	// (the statistics payload: a few KiB for an SST of a few vnodes, up
+	// to ~1.3 KiB per vnode of a large one), in one GET. Properties that
+	// do not fit cost one more GET of the bytes missing; a rebuild from the
+	// SST's keys reads it propertiesWindow bytes at a time. verifyWindow is
+	// the window of Verify's reads of every block.
+	propertiesTail   = 64 << 10
 	propertiesWindow = 256 << 10
 	verifyWindow     = 8 << 20
+	// keptTails bounds the tails of the SSTs the store wrote that it keeps
+	// for the statistics (objstore.TailKeeper): 64 tails of
+	// propertiesTail, more than a flush or most compactions write before
+	// the statistics' next refresh reads them.
+	keptTails = 4 << 20
 )
 
 // objectStoreRecord is what the record file holds.
@@ -138,8 +148,11 @@ func markerName(creator uint64) string { return markerPrefix + strconv.FormatUin
 // objectStore is the object store of an open store.
 type objectStore struct {
 	// storage is the one Pebble uses: the caller's or the Bucket opened
-	// from the URL, whose deletions wait while Open checks the store.
+	// from the URL, whose deletions wait while Open checks the store, and
+	// which keeps the last bytes of the SSTs Pebble writes (tails) until
+	// the statistics read their properties.
 	storage *deferredDeleteStorage
+	tails   *objstore.TailKeeper
 	// owned is the Bucket the store opened from the URL and closes.
 	owned *objstore.Bucket
 	// name names the object store in messages: its URL, without
@@ -200,7 +213,8 @@ func (s *Store) prepareObjectStore(hasDB bool, logger pebble.Logger) (*objectSto
 	} else if b, ok := storage.(*objstore.Bucket); ok && o.name == "" {
 		o.name = b.Config().String()
 	}
-	o.storage = newDeferredDeleteStorage(storage)
+	o.tails = objstore.NewTailKeeper(storage, propertiesTail, keptTails, isSSTObject)
+	o.storage = newDeferredDeleteStorage(o.tails)
 	if err := o.check(s.dir, hasRec); err != nil {
 		o.close()
 		return nil, err
@@ -237,7 +251,7 @@ func (o *objectStore) describe() string {
 func (o *objectStore) check(dir string, hasRec bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
-	if c, ok := o.storage.Storage.(checker); ok {
+	if c, ok := o.tails.Storage.(checker); ok {
 		if err := c.Check(ctx); err != nil {
 			return errors.Wrapf(err, "lsmstats: store %s: %s does not work", dir, o.describe())
 		}
@@ -396,8 +410,34 @@ func (o *objectStore) sweep(db *pebble.DB) ([]string, error) {
 // Pebble, with reads of window bytes at a time (objstore.NewReadable). A
 // missing object is marked os.ErrNotExist, as a missing local file is.
 func (o *objectStore) openSST(ctx context.Context, num uint64, window int64) (objstorage.Readable, error) {
+	return o.open(ctx, num, func(name string) (objstorage.Readable, error) {
+		return objstore.NewReadable(ctx, o.storage, name, window)
+	})
+}
+
+// openProperties is openSST for the statistics tracker, which reads an
+// SST's properties at its end: its last propertiesTail bytes, kept from
+// its upload if the store wrote it since it opened, else in one GET
+// (objstore.NewTailReadable: no HEAD on a Bucket), then windows of
+// propertiesWindow.
+func (o *objectStore) openProperties(ctx context.Context, num uint64) (objstorage.Readable, error) {
+	return o.open(ctx, num, func(name string) (objstorage.Readable, error) {
+		return objstore.NewTailReadable(ctx, o.tails, name, propertiesTail, propertiesWindow)
+	})
+}
+
+// isSSTObject says whether an object name is an SST's (not a reference
+// marker's, nor the store's identity marker).
+func isSSTObject(name string) bool {
+	p, ok := objstore.ParseName(name)
+	return ok && !p.Ref
+}
+
+// open opens SST num's object with openObject, naming the SST and its
+// object in an error.
+func (o *objectStore) open(ctx context.Context, num uint64, openObject func(name string) (objstorage.Readable, error)) (objstorage.Readable, error) {
 	name := objstore.SSTName(o.rec.creator, num)
-	r, err := objstore.NewReadable(ctx, o.storage, name, window)
+	r, err := openObject(name)
 	if err != nil {
 		missing := o.storage.IsNotExistError(err)
 		err = errors.Wrapf(err, "lsmstats: open SST %06d, object %s in %s", num, name, o.describe())

@@ -9,14 +9,20 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/s3server"
+	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/objstore"
+	"github.com/lsmstats/lsmstats/stats"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
@@ -303,4 +309,206 @@ func TestObjectStoreLowerLevels(t *testing.T) {
 	require.True(t, rep.OK(), "%+v", rep)
 	require.EqualValues(t, 200, rep.Rows)
 	require.NoError(t, s.Close())
+}
+
+// tailCounter is a caller's object store: a Bucket whose tail reads (the
+// statistics' loads of SST properties) it counts once armed, holding each
+// until want of them run at once, or until a deadline: loads one at a time
+// never meet.
+type tailCounter struct {
+	*objstore.Bucket
+
+	mu       sync.Mutex
+	calls    int // every tail read
+	armed    bool
+	want     int
+	running  int
+	most     int
+	met      chan struct{}
+	deadline time.Time
+}
+
+func (c *tailCounter) arm(want int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed, c.want, c.running, c.most = true, want, 0, 0
+	c.met, c.deadline = make(chan struct{}), time.Now().Add(10*time.Second)
+}
+
+// disarm stops counting and returns the most tail reads that ran at once.
+func (c *tailCounter) disarm() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = false
+	return c.most
+}
+
+// reads returns the number of tail reads so far.
+func (c *tailCounter) reads() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls
+}
+
+func (c *tailCounter) ReadTail(ctx context.Context, name string, n int64) (remote.ObjectReader, []byte, int64, error) {
+	c.mu.Lock()
+	c.calls++
+	if !c.armed {
+		c.mu.Unlock()
+		return c.Bucket.ReadTail(ctx, name, n)
+	}
+	c.running++
+	c.most = max(c.most, c.running)
+	if c.running == c.want {
+		close(c.met)
+		c.want = -1 // met once
+	}
+	met, wait := c.met, time.Until(c.deadline)
+	c.mu.Unlock()
+	if wait > 0 {
+		select {
+		case <-met:
+		case <-time.After(wait):
+		}
+	}
+	defer func() {
+		c.mu.Lock()
+		c.running--
+		c.mu.Unlock()
+	}()
+	return c.Bucket.ReadTail(ctx, name, n)
+}
+
+// TestObjectStoreStatsLoad fills a store with many SSTs, on local disk and
+// on the object store, where the statistics read the properties of the
+// SSTs the store writes from their uploads' last bytes, without a request.
+// Reopened, the statistics' first refresh reads the SSTs' properties
+// several at once (on the object store, tail reads in flight together),
+// and its Version equals one loaded an SST at a time. Both
+// stores hold the same statistics. With the footers of two SSTs' objects
+// damaged, Open loads the others, and the statistics' error names the
+// first of the two by number, and its object, every time.
+func TestObjectStoreStatsLoad(t *testing.T) {
+	srv := s3server.Shared(t)
+	bucket, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Prefix: "load/",
+		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
+	require.NoError(t, err)
+	defer bucket.Close()
+	counter := &tailCounter{Bucket: bucket}
+	const commits, rows = 30, 25
+	sums := map[string]map[[2]uint32]stats.Counts{}
+	var objDir string
+	var objOpts *Options
+	var dataSSTs []uint64 // of the store on the object store, by number
+	for _, side := range []string{"local", "object store"} {
+		opts := &Options{Logger: QuietLogger(io.Discard), CommitBatchBytes: -1, Pebble: func(po *pebble.Options) {
+			po.DisableAutomaticCompactions = true
+			po.L0StopWritesThreshold = 1000
+		}}
+		if side == "object store" {
+			opts.ObjectStore = &objstore.StoreOptions{Storage: counter}
+		}
+		dir := t.TempDir()
+		s, err := Open(dir, opts)
+		require.NoError(t, err)
+		require.NoError(t, s.CreateTable(objTable))
+		def, err := s.Table(objTable.ID)
+		require.NoError(t, err)
+		w, err := s.NewWriter(objTable.ID, nil, nil)
+		require.NoError(t, err)
+		for epoch := uint64(1); epoch <= commits; epoch++ {
+			for pk := (epoch - 1) * rows; pk < epoch*rows; pk++ {
+				k := keys.AppendUint64(nil, pk)
+				require.NoError(t, w.Insert(epoch, def.VnodeOf(k), k, []byte(fmt.Sprintf("row-%d", pk))))
+			}
+			require.NoError(t, w.Seal(epoch))
+			require.NoError(t, s.Commit(epoch))
+		}
+		require.GreaterOrEqual(t, s.tracker.Current().NumFiles(), commits, side)
+		require.Zero(t, counter.reads(), "tail reads of SSTs the store wrote")
+		require.NoError(t, s.Close())
+
+		counter.arm(4)
+		s, err = Open(dir, opts)
+		most := counter.disarm()
+		require.NoError(t, err)
+		if side == "object store" {
+			require.GreaterOrEqual(t, counter.reads(), s.tracker.Current().NumFiles(), "tail reads at Open")
+			require.GreaterOrEqual(t, most, 4, "tail reads in flight at once while Open loaded the statistics")
+			require.LessOrEqual(t, most, ssttracker.DefaultLoadParallelism)
+		}
+		v := s.tracker.Current()
+		require.GreaterOrEqual(t, v.NumFiles(), commits, side)
+		cfg := s.tracker.Config()
+		cfg.LoadParallelism = 1
+		seq, err := ssttracker.Recompute(cfg)
+		require.NoError(t, err)
+		require.NoError(t, ssttracker.DiffVersions(v, seq), side)
+		st := s.Stats().Physical
+		sums[side] = map[[2]uint32]stats.Counts{}
+		for _, table := range st.Tables() {
+			for _, vn := range st.Vnodes(table) {
+				sums[side][[2]uint32{table, uint32(vn)}] = st.Vnode(table, vn)
+			}
+		}
+		t.Logf("%s: %d SSTs, %d (table, vnode)s; at most %d tail reads at once", side, v.NumFiles(), len(sums[side]), most)
+		if side == "object store" {
+			objDir, objOpts = dir, opts
+			for _, f := range ssttracker.Files(v) {
+				if f.Summary.Table(objTable.ID) != nil && f.Summary.MetaKeys == 0 {
+					dataSSTs = append(dataSSTs, f.BackingNum)
+				}
+			}
+		}
+		require.NoError(t, s.Close())
+	}
+	require.Equal(t, sums["local"], sums["object store"])
+
+	// Two SSTs' footers damaged (their rows' SSTs: Open reads no row).
+	require.Greater(t, len(dataSSTs), 10)
+	bad := []uint64{dataSSTs[9], dataSSTs[2]}
+	ctx := context.Background()
+	rec, _, err := readObjectStoreRecord(vfs.Default, objDir)
+	require.NoError(t, err)
+	bodies := map[uint64][]byte{}
+	for _, num := range bad {
+		name := objstore.SSTName(rec.creator, num)
+		r, size, err := bucket.ReadObject(ctx, name)
+		require.NoError(t, err)
+		body := make([]byte, size)
+		require.NoError(t, r.ReadAt(ctx, body, 0))
+		require.NoError(t, r.Close())
+		bodies[num] = body
+		damaged := slices.Clone(body)
+		damaged[len(damaged)-10] ^= 0xff // the footer's format version
+		writeObj(t, bucket, name, damaged)
+	}
+	for range 3 {
+		s, err := Open(objDir, objOpts)
+		require.NoError(t, err, "a damaged SST's statistics do not keep a store from opening")
+		perr := s.Stats().PhysicalErr
+		require.Error(t, perr)
+		require.True(t, lsmstats.IsCorruption(perr), "%v", perr)
+		require.ErrorContains(t, perr, fmt.Sprintf("sst %06d", bad[1]))
+		require.ErrorContains(t, perr, "object "+objstore.SSTName(rec.creator, bad[1])+" in ")
+		require.NotContains(t, perr.Error(), objstore.SSTName(rec.creator, bad[0]))
+		require.NoError(t, s.Close())
+	}
+	for num, body := range bodies {
+		writeObj(t, bucket, objstore.SSTName(rec.creator, num), body)
+	}
+	s, err := Open(objDir, objOpts)
+	require.NoError(t, err)
+	require.NoError(t, s.Stats().PhysicalErr)
+	require.NoError(t, s.Close())
+}
+
+// writeObj writes body as object name of b.
+func writeObj(t *testing.T, b *objstore.Bucket, name string, body []byte) {
+	t.Helper()
+	w, err := b.CreateObject(name)
+	require.NoError(t, err)
+	_, err = w.Write(body)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
 }

@@ -254,7 +254,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if obj != nil {
 		obj.setPebbleOptions(popts, o.ObjectStore)
 		tcfg.OpenRemote = func(ctx context.Context, num uint64) (objstorage.Readable, error) {
-			return obj.openSST(ctx, num, propertiesWindow)
+			return obj.openProperties(ctx, num)
 		}
 		tcfg.ObjectName = s.objectOf
 	}

@@ -25,7 +25,11 @@
 // ReadAt is one ranged GET, checked against the answer's Content-Range (a
 // server that ignored the range would otherwise pass the object's first
 // bytes off as the range's); reads past the size are refused without a
-// request. CreateObject's writer sends an object of up to Config.PartSize
+// request. ReadTail reads an object's last bytes in one GET of a suffix
+// range, whose Content-Range also says the object's size: no HEAD
+// (NewTailReadable opens an SST's properties that way; a TailKeeper in
+// front of the Bucket serves them from the bytes it uploaded, when it
+// wrote the SST). CreateObject's writer sends an object of up to Config.PartSize
 // bytes (8 MiB by default, at least S3's 5 MiB) in one PUT at Close, a
 // longer one in a multipart upload whose parts go while the writer fills
 // the next (Config.UploadConcurrency at once); every body carries its MD5,

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 	"github.com/lsmstats/lsmstats/internal/s3server"
 	"github.com/lsmstats/lsmstats/objstore"
 	"github.com/stretchr/testify/require"
@@ -66,7 +67,7 @@ func randomBytes(rng *rand.Rand, n int) []byte {
 
 // writeObject writes data as object name in writes of random sizes (up to
 // 256 KiB) and closes the writer.
-func writeObject(t testing.TB, b *objstore.Bucket, rng *rand.Rand, name string, data []byte) error {
+func writeObject(t testing.TB, b remote.Storage, rng *rand.Rand, name string, data []byte) error {
 	t.Helper()
 	w, err := b.CreateObject(name)
 	if err != nil {

@@ -35,12 +35,50 @@ func NewReadable(ctx context.Context, s remote.Storage, name string, window int6
 	return &windowReadable{r: r, name: name, size: size, window: window}, nil
 }
 
+// tailReader is a Storage that reads an object's last bytes in one request
+// (Bucket.ReadTail).
+type tailReader interface {
+	ReadTail(ctx context.Context, name string, n int64) (remote.ObjectReader, []byte, int64, error)
+}
+
+// NewTailReadable is NewReadable for a reader that starts at the object's
+// end, as an SST reader does: its footer, then its metaindex, then its
+// properties block, each before the last. It reads the object's last tail
+// bytes (all of a shorter object) at once: on a Storage that can
+// (Bucket.ReadTail), in one GET of that suffix, whose answer also says the
+// object's size (no HEAD); from memory if a TailKeeper kept them; on
+// another Storage, ReadObject then a ranged read. A
+// read that ends within the bytes held but starts below them, by at most
+// window bytes, extends them down to its start with one ranged read of the
+// bytes missing: an SST's properties longer than the tail cost one more
+// GET of just them. Other reads go as NewReadable's, window bytes at a
+// time. tail <= 0 means 64 KiB, window <= 0 1 MiB.
+//
+// Errors are as NewReadable's. The Readable is safe for concurrent use; it
+// holds at most the tail and one window.
+func NewTailReadable(ctx context.Context, s remote.Storage, name string, tail, window int64) (objstorage.Readable, error) {
+	if tail <= 0 {
+		tail = 64 << 10
+	}
+	if window <= 0 {
+		window = 1 << 20
+	}
+	r, buf, size, err := readTail(ctx, s, name, tail)
+	if err != nil {
+		return nil, err
+	}
+	return &windowReadable{r: r, name: name, size: size, window: window, buf: buf, off: size - int64(len(buf)), extend: true}, nil
+}
+
 // windowReadable is NewReadable's Readable.
 type windowReadable struct {
 	r      remote.ObjectReader
 	name   string
 	size   int64
 	window int64
+
+	// extend says that a read just below buf extends it (NewTailReadable).
+	extend bool
 
 	mu     sync.Mutex
 	buf    []byte // bytes [off, off+len(buf)) of the object
@@ -64,6 +102,17 @@ func (w *windowReadable) ReadAt(ctx context.Context, p []byte, off int64) error 
 	}
 	if off >= w.off && end <= w.off+int64(len(w.buf)) {
 		copy(p, w.buf[off-w.off:])
+		return nil
+	}
+	if w.extend && off < w.off && end > w.off && end <= w.off+int64(len(w.buf)) && w.off-off <= w.window {
+		// Below the bytes held, up into them: read the bytes missing.
+		grown := make([]byte, w.off-off+int64(len(w.buf)))
+		if err := w.r.ReadAt(ctx, grown[:w.off-off], off); err != nil {
+			return err
+		}
+		copy(grown[w.off-off:], w.buf)
+		w.buf, w.off = grown, off
+		copy(p, w.buf)
 		return nil
 	}
 	if int64(len(p)) >= w.window {

@@ -246,7 +246,8 @@ func (l *loader) apply(ctx context.Context, base *Version, changes []fileChange,
 	}
 	dead.addRemoved(changes)
 
-	var added, removed []*liveFile
+	var fresh []*sstRef
+	named := map[uint64]bool{}
 	for _, b := range born {
 		num := uint64(b.info.FileNum)
 		if killed[num] || dead.has(num) {
@@ -255,19 +256,23 @@ func (l *loader) apply(ctx context.Context, base *Version, changes []fileChange,
 		if _, ok := base.fileIndex(num); ok {
 			continue // a listing already showed it
 		}
-		if _, ok := l.cache[num]; ok {
+		if named[num] {
 			continue // named twice
 		}
+		named[num] = true
 		info := pebble.SSTableInfo{TableInfo: b.info}
 		setNum(&info.BackingSSTNum, num)
-		f, err := l.load(ctx, &sstRef{fileNum: num, level: b.level, info: &info})
-		if err != nil {
-			if oserror.IsNotExist(err) {
+		fresh = append(fresh, &sstRef{fileNum: num, level: b.level, info: &info})
+	}
+	var added, removed []*liveFile
+	for _, r := range l.loadAll(ctx, fresh, false) {
+		if r.err != nil {
+			if oserror.IsNotExist(r.err) {
 				return nil, nil
 			}
-			return nil, err
+			return nil, r.err
 		}
-		added = append(added, f)
+		added = append(added, r.f)
 	}
 	for num := range killed {
 		if i, ok := base.fileIndex(num); ok {

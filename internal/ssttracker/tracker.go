@@ -27,8 +27,8 @@ package ssttracker
 // that removed it brings the next refresh. A file that vanished and is
 // listed again is missing, not removed (Pebble deletes a file only once no
 // version lists it, and never reuses a file number): the refresh fails with
-// an error marked as corruption, never leaving out a file silently. Any other error while reading a file fails the refresh
-// and publishes nothing: the current Version stays complete, but lags
+// an error marked as corruption, never leaving out a file silently. Any
+// other error while reading a file fails the refresh and publishes nothing: the current Version stays complete, but lags
 // behind the DB, and the next refresh lists. Err reports the failure until
 // a refresh succeeds, and the background goroutine retries with a backoff
 // instead of waiting for an event that may never come.
@@ -119,6 +119,10 @@ type TrackerConfig struct {
 	// SST names the object too, where Pebble's messages name the file
 	// number only. Nil: nothing is added.
 	ObjectName func(fileNum uint64) string
+	// LoadParallelism bounds the new SSTs whose properties a refresh (or
+	// a recomputation) reads at once (0: DefaultLoadParallelism; 1: one at
+	// a time). See loadAll.
+	LoadParallelism int
 }
 
 func (cfg TrackerConfig) withDefaults() TrackerConfig {
@@ -127,6 +131,9 @@ func (cfg TrackerConfig) withDefaults() TrackerConfig {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = pebble.DefaultLogger
+	}
+	if cfg.LoadParallelism <= 0 {
+		cfg.LoadParallelism = DefaultLoadParallelism
 	}
 	if cfg.ReaderOptions.Comparer == nil {
 		o := &pebble.Options{Comparer: keys.Comparer}
@@ -194,6 +201,14 @@ func (t *Tracker) SetDB(db *pebble.DB) {
 	t.db.Store(db)
 	t.needList.Store(true)
 	t.signalRefresh()
+}
+
+// Config returns the tracker's configuration, with the defaults filled in
+// and the DB that SetDB set: what Recompute reads the live SSTs with.
+func (t *Tracker) Config() TrackerConfig {
+	cfg := t.cfg
+	cfg.DB = t.db.Load()
+	return cfg
 }
 
 // Current returns the current Version; never nil.
@@ -440,9 +455,7 @@ func barrier(db *pebble.DB) {
 // file; it does not change the tracker. Incremental and recomputed Versions
 // must not differ (DiffVersions).
 func (t *Tracker) Recompute() (*Version, error) {
-	cfg := t.cfg
-	cfg.DB = t.db.Load()
-	return Recompute(cfg)
+	return Recompute(t.Config())
 }
 
 // Recompute builds a Version from scratch over the live SSTs of cfg.DB.
@@ -546,21 +559,38 @@ func (l *loader) derive(ctx context.Context, db *pebble.DB, base *Version) (*Ver
 // file number, and deletes a file only once no version lists it), and the
 // refresh fails with an error marked as corruption.
 func (l *loader) diff(ctx context.Context, base *Version, refs []sstRef, vanished map[uint64]bool, final bool) (*Version, error) {
+	// The base's files are compared by their slots: only the files that
+	// left, arrived or moved are touched. The new files are read first,
+	// several at once.
+	old, oldSlots := base.files, base.slots
+	var fresh []*sstRef
+	for i, j := 0, 0; j < len(refs); {
+		switch {
+		case i < len(old) && oldSlots[i].num < refs[j].fileNum:
+			i++
+		case i == len(old) || refs[j].fileNum < oldSlots[i].num:
+			fresh = append(fresh, &refs[j])
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	loaded := l.loadAll(ctx, fresh, final)
+
 	files := make([]*liveFile, 0, len(refs))
 	slots := make([]fileSlot, 0, len(refs))
 	var added, removed []*liveFile
 	moved := 0
-	// The base's files are compared by their slots: only the files that
-	// left, arrived or moved are touched.
-	old, oldSlots := base.files, base.slots
-	i, j := 0, 0
+	i, j, k := 0, 0, 0
 	for i < len(old) || j < len(refs) {
 		switch {
 		case j == len(refs) || (i < len(old) && oldSlots[i].num < refs[j].fileNum):
 			removed = append(removed, old[i])
 			i++
 		case i == len(old) || refs[j].fileNum < oldSlots[i].num:
-			f, err := l.load(ctx, &refs[j])
+			f, err := loaded[k].f, loaded[k].err
+			k++
 			if err != nil {
 				if oserror.IsNotExist(err) {
 					num := refs[j].backing()
@@ -681,12 +711,10 @@ func (cfg *TrackerConfig) nameObject(err error, fileNum uint64) error {
 	return err
 }
 
-// load reads one new SST. Errors satisfying oserror.IsNotExist mean the
-// file vanished.
-func (l *loader) load(ctx context.Context, ref *sstRef) (_ *liveFile, err error) {
-	if f, ok := l.cached(ref); ok {
-		return f, nil
-	}
+// loadFile reads one new SST, logging to log. Errors satisfying
+// oserror.IsNotExist mean the file vanished. Safe to call from several
+// goroutines at once: it reads l.cfg only.
+func (l *loader) loadFile(ctx context.Context, ref *sstRef, log pebble.Logger) (_ *liveFile, err error) {
 	defer func() { err = l.cfg.nameObject(err, ref.backing()) }()
 	r, err := l.open(ctx, ref)
 	if err != nil {
@@ -715,14 +743,13 @@ func (l *loader) load(ctx context.Context, ref *sstRef) (_ *liveFile, err error)
 	if ref.info.Virtual {
 		err = summarizeVirtual(ctx, r, ref, props, &info)
 	} else {
-		rebuilt, err = l.summarize(ctx, r, ref, &info)
+		rebuilt, err = l.summarize(ctx, r, ref, &info, log)
 	}
 	if err != nil {
 		return nil, err
 	}
 	f := newLiveFile(info)
 	f.rebuildErr = rebuilt
-	l.cache[ref.fileNum] = f
 	return f, nil
 }
 
@@ -741,7 +768,7 @@ func (l *loader) cached(ref *sstRef) (*liveFile, bool) {
 func (l *loader) open(ctx context.Context, ref *sstRef) (*sstable.Reader, error) {
 	readable, err := l.cfg.openReadable(ctx, ref.backing())
 	if err != nil {
-		return nil, err
+		return nil, errors.Wrapf(err, "lsmstats/stats: opening sst %06d", ref.backing())
 	}
 	ropts := l.cfg.ReaderOptions
 	ropts.CacheOpts.FileNum = ref.info.BackingSSTNum // named in Pebble's errors
@@ -758,19 +785,19 @@ func (l *loader) open(ctx context.Context, ref *sstRef) (*sstable.Reader, error)
 // for the file's entries, from the file's keys. rebuilt says why it was
 // rebuilt (nil if the property was used); err is a failure to read the
 // keys.
-func (l *loader) summarize(ctx context.Context, r *sstable.Reader, ref *sstRef, info *FileInfo) (rebuilt, err error) {
+func (l *loader) summarize(ctx context.Context, r *sstable.Reader, ref *sstRef, info *FileInfo, log pebble.Logger) (rebuilt, err error) {
 	rebuilt = payloadSummary(r, info)
 	if rebuilt == nil {
 		return nil, nil
 	}
-	l.cfg.Logger.Errorf("lsmstats/stats: sst %06d: unusable payload: %v; rebuilding its summary from its keys", ref.fileNum, rebuilt)
+	log.Errorf("lsmstats/stats: sst %06d: unusable payload: %v; rebuilding its summary from its keys", ref.fileNum, rebuilt)
 	sc, err := scan(ctx, r, ref)
 	if err != nil {
 		return nil, err
 	}
 	info.Summary, info.Source = sc.summary, FromRebuild
 	if err := CheckFile(*info); err != nil {
-		l.cfg.Logger.Errorf("lsmstats/stats: sst %06d: rebuilt summary: %v", ref.fileNum, err)
+		log.Errorf("lsmstats/stats: sst %06d: rebuilt summary: %v", ref.fileNum, err)
 		rebuilt = errors.WithSecondaryError(rebuilt, err)
 	}
 	return rebuilt, nil
