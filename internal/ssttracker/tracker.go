@@ -28,10 +28,11 @@ package ssttracker
 // listed again is missing, not removed (Pebble deletes a file only once no
 // version lists it, and never reuses a file number): the refresh fails with
 // an error marked as corruption, never leaving out a file silently. Any
-// other error while reading a file fails the refresh and publishes nothing: the current Version stays complete, but lags
-// behind the DB, and the next refresh lists. Err reports the failure until
-// a refresh succeeds, and the background goroutine retries with a backoff
-// instead of waiting for an event that may never come.
+// other error while reading a file fails the refresh and publishes
+// nothing: the current Version stays complete, but lags behind the DB, and
+// the next refresh lists. Err reports the failure until a refresh
+// succeeds, and the background goroutine retries with a backoff instead of
+// waiting for an event that may never come.
 //
 // # Files without a usable payload
 //
