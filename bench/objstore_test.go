@@ -26,7 +26,10 @@ const objstoreCacheSize = 256 << 20
 // BenchmarkObjectStore runs the same job (load, then the backfill with
 // churn, the stats approach) on local disk and with the store's SSTs in a
 // bucket of the test binary's S3 server on loopback (SeaweedFS), in turn
-// within each iteration, and reports both sides' figures and their ratios
+// within each iteration — the mixed workload in the vnode and the
+// interleaved snapshot order, update churn in the vnode order;
+// -objstore-rows sets the upstream's rows — and reports both sides'
+// figures and their ratios
 // (x-of-local, the object store's over local disk's):
 //   - rows/s and s3-rows/s of the backfill's snapshot, and load-rows/s,
 //     s3-load-rows/s of the load;
@@ -61,16 +64,24 @@ func BenchmarkObjectStore(b *testing.B) {
 		p.DuringSteps = 40
 		return p
 	}
-	config := func(b *testing.B, order string, o *lsm.Options) Config {
+	config := func(b *testing.B, order string, snapshot backfill.SnapshotOrder, o *lsm.Options) Config {
 		o.Logger = lsm.QuietLogger(nil)
 		return Config{Dir: b.TempDir(), Workload: preset(b, order), Actors: 2, ChunkSize: 256, BarrierRows: 2048,
-			Approaches: []string{"stats"}, Store: o}
+			Approaches: []string{"stats"}, Store: o, SnapshotOrder: snapshot}
 	}
-	sum, err := Run(context.Background(), config(b, "mixed", &lsm.Options{}))
+	sum, err := Run(context.Background(), config(b, "mixed", backfill.VnodeOrder, &lsm.Options{}))
 	require.NoError(b, err)
 	require.True(b, sum.MVMatches, sum.MVError)
-	for _, order := range []string{"mixed", "update-churn"} {
-		b.Run("workload="+order, func(b *testing.B) {
+	// The mixed workload in both snapshot orders (RisingWave's interleaved
+	// order reads the vnodes' rows in turn, a seek per chunk and vnode);
+	// update churn in the vnode order.
+	cells := []struct {
+		order    string
+		snapshot backfill.SnapshotOrder
+	}{{"mixed", backfill.VnodeOrder}, {"mixed", backfill.Interleaved}, {"update-churn", backfill.VnodeOrder}}
+	for _, cell := range cells {
+		order := cell.order
+		b.Run(fmt.Sprintf("workload=%s/order=%s", order, cell.snapshot), func(b *testing.B) {
 			srv := s3server.Shared(b)
 			var local, remote objstoreSide
 			var traffic objstore.Stats
@@ -80,7 +91,7 @@ func BenchmarkObjectStore(b *testing.B) {
 					AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
 				require.NoError(b, err)
 				run := func(o *lsm.Options, side *objstoreSide, probe func(func())) {
-					cfg := config(b, order, o)
+					cfg := config(b, order, cell.snapshot, o)
 					cfg.OnEnd = func(s *Session) {
 						side.refreshes = addRefreshes(side.refreshes, lsminternal.StoreTracker(s.Store).RefreshCounts())
 						probe(func() {
