@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -147,6 +148,11 @@ type objectStore struct {
 	rec  objectStoreRecord
 	// create says the store is new: Open writes the record.
 	create bool
+	// db is the store's Pebble database, once open (setCreator), and
+	// foreign says that its catalog lists SSTs of other stores, taken by
+	// reference by a vnode move (move.go, sstObject).
+	db      *pebble.DB
+	foreign atomic.Bool
 }
 
 // checker is a remote.Storage that can check that it works (a Bucket).
@@ -298,8 +304,15 @@ func (o *objectStore) setPebbleOptions(popts *pebble.Options, so *objstore.Store
 // made by the record's creator, then (writable stores) gives Pebble the
 // creator id: a no-op when its catalog has it.
 func (o *objectStore) setCreator(db *pebble.DB, dir string, readOnly bool) error {
+	o.db = db
 	for _, m := range db.ObjProvider().List() {
 		if !m.IsRemote() {
+			continue
+		}
+		if db.ObjProvider().IsSharedForeign(m) {
+			// Another store's SST, which a vnode move took by reference
+			// (move.go): Pebble knows it is not its own.
+			o.foreign.Store(true)
 			continue
 		}
 		if c := uint64(m.Remote.CreatorID); c != o.rec.creator {
@@ -367,7 +380,7 @@ func (o *objectStore) sweep(db *pebble.DB) ([]string, error) {
 // Pebble, with reads of window bytes at a time (objstore.NewReadable). A
 // missing object is marked os.ErrNotExist, as a missing local file is.
 func (o *objectStore) openSST(ctx context.Context, num uint64, window int64) (objstorage.Readable, error) {
-	name := objstore.SSTName(o.rec.creator, num)
+	name := o.sstObject(num)
 	r, err := objstore.NewReadable(ctx, o.storage, name, window)
 	if err != nil {
 		missing := o.storage.IsNotExistError(err)
@@ -382,7 +395,7 @@ func (o *objectStore) openSST(ctx context.Context, num uint64, window int64) (ob
 
 // objectName names SST num's object in messages.
 func (o *objectStore) objectName(num uint64) string {
-	return fmt.Sprintf("object %s in %s", objstore.SSTName(o.rec.creator, num), o.describe())
+	return fmt.Sprintf("object %s in %s", o.sstObject(num), o.describe())
 }
 
 // ObjectStoreCollector returns the Prometheus collector of the object store
