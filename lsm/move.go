@@ -116,8 +116,6 @@ import (
 // took by reference and what it copied. The zero value is a move of
 // nothing.
 type MoveStats struct {
-	// Vnodes is the number of vnodes moved.
-	Vnodes int
 	// SharedSSTs counts the source's SSTs in Pebble's shared levels (L5
 	// and L6, in the object store) that hold versions of the range: the
 	// destination took each by reference, as a virtual SST restricted to
@@ -402,7 +400,6 @@ func (e *vnodeExport) release() {
 func (s *Store) exportVnodes(ctx context.Context, def TableDef, lo, hi int) (_ *vnodeExport, err error) {
 	lower, upper := moveSpan(def.ID, lo, hi)
 	e := &vnodeExport{src: s, def: def, lo: lo, hi: hi, lower: lower, upper: upper}
-	e.stats.Vnodes = hi - lo
 	if err := s.freeze(def.ID, lo, hi); err != nil {
 		return nil, err
 	}

@@ -309,10 +309,13 @@ func (o *objectStore) setCreator(db *pebble.DB, dir string, readOnly bool) error
 		if !m.IsRemote() {
 			continue
 		}
-		if db.ObjProvider().IsSharedForeign(m) {
-			// Another store's SST, which a vnode move took by reference
-			// (move.go): Pebble knows it is not its own.
+		// An SST a vnode move took by reference (move.go) is named by its
+		// creator's file number, not the store's.
+		foreign := db.ObjProvider().IsSharedForeign(m) // Pebble knows it is not its own
+		if foreign || m.Remote.CreatorFileNum != m.DiskFileNum {
 			o.foreign.Store(true)
+		}
+		if foreign {
 			continue
 		}
 		if c := uint64(m.Remote.CreatorID); c != o.rec.creator {
@@ -343,13 +346,20 @@ func (o *objectStore) sweep(db *pebble.DB) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	known := map[uint64]bool{}
+	me := o.rec.creator
+	// known are the file numbers of the store's remote SSTs (its
+	// references' names), own the objects of its creator it uses, by
+	// their creator's file numbers (another number than the store's when
+	// a vnode move brought one back, move.go).
+	known, own := map[uint64]bool{}, map[uint64]bool{}
 	for _, m := range db.ObjProvider().List() {
 		if m.IsRemote() {
 			known[uint64(m.DiskFileNum)] = true
+			if uint64(m.Remote.CreatorID) == me {
+				own[uint64(m.Remote.CreatorFileNum)] = true
+			}
 		}
 	}
-	me := o.rec.creator
 	// Objects of the store that another store references stay.
 	shared := map[uint64]bool{}
 	for _, n := range names {
@@ -365,7 +375,7 @@ func (o *objectStore) sweep(db *pebble.DB) ([]string, error) {
 			continue
 		case p.Ref && (p.RefCreator != me || known[p.RefFileNum]):
 			continue
-		case !p.Ref && (p.Creator != me || known[p.FileNum] || shared[p.FileNum]):
+		case !p.Ref && (p.Creator != me || own[p.FileNum] || shared[p.FileNum]):
 			continue
 		}
 		if err := o.storage.Delete(n); err != nil {
