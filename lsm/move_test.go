@@ -442,6 +442,37 @@ func TestMoveVnodesScaledProperties(t *testing.T) {
 	require.Equal(t, scanned, tracked)
 	require.Equal(t, scanned, exactEntries)
 	require.NotEqual(t, scanned, pebbleEntries, "Pebble's scaled properties are estimates here")
+
+	// On the source, the SSTs across the range's ends are virtual SSTs of
+	// the rest: Pebble scales their backing files' properties by size.
+	require.NoError(t, a.RefreshStats())
+	levels, err = a.db.SSTables(pebble.WithProperties(), pebble.WithKeyRangeFilter(keys.TableSpan(moveTable.ID)))
+	require.NoError(t, err)
+	v = statsinternal.VersionOf(a.Stats().Physical)
+	virtual := 0
+	for level, tables := range levels {
+		for _, ti := range tables {
+			if !ti.Virtual {
+				continue
+			}
+			virtual++
+			fi, ok := ssttracker.File(v, uint64(ti.FileNum))
+			require.True(t, ok)
+			exact := fi.Summary.Table(moveTable.ID)
+			var entries uint64
+			perVnode := ""
+			for _, vs := range exact.Vnodes {
+				entries += vs.Counts.Entries
+				perVnode += fmt.Sprintf(" v%d:%d", vs.Vnode, vs.Counts.Entries)
+			}
+			scanned, backing := scanFile(t, a, ti, moveTable.ID, 0, moveTable.VnodeCount)
+			require.Equal(t, scanned, entries, "source sst %s: lsmstats' entries against a scan", ti.FileNum)
+			t.Logf("source L%d %s virtual, Pebble NumEntries=%5d (its backing file's %5d scaled by size)  lsmstats=%5d (%s)  Pebble %+.1f%%",
+				level, ti.FileNum, ti.Properties.NumEntries, backing, entries, perVnode[1:],
+				100*(float64(ti.Properties.NumEntries)-float64(entries))/float64(entries))
+		}
+	}
+	require.Positive(t, virtual, "the source's SST across the range's ends became virtual SSTs")
 }
 
 // scanFile counts the versions of vnodes [lo, hi) of table in an SST of
