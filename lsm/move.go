@@ -147,7 +147,8 @@ type MoveStats struct {
 // own a vnode of the range (close them, committing their sealed epochs,
 // first), and none may take one until MoveVnodes returns.
 //
-// It refuses, with an error naming what is wrong and changing nothing:
+// It refuses, with an error naming what is wrong and changing nothing
+// (but for the compaction an export may have run):
 // an unknown table (ErrUnknownTable), vnodes out of the table's range
 // (ErrInvalidVnode) or owned by a writer, a store that is read-only
 // (ErrReadOnly), closed or failed, on local disk, or on another object
@@ -460,11 +461,13 @@ func (s *Store) exportVnodes(ctx context.Context, def TableDef, lo, hi int) (_ *
 			if k := key.Kind(); k != pebble.InternalKeyKindSet && k != pebble.InternalKeyKindSetWithDelete {
 				return errors.Newf("key %s is a Pebble %s, which the store does not write", keys.Comparer.FormatKey(key.UserKey), k)
 			}
-			v, _, err := value.Value(buf[:0])
+			v, owned, err := value.Value(buf[:0])
 			if err != nil {
 				return err
 			}
-			buf = v
+			if owned {
+				buf = v // else v is Pebble's memory: never a buffer of ours
+			}
 			e.stats.CopiedVersions++
 			e.stats.CopiedBytes += int64(len(key.UserKey) + len(v))
 			return out.set(key.UserKey, v)

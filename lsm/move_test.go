@@ -673,3 +673,59 @@ func TestMoveVnodesBack(t *testing.T) {
 	e.b = b
 	checkStats(t, b, moveTable, "B reopened")
 }
+
+// TestDropVnodes drops a vnode range of a store on local disk (a move's
+// last step, alone): its rows at every epoch and its live statistics go,
+// the other vnodes stay, and the statistics equal a scan, also after a
+// reopen; commits go on.
+func TestDropVnodes(t *testing.T) {
+	dir := t.TempDir()
+	opts := &Options{Logger: QuietLogger(io.Discard)}
+	s, err := Open(dir, opts)
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	c := newChurn(t, s, moveTable, testutil.Seed(t, "move-seed", *moveSeed))
+	ctx := context.Background()
+	for range 4 {
+		c.step(500, 20, 10)
+	}
+	require.NoError(t, s.CompactRange(ctx, moveTable.ID, 0, 0))
+	for range 2 {
+		c.step(300, 20, 10)
+	}
+	require.ErrorIs(t, s.DropVnodes(ctx, moveTable.ID, 2, 4), ErrInvalidVnode, "the churn's writer owns the range")
+	require.NoError(t, c.w.Close())
+	require.NoError(t, s.DropVnodes(ctx, moveTable.ID, 2, 4))
+	check := func(what string) {
+		t.Helper()
+		require.Empty(t, rangeVersions(t, s, moveTable.ID, 2, 4), what)
+		for ep := s.GCEpoch(); ep <= s.CommittedEpoch(); ep++ {
+			require.Empty(t, rowsAt(t, s, moveTable, 2, 4, ep), "%s: epoch %d", what, ep)
+			require.Equal(t, c.modelIn(0, 2, ep), rowsAt(t, s, moveTable, 0, 2, ep), "%s: epoch %d", what, ep)
+			require.Equal(t, c.modelIn(4, 8, ep), rowsAt(t, s, moveTable, 4, 8, ep), "%s: epoch %d", what, ep)
+		}
+		checkStats(t, s, moveTable, what)
+	}
+	check("after the drop")
+	require.NoError(t, s.Close())
+	s, err = Open(dir, opts)
+	require.NoError(t, err)
+	check("reopened")
+	// The vnodes take rows again.
+	vn := roaring.New()
+	vn.AddRange(2, 4)
+	w, err := s.NewWriter(moveTable.ID, vn, nil)
+	require.NoError(t, err)
+	ep := s.EpochFloor() + 1
+	for pk := uint64(1 << 40); pk < 1<<40+100; pk++ {
+		k := keys.AppendUint64(nil, pk)
+		if v := int(moveTable.VnodeOf(k)); v >= 2 && v < 4 {
+			require.NoError(t, w.Insert(ep, uint16(v), k, []byte("again")))
+		}
+	}
+	require.NoError(t, w.Seal(ep))
+	require.NoError(t, s.Commit(ep))
+	require.NoError(t, w.Close())
+	require.NotEmpty(t, rowsAt(t, s, moveTable, 2, 4, ep))
+	checkStats(t, s, moveTable, "written again")
+}
