@@ -371,6 +371,21 @@ func testMoveVnodes(t *testing.T, partitioned bool) {
 	e.b = b
 	check("after reopening both")
 
+	// A read-only open of B reads A's objects too.
+	require.NoError(t, b.Close())
+	ro := e.options()
+	ro.ReadOnly = true
+	b, err = Open(e.dirB, ro)
+	require.NoError(t, err)
+	require.Equal(t, versions, rangeVersions(t, b, moveTable.ID, lo, hi))
+	rep, err := b.Verify()
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+	require.NoError(t, b.Close())
+	b, err = Open(e.dirB, e.options())
+	require.NoError(t, err)
+	e.b = b
+
 	// Compactions rewrite A's SSTs (dropping its own references to the
 	// objects B reads) and B's.
 	require.NoError(t, a.CompactRange(ctx, moveTable.ID, 0, 0))
@@ -407,6 +422,15 @@ func testMoveVnodes(t *testing.T, partitioned bool) {
 	e.b = b
 	require.Equal(t, want, rowsAt(t, b, moveTable, lo, hi, ep))
 	checkStats(t, b, moveTable, "B reopened after writing the range")
+
+	// B collects the moved versions it no longer needs, and compacts.
+	res, err := b.GC(ctx, GCRequest{Table: moveTable.ID, VnodeLo: lo, VnodeHi: hi})
+	require.NoError(t, err)
+	require.Positive(t, res.Deleted)
+	checkStats(t, b, moveTable, "B after GC")
+	require.NoError(t, b.CompactRange(ctx, moveTable.ID, lo, hi))
+	require.Equal(t, want, rowsAt(t, b, moveTable, lo, hi, ep))
+	checkStats(t, b, moveTable, "B after GC and a compaction")
 }
 
 // TestMoveVnodesScaledProperties shows, for a moved range, what Pebble's
