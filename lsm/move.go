@@ -83,9 +83,10 @@ package lsm
 //     moves (a coordinator) redoes the drop.
 //   - Move a range that writers are writing: every writer owning a vnode
 //     of the range must be closed and its sealed epochs committed (or
-//     aborted) first, and no writer may take one until the move ends
-//     (NewWriter refuses them meanwhile, on both stores). Reads of the
-//     range on the source return no rows once it dropped it, at any epoch.
+//     aborted) first. NewWriter refuses the range on the source until the
+//     move ends and on the destination while it imports; a writer on the
+//     destination may take it once the import is done. Reads of the range
+//     on the source return no rows once it dropped it, at any epoch.
 //   - Move between stores on different prefixes or buckets: Pebble names
 //     a shared SST by locator, creator and file number only, and the
 //     destination would look for it under its own prefix.
@@ -145,7 +146,8 @@ type MoveStats struct {
 // s drops the range. dst's committed epoch must be at least s's; dst's GC
 // watermark rises to s's if that is higher. No writer of either store may
 // own a vnode of the range (close them, committing their sealed epochs,
-// first), and none may take one until MoveVnodes returns.
+// first); NewWriter refuses the range meanwhile. It is safe for
+// concurrent use with the stores' other methods, and with other moves.
 //
 // It refuses, with an error naming what is wrong and changing nothing
 // (but for the compaction an export may have run):
