@@ -247,6 +247,24 @@
 // A writable Open removes the store's orphaned objects (uploads that
 // failed half-way, deletions that failed), which Pebble never does.
 //
+// # Moving vnodes between stores (move.go)
+//
+// Store.MoveVnodes moves a vnode range of a table to another store on the
+// same bucket and prefix, as RisingWave moves vnodes between compute nodes
+// without copying rows: the destination takes the source's SSTs of
+// Pebble's shared levels (L5 and L6) that hold the range by reference, as
+// virtual SSTs restricted to it (Pebble's ScanInternal on the source,
+// IngestAndExcise on the destination), and copies the rest (the versions
+// in Pebble's memtables and L0–L4), with the range's live statistics,
+// bucket for bucket; then the source excises the range (DropVnodes, which
+// also ends a move cut short after its import). Every epoch the source
+// keeps moves: the destination must have committed the source's epoch,
+// and its GC watermark rises to the source's. Both stores' statistics of
+// the range then equal a scan: the physical ones come from the SSTs (a
+// virtual SST's summary from a scan of its object within its bounds), the
+// live ones moved exactly. MoveStats counts the SSTs and bytes taken by
+// reference and the versions and bytes copied.
+//
 // # Faults
 //
 // An I/O error in the store's own files (staged spills, the SSTs a commit

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -161,6 +162,11 @@ type objectStore struct {
 	rec  objectStoreRecord
 	// create says the store is new: Open writes the record.
 	create bool
+	// db is the store's Pebble database, once open (setCreator), and
+	// foreign says that its catalog lists SSTs of other stores, taken by
+	// reference by a vnode move (move.go, sstObject).
+	db      *pebble.DB
+	foreign atomic.Bool
 }
 
 // checker is a remote.Storage that can check that it works (a Bucket).
@@ -341,8 +347,18 @@ func (l *sizeCheckLogger) Fatalf(format string, args ...any) {
 // made by the record's creator, then (writable stores) gives Pebble the
 // creator id: a no-op when its catalog has it.
 func (o *objectStore) setCreator(db *pebble.DB, dir string, readOnly bool) error {
+	o.db = db
 	for _, m := range db.ObjProvider().List() {
 		if !m.IsRemote() {
+			continue
+		}
+		// An SST a vnode move took by reference (move.go) is named by its
+		// creator's file number, not the store's.
+		foreign := db.ObjProvider().IsSharedForeign(m) // Pebble knows it is not its own
+		if foreign || m.Remote.CreatorFileNum != m.DiskFileNum {
+			o.foreign.Store(true)
+		}
+		if foreign {
 			continue
 		}
 		if c := uint64(m.Remote.CreatorID); c != o.rec.creator {
@@ -373,13 +389,20 @@ func (o *objectStore) sweep(db *pebble.DB) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	known := map[uint64]bool{}
+	me := o.rec.creator
+	// known are the file numbers of the store's remote SSTs (its
+	// references' names), own the objects of its creator it uses, by
+	// their creator's file numbers (another number than the store's when
+	// a vnode move brought one back, move.go).
+	known, own := map[uint64]bool{}, map[uint64]bool{}
 	for _, m := range db.ObjProvider().List() {
 		if m.IsRemote() {
 			known[uint64(m.DiskFileNum)] = true
+			if uint64(m.Remote.CreatorID) == me {
+				own[uint64(m.Remote.CreatorFileNum)] = true
+			}
 		}
 	}
-	me := o.rec.creator
 	// Objects of the store that another store references stay.
 	shared := map[uint64]bool{}
 	for _, n := range names {
@@ -395,7 +418,7 @@ func (o *objectStore) sweep(db *pebble.DB) ([]string, error) {
 			continue
 		case p.Ref && (p.RefCreator != me || known[p.RefFileNum]):
 			continue
-		case !p.Ref && (p.Creator != me || known[p.FileNum] || shared[p.FileNum]):
+		case !p.Ref && (p.Creator != me || own[p.FileNum] || shared[p.FileNum]):
 			continue
 		}
 		if err := o.storage.Delete(n); err != nil {
@@ -436,7 +459,7 @@ func isSSTObject(name string) bool {
 // open opens SST num's object with openObject, naming the SST and its
 // object in an error.
 func (o *objectStore) open(ctx context.Context, num uint64, openObject func(name string) (objstorage.Readable, error)) (objstorage.Readable, error) {
-	name := objstore.SSTName(o.rec.creator, num)
+	name := o.sstObject(num)
 	r, err := openObject(name)
 	if err != nil {
 		missing := o.storage.IsNotExistError(err)
@@ -451,7 +474,7 @@ func (o *objectStore) open(ctx context.Context, num uint64, openObject func(name
 
 // objectName names SST num's object in messages.
 func (o *objectStore) objectName(num uint64) string {
-	return fmt.Sprintf("object %s in %s", objstore.SSTName(o.rec.creator, num), o.describe())
+	return fmt.Sprintf("object %s in %s", o.sstObject(num), o.describe())
 }
 
 // ObjectStoreCollector returns the Prometheus collector of the object store

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2"
@@ -109,11 +110,16 @@ type Store struct {
 		// gcPending is the safe epoch of the GC pass in progress (0: none):
 		// pins below it are refused before its deletions land.
 		gcPending uint64
+		// moving are the vnodes of each table that a vnode move (or a
+		// drop) works on: no writer may take them (move.go).
+		moving map[uint32]*roaring.Bitmap
 	}
 	// gc serialises GC passes and manual compactions and lets Close stop
 	// them (gc.go).
 	gc        gcState
 	committed atomic.Uint64
+	// movingIn is set while a vnode move ingests into the store (move.go).
+	movingIn atomic.Bool
 	// closed mirrors mu.closed for the hot paths: iterators (read.go) and
 	// every writer op (checkWritable). failed is the fault that stopped
 	// writes, if any.
@@ -183,6 +189,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.mu.catalog = map[uint32]*TableDef{}
 	s.mu.writers = map[*Writer]struct{}{}
 	s.mu.pins = map[uint64]int{}
+	s.mu.moving = map[uint32]*roaring.Bitmap{}
 	s.mu.live = livebuckets.NewState()
 	s.mu.live.SetBucketBudget(o.StatsBucketBudget)
 	s.gc.closing = make(chan struct{})
@@ -260,6 +267,15 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 	s.tracker = ssttracker.NewTracker(tcfg)
 	el := s.tracker.EventListener()
+	// A vnode move's ingestion of another store's SSTs (move.go) is left
+	// to a listing: the tracker would take those virtual SSTs, whose
+	// backing has their own number, for whole files.
+	ingested := el.TableIngested
+	el.TableIngested = func(info pebble.TableIngestInfo) {
+		if !s.movingIn.Load() {
+			ingested(info)
+		}
+	}
 	el.WriteStallBegin = func(pebble.WriteStallBeginInfo) { s.metrics.pebbleStalls.Add(1) }
 	el.ManifestCreated = func(info pebble.ManifestCreateInfo) {
 		if info.Err == nil {

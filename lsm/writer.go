@@ -64,6 +64,10 @@ func (s *Store) NewWriter(table uint32, vnodes *roaring.Bitmap, opts *WriterOpti
 			return nil, errors.Wrapf(ErrInvalidVnode, "vnode %d of table %d is owned by %s", v, table, o.name)
 		}
 	}
+	if m := s.mu.moving[table]; m != nil && m.Intersects(vnodes) {
+		v := roaring.And(m, vnodes).Minimum()
+		return nil, errors.Wrapf(ErrInvalidVnode, "vnode %d of table %d is being moved to or from another store (Store.MoveVnodes)", v, table)
+	}
 	s.mu.writers[w] = struct{}{}
 	return w, nil
 }

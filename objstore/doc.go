@@ -121,6 +121,24 @@
 // SSTs it lists (it opens them at their first read); it only writes the
 // SST of the WAL it replays (two PUTs in the test).
 //
+// Moving a span between stores (pebble_move_test.go). Two DBs of their own
+// creator ids under one prefix: ScanInternal on one, with a shared-file
+// visitor, hands its SSTs of L5 and L6 that overlap the span as
+// SharedSSTMetas cut to it, and every other key of the span (memtables and
+// L0–L4, also SSTs in the bucket) as a point; IngestAndExcise on the
+// other takes those metas as virtual SSTs of the same levels (a reference
+// marker NAME.ref.CREATOR.FILENUM of its own beside each object), with
+// local SSTs inside the span and outside it, in one edit; Excise on the
+// first removes the span, and each object stays while a marker names it,
+// across compactions and reopens of both. On the destination Pebble's
+// properties of such a virtual SST are its whole backing file's (its
+// backing size is set to the virtual SST's). What it cannot do: a
+// SINGLEDEL above L5 panics ScanInternal ("cannot process singledel key
+// in point collapsing iterator"), and a destination whose storage has
+// another prefix fails the ingestion (the backing names the object by
+// locator, creator and file number, and the destination looks for the
+// source's marker under its own prefix).
+//
 // Faults. An SST missing from the bucket is not noticed at Open; the first
 // read of it fails with Pebble's corruption error (naming the file number,
 // with this package's error naming the key) and raises Pebble's

@@ -24,7 +24,11 @@ import (
 // Open refuses (lsmstats repair calls it). To 220 by issue 39: SSTs in an
 // object store (Options.ObjectStore, whose fields are package objstore's)
 // and the metrics of the store's own Bucket (Store.ObjectStoreCollector,
-// which lsmstats backfill --metrics-addr serves).
+// which lsmstats backfill --metrics-addr serves). To 43 top-level names and
+// 231 by issue 40: moving a vnode range between stores on one bucket
+// (Store.MoveVnodes, and Store.DropVnodes to end a move cut short), and
+// what a move took by reference and copied (MoveStats, its 8 fields),
+// which a cluster's report of its migrations shows.
 func TestContractBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list -export")
@@ -38,8 +42,8 @@ func TestContractBudget(t *testing.T) {
 		top += len(c.names)
 		all += len(c.names) + len(c.members)
 	}
-	require.LessOrEqual(t, top, 42, "exported top-level names of stats and lsm")
-	require.LessOrEqual(t, all, 220, "exported names, methods and fields of stats and lsm")
+	require.LessOrEqual(t, top, 43, "exported top-level names of stats and lsm")
+	require.LessOrEqual(t, all, 231, "exported names, methods and fields of stats and lsm")
 }
 
 // TestMembersFollowAliases: an alias counts the methods and fields of the
