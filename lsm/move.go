@@ -288,7 +288,7 @@ func (s *Store) checkPins(gcEpoch uint64, what string) error {
 // sameObjectStore reports whether two stores' object stores are one: the
 // same storage, or Buckets of the same endpoint, bucket and prefix.
 func sameObjectStore(a, b *objectStore) bool {
-	x, y := a.storage.Storage, b.storage.Storage
+	x, y := a.tails.Storage, b.tails.Storage // under the store's wrappers
 	if reflect.TypeOf(x) == reflect.TypeOf(y) && reflect.TypeOf(x).Comparable() && x == y {
 		return true
 	}
