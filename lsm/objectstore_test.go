@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +20,7 @@ import (
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/s3server"
 	"github.com/lsmstats/lsmstats/internal/ssttracker"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/objstore"
 	"github.com/lsmstats/lsmstats/stats"
@@ -311,71 +312,23 @@ func TestObjectStoreLowerLevels(t *testing.T) {
 	require.NoError(t, s.Close())
 }
 
-// tailCounter is a caller's object store: a Bucket whose tail reads (the
-// statistics' loads of SST properties) it counts once armed, holding each
-// until want of them run at once, or until a deadline: loads one at a time
-// never meet.
+// tailCounter is a caller's object store: a Bucket that counts its tail
+// reads (the statistics' loads of SST properties), and the reads that run
+// at once with an Overlap: loads one at a time never meet.
 type tailCounter struct {
 	*objstore.Bucket
-
-	mu       sync.Mutex
-	calls    int // every tail read
-	armed    bool
-	want     int
-	running  int
-	most     int
-	met      chan struct{}
-	deadline time.Time
-}
-
-func (c *tailCounter) arm(want int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.armed, c.want, c.running, c.most = true, want, 0, 0
-	c.met, c.deadline = make(chan struct{}), time.Now().Add(10*time.Second)
-}
-
-// disarm stops counting and returns the most tail reads that ran at once.
-func (c *tailCounter) disarm() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.armed = false
-	return c.most
+	testutil.Overlap
+	calls atomic.Int64 // every tail read
 }
 
 // reads returns the number of tail reads so far.
-func (c *tailCounter) reads() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.calls
-}
+func (c *tailCounter) reads() int { return int(c.calls.Load()) }
 
 func (c *tailCounter) ReadTail(ctx context.Context, name string, n int64) (remote.ObjectReader, []byte, int64, error) {
-	c.mu.Lock()
-	c.calls++
-	if !c.armed {
-		c.mu.Unlock()
-		return c.Bucket.ReadTail(ctx, name, n)
+	c.calls.Add(1)
+	if c.Enter() {
+		defer c.Leave()
 	}
-	c.running++
-	c.most = max(c.most, c.running)
-	if c.running == c.want {
-		close(c.met)
-		c.want = -1 // met once
-	}
-	met, wait := c.met, time.Until(c.deadline)
-	c.mu.Unlock()
-	if wait > 0 {
-		select {
-		case <-met:
-		case <-time.After(wait):
-		}
-	}
-	defer func() {
-		c.mu.Lock()
-		c.running--
-		c.mu.Unlock()
-	}()
 	return c.Bucket.ReadTail(ctx, name, n)
 }
 
@@ -428,9 +381,9 @@ func TestObjectStoreStatsLoad(t *testing.T) {
 		require.Zero(t, counter.reads(), "tail reads of SSTs the store wrote")
 		require.NoError(t, s.Close())
 
-		counter.arm(4)
+		counter.Arm(4, 10*time.Second)
 		s, err = Open(dir, opts)
-		most := counter.disarm()
+		most := counter.Disarm()
 		require.NoError(t, err)
 		if side == "object store" {
 			require.GreaterOrEqual(t, counter.reads(), s.tracker.Current().NumFiles(), "tail reads at Open")

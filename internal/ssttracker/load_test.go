@@ -14,63 +14,23 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/lsmstats/lsmstats/internal/faultfs"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
-// overlapFS counts, once armed, the SSTs of its directory that are open
-// through it at once (from Open to the file's Close), and holds each Open
-// until want of them are open at once, or until a deadline: loads that
-// run at once meet there, loads one at a time never do.
+// overlapFS counts the SSTs of its directory open through it at once
+// (from Open to the file's Close) with an Overlap: loads that run at once
+// meet there, loads one at a time never do.
 type overlapFS struct {
 	vfs.FS
 	dir string
-
-	mu       sync.Mutex
-	armed    bool
-	want     int
-	open     int
-	most     int
-	met      chan struct{}
-	deadline time.Time
-}
-
-// arm starts counting, with want loads to meet.
-func (fs *overlapFS) arm(want int) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	fs.armed, fs.want, fs.open, fs.most = true, want, 0, 0
-	fs.met = make(chan struct{})
-	fs.deadline = time.Now().Add(10 * time.Second)
-}
-
-// disarm stops counting and returns the most SSTs that were open at once.
-func (fs *overlapFS) disarm() int {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	fs.armed = false
-	return fs.most
+	testutil.Overlap
 }
 
 func (fs *overlapFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
 	f, err := fs.FS.Open(name, opts...)
-	fs.mu.Lock()
-	if err != nil || !fs.armed || filepath.Dir(name) != fs.dir || !strings.HasSuffix(name, ".sst") {
-		fs.mu.Unlock()
+	if err != nil || filepath.Dir(name) != fs.dir || !strings.HasSuffix(name, ".sst") || !fs.Enter() {
 		return f, err
-	}
-	fs.open++
-	fs.most = max(fs.most, fs.open)
-	if fs.open == fs.want {
-		close(fs.met)
-		fs.want = -1 // met once
-	}
-	met, wait := fs.met, time.Until(fs.deadline)
-	fs.mu.Unlock()
-	if wait > 0 {
-		select {
-		case <-met:
-		case <-time.After(wait):
-		}
 	}
 	return &overlapFile{File: f, fs: fs}, nil
 }
@@ -82,11 +42,7 @@ type overlapFile struct {
 }
 
 func (f *overlapFile) Close() error {
-	f.once.Do(func() {
-		f.fs.mu.Lock()
-		f.fs.open--
-		f.fs.mu.Unlock()
-	})
+	f.once.Do(f.fs.Leave)
 	return f.File.Close()
 }
 
@@ -132,9 +88,9 @@ func TestParallelLoads(t *testing.T) {
 	seq, seqLog := load(1)
 	require.Len(t, seqLog, len(Rebuilt(want)), "a line per rebuilt file: %q", seqLog)
 	for _, n := range []int{8, 3} {
-		ofs.arm(n)
+		ofs.Arm(n, 10*time.Second)
 		par, parLog := load(n)
-		most := ofs.disarm()
+		most := ofs.Disarm()
 		require.Equal(t, n, most, "SSTs open at once with LoadParallelism %d", n)
 		require.NoError(t, DiffVersions(seq, par), "LoadParallelism %d", n)
 		require.NoError(t, DiffVersions(want, par), "LoadParallelism %d", n)
@@ -142,12 +98,9 @@ func TestParallelLoads(t *testing.T) {
 		require.Equal(t, seqLog, parLog, "lines logged, in order")
 	}
 	// One at a time: the loads never meet.
-	ofs.arm(2)
-	ofs.mu.Lock()
-	ofs.deadline = time.Now() // no waiting
-	ofs.mu.Unlock()
+	ofs.Arm(2, 0) // no waiting
 	load(1)
-	require.Equal(t, 1, ofs.disarm())
+	require.Equal(t, 1, ofs.Disarm())
 }
 
 // TestParallelLoadErrors fails the reads of two SSTs: a fresh tracker that
