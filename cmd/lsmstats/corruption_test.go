@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -211,6 +212,20 @@ func (f *fixture) run(cmd, dir string, args ...string) (string, string, int) {
 	return runQuiet(args...)
 }
 
+// targetsByKind returns the fixture's targets by kind, and the kinds in
+// order; each kind of want must be among them.
+func (f *fixture) targetsByKind(t *testing.T, want ...string) (map[string][]target, []string) {
+	byKind := map[string][]target{}
+	for _, tg := range f.targets {
+		byKind[tg.kind] = append(byKind[tg.kind], tg)
+	}
+	kinds := slices.Sorted(maps.Keys(byKind))
+	for _, w := range want {
+		require.Contains(t, kinds, w, "the fixture has no %s to damage", w)
+	}
+	return byKind, kinds
+}
+
 // copyDir copies the files of src into dst (created) and returns how many.
 func copyDir(t *testing.T, src, dst string) int {
 	n := 0
@@ -340,19 +355,8 @@ func TestCorruption(t *testing.T) {
 	f := buildFixture(t, nil)
 	t.Logf("fixture: %d damageable targets, built in %s", len(f.targets), time.Since(start).Round(time.Millisecond))
 
-	byKind := map[string][]target{}
-	for _, tg := range f.targets {
-		byKind[tg.kind] = append(byKind[tg.kind], tg)
-	}
-	kinds := make([]string, 0, len(byKind))
-	for k := range byKind {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, want := range []string{"sst:data", "sst:index", "sst:properties", "sst:metaindex", "sst:footer",
-		"manifest", "manifest-copy", "options", "wal", "checkpoint", "staging"} {
-		require.Contains(t, kinds, want, "the fixture has no %s to damage", want)
-	}
+	byKind, kinds := f.targetsByKind(t, "sst:data", "sst:index", "sst:properties", "sst:metaindex", "sst:footer",
+		"manifest", "manifest-copy", "options", "wal", "checkpoint", "staging")
 
 	// The injections are drawn in order from the seed, then run by two
 	// workers, each on its own copy of the store.
