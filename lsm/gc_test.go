@@ -90,8 +90,14 @@ func readAt(t testing.TB, s *Store, def TableDef, epoch uint64) map[uint64]strin
 }
 
 func readSnap(t testing.TB, sn *Snapshot, def TableDef) map[uint64]string {
+	return readSnapVnodes(t, sn, def, 0, def.VnodeCount)
+}
+
+// readSnapVnodes reads the rows of vnodes [lo, hi) of a table of uint64
+// pks at the snapshot, by pk.
+func readSnapVnodes(t testing.TB, sn *Snapshot, def TableDef, lo, hi int) map[uint64]string {
 	out := map[uint64]string{}
-	for v := 0; v < def.VnodeCount; v++ {
+	for v := lo; v < hi; v++ {
 		it, err := sn.NewIter(def.ID, uint16(v), nil, nil)
 		require.NoError(t, err)
 		for ok := it.First(); ok; ok = it.Next() {

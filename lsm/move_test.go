@@ -186,18 +186,7 @@ func rowsAt(t *testing.T, s *Store, def TableDef, lo, hi int, epoch uint64) map[
 	sn, err := s.Pin(epoch)
 	require.NoError(t, err, "pin epoch %d", epoch)
 	defer sn.Close()
-	out := map[uint64]string{}
-	for v := lo; v < hi; v++ {
-		it, err := sn.NewIter(def.ID, uint16(v), nil, nil)
-		require.NoError(t, err)
-		for ok := it.First(); ok; ok = it.Next() {
-			pk, _, err := keys.DecodeUint64(it.PK())
-			require.NoError(t, err)
-			out[pk] = string(it.Row())
-		}
-		require.NoError(t, it.Close())
-	}
-	return out
+	return readSnapVnodes(t, sn, def, lo, hi)
 }
 
 // modelIn returns the model's rows of vnodes [lo, hi) at epoch.
