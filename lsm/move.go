@@ -564,16 +564,11 @@ func (s *Store) importVnodes(ctx context.Context, e *vnodeExport) error {
 		return err
 	}
 	defer s.thaw(def.ID, lo, hi)
-	ctx, done, err := s.beginMaintenance(ctx) // GC waits: the watermark may rise
+	ctx, done, err := s.beginRangeIngest(ctx) // GC waits: the watermark may rise
 	if err != nil {
 		return err
 	}
 	defer done()
-	s.ingestMu.Lock()
-	defer s.ingestMu.Unlock()
-	if err := s.checkWritable(); err != nil {
-		return err
-	}
 	epoch := s.committed.Load()
 	if epoch < e.epoch {
 		return errors.Wrapf(ErrEpochOrder, "import %s: its committed epoch %d is below the export's, %d", what, epoch, e.epoch)
@@ -600,24 +595,14 @@ func (s *Store) importVnodes(ctx context.Context, e *vnodeExport) error {
 	if raise {
 		meta = insertMeta(meta, livebuckets.MetaEntry{Key: keys.MetaKey([]byte(gcEpochName)), Value: be64(e.gcEpoch)})
 	}
-	for _, m := range meta {
-		if err := out.addMeta(m); err != nil {
-			out.abort()
-			return err
-		}
-	}
-	paths, err := out.finish()
+	paths, err := out.finishWithMeta(meta)
 	if err != nil {
 		return err
 	}
-	defer s.removeFiles(paths)
 	for _, p := range paths[:copied] {
 		if st, err := s.fs.Stat(p); err == nil {
 			e.stats.CopiedSSTBytes += st.Size()
 		}
-	}
-	if err := s.flushUnflushed(); err != nil {
-		return errors.Wrapf(err, "lsmstats: import %s", what)
 	}
 	s.waitForL0()
 	// The tracker reads the shared SSTs by their creator's names from the
@@ -625,7 +610,7 @@ func (s *Store) importVnodes(ctx context.Context, e *vnodeExport) error {
 	// Pebble's event of the ingestion does not say they are virtual.
 	s.obj.foreign.Store(true)
 	s.movingIn.Store(true)
-	_, err = s.db.IngestAndExcise(ctx, paths, e.shared, nil, pebble.KeyRange{Start: e.lower, End: e.upper})
+	err = s.ingestFiles(ctx, paths, e.shared, pebble.KeyRange{Start: e.lower, End: e.upper})
 	s.movingIn.Store(false)
 	if err != nil {
 		return closedErr(ctx, errors.Wrapf(err, "lsmstats: import %s", what))
@@ -633,6 +618,27 @@ func (s *Store) importVnodes(ctx context.Context, e *vnodeExport) error {
 	s.published(batch, e.gcEpoch, "import "+what)
 	return nil
 }
+
+// beginRangeIngest starts a move's ingestion into the store: no GC pass
+// or manual compaction meanwhile (beginMaintenance), no other ingestion
+// (ingestMu), and a store that takes writes. done ends it.
+func (s *Store) beginRangeIngest(ctx context.Context) (_ context.Context, done func(), err error) {
+	ctx, end, err := s.beginMaintenance(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.ingestMu.Lock()
+	done = func() {
+		s.ingestMu.Unlock()
+		end()
+	}
+	if err := s.checkWritable(); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return ctx, done, nil
+}
+
 
 // published publishes what a move's ingestion changed, as a commit
 // publishes its checkpoint: the statistics, the live batch, the GC
@@ -706,16 +712,11 @@ func (e *vnodeExport) copyInto(out *output) error {
 func (s *Store) dropVnodes(ctx context.Context, def TableDef, lo, hi int) error {
 	what := fmt.Sprintf("vnodes [%d, %d) of table %d of store %s", lo, hi, def.ID, s.dir)
 	lower, upper := moveSpan(def.ID, lo, hi)
-	ctx, done, err := s.beginMaintenance(ctx)
+	ctx, done, err := s.beginRangeIngest(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	s.ingestMu.Lock()
-	defer s.ingestMu.Unlock()
-	if err := s.checkWritable(); err != nil {
-		return err
-	}
 	epoch := s.committed.Load()
 	s.mu.Lock()
 	live := s.mu.live
@@ -724,22 +725,11 @@ func (s *Store) dropVnodes(ctx context.Context, def TableDef, lo, hi int) error 
 	if err != nil {
 		return errors.Wrapf(err, "lsmstats: drop %s", what)
 	}
-	out := s.newOutput()
-	for _, m := range batch.MetaEntries(epoch) {
-		if err := out.addMeta(m); err != nil {
-			out.abort()
-			return err
-		}
-	}
-	paths, err := out.finish()
+	paths, err := s.newOutput().finishWithMeta(batch.MetaEntries(epoch))
 	if err != nil {
 		return err
 	}
-	defer s.removeFiles(paths)
-	if err := s.flushUnflushed(); err != nil {
-		return errors.Wrapf(err, "lsmstats: drop %s", what)
-	}
-	if _, err := s.db.IngestAndExcise(ctx, paths, nil, nil, pebble.KeyRange{Start: lower, End: upper}); err != nil {
+	if err := s.ingestFiles(ctx, paths, nil, pebble.KeyRange{Start: lower, End: upper}); err != nil {
 		return closedErr(ctx, errors.Wrapf(err, "lsmstats: drop %s", what))
 	}
 	s.published(batch, 0, "drop "+what)

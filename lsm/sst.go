@@ -135,6 +135,19 @@ func (o *output) addMeta(e livebuckets.MetaEntry) error {
 	return o.set(e.Key, e.Value)
 }
 
+// finishWithMeta writes the metadata entries meta (in key order, after
+// what out holds) and finishes out's SSTs (finish); on an error, out is
+// aborted.
+func (o *output) finishWithMeta(meta []livebuckets.MetaEntry) ([]string, error) {
+	for _, m := range meta {
+		if err := o.addMeta(m); err != nil {
+			o.abort()
+			return nil, err
+		}
+	}
+	return o.finish()
+}
+
 func (o *output) closeFile() error {
 	w := o.w
 	o.w = nil

@@ -998,15 +998,12 @@ func (s *Store) table(id uint32) (*TableDef, error) {
 func (s *Store) ingestMeta(entries []livebuckets.MetaEntry) error {
 	entries = slices.Clone(entries)
 	slices.SortFunc(entries, func(a, b livebuckets.MetaEntry) int { return bytes.Compare(a.Key, b.Key) })
-	out := s.newOutput()
-	for _, e := range entries {
-		if err := out.addMeta(e); err != nil {
-			out.abort()
-			return err
-		}
-	}
-	if err := s.ingest(out, "metadata"); err != nil {
+	paths, err := s.newOutput().finishWithMeta(entries)
+	if err != nil {
 		return err
+	}
+	if err := s.ingestFiles(context.Background(), paths, nil, pebble.KeyRange{}); err != nil {
+		return errors.Wrap(err, "lsmstats: ingest metadata")
 	}
 	// The metadata is durable; a failed refresh only leaves the SST count
 	// of the statistics behind until the next one.
@@ -1016,21 +1013,34 @@ func (s *Store) ingestMeta(entries []livebuckets.MetaEntry) error {
 	return nil
 }
 
-// ingest finishes out's SSTs and ingests them in one Ingest call, atomically; the staged files are removed
-// whether or not it succeeds. what (formatted with args) names the
-// ingestion in the error. Callers hold ingestMu.
+// ingest finishes out's SSTs and ingests them in one Ingest call,
+// atomically; the staged files are removed whether or not it succeeds.
+// what (formatted with args) names the ingestion in the error. Callers
+// hold ingestMu.
 func (s *Store) ingest(out *output, what string, args ...any) error {
 	paths, err := out.finish()
 	if err != nil {
 		return err
 	}
+	return errors.Wrapf(s.ingestFiles(context.Background(), paths, nil, pebble.KeyRange{}), "lsmstats: ingest "+what, args...)
+}
+
+// ingestFiles ingests the staged SSTs at paths in one ingestion, after a
+// flush of the batches committed unflushed, and removes them whether or
+// not it succeeds: with Pebble's Ingest, or, given a span to excise, with
+// IngestAndExcise, which first removes what the store holds in the span
+// and takes the shared SSTs (another store's, a vnode move's) by
+// reference. Callers hold ingestMu.
+func (s *Store) ingestFiles(ctx context.Context, paths []string, shared []pebble.SharedSSTMeta, excise pebble.KeyRange) error {
+	defer s.removeFiles(paths)
 	if err := s.flushUnflushed(); err != nil {
-		s.removeFiles(paths)
-		return errors.Wrapf(err, "lsmstats: ingest "+what, args...)
+		return err
 	}
-	err = s.db.Ingest(context.Background(), paths)
-	s.removeFiles(paths)
-	return errors.Wrapf(err, "lsmstats: ingest "+what, args...)
+	if excise.Start == nil {
+		return s.db.Ingest(ctx, paths)
+	}
+	_, err := s.db.IngestAndExcise(ctx, paths, shared, nil, excise)
+	return err
 }
 
 func (s *Store) removeFiles(paths []string) {
