@@ -639,7 +639,6 @@ func (s *Store) beginRangeIngest(ctx context.Context) (_ context.Context, done f
 	return ctx, done, nil
 }
 
-
 // published publishes what a move's ingestion changed, as a commit
 // publishes its checkpoint: the statistics, the live batch, the GC
 // watermark, and a new generation for the pooled iterators, which predate
