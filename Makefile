@@ -11,7 +11,7 @@ OUT      := out
 # results stamps on the tables it writes from it.
 COMMIT_LINE = echo "commit: $$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
 
-.PHONY: all build objstore test race bench bench-smoke bench-eta bench-jobs bench-compare matrix scale results demo demo-s3 lint fuzz torture faults soak clean
+.PHONY: all build objstore test race bench bench-smoke bench-eta bench-jobs bench-compare matrix scale results demo demo-s3 demo-cluster lint fuzz torture faults soak clean
 
 all: build test
 
@@ -35,6 +35,18 @@ demo-s3: objstore
 	mkdir -p $(OUT)
 	bin/s3run bin/lsmstats backfill --rows 1000000 --workload mixed --crash-at 60 \
 		--object-store 's3://{bucket}/demo?endpoint={endpoint}' --json $(OUT)/demo-s3.json
+
+# The backfill over 3 store nodes (lsmstats node processes, driven by
+# this process as their coordinator over gRPC on loopback) sharing a bucket
+# of a SeaweedFS server: one vnode move by reference, one node killed with
+# SIGKILL and recovered; the report goes to out/cluster.json.
+demo-cluster: objstore
+	$(GO) build -o bin/lsmstats ./cmd/lsmstats
+	$(GO) build -o bin/s3run ./tools/s3run
+	mkdir -p $(OUT)
+	bin/s3run bin/lsmstats backfill --nodes 3 --rows 300000 --workload mixed --checkpoint-every 2 \
+		--move-at 4 --kill-node-at 8 \
+		--object-store 's3://{bucket}/cluster?endpoint={endpoint}' --json $(OUT)/cluster.json
 
 # SeaweedFS's weed binary, the S3 server on loopback that the object-store
 # tests start (internal/s3server), built into the user's cache directory

@@ -96,6 +96,8 @@ type backfillFlags struct {
 	bucketBudget                             int
 	noTruth                                  bool
 	objectStore                              string
+	nodes                                    int
+	killNodeAt, moveAt                       intList
 }
 
 func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.FlagSet, error) {
@@ -144,6 +146,9 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 	fs.BoolVar(&f.noTruth, "no-truth", false, "run without the truth (the workload model's count of live rows behind the cursors): the figures, bounds, ETA and JSON are the same, the truth and the errors against it absent. Without it, the truth of each checkpoint is computed on a goroutine of its own, beside the job, which does not wait for it")
 	fs.StringVar(&f.objectStore, "object-store", "", "keep the store's SSTs in this object store: s3://BUCKET/PREFIX?endpoint=URL&region=R "+
 		"(credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN); the store's directory keeps the rest")
+	fs.IntVar(&f.nodes, "nodes", 0, "run the job over this many store nodes (lsmstats node processes, with this process their coordinator) on --object-store (0: one embedded store)")
+	fs.Var(&f.killNodeAt, "kill-node-at", "with --nodes: SIGKILL a node after this checkpoint (repeatable); the coordinator restarts it from its last checkpoint")
+	fs.Var(&f.moveAt, "move-at", "with --nodes: after this checkpoint, move half of the vnodes of the node with the most to the node with the fewest (repeatable)")
 	fs.BoolVar(&f.worker, "worker", false, "internal: run as the supervised worker")
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
@@ -368,6 +373,9 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	p, err := f.params(fs)
 	if err != nil {
 		return usageError(err)
+	}
+	if f.nodes > 0 {
+		return runCluster(f, p, stdout, stderr)
 	}
 	if f.worker {
 		// SIGINT or SIGTERM (a terminal's Ctrl-C reaches the worker too, or

@@ -80,6 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		code, err = verifyCmd(args[1:], stdout, stderr)
 	case "repair":
 		code, err = repairCmd(args[1:], stdout, stderr)
+	case "node":
+		code, err = nodeCmd(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -115,6 +117,9 @@ func usage(w io.Writer) {
                                             non-zero exit on a difference or corruption
                                             (--recompute-live: first rescan the live statistics of
                                             tables written by unchecked writers, and persist them)
+  lsmstats node --dir PATH --object-store URL [--name N] [--listen ADDR]
+                                            one store node of a cluster, driven by a coordinator
+                                            (lsmstats backfill --nodes N)
   lsmstats repair --dir PATH                restore a damaged MANIFEST from the store's own copy of
                                             it, then verify the store as verify does
 

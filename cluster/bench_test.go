@@ -1,0 +1,94 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/stretchr/testify/require"
+)
+
+var benchRows = 50000
+
+// BenchmarkCluster runs the same job (mixed workload, 256 vnodes) on 1, 2
+// and 3 node processes sharing a bucket of the real S3 server, in one
+// run, and reports per cluster size: the job's rows/s (snapshot rows over
+// its wall time, load included) and its ratio to one node's, the
+// coordinator's progress CPU per checkpoint (summing the nodes' reports:
+// its figure's whole cost, the nodes computing theirs in parallel), the
+// nodes' progress time per checkpoint, and, on 2 and 3 nodes, one move of
+// a quarter of a node's vnodes at the middle checkpoint: its time, the
+// bytes it took by reference and the bytes it copied.
+func BenchmarkCluster(b *testing.B) {
+	p, err := workload.Preset("mixed", benchRows, 256, 1)
+	require.NoError(b, err)
+	p.BatchRows = 10000
+	var oneNode float64
+	for _, n := range []int{1, 2, 3} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			var rowsPerS, coordNS, nodeNS, moveMS, shared, copied float64
+			for range b.N {
+				nodes, _ := testCluster(b, n, io.Discard)
+				var ckpts int
+				var coord, node time.Duration
+				moved := false
+				cfg := CoordinatorConfig{
+					Job:   JobSpec{Workload: p, Actors: 2, CheckpointEvery: 2, BarrierRows: 1024},
+					Nodes: nodes, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+					OnCheckpoint: func(c Checkpoint) {
+						ckpts++
+						coord += time.Duration(c.ProgressNS)
+						for _, r := range c.Nodes {
+							node += time.Duration(r.ProgressNS) / time.Duration(len(c.Nodes))
+						}
+					},
+					OnStep: func(ctx context.Context, c *Coordinator, step uint64, checkpoint bool) error {
+						if !checkpoint || moved || n == 1 || c.lastCkp == nil || c.lastCkp.Figures["stats"].Raw < 50 {
+							return nil
+						}
+						moved = true
+						r := c.Vnodes()["node-0"][0]
+						r.Hi = r.Lo + (r.Hi-r.Lo)/4
+						res, err := c.Move(ctx, "node-0", "node-1", r)
+						if err != nil {
+							return err
+						}
+						moveMS += float64(res.Duration.Milliseconds())
+						shared += float64(res.Stats.SharedBytes)
+						copied += float64(res.Stats.CopiedBytes)
+						return nil
+					},
+				}
+				start := time.Now()
+				c, err := NewCoordinator(context.Background(), cfg)
+				require.NoError(b, err)
+				last, err := c.Run(context.Background())
+				require.NoError(b, err)
+				wall := time.Since(start)
+				require.NoError(b, c.Close())
+				require.True(b, last.Finished)
+				rowsPerS += float64(p.Rows) / wall.Seconds()
+				coordNS += float64(coord.Nanoseconds()) / float64(ckpts)
+				nodeNS += float64(node.Nanoseconds()) / float64(ckpts)
+			}
+			N := float64(b.N)
+			b.ReportMetric(rowsPerS/N, "rows/s")
+			if n == 1 {
+				oneNode = rowsPerS / N
+			} else if oneNode > 0 {
+				b.ReportMetric(rowsPerS/N/oneNode, "rows/s-vs-1-node")
+			}
+			b.ReportMetric(coordNS/N, "coord-progress-ns/ckpt")
+			b.ReportMetric(nodeNS/N, "node-progress-ns/ckpt")
+			if n > 1 {
+				b.ReportMetric(moveMS/N, "move-ms")
+				b.ReportMetric(shared/N, "move-shared-bytes")
+				b.ReportMetric(copied/N, "move-copied-bytes")
+			}
+		})
+	}
+}

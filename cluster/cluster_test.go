@@ -1,0 +1,228 @@
+package cluster
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/s3server"
+	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/objstore"
+	"github.com/stretchr/testify/require"
+)
+
+// Environment of a node run by the test binary as a child process.
+const (
+	envNodeDir  = "LSMSTATS_CLUSTER_NODE_DIR"
+	envNodeURL  = "LSMSTATS_CLUSTER_NODE_URL"
+	envNodeName = "LSMSTATS_CLUSTER_NODE_NAME"
+)
+
+var clusterSeed = flag.Uint64("cluster-seed", 0, "seed of TestCluster (0: a new one, printed)")
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(envNodeDir); dir != "" {
+		os.Exit(runChildNode(dir))
+	}
+	os.Exit(m.Run())
+}
+
+// runChildNode is a node process: the test's Process launches the test
+// binary with the node's environment.
+func runChildNode(dir string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	err := Serve(context.Background(), ServeConfig{
+		Name: os.Getenv(envNodeName), Dir: dir, Log: log,
+		Store: &lsm.Options{Logger: lsm.QuietLogger(os.Stderr), ObjectStore: &objstore.StoreOptions{URL: os.Getenv(envNodeURL)}},
+		Ready: func(addr string) { fmt.Println(ReadyLine(addr)) },
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node:", err)
+		return 1
+	}
+	return 0
+}
+
+// testCluster starts n node processes on a new bucket of the shared
+// SeaweedFS server.
+func testCluster(t testing.TB, n int, logw io.Writer) (map[string]Launcher, string) {
+	srv := s3server.Shared(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	url := fmt.Sprintf("s3://%s/cluster?endpoint=%s&retry-for=30s", srv.NewBucket(t), srv.Endpoint)
+	nodes := map[string]Launcher{}
+	for i := range n {
+		name := fmt.Sprintf("node-%d", i)
+		nodes[name] = &Process{Args: []string{os.Args[0], "-test.run=^$"},
+			Env: []string{envNodeDir + "=" + t.TempDir(), envNodeURL + "=" + url, envNodeName + "=" + name}, Log: logw}
+	}
+	return nodes, url
+}
+
+// TestCluster runs a backfill over 3 node processes on the real S3 server
+// with its events at random checkpoints: 2 moves of vnode ranges, a node
+// SIGKILLed, a rescale 3 → 2 → 3 (a node drained of its vnodes, then given
+// some back). After each event every node checks itself (Verify: every
+// statistic against the data) and the job's stats figure is held to the
+// truth (a scan of every node's vnodes at the committed epoch); at the end
+// every node's MV equals its upstream.
+func TestCluster(t *testing.T) {
+	seed := *clusterSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (-cluster-seed %d takes it back)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	p, err := workload.Preset("mixed", 20000+rng.IntN(20000), []int{16, 64, 256}[rng.IntN(3)], seed)
+	require.NoError(t, err)
+	p.BatchRows = 4000
+	p.Shape = []workload.Shape{workload.Hashed, workload.Sequential, workload.ParentChild}[rng.IntN(3)]
+	t.Logf("workload: %d rows, %d vnodes, pk shape %s", p.Rows, p.VnodeCount, p.Shape)
+
+	var logb strings.Builder
+	lw := &syncBuilder{b: &logb}
+	nodes, _ := testCluster(t, 3, lw)
+	defer func() {
+		if t.Failed() {
+			t.Logf("nodes' log:\n%s", logb.String())
+		}
+	}()
+	// The events, at checkpoints (1-based) chosen by the seed, in order.
+	type event struct {
+		at   int
+		what string
+	}
+	events := []event{{2 + rng.IntN(2), "move"}, {4 + rng.IntN(2), "kill"}, {6 + rng.IntN(2), "move"}, {8, "drain"}, {10, "refill"}}
+	ckpts := 0
+	var errs []float64
+	var shown []float64
+	var checks []string
+	ctx := context.Background()
+	cfg := CoordinatorConfig{
+		Job:   JobSpec{Workload: p, Actors: 2, CheckpointEvery: 2, BarrierRows: 256},
+		Nodes: nodes, Truth: true, HeartbeatTimeout: time.Second,
+		Log: slog.New(slog.NewTextHandler(lw, nil)),
+		OnCheckpoint: func(c Checkpoint) {
+			ckpts++
+			st := c.Figures["stats"]
+			errs = append(errs, abs(st.Raw-c.Truth))
+			shown = append(shown, st.Shown)
+			require.LessOrEqual(t, st.Lower-1e-9, c.Truth, "checkpoint %d: the truth is below the stats bounds", ckpts)
+			require.GreaterOrEqual(t, st.Upper+1e-9, c.Truth, "checkpoint %d: the truth is above the stats bounds", ckpts)
+			if !c.Finished {
+				require.Less(t, st.Shown, 100.0, "checkpoint %d: 100%% before the end", ckpts)
+			}
+		},
+		OnStep: func(ctx context.Context, c *Coordinator, step uint64, checkpoint bool) error {
+			if !checkpoint || len(events) == 0 || ckpts < events[0].at {
+				return nil
+			}
+			ev := events[0]
+			events = events[1:]
+			vn := c.Vnodes()
+			switch ev.what {
+			case "move":
+				from, to := fmt.Sprintf("node-%d", rng.IntN(3)), ""
+				for to == "" || to == from || len(vn[from]) == 0 {
+					from, to = fmt.Sprintf("node-%d", rng.IntN(3)), fmt.Sprintf("node-%d", rng.IntN(3))
+				}
+				r := vn[from][0]
+				r.Hi = r.Lo + max(1, (r.Hi-r.Lo)/2)
+				res, err := c.Move(ctx, from, to, r)
+				require.NoError(t, err)
+				t.Logf("checkpoint %d: moved %v %s → %s: %d shared SSTs (%d bytes) by reference, %d versions (%d bytes) copied, %d live rows",
+					ckpts, r, from, to, res.Stats.SharedSSTs, res.Stats.SharedBytes, res.Stats.CopiedVersions, res.Stats.CopiedBytes, res.Stats.LiveRows)
+			case "kill":
+				victim := fmt.Sprintf("node-%d", rng.IntN(3))
+				t.Logf("checkpoint %d: SIGKILL %s", ckpts, victim)
+				require.NoError(t, c.Kill(victim))
+				return nil // the next step finds it dead
+			case "drain": // 3 → 2: node-2 gives all its vnodes away
+				for _, r := range vn["node-2"] {
+					_, err := c.Move(ctx, "node-2", "node-0", r)
+					require.NoError(t, err)
+				}
+				require.Empty(t, c.Vnodes()["node-2"])
+				t.Logf("checkpoint %d: node-2 drained: %v", ckpts, c.Vnodes())
+			case "refill": // 2 → 3
+				for _, from := range []string{"node-0", "node-1"} {
+					rs := c.Vnodes()[from]
+					r := rs[len(rs)-1]
+					r.Lo = r.Hi - max(1, (r.Hi-r.Lo)/3)
+					_, err := c.Move(ctx, from, "node-2", r)
+					require.NoError(t, err)
+				}
+				t.Logf("checkpoint %d: node-2 refilled: %v", ckpts, c.Vnodes())
+			}
+			res, err := c.Check(ctx)
+			require.NoError(t, err)
+			for name, r := range res {
+				require.Empty(t, r.Problems, "after %s at checkpoint %d: node %s", ev.what, ckpts, name)
+			}
+			checks = append(checks, ev.what)
+			return nil
+		},
+	}
+	c, err := NewCoordinator(ctx, cfg)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	last, err := c.Run(ctx)
+	require.NoError(t, err)
+	require.True(t, last.Finished)
+	require.Equal(t, 100.0, last.Figures["stats"].Shown)
+
+	res, err := c.Check(ctx)
+	require.NoError(t, err)
+	var live int64
+	for name, r := range res {
+		require.Empty(t, r.Problems, "node %s at the end", name)
+		require.True(t, r.MVMatches, "node %s: MV vs upstream", name)
+		live += r.LiveRows
+	}
+	for i := 1; i < len(shown); i++ {
+		require.GreaterOrEqual(t, shown[i], shown[i-1], "displayed figure went down at checkpoint %d", i+1)
+	}
+	var mean, worst float64
+	for _, e := range errs {
+		mean += e / float64(len(errs))
+		worst = max(worst, e)
+	}
+	t.Logf("%d checkpoints, events %v, moves %d, losses %d; stats error mean %.3f pp, max %.3f pp; %d live rows scanned by Verify",
+		ckpts, checks, len(c.Moves()), len(c.Losses()), mean, worst, live)
+	require.Len(t, c.Losses(), 1, "the killed node's loss")
+	require.LessOrEqual(t, mean, 0.2, "stats error mean (pp)")
+	require.LessOrEqual(t, worst, 1.0, "stats error max (pp)")
+	shared := 0
+	for _, m := range c.Moves() {
+		shared += m.Stats.SharedSSTs
+	}
+	require.Positive(t, shared, "no move took a shared SST by reference")
+}
+
+// syncBuilder is a strings.Builder for several goroutines' writes.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

@@ -1,0 +1,79 @@
+// Package cluster runs one backfill job over several store nodes, as
+// RisingWave runs a streaming job over its compute nodes under its meta:
+// each node (Node, a process of its own: lsmstats node) holds one
+// lsm.Store — its WAL and MANIFEST on its local disk, its SSTs in the
+// cluster's object store, one bucket and prefix shared by every node, each
+// store with its own creator id — and the job's actors of the vnodes
+// assigned to it; a coordinator (Coordinator, the meta role) owns the
+// assignment, injects the barriers, declares the checkpoints, sums the
+// job's progress and moves vnode ranges between nodes.
+//
+//	                    coordinator (meta)
+//	   assignment: node → vnode ranges;  step;  displayed high-water marks
+//	     │ Open / Barrier / Export / Import / Drop / Check   ▲ Report per step
+//	     ▼ Heartbeat every 200ms (lost after HeartbeatTimeout) │ (Σ consumed, Σ total)
+//	 ┌────────────┐      ┌────────────┐      ┌────────────┐
+//	 │ node-0     │      │ node-1     │      │ node-2     │
+//	 │ vnodes 0-84│      │ 85-169     │      │ 170-255    │
+//	 │ job, actors│      │ job, actors│      │ job, actors│
+//	 │ WAL, MANIF.│      │ WAL, MANIF.│      │ WAL, MANIF.│
+//	 └─────┬──────┘      └─────┬──────┘      └─────┬──────┘
+//	       └─── shared SSTs (L5, L6) in one bucket/prefix ───┘
+//
+// # The protocol
+//
+// gRPC on loopback (rpc.go): one service, lsmstats.cluster.Node, that
+// every node serves and the coordinator calls, its messages Go structs in
+// JSON (a gRPC codec of its own; no generated code). The coordinator calls
+// Barrier(step) on every node at once; a node runs that step of its job —
+// the upstream's ops of its vnodes (every node runs the whole table's
+// deterministic generator and keeps its own vnodes' ops), its actors'
+// barrier, and, when the step is a checkpoint, its store's commit — and
+// answers with its Report: each estimator's raw consumed and total over
+// its vnodes (and, asked, the truth's: a scan), as RisingWave's compute
+// nodes send their actors' progress with each barrier's completion. A
+// step is a cluster checkpoint once every node committed it; the
+// coordinator then sums the reports (Σ consumed / Σ total per approach,
+// the stats bounds summed too) and keeps each displayed figure monotone
+// (its high-water mark, below 100% until every node finished).
+//
+// Every node commits the same epochs (one per step), as stores under one
+// global barrier do: a vnode move needs the destination's committed epoch
+// at least the source's (lsm.Store.MoveVnodes), and in lockstep they are
+// equal at every checkpoint.
+//
+// # Moving vnodes
+//
+// At a cluster checkpoint, Coordinator.Move(from, to, range): from closes
+// its job and exports the range of each of the job's three tables
+// (upstream, MV, backfill state: the state table is vnode-keyed, so the
+// vnodes' backfill cursors move with their rows) as lsm.VnodeExport's byte
+// form — the shared SSTs by reference (their backings), the versions not
+// in shared SSTs copied, the live statistics bucket for bucket; to imports
+// them (one IngestAndExcise per table); from releases its backings and
+// drops the range; both reopen their jobs over their new vnodes. The
+// per-vnode physical statistics of the range on to come from the shared
+// SSTs restricted to the range (virtual SSTs, rescanned within their
+// bounds: exact), the live statistics are the source's. Verify on both
+// holds every statistic to the data (TestCluster checks it after every
+// event).
+//
+// # A lost node
+//
+// A node that misses its heartbeats for HeartbeatTimeout, or whose call
+// fails, is recovered before the next step: one that answers is reopened
+// from its last checkpoint; one that does not is killed and started again
+// on its directory, where its store recovers its last commit (its WAL and
+// MANIFEST), and its job resumes from it. The other nodes keep their steps
+// run since; the recovered node catches up alone (its steps are its own
+// vnodes' ops) and the cluster goes on. Nothing committed is lost: what a
+// checkpoint made durable is the node's commit, in its local WAL and
+// MANIFEST, with its SSTs in the bucket.
+//
+// What this does not do yet (docs/design.md §13 says what it would
+// take): recover a node whose local disk is gone, from the bucket alone —
+// a checkpoint would have to upload what the node's WAL and MANIFEST hold
+// (the epoch's versions as SSTs, and the list of the node's SSTs and their
+// bounds), as Hummock's checkpoint uploads the shared buffer and its meta
+// records the version.
+package cluster

@@ -1,0 +1,440 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/backfill/backfilltest"
+	"github.com/lsmstats/lsmstats/bench"
+	"github.com/lsmstats/lsmstats/bench/genjob"
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/lsm"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Node is one store node: a store whose SSTs are on the cluster's object
+// store, and the job's actors of the vnodes the coordinator assigned to
+// it. It serves the coordinator's calls (NodeServer), one at a time: the
+// coordinator drives it, and a node does nothing between two calls but
+// answer heartbeats.
+type Node struct {
+	name  string
+	store *lsm.Store
+	log   *slog.Logger
+
+	hb sync.Mutex // guards status for heartbeats, which do not wait for a call
+	st Status
+
+	mu     sync.Mutex // one call at a time
+	spec   JobSpec
+	vnodes *roaring.Bitmap
+	gen    *workload.Generator
+	src    *tap
+	job    *backfill.Job
+	at     uint64 // the step the job has run to
+	done   uint64 // the last step the store committed
+	// held are the exports of ranges given away, whose backings the node
+	// holds until the range is dropped (the importer has its references).
+	held map[Range][]*lsm.VnodeExport
+	last *Report // the report of step at
+	// statsTime is the stats estimator's time at the last checkpoint.
+	statsTime time.Duration
+}
+
+var _ NodeServer = (*Node)(nil)
+
+// Job tables: the node's job uses bench's table ids, so that a range of
+// any table moves to a node that has the same table.
+var jobTables = []uint32{bench.UpstreamTable, bench.MVTable, bench.StateTable}
+
+// NewNode returns a node over an open store (its object store the
+// cluster's). The store stays the caller's to close after Stop.
+func NewNode(name string, store *lsm.Store, log *slog.Logger) *Node {
+	if log == nil {
+		log = slog.Default()
+	}
+	n := &Node{name: name, store: store, log: log.With("node", name), held: map[Range][]*lsm.VnodeExport{}}
+	n.st = Status{Node: name, Epoch: store.CommittedEpoch()}
+	return n
+}
+
+// setStatus publishes the node's status for heartbeats.
+func (n *Node) setStatus() {
+	st := Status{Node: n.name, Epoch: n.store.CommittedEpoch(), Vnodes: rangesOf(n.vnodes), Open: n.job != nil, Step: n.at}
+	if n.job != nil {
+		st.Finished, st.Committed = n.job.Finished(), n.done
+	}
+	n.hb.Lock()
+	n.st = st
+	n.hb.Unlock()
+}
+
+// Heartbeat implements NodeServer: the node's status, without waiting for
+// a call in progress.
+func (n *Node) Heartbeat(context.Context, *Empty) (*Status, error) {
+	n.hb.Lock()
+	defer n.hb.Unlock()
+	st := n.st
+	return &st, nil
+}
+
+// Open implements NodeServer: it (re)opens the job over the vnodes asked,
+// from the store's last checkpoint.
+func (n *Node) Open(ctx context.Context, req *OpenRequest) (*Status, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	defer n.setStatus()
+	if err := n.closeJob(); err != nil {
+		return nil, err
+	}
+	vnodes, err := bitmapOf(req.Vnodes, req.Job.Workload.VnodeCount)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	g, err := workload.New(req.Job.Workload)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	src := &tap{Source: &genjob.Source{G: g, Vnodes: vnodes}}
+	jc := backfill.JobConfig{
+		Store: n.store, Name: "cluster", Vnodes: vnodes,
+		Actors: max(1, req.Job.Actors), CheckpointEvery: max(1, req.Job.CheckpointEvery),
+		ChunkSize: req.Job.ChunkSize, BarrierRows: req.Job.BarrierRows,
+		Estimators: []backfill.Estimator{backfill.RowCountEstimator{}, backfill.StatsEstimator{}},
+		Source:     src, Unchecked: true,
+		OnEstimate: func(approach string, estimate func()) {
+			start := time.Now()
+			estimate()
+			if approach == "stats" {
+				n.statsTime = time.Since(start)
+			}
+		},
+		Upstream: g.Params().TableDef(bench.UpstreamTable), MV: bench.MVTable, State: bench.StateTable, Meta: bench.MetaTable,
+	}
+	job, err := backfill.OpenJob(jc)
+	if err != nil {
+		return nil, errors.Wrapf(err, "node %s: open the job over vnodes %v", n.name, req.Vnodes)
+	}
+	n.spec, n.vnodes, n.gen, n.src, n.job = req.Job, vnodes, g, src, job
+	n.at, n.done, n.last = src.at.Step, src.at.Step, nil
+	n.log.Info("job opened", "vnodes", fmtRanges(req.Vnodes), "step", n.at, "epoch", n.store.CommittedEpoch())
+	n.setStatus()
+	n.hb.Lock()
+	st := n.st
+	n.hb.Unlock()
+	return &st, nil
+}
+
+func (n *Node) closeJob() error {
+	if n.job == nil {
+		return nil
+	}
+	err := n.job.Close()
+	n.job, n.src, n.gen = nil, nil, nil
+	if err != nil {
+		return errors.Wrapf(err, "node %s: close the job", n.name)
+	}
+	return nil
+}
+
+// Barrier implements NodeServer: it runs step req.Step, which must be the
+// one after the node's last.
+func (n *Node) Barrier(ctx context.Context, req *BarrierRequest) (*Report, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	defer n.setStatus()
+	if n.job == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s: no job open", n.name)
+	}
+	if req.Step == n.at && n.last != nil && n.last.Step == req.Step {
+		// The coordinator lost the answer: the same report again.
+		return n.last, nil
+	}
+	if req.Step != n.at+1 {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s: asked step %d, but its next step is %d", n.name, req.Step, n.at+1)
+	}
+	before := n.store.CommittedEpoch()
+	rec, ok, err := n.job.Step(ctx)
+	if err != nil {
+		// The job holds the step's uncommitted work: reopen it from the
+		// store, where the coordinator resumes it.
+		n.log.Warn("step failed; the job reopens from the last checkpoint", "step", req.Step, "err", err)
+		_ = n.closeJob()
+		return nil, status.Errorf(codes.Aborted, "node %s: step %d: %v", n.name, req.Step, err)
+	}
+	n.at = req.Step
+	rep := &Report{Step: req.Step, Checkpoint: n.store.CommittedEpoch() != before, Epoch: n.store.CommittedEpoch(),
+		Vnodes: int(n.vnodes.GetCardinality())}
+	if rep.Checkpoint {
+		n.done = req.Step
+	}
+	n.last = rep
+	if !ok {
+		return rep, nil
+	}
+	rep.Started, rep.Finished, rep.Figures = true, rec.Finished, rec.Figures
+	if f := rec.Figure("stats"); f.Bounds != nil {
+		rep.StatsLower, rep.StatsUpper = f.Bounds.Lower*f.Total/100, f.Bounds.Upper*f.Total/100
+	} else {
+		rep.StatsLower, rep.StatsUpper = f.Consumed, f.Consumed
+	}
+	rep.ProgressNS = n.statsTime.Nanoseconds()
+	if req.Truth {
+		if rep.TruthBehind, rep.TruthTotal, err = n.truth(rec); err != nil {
+			return nil, status.Errorf(codes.Internal, "node %s: truth at step %d: %v", n.name, req.Step, err)
+		}
+	}
+	return rep, nil
+}
+
+// truth is the live rows of the node's vnodes at or below their cursors,
+// and all their live rows, at the committed epoch: a scan.
+func (n *Node) truth(rec backfill.Record) (behind, total int64, err error) {
+	o := backfilltest.ScanOracle{Store: n.store, Table: bench.UpstreamTable}
+	for _, v := range rec.Vnodes {
+		var cursor []byte
+		if v.Started() {
+			cursor = v.Cursor
+		}
+		b, t, err := o.Rows(rec.Epoch, v.Vnode, cursor)
+		if err != nil {
+			return 0, 0, err
+		}
+		if v.Finished {
+			b = t
+		}
+		behind, total = behind+b, total+t
+	}
+	return behind, total, nil
+}
+
+// Export implements NodeServer: the node closes its job (it must be at a
+// checkpoint) and exports the range of every table of the job; it holds
+// the exports until Drop.
+func (n *Node) Export(ctx context.Context, req *MoveRequest) (*ExportResponse, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	defer n.setStatus()
+	if err := n.atCheckpoint("export"); err != nil {
+		return nil, err
+	}
+	if err := n.closeJob(); err != nil {
+		return nil, err
+	}
+	if _, ok := n.held[req.Range]; ok {
+		return nil, status.Errorf(codes.AlreadyExists, "node %s: range %v is already exported", n.name, req.Range)
+	}
+	resp := &ExportResponse{}
+	var held []*lsm.VnodeExport
+	for _, t := range jobTables {
+		e, err := n.store.ExportVnodes(ctx, t, req.Range.Lo, req.Range.Hi)
+		if err == nil {
+			var b []byte
+			if b, err = e.MarshalBinary(); err == nil {
+				held = append(held, e)
+				resp.Exports = append(resp.Exports, b)
+				resp.Stats = addMoveStats(resp.Stats, e.Stats())
+				continue
+			}
+			e.Release()
+		}
+		for _, h := range held {
+			h.Release()
+		}
+		return nil, status.Errorf(codes.Internal, "node %s: export vnodes %v of table %d: %v", n.name, req.Range, t, err)
+	}
+	n.held[req.Range] = held
+	n.log.Info("range exported", "range", req.Range, "shared_ssts", resp.Stats.SharedSSTs, "copied_bytes", resp.Stats.CopiedBytes)
+	return resp, nil
+}
+
+// atCheckpoint refuses a move in the middle of a checkpoint interval: the
+// job's steps since its last checkpoint are not committed.
+func (n *Node) atCheckpoint(what string) error {
+	if n.job != nil && n.at != n.done {
+		return status.Errorf(codes.FailedPrecondition, "node %s: %s at step %d, after the last checkpoint (step %d)", n.name, what, n.at, n.done)
+	}
+	return nil
+}
+
+// Import implements NodeServer: the node closes its job and imports the
+// exports; Open then gives it the range.
+func (n *Node) Import(ctx context.Context, req *ImportRequest) (*MoveResponse, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	defer n.setStatus()
+	if err := n.atCheckpoint("import"); err != nil {
+		return nil, err
+	}
+	if err := n.closeJob(); err != nil {
+		return nil, err
+	}
+	resp := &MoveResponse{}
+	for i, b := range req.Exports {
+		e, err := lsm.DecodeVnodeExport(b)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "node %s: export %d: %v", n.name, i, err)
+		}
+		st, err := n.store.ImportVnodes(ctx, e)
+		e.Release()
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "node %s: import export %d: %v", n.name, i, err)
+		}
+		resp.Stats = addMoveStats(resp.Stats, st)
+	}
+	n.log.Info("range imported", "exports", len(req.Exports), "live_rows", resp.Stats.LiveRows)
+	return resp, nil
+}
+
+// Drop implements NodeServer: the node releases the range's exports and
+// drops it from every table of the job (the importer holds it).
+func (n *Node) Drop(ctx context.Context, req *MoveRequest) (*Status, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	defer n.setStatus()
+	if err := n.closeJob(); err != nil {
+		return nil, err
+	}
+	for _, e := range n.held[req.Range] {
+		e.Release()
+	}
+	delete(n.held, req.Range)
+	for _, t := range jobTables {
+		if err := n.store.DropVnodes(ctx, t, req.Range.Lo, req.Range.Hi); err != nil {
+			return nil, status.Errorf(codes.Internal, "node %s: drop vnodes %v of table %d: %v", n.name, req.Range, t, err)
+		}
+	}
+	n.log.Info("range dropped", "range", req.Range)
+	n.setStatus()
+	n.hb.Lock()
+	st := n.st
+	n.hb.Unlock()
+	return &st, nil
+}
+
+// Check implements NodeServer: Verify (every statistic against the data),
+// and the MV against the upstream over the node's vnodes.
+func (n *Node) Check(ctx context.Context, _ *Empty) (*CheckResponse, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	resp := &CheckResponse{}
+	rep, err := n.store.Verify()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "node %s: verify: %v", n.name, err)
+	}
+	resp.LiveRows = rep.Rows
+	for _, d := range slices.Concat(rep.Differences, rep.Corrupt, rep.Unchecked) {
+		resp.Problems = append(resp.Problems, d)
+	}
+	if n.job != nil {
+		if err := n.job.Compare(); err != nil {
+			resp.Problems = append(resp.Problems, fmt.Sprintf("MV vs upstream: %v", err))
+		} else {
+			resp.MVMatches = true
+		}
+	}
+	n.setStatus()
+	n.hb.Lock()
+	resp.Status = n.st
+	n.hb.Unlock()
+	return resp, nil
+}
+
+// Stop implements NodeServer: the node closes its job; its process
+// exits once the call returns (Serve's caller closes the store).
+func (n *Node) Stop(context.Context, *Empty) (*Empty, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for r, es := range n.held {
+		for _, e := range es {
+			e.Release()
+		}
+		delete(n.held, r)
+	}
+	return &Empty{}, n.closeJob()
+}
+
+func addMoveStats(a, b lsm.MoveStats) lsm.MoveStats {
+	a.SharedSSTs += b.SharedSSTs
+	a.SharedBytes += b.SharedBytes
+	a.CopiedVersions += b.CopiedVersions
+	a.CopiedBytes += b.CopiedBytes
+	a.CopiedSSTBytes += b.CopiedSSTBytes
+	a.LiveRows += b.LiveRows
+	a.LiveBytes += b.LiveBytes
+	a.Compacted = a.Compacted || b.Compacted
+	return a
+}
+
+// bitmapOf is the vnode set of ranges, each within [0, count).
+func bitmapOf(rs []Range, count int) (*roaring.Bitmap, error) {
+	b := roaring.New()
+	for _, r := range rs {
+		if r.Lo < 0 || r.Hi > count || r.Lo >= r.Hi {
+			return nil, errors.Newf("vnode range [%d, %d) is not within [0, %d)", r.Lo, r.Hi, count)
+		}
+		b.AddRange(uint64(r.Lo), uint64(r.Hi))
+	}
+	return b, nil
+}
+
+// rangesOf is a vnode set as its maximal ranges.
+func rangesOf(b *roaring.Bitmap) []Range {
+	if b == nil {
+		return nil
+	}
+	var out []Range
+	it := b.Iterator()
+	for it.HasNext() {
+		v := int(it.Next())
+		if k := len(out); k > 0 && out[k-1].Hi == v {
+			out[k-1].Hi++
+			continue
+		}
+		out = append(out, Range{v, v + 1})
+	}
+	return out
+}
+
+func fmtRanges(rs []Range) string {
+	s := ""
+	for i, r := range rs {
+		if i > 0 {
+			s += " "
+		}
+		s += fmt.Sprintf("[%d,%d)", r.Lo, r.Hi)
+	}
+	return s
+}
+
+// tap is the job's source, which tells the node where the job resumed.
+type tap struct {
+	backfill.Source
+	at backfill.Position
+}
+
+func (t *tap) Resume(at backfill.Position) error {
+	t.at = at
+	return t.Source.Resume(at)
+}
+
+func (t *tap) BackfillStep() uint64 {
+	if l, ok := t.Source.(backfill.Loader); ok {
+		return l.BackfillStep()
+	}
+	return 0
+}
+
+func (t *tap) Finished(step uint64) {
+	if f, ok := t.Source.(backfill.FinishListener); ok {
+		f.Finished(step)
+	}
+}
