@@ -24,8 +24,9 @@ import (
 // step 0 to the job's committed step instead (workload.Generator.Replay,
 // deterministic: step k's ops depend on the seed, k and the model after
 // step k-1 only), in memory: it costs the generation of every op of those
-// steps, about what running them cost the generator the first time, but
-// none of their writes. A part's generator therefore holds the whole
+// steps (O(ops), each row's value generated; TestPart logs the time),
+// about what generating them cost the first time, and none of their
+// writes or reads. A part's generator therefore holds the whole
 // table's model, on every store.
 //
 // Not safe for concurrent use.
