@@ -62,6 +62,40 @@
 // figure, finished only once joined (Record.Phase). docs/design.md §6 and
 // §7 describe both and their truths.
 //
+// # A job over a subset of the vnodes
+//
+// With JobConfig.Vnodes the job is one part of a job whose vnodes several
+// stores (nodes) share, each store holding its vnodes' rows of the
+// upstream, MV and state tables and running its part; a coordinator
+// injects the same barriers into every part (so their stores commit the
+// same epochs) and moves vnode ranges between stores (lsm.Store.MoveVnodes
+// of the three tables: a vnode's state row moves with its rows). A part's
+// actors split its vnodes only, and its source must give it the ops of its
+// vnodes only (another is ErrUnownedVnode; bench/genjob's Part filters a
+// whole table's workload so). Everything a part reports is of its vnodes:
+// Record.Vnodes, Finished, Compare, and the figures: Stats sums its vnodes'
+// live rows and estimates as always, RowCountEstimator sums the physical
+// key counts of its vnodes (Input.Owned) instead of the whole table's.
+// A Figure's Consumed and Total are raw (before any display rule), and
+// Bounds.LowerRows and UpperRows are the bounds in rows: the job's figure
+// is Σ Consumed / Σ Total over its parts' figures of the same checkpoint
+// epoch, its bounds Σ LowerRows and Σ UpperRows over Σ Total, exactly as
+// one job over every vnode would compute them.
+//
+// A part reopened with another set (after a move in or out) is a rescale
+// across stores: a vnode with a state row resumes from it, one without
+// starts fresh, and Finished is recomputed from the states (vnodes moved
+// in unfinished make a finished part unfinished again). The display's
+// high-water mark, persisted in the job's metadata row, is a whole job's:
+// a part's figure is of vnodes that change at a move, and may fall when
+// vnodes with work ahead move in. So a part persists none and restores
+// none: its display is monotone within one opening only, and the job's
+// displayed figure, monotone across moves, is the coordinator's to keep,
+// from the parts' raw figures. A snapshot backfill refuses Vnodes: its log
+// store holds every vnode's changes in one vnode of its own, which no move
+// can split. Several upstream tables must have one vnode count, the set
+// applying to each.
+//
 // # Upstream ops
 //
 // A source writes an update or a delete in one of two forms:
@@ -143,8 +177,8 @@
 // bounds there when the estimator gives them (an Accountant, as Stats is):
 // the sums of the vnodes' bounds, which hold the truth. It never decreases
 // within a job (its high-water mark is persisted and survives crashes and
-// rescale), is never 100% before the job finished, and is exactly 100% when
-// it has.
+// rescale; a job part's only within an opening, see above), is never 100%
+// before the job finished, and is exactly 100% when it has.
 //
 // # ETA (eta.go)
 //

@@ -1205,7 +1205,7 @@ func (r *etaRate) reseed(rate, tau, weight, dt float64) {
 // estimates gives an observation without figures.
 func RecordObservation(rec Record, run uint64, actors, vnodes int) ETAObservation {
 	owner := make([]int, vnodes)
-	for i, vn := range vnodeRanges(vnodes, actors) {
+	for i, vn := range vnodeRanges(allVnodes(vnodes), actors) {
 		for it := vn.Iterator(); it.HasNext(); {
 			owner[it.Next()] = i
 		}

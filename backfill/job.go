@@ -88,6 +88,19 @@ type JobConfig struct {
 	// (RowOp.Upstream, the index here). Without Upstreams, the job reads
 	// the one table Upstream: the case of one.
 	Upstreams []UpstreamConfig
+	// Vnodes, if set, are the upstream tables' vnodes this job owns: the
+	// job is one node's part of a job whose vnodes several stores share
+	// (doc.go, "A job over a subset of the vnodes"). Its actors split
+	// these only; it reads and writes the state rows, the upstream and the
+	// MV of these only; its figures, Record.Vnodes, Finished and Compare
+	// are over these only; a source op on another vnode fails the step
+	// (ErrUnownedVnode). A reopened job may own another set (vnodes moved
+	// in with their state rows resume from them, others start fresh).
+	// Every upstream table must have the same vnode count, every vnode of
+	// the set be below it, and the set hold at least Actors vnodes; a
+	// snapshot backfill (ModeSnapshot) refuses it. Nil means every vnode.
+	// The job keeps a copy: change the set by reopening the job.
+	Vnodes *roaring.Bitmap
 	// Mode is the kind of backfill: ModeArrangement (the default) or
 	// ModeSnapshot (snapshot.go). A reopened job must have the mode it was
 	// created with.
@@ -357,8 +370,13 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	if cfg.Mode > ModeSnapshot {
 		return nil, errors.Newf("lsmstats/backfill: unknown mode %d", cfg.Mode)
 	}
+	if cfg.Vnodes != nil {
+		if cfg.Vnodes, err = checkVnodes(cfg, ups); err != nil {
+			return nil, err
+		}
+	}
 	j := &Job{cfg: cfg, store: s, ups: ups, tracker: NewProgressTrackerOf(ids, cfg.Estimators...), logTable: cfg.LogStore}
-	j.tracker.around = cfg.OnEstimate
+	j.tracker.around, j.tracker.owned = cfg.OnEstimate, cfg.Vnodes
 	// A writer left open would keep its vnodes (no later job could take
 	// them) and block every later commit of the store (ErrNotSealed).
 	defer func() {
@@ -367,7 +385,7 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		}
 	}()
 	for i := range j.ups {
-		if j.ups[i].writer, err = s.NewWriter(j.ups[i].def.ID, nil, &lsm.WriterOptions{Unchecked: cfg.Unchecked}); err != nil {
+		if j.ups[i].writer, err = s.NewWriter(j.ups[i].def.ID, cfg.Vnodes, &lsm.WriterOptions{Unchecked: cfg.Unchecked}); err != nil {
 			return nil, err
 		}
 	}
@@ -401,7 +419,11 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 	j.eta = NewETA(&ETAOptions{Resume: &m.resume})
 	j.run = m.resume.Run + 1
 	j.epoch = s.EpochFloor() + 1
-	j.tracker.Restore(m.hwm)
+	if cfg.Vnodes == nil {
+		// A job part's figure is of its vnodes, which a reopening may
+		// change: it keeps no high-water mark across openings (doc.go).
+		j.tracker.Restore(m.hwm)
+	}
 	defs := make([]lsm.TableDef, len(ups))
 	for i, u := range ups {
 		defs[i] = u.def
@@ -410,10 +432,14 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		return nil, errors.Wrapf(err, "lsmstats/backfill: resuming the source at step %d", j.step)
 	}
 	j.srcStep = j.step
-	if j.finished {
+	if j.finished && !j.started {
 		j.sourceFinished(j.step)
 	}
 	if j.started {
+		// Finished again once the vnodes' states say so (j.progress tells
+		// the source): a job part reopened with vnodes moved in that had
+		// not finished is not finished.
+		j.finished = false
 		if err := j.startActors(false); err != nil {
 			return nil, err
 		}
@@ -599,14 +625,73 @@ func (j *Job) Finished() bool { return j.finished }
 // ProgressTracker returns the job's progress tracker.
 func (j *Job) ProgressTracker() *ProgressTracker { return j.tracker }
 
-// vnodeRanges splits the vnodes into contiguous ranges, one per actor.
-func vnodeRanges(vnodes, actors int) []*roaring.Bitmap {
+// vnodeRanges splits a set of vnodes (in increasing order) into ranges of
+// consecutive members, one per actor, of sizes within one of each other.
+func vnodeRanges(vnodes []uint32, actors int) []*roaring.Bitmap {
+	n := len(vnodes)
 	out := make([]*roaring.Bitmap, actors)
 	for i := range actors {
-		out[i] = roaring.New()
-		out[i].AddRange(uint64(i*vnodes/actors), uint64((i+1)*vnodes/actors))
+		out[i] = roaring.BitmapOf(vnodes[i*n/actors : (i+1)*n/actors]...)
 	}
 	return out
+}
+
+// allVnodes returns vnodes 0 to n-1.
+func allVnodes(n int) []uint32 {
+	out := make([]uint32, n)
+	for v := range out {
+		out[v] = uint32(v)
+	}
+	return out
+}
+
+// ownedVnodes returns the job's vnodes of an upstream table of vnodeCount
+// vnodes, in increasing order: JobConfig.Vnodes, or every vnode.
+func (j *Job) ownedVnodes(vnodeCount int) []uint32 {
+	if j.cfg.Vnodes != nil {
+		return j.cfg.Vnodes.ToArray()
+	}
+	return allVnodes(vnodeCount)
+}
+
+// ErrUnownedVnode is a source op on a vnode the job does not own
+// (JobConfig.Vnodes).
+var ErrUnownedVnode = errors.New("lsmstats/backfill: op on a vnode the job does not own")
+
+// checkVnodes checks a job's JobConfig.Vnodes against its upstream tables
+// and returns a copy of it.
+func checkVnodes(cfg JobConfig, ups []jobUpstream) (*roaring.Bitmap, error) {
+	vn := cfg.Vnodes.Clone()
+	if cfg.Mode == ModeSnapshot {
+		return nil, errors.New("lsmstats/backfill: a snapshot backfill runs over every vnode: JobConfig.Vnodes must be nil " +
+			"(its log store holds every vnode's changes in one vnode, which cannot move with them)")
+	}
+	if vn.IsEmpty() {
+		return nil, errors.New("lsmstats/backfill: JobConfig.Vnodes is empty: a job owns at least one vnode (nil: every vnode)")
+	}
+	count := ups[0].def.VnodeCount
+	for i, u := range ups[1:] {
+		if u.def.VnodeCount != count {
+			return nil, errors.Newf("lsmstats/backfill: JobConfig.Vnodes over upstream tables of different vnode counts: "+
+				"table %d (upstream 0) has %d, table %d (upstream %d) %d", ups[0].def.ID, count, u.def.ID, i+1, u.def.VnodeCount)
+		}
+	}
+	if m := vn.Maximum(); m >= uint32(count) {
+		return nil, errors.Wrapf(lsm.ErrInvalidVnode, "lsmstats/backfill: JobConfig.Vnodes holds vnode %d, upstream table %d has %d vnodes",
+			m, ups[0].def.ID, count)
+	}
+	if n := vn.GetCardinality(); uint64(cfg.Actors) > n {
+		return nil, errors.Newf("lsmstats/backfill: %d actors for the %d vnodes of JobConfig.Vnodes", cfg.Actors, n)
+	}
+	return vn, nil
+}
+
+// vnodeSetString describes a set of vnodes for an error.
+func vnodeSetString(b *roaring.Bitmap) string {
+	if b.GetCardinality() == uint64(b.Maximum()-b.Minimum()+1) {
+		return fmt.Sprintf("[%d, %d]", b.Minimum(), b.Maximum())
+	}
+	return fmt.Sprintf("%d vnodes in [%d, %d]", b.GetCardinality(), b.Minimum(), b.Maximum())
 }
 
 // startActors creates the actors over the current vnode split and runs their
@@ -633,7 +718,10 @@ func (j *Job) startActors(fresh bool) (err error) {
 	for u := range j.ups {
 		up := &j.ups[u]
 		up.owner = make([]int, up.def.VnodeCount)
-		ranges[u] = vnodeRanges(up.def.VnodeCount, j.cfg.Actors)
+		for v := range up.owner {
+			up.owner[v] = -1 // not the job's (JobConfig.Vnodes)
+		}
+		ranges[u] = vnodeRanges(j.ownedVnodes(up.def.VnodeCount), j.cfg.Actors)
 		for i, vn := range ranges[u] {
 			for it := vn.Iterator(); it.HasNext(); {
 				up.owner[it.Next()] = i
@@ -1041,6 +1129,10 @@ func (j *Job) writeUpstream(ctx context.Context, epoch uint64, ops []RowOp) ([]R
 			return nil, errors.Newf("lsmstats/backfill: upstream step %d: %s of pk %x names upstream %d, job of %d upstreams",
 				j.srcStep, op.Kind, op.PK, op.Upstream, len(j.ups))
 		}
+		if j.cfg.Vnodes != nil && !j.cfg.Vnodes.Contains(uint32(op.Vnode)) {
+			return nil, errors.Wrapf(ErrUnownedVnode, "upstream step %d: %s of pk %x in vnode %d of upstream %d (table %d): the job owns vnodes %s",
+				j.srcStep, op.Kind, op.PK, op.Vnode, op.Upstream, j.ups[op.Upstream].def.ID, vnodeSetString(j.cfg.Vnodes))
+		}
 	}
 	m := &multiMaterialize{j: j}
 	var out []RowOp // the resolved ops, once a checked op was met
@@ -1125,7 +1217,7 @@ func (m *multiMaterialize) Apply(epoch uint64, ops []RowOp) error {
 }
 
 func (j *Job) writeMeta(epoch uint64) error {
-	m := jobMeta{step: j.srcStep, barrier: j.barrier, started: j.started, finished: j.finished, hwm: j.tracker.HighWater(),
+	m := jobMeta{step: j.srcStep, barrier: j.barrier, started: j.started, finished: j.finished, hwm: j.highWater(),
 		limit: j.RateLimit(), resume: j.eta.Resume(), mode: j.cfg.Mode, phase: j.phase, snapEpoch: j.snapEpoch,
 		snapTotals: j.snapTotals, logConsumed: j.logConsumed, logCursor: j.logCursor, upstreams: j.tracker.upstreams}
 	row := encodeMeta(m)
@@ -1140,6 +1232,16 @@ func (j *Job) writeMeta(epoch uint64) error {
 	}
 	j.metaRow = row
 	return j.meta.Seal(epoch)
+}
+
+// highWater returns the display's high-water marks to persist: none for a
+// job part (JobConfig.Vnodes), whose figure is of vnodes that a reopening
+// may change.
+func (j *Job) highWater() []Figure {
+	if j.cfg.Vnodes != nil {
+		return nil
+	}
+	return j.tracker.HighWater()
 }
 
 // progress computes the figures and the truth at a committed checkpoint
@@ -1222,7 +1324,7 @@ func (j *Job) observeETA(rec Record) ETAForecast {
 		return ETAForecast{Time: rec.Time}
 	}
 	o := observation(rec, j.run, len(j.actors), func(v VnodeState) (int, bool) {
-		if v.Upstream >= len(j.ups) || int(v.Vnode) >= len(j.ups[v.Upstream].owner) {
+		if v.Upstream >= len(j.ups) || int(v.Vnode) >= len(j.ups[v.Upstream].owner) || j.ups[v.Upstream].owner[v.Vnode] < 0 {
 			return 0, false
 		}
 		return j.ups[v.Upstream].owner[v.Vnode], true
@@ -1233,7 +1335,8 @@ func (j *Job) observeETA(rec Record) ETAForecast {
 }
 
 // Compare scans each upstream table and its MV at the committed epoch and
-// returns an error naming the first difference.
+// returns an error naming the first difference; a job part
+// (JobConfig.Vnodes) compares its vnodes only.
 func (j *Job) Compare() error {
 	snap, err := j.store.Snapshot()
 	if err != nil {
@@ -1252,7 +1355,7 @@ func (j *Job) Compare() error {
 }
 
 func (j *Job) compare(snap *lsm.Snapshot, up jobUpstream) error {
-	for v := 0; v < up.def.VnodeCount; v++ {
+	for _, v := range j.ownedVnodes(up.def.VnodeCount) {
 		a, err := snap.NewIter(up.def.ID, uint16(v), nil, nil)
 		if err != nil {
 			return err

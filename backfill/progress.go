@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/stats"
 )
@@ -23,6 +24,11 @@ type Input struct {
 	// Vnodes are the states of every vnode of the job, by upstream and
 	// vnode.
 	Vnodes []VnodeState
+	// Owned, if set, are the vnodes of each upstream table the job owns
+	// (JobConfig.Vnodes): an estimator's table-wide figures are over these
+	// only (RowCountEstimator sums its total key count over them). Nil
+	// means every vnode.
+	Owned *roaring.Bitmap
 	// Stats are the store's statistics at the committed epoch.
 	Stats stats.Snapshot
 	// Phase, set for a snapshot backfill (ModeSnapshot), says where the
@@ -76,7 +82,9 @@ type Estimator interface {
 
 // RowCountEstimator is RisingWave's estimator: persisted snapshot row counts over the
 // upstream table's physical key count; over several upstream tables, as
-// RisingWave sums a job's fragments, Σ row counts over Σ total key counts.
+// RisingWave sums a job's fragments, Σ row counts over Σ total key counts;
+// over a subset of the vnodes (Input.Owned), the key counts of those
+// vnodes.
 type RowCountEstimator struct{}
 
 // Name implements Estimator.
@@ -89,7 +97,11 @@ func (RowCountEstimator) Estimate(in Input) (float64, float64) {
 		consumed += v.RowCount
 	}
 	for _, t := range in.Tables() {
-		total += in.Stats.Physical.Table(t).TotalKeyCount
+		if in.Owned != nil {
+			total += in.Stats.Physical.Sum(t, in.Owned).Entries
+		} else {
+			total += in.Stats.Physical.Table(t).TotalKeyCount
+		}
 	}
 	return float64(consumed), float64(total)
 }
@@ -215,8 +227,11 @@ type VnodeEstimate struct {
 // lsmstats CLI's worker protocol.
 type Figure struct {
 	Approach string `json:"approach"`
-	// Consumed and Total are the estimator's raw numbers; Raw is
-	// 100*Consumed/Total (100 when Total is 0).
+	// Consumed and Total are the estimator's raw numbers, before any
+	// display rule; Raw is 100*Consumed/Total (100 when Total is 0). The
+	// figures of several jobs over disjoint vnodes of the same tables (a
+	// job's parts, JobConfig.Vnodes) add up exactly: Σ Consumed over
+	// Σ Total, the bounds Σ Bounds.LowerRows and Σ Bounds.UpperRows.
 	Consumed float64 `json:"consumed"`
 	Total    float64 `json:"total"`
 	Raw      float64 `json:"raw"`
@@ -236,10 +251,15 @@ type Figure struct {
 	CPU  time.Duration `json:"cpu_ns"`
 }
 
-// Bounds are a figure's lower and upper bounds, in percent.
+// Bounds are a figure's lower and upper bounds, in percent, and in rows:
+// LowerRows and UpperRows are the sums of the vnodes' bounds on their
+// consumed rows, which a caller adds up over several jobs' figures (the
+// parts of one job over several stores) as it adds Consumed and Total.
 type Bounds struct {
-	Lower float64 `json:"lower"`
-	Upper float64 `json:"upper"`
+	Lower     float64 `json:"lower"`
+	Upper     float64 `json:"upper"`
+	LowerRows float64 `json:"lower_rows"`
+	UpperRows float64 `json:"upper_rows"`
 }
 
 // FigureOf returns the figure of an approach among figs (an empty figure of
@@ -293,6 +313,8 @@ type ProgressTracker struct {
 	estimators []Estimator
 	// around, if set, runs each estimator's figure (JobConfig.OnEstimate).
 	around func(approach string, estimate func())
+	// owned, if set, are the job's vnodes (JobConfig.Vnodes; Input.Owned).
+	owned *roaring.Bitmap
 
 	mu      sync.Mutex
 	reports map[int]*report
@@ -420,7 +442,7 @@ func (t *ProgressTracker) PhaseProgress(epoch uint64, st stats.Snapshot, ph *Pha
 		p.VnodesFinished = p.Finished
 		p.Finished = p.Finished && ph.Phase == PhaseJoined
 	}
-	in := Input{Epoch: epoch, Upstream: t.upstreams[0], Upstreams: t.upstreams, Vnodes: p.Vnodes, Stats: st, Phase: ph}
+	in := Input{Epoch: epoch, Upstream: t.upstreams[0], Upstreams: t.upstreams, Vnodes: p.Vnodes, Owned: t.owned, Stats: st, Phase: ph}
 	p.Upstreams = make([]UpstreamProgress, len(t.upstreams))
 	for u := range p.Upstreams {
 		p.Upstreams[u] = UpstreamProgress{Table: t.upstreams[u], Finished: true, Truth: -1}
@@ -448,7 +470,7 @@ func (t *ProgressTracker) PhaseProgress(epoch uint64, st stats.Snapshot, ph *Pha
 		}
 		f := Figure{Approach: e.Name(), Consumed: a.Consumed, Total: a.Total, Raw: percent(a.Consumed, a.Total)}
 		if bounded {
-			f.Bounds = &Bounds{Lower: percent(a.Lower, a.Total), Upper: percent(a.Upper, a.Total)}
+			f.Bounds = &Bounds{Lower: percent(a.Lower, a.Total), Upper: percent(a.Upper, a.Total), LowerRows: a.Lower, UpperRows: a.Upper}
 			if p.Estimates == nil && len(a.Vnodes) == len(p.Vnodes) {
 				p.Estimates = a.Vnodes
 			}
@@ -487,9 +509,9 @@ func (t *ProgressTracker) upstreamFigures(p *Progress, in Input, e Estimator, a 
 				}
 			}
 			f = raw(c, tot)
-			f.Bounds = &Bounds{Lower: percent(lo, tot), Upper: percent(hi, tot)}
+			f.Bounds = &Bounds{Lower: percent(lo, tot), Upper: percent(hi, tot), LowerRows: lo, UpperRows: hi}
 		} else {
-			sub := Input{Epoch: in.Epoch, Upstream: in.Upstreams[u], Upstreams: in.Upstreams[u : u+1], Stats: in.Stats}
+			sub := Input{Epoch: in.Epoch, Upstream: in.Upstreams[u], Upstreams: in.Upstreams[u : u+1], Owned: in.Owned, Stats: in.Stats}
 			if ph := in.Phase; ph != nil {
 				// A table's own figure is its snapshot's: the log store
 				// holds every table's changes together.

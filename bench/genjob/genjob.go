@@ -1,7 +1,8 @@
 // Package genjob runs workload generators as a backfill job's upstream:
 // a Generator as the job's Source and its model as an oracle of its truth
-// (backfilltest.Oracle), and several generators as the source of a job
-// over several tables (Multi).
+// (backfilltest.Oracle), several generators as the source of a job
+// over several tables (Multi), and a generator's workload restricted to
+// the vnodes of one part of a job over several stores (Part).
 // It is the one package that knows both sides, so that package workload
 // stays a pure generator and package backfill knows no generator.
 package genjob
