@@ -97,7 +97,10 @@ type JobConfig struct {
 	// (ErrUnownedVnode). A reopened job may own another set (vnodes moved
 	// in with their state rows resume from them, others start fresh).
 	// Every upstream table must have the same vnode count, every vnode of
-	// the set be below it, and the set hold at least Actors vnodes; a
+	// the set be below it, and the set hold at least Actors vnodes or none:
+	// an empty set is a part with nothing to backfill (a node that holds
+	// no vnodes until a move gives it some), whose steps still commit the
+	// store's epochs and its metadata row, its figures 0 of 0, finished. A
 	// snapshot backfill (ModeSnapshot) refuses it. Nil means every vnode.
 	// The job keeps a copy: change the set by reopening the job.
 	Vnodes *roaring.Bitmap
@@ -666,9 +669,6 @@ func checkVnodes(cfg JobConfig, ups []jobUpstream) (*roaring.Bitmap, error) {
 		return nil, errors.New("lsmstats/backfill: a snapshot backfill runs over every vnode: JobConfig.Vnodes must be nil " +
 			"(its log store holds every vnode's changes in one vnode, which cannot move with them)")
 	}
-	if vn.IsEmpty() {
-		return nil, errors.New("lsmstats/backfill: JobConfig.Vnodes is empty: a job owns at least one vnode (nil: every vnode)")
-	}
 	count := ups[0].def.VnodeCount
 	for i, u := range ups[1:] {
 		if u.def.VnodeCount != count {
@@ -676,11 +676,13 @@ func checkVnodes(cfg JobConfig, ups []jobUpstream) (*roaring.Bitmap, error) {
 				"table %d (upstream 0) has %d, table %d (upstream %d) %d", ups[0].def.ID, count, u.def.ID, i+1, u.def.VnodeCount)
 		}
 	}
-	if m := vn.Maximum(); m >= uint32(count) {
-		return nil, errors.Wrapf(lsm.ErrInvalidVnode, "lsmstats/backfill: JobConfig.Vnodes holds vnode %d, upstream table %d has %d vnodes",
-			m, ups[0].def.ID, count)
+	if !vn.IsEmpty() {
+		if m := vn.Maximum(); m >= uint32(count) {
+			return nil, errors.Wrapf(lsm.ErrInvalidVnode, "lsmstats/backfill: JobConfig.Vnodes holds vnode %d, upstream table %d has %d vnodes",
+				m, ups[0].def.ID, count)
+		}
 	}
-	if n := vn.GetCardinality(); uint64(cfg.Actors) > n {
+	if n := vn.GetCardinality(); n > 0 && uint64(cfg.Actors) > n {
 		return nil, errors.Newf("lsmstats/backfill: %d actors for the %d vnodes of JobConfig.Vnodes", cfg.Actors, n)
 	}
 	return vn, nil
@@ -688,6 +690,9 @@ func checkVnodes(cfg JobConfig, ups []jobUpstream) (*roaring.Bitmap, error) {
 
 // vnodeSetString describes a set of vnodes for an error.
 func vnodeSetString(b *roaring.Bitmap) string {
+	if b.IsEmpty() {
+		return "no vnodes"
+	}
 	if b.GetCardinality() == uint64(b.Maximum()-b.Minimum()+1) {
 		return fmt.Sprintf("[%d, %d]", b.Minimum(), b.Maximum())
 	}

@@ -407,7 +407,6 @@ func TestJobPartsBadInput(t *testing.T) {
 	}{
 		{name: "out of range", vnodes: roaring.BitmapOf(3, uint32(p.VnodeCount)),
 			want: fmt.Sprintf("JobConfig.Vnodes holds vnode %d, upstream table 1 has %d vnodes", p.VnodeCount, p.VnodeCount), is: lsm.ErrInvalidVnode},
-		{name: "empty", vnodes: roaring.New(), want: "JobConfig.Vnodes is empty"},
 		{name: "fewer than the actors", vnodes: roaring.BitmapOf(5), want: "2 actors for the 1 vnodes of JobConfig.Vnodes"},
 		{name: "snapshot", vnodes: va, mod: func(c *backfill.JobConfig) { c.Mode, c.LogStore = backfill.ModeSnapshot, 9 },
 			want: "a snapshot backfill runs over every vnode"},
@@ -431,5 +430,49 @@ func TestJobPartsBadInput(t *testing.T) {
 				require.True(t, errors.Is(err, c.is), "%v is %v", err, c.is)
 			}
 		})
+	}
+}
+
+// TestJobPartEmpty runs a part that owns no vnodes (a node holding none,
+// until a move gives it some) in lockstep with one that owns them all: it
+// checkpoints with the other at the same epochs (so that a move into it is
+// possible at any checkpoint), its figures are 0 of 0, it is finished,
+// and its store holds no rows of the upstream or the MV.
+func TestJobPartEmpty(t *testing.T) {
+	p := partsParams(t)
+	all := roaring.New()
+	all.AddRange(0, uint64(p.VnodeCount))
+	parts := []*jobPart{{name: "all"}, {name: "none"}}
+	for _, jp := range parts {
+		s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
+		require.NoError(t, err)
+		jp.s = s
+		defer func() { require.NoError(t, s.Close()) }()
+	}
+	parts[0].open(t, p, genjob.NewPart(newGenerator(t, p), all), all)
+	parts[1].open(t, p, genjob.NewPart(newGenerator(t, p), roaring.New()), roaring.New())
+	ckpts := 0
+	for !parts[0].j.Finished() {
+		recs, ok := stepParts(t, parts)
+		require.Equal(t, parts[0].s.CommittedEpoch(), parts[1].s.CommittedEpoch(), "the empty part commits the same epochs")
+		if !ok {
+			continue
+		}
+		ckpts++
+		require.Equal(t, recs[0].Epoch, recs[1].Epoch)
+		require.Empty(t, recs[1].Vnodes)
+		for _, f := range recs[1].Figures {
+			require.Zero(t, f.Total, "approach %s", f.Approach)
+			require.Zero(t, f.Consumed, "approach %s", f.Approach)
+		}
+		require.True(t, recs[1].Finished, "a part without vnodes is finished")
+	}
+	require.Greater(t, ckpts, 3)
+	require.NoError(t, parts[1].j.Compare())
+	st := parts[1].s.Stats()
+	require.Zero(t, st.Live.Table(partUpstream).Rows, "the empty part's upstream rows")
+	require.Zero(t, st.Live.Table(partMV).Rows, "the empty part's MV rows")
+	for _, jp := range parts {
+		require.NoError(t, jp.j.Close())
 	}
 }

@@ -103,10 +103,14 @@ func (n *Node) Open(ctx context.Context, req *OpenRequest) (*Status, error) {
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	src := &tap{Source: &genjob.Source{G: g, Vnodes: vnodes}}
+	src := &tap{Source: genjob.NewPart(g, vnodes)}
+	actors := max(1, req.Job.Actors)
+	if n := int(vnodes.GetCardinality()); n > 0 {
+		actors = min(actors, n)
+	}
 	jc := backfill.JobConfig{
 		Store: n.store, Name: "cluster", Vnodes: vnodes,
-		Actors: max(1, req.Job.Actors), CheckpointEvery: max(1, req.Job.CheckpointEvery),
+		Actors: actors, CheckpointEvery: max(1, req.Job.CheckpointEvery),
 		ChunkSize: req.Job.ChunkSize, BarrierRows: req.Job.BarrierRows,
 		Estimators: []backfill.Estimator{backfill.RowCountEstimator{}, backfill.StatsEstimator{}},
 		Source:     src, Unchecked: true,
