@@ -392,7 +392,9 @@ func (r *memReadable) NewReadHandle(objstorage.ReadBeforeSize) objstorage.ReadHa
 // bytes the source's Pebble encoded (objstorage.RemoteObjectBacking, which
 // the destination's Pebble decodes when it attaches the object). It holds
 // nothing in this process: the source's export keeps the object.
-type receivedBacking struct{ b objstorage.RemoteObjectBacking }
+type receivedBacking struct {
+	b objstorage.RemoteObjectBacking
+}
 
 func (r *receivedBacking) Get() (objstorage.RemoteObjectBacking, error) {
 	if r.b == nil {
