@@ -163,8 +163,8 @@ func (s *Store) ExportVnodes(ctx context.Context, table uint32, vnodeLo, vnodeHi
 // It refuses, with an error naming what is wrong and changing nothing: a
 // released export, an export of s itself, a store s that is read-only
 // (ErrReadOnly), closed or failed, or on local disk; an export from
-// another object store (another endpoint, bucket or prefix, or an object
-// store without the source's identity marker); a source with s's creator
+// another object store (another bucket or prefix, or an object store
+// without the source's identity marker); a source with s's creator
 // id; a table of the same id and another definition on s; s's committed
 // epoch below the export's (ErrEpochOrder: commit it first); a reader of
 // s pinned below the export's GC watermark (ErrEpochUnavailable); a
@@ -218,8 +218,11 @@ func (s *Store) checkImport(e *VnodeExport) error {
 }
 
 // checkOrigin checks that a decoded export comes from s's object store:
-// the same endpoint, bucket and prefix when both are Buckets, and, either
-// way, the source store's identity marker in s's object store.
+// the same bucket and prefix when both are Buckets, and, either way, the
+// source store's identity marker in s's object store. The endpoints are
+// not compared: nodes may reach one server by different addresses; the
+// marker (its name holds the source's random creator id) is only where
+// the source wrote it.
 func (s *Store) checkOrigin(e *VnodeExport) error {
 	o := e.origin
 	refuse := func(why string) error {
@@ -228,9 +231,8 @@ func (s *Store) checkOrigin(e *VnodeExport) error {
 	}
 	if b, ok := s.obj.tails.Storage.(*objstore.Bucket); ok && o.bucket != "" {
 		cfg := b.Config()
-		if cfg.Endpoint != o.endpoint || cfg.Bucket != o.bucket || cfg.Prefix != o.prefix {
-			return refuse(fmt.Sprintf(" (endpoint %q, bucket %q, prefix %q against %q, %q, %q)",
-				o.endpoint, o.bucket, o.prefix, cfg.Endpoint, cfg.Bucket, cfg.Prefix))
+		if cfg.Bucket != o.bucket || cfg.Prefix != o.prefix {
+			return refuse(fmt.Sprintf(" (bucket %q, prefix %q against %q, %q)", o.bucket, o.prefix, cfg.Bucket, cfg.Prefix))
 		}
 	}
 	marker := markerName(o.creator)
