@@ -43,6 +43,31 @@ package lsm
 // An object stays in the object store as long as a store references it:
 // the source's compactions and deletions drop its own marker only.
 //
+// # Across processes
+//
+// The export is a value (VnodeExport, vnodeexport.go) with a wire form
+// (MarshalBinary, DecodeVnodeExport; docs/format.md, "Vnode export"), so
+// the source and the destination may be two processes, each with its own
+// store on the shared bucket and prefix (a node each): the source takes
+// the export (Store.ExportVnodes) and sends its bytes — the table's
+// definition, the range, the epochs, the object store's bucket and prefix
+// and the source's creator id, each shared SST's metadata with its
+// backing (the bytes Pebble's provider encodes for another instance to
+// attach it), the copied SSTs' bytes, the live statistics' rows, and a
+// checksum; the destination decodes and imports them
+// (Store.ImportVnodes), after checking that its own object store holds
+// the same bucket and prefix and the source's identity marker. Who holds
+// what: Pebble's attach on the destination writes the destination's
+// reference marker beside each shared SST's object and then checks that
+// the source's marker is still there; the source's export keeps that
+// marker (its backing handles make the source's Pebble keep it, even when
+// a compaction drops the SST) and the range frozen. So the source holds
+// its export until the destination acknowledged the import, then drops
+// the range under it (DropVnodes) and releases it (Release). Released too
+// early, the source may have removed the object: the import then fails as
+// corruption and changes nothing. MoveVnodes is the same three steps in
+// one process.
+//
 // # Epochs
 //
 // A version keeps its key, so its epoch: the destination must not read
@@ -90,10 +115,14 @@ package lsm
 //   - Move between stores on different prefixes or buckets: Pebble names
 //     a shared SST by locator, creator and file number only, and the
 //     destination would look for it under its own prefix.
-//   - Cross processes: both stores are in this process. A node protocol
-//     would carry the export (the SharedSSTMetas' backings are bytes, the
-//     copied SSTs files, the live statistics rows) and hold the source's
-//     backings until the destination has them.
+//   - Carry the export between processes: the caller sends its bytes (a
+//     node protocol), and tells the source when the destination imported
+//     them.
+//   - Keep the source's reference markers of SSTs its compactions dropped
+//     while an export held them from leaking: Pebble's provider skips
+//     their removal then (objstorageprovider's sharedUnref, a TODO of
+//     Pebble's), and a writable Open's sweep of orphaned objects removes
+//     them.
 
 import (
 	"context"
