@@ -173,7 +173,8 @@ type MoveStats struct {
 // (the same bucket and prefix, each with its own creator id; see the file
 // comment for how): dst takes the range's SSTs in Pebble's shared levels
 // by reference and copies the rest, with the range's live statistics; then
-// s drops the range. dst's committed epoch must be at least s's; dst's GC
+// s drops the range: s.ExportVnodes, dst.ImportVnodes, s.DropVnodes under
+// the export, and its Release, in one process. dst's committed epoch must be at least s's; dst's GC
 // watermark rises to s's if that is higher. No writer of either store may
 // own a vnode of the range (close them, committing their sealed epochs,
 // first); NewWriter refuses the range meanwhile. It is safe for
