@@ -265,6 +265,15 @@
 // live ones moved exactly. MoveStats counts the SSTs and bytes taken by
 // reference and the versions and bytes copied.
 //
+// The two stores may be in two processes (vnodeexport.go): the source
+// takes the range as a VnodeExport (Store.ExportVnodes), whose bytes
+// (MarshalBinary; docs/format.md, "Vnode export") the destination decodes
+// (DecodeVnodeExport) and imports (Store.ImportVnodes); the source holds
+// the export, which keeps its reference markers on the shared SSTs'
+// objects and the range frozen, until the destination acknowledged the
+// import, then drops the range (DropVnodes) and releases the export.
+// MoveVnodes is these steps in one process.
+//
 // # Faults
 //
 // An I/O error in the store's own files (staged spills, the SSTs a commit

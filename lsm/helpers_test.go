@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 		faultChild(dir, seed, os.Getenv(faultRuleEnv)) // faults_crash_test.go
 		os.Exit(0)
 	}
+	if dir := os.Getenv(importChildEnv); dir != "" {
+		testutil.ExitChild(importChild(dir)) // vnodeexport_test.go
+	}
 	if dir := os.Getenv(crashChildEnv); dir != "" {
 		seed, _ := strconv.ParseUint(os.Getenv(crashSeedEnv), 10, 64)
 		// The children run until killed, or return an error.

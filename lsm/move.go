@@ -43,6 +43,31 @@ package lsm
 // An object stays in the object store as long as a store references it:
 // the source's compactions and deletions drop its own marker only.
 //
+// # Across processes
+//
+// The export is a value (VnodeExport, vnodeexport.go) with a wire form
+// (MarshalBinary, DecodeVnodeExport; docs/format.md, "Vnode export"), so
+// the source and the destination may be two processes, each with its own
+// store on the shared bucket and prefix (a node each): the source takes
+// the export (Store.ExportVnodes) and sends its bytes — the table's
+// definition, the range, the epochs, the object store's bucket and prefix
+// and the source's creator id, each shared SST's metadata with its
+// backing (the bytes Pebble's provider encodes for another instance to
+// attach it), the copied SSTs' bytes, the live statistics' rows, and a
+// checksum; the destination decodes and imports them
+// (Store.ImportVnodes), after checking that its own object store holds
+// the same bucket and prefix and the source's identity marker. Who holds
+// what: Pebble's attach on the destination writes the destination's
+// reference marker beside each shared SST's object and then checks that
+// the source's marker is still there; the source's export keeps that
+// marker (its backing handles make the source's Pebble keep it, even when
+// a compaction drops the SST) and the range frozen. So the source holds
+// its export until the destination acknowledged the import, then drops
+// the range under it (DropVnodes) and releases it (Release). Released too
+// early, the source may have removed the object: the import then fails as
+// corruption and changes nothing. MoveVnodes is the same three steps in
+// one process.
+//
 // # Epochs
 //
 // A version keeps its key, so its epoch: the destination must not read
@@ -90,10 +115,14 @@ package lsm
 //   - Move between stores on different prefixes or buckets: Pebble names
 //     a shared SST by locator, creator and file number only, and the
 //     destination would look for it under its own prefix.
-//   - Cross processes: both stores are in this process. A node protocol
-//     would carry the export (the SharedSSTMetas' backings are bytes, the
-//     copied SSTs files, the live statistics rows) and hold the source's
-//     backings until the destination has them.
+//   - Carry the export between processes: the caller sends its bytes (a
+//     node protocol), and tells the source when the destination imported
+//     them.
+//   - Keep the source's reference markers of SSTs its compactions dropped
+//     while an export held them from leaking: Pebble's provider skips
+//     their removal then (objstorageprovider's sharedUnref, a TODO of
+//     Pebble's), and a writable Open's sweep of orphaned objects removes
+//     them.
 
 import (
 	"context"
@@ -107,6 +136,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/rangekey"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/sstable/block"
+	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/livebuckets"
 	"github.com/lsmstats/lsmstats/internal/ssttracker"
 	"github.com/lsmstats/lsmstats/keys"
@@ -143,7 +173,8 @@ type MoveStats struct {
 // (the same bucket and prefix, each with its own creator id; see the file
 // comment for how): dst takes the range's SSTs in Pebble's shared levels
 // by reference and copies the rest, with the range's live statistics; then
-// s drops the range. dst's committed epoch must be at least s's; dst's GC
+// s drops the range: s.ExportVnodes, dst.ImportVnodes, s.DropVnodes under
+// the export, and its Release, in one process. dst's committed epoch must be at least s's; dst's GC
 // watermark rises to s's if that is higher. No writer of either store may
 // own a vnode of the range (close them, committing their sealed epochs,
 // first); NewWriter refuses the range meanwhile. It is safe for
@@ -178,15 +209,16 @@ func (s *Store) MoveVnodes(ctx context.Context, dst *Store, table uint32, vnodeL
 	if err != nil {
 		return MoveStats{}, err
 	}
-	defer exp.release()
-	if err := dst.importVnodes(ctx, exp); err != nil {
-		return exp.stats, err
+	defer exp.Release()
+	st, err := dst.ImportVnodes(ctx, exp)
+	if err != nil {
+		return st, err
 	}
-	if err := s.dropVnodes(ctx, def, lo, hi); err != nil {
-		return exp.stats, errors.Wrapf(err, "lsmstats: store %s holds vnodes [%d, %d) of table %d now, and store %s still does: "+
+	if err := s.DropVnodes(ctx, table, lo, hi); err != nil {
+		return st, errors.Wrapf(err, "lsmstats: store %s holds vnodes [%d, %d) of table %d now, and store %s still does: "+
 			"call DropVnodes on %s to end the move", dst.dir, lo, hi, table, s.dir, s.dir)
 	}
-	return exp.stats, nil
+	return st, nil
 }
 
 // DropVnodes removes vnodes [vnodeLo, vnodeHi) of a table (vnodeHi 0: the
@@ -197,7 +229,10 @@ func (s *Store) MoveVnodes(ctx context.Context, dst *Store, table uint32, vnodeL
 // source; the store keeps nothing of the range, so call it only once
 // another store holds it. Reads of the range return no rows from then on,
 // at every epoch. No writer may own a vnode of the range, nor a move be
-// moving one.
+// moving one, but for an export of the store that holds the range
+// (ExportVnodes) and is not released: the source of a move drops the
+// range under its export, once the destination imported it, and then
+// releases the export, so that no writer takes the range in between.
 func (s *Store) DropVnodes(ctx context.Context, table uint32, vnodeLo, vnodeHi int) error {
 	def, lo, hi, err := s.moveRange(table, vnodeLo, vnodeHi)
 	if err != nil {
@@ -205,6 +240,10 @@ func (s *Store) DropVnodes(ctx context.Context, table uint32, vnodeLo, vnodeHi i
 	}
 	if err := s.checkWritable(); err != nil {
 		return err
+	}
+	if e := s.exportHolding(def.ID, lo, hi); e != nil {
+		defer e.mu.RUnlock()
+		return s.dropVnodes(ctx, def, lo, hi)
 	}
 	if err := s.freeze(def.ID, lo, hi); err != nil {
 		return err
@@ -241,34 +280,54 @@ func moveSpan(table uint32, lo, hi int) (lower, upper []byte) {
 // dst that is the same table if it exists.
 func checkMovable(src, dst *Store, def TableDef, lo, hi int) error {
 	for _, st := range []*Store{src, dst} {
-		if err := st.checkWritable(); err != nil {
-			if errors.Is(err, ErrReadOnly) { // names the store
-				return errors.Wrapf(err, "lsmstats: move vnodes [%d, %d) of table %d", lo, hi, def.ID)
-			}
-			return errors.Wrapf(err, "lsmstats: move vnodes [%d, %d) of table %d: store %s", lo, hi, def.ID, st.dir)
-		}
-		if st.obj == nil {
-			return errors.Newf("lsmstats: move vnodes [%d, %d) of table %d: store %s keeps its SSTs on local disk; "+
-				"vnodes move between stores on one object store (Options.ObjectStore)", lo, hi, def.ID, st.dir)
+		if err := st.checkMoveStore(def, lo, hi); err != nil {
+			return err
 		}
 	}
 	if !sameObjectStore(src.obj, dst.obj) {
 		return errors.Newf("lsmstats: move vnodes [%d, %d) of table %d: store %s is on %s, store %s on %s: "+
 			"vnodes move between stores on the same bucket and prefix only", lo, hi, def.ID, src.dir, src.obj.describe(), dst.dir, dst.obj.describe())
 	}
-	if src.obj.rec.creator == dst.obj.rec.creator {
-		return errors.Newf("lsmstats: move vnodes [%d, %d) of table %d: stores %s and %s have the same creator id %d (is one a copy of the other?)",
-			lo, hi, def.ID, src.dir, dst.dir, src.obj.rec.creator)
-	}
-	if d, err := dst.Table(def.ID); err == nil && !sameDef(&d, &def) {
-		return errors.Newf("lsmstats: move vnodes [%d, %d) of table %d: store %s has a table %d of another definition",
-			lo, hi, def.ID, dst.dir, def.ID)
+	if err := dst.checkMoveTarget(def, lo, hi, src.obj.rec.creator, src.dir); err != nil {
+		return err
 	}
 	if c, e := dst.CommittedEpoch(), src.CommittedEpoch(); c < e {
 		return errors.Wrapf(ErrEpochOrder, "move vnodes [%d, %d) of table %d: store %s has committed epoch %d, below the committed epoch %d of store %s: "+
 			"commit epoch %d on it first", lo, hi, def.ID, dst.dir, c, e, src.dir, e)
 	}
 	return dst.checkPins(src.GCEpoch(), fmt.Sprintf("move vnodes [%d, %d) of table %d from store %s to store %s", lo, hi, def.ID, src.dir, dst.dir))
+}
+
+// checkMoveStore checks what a move needs of either store: writable, and
+// on an object store.
+func (s *Store) checkMoveStore(def TableDef, lo, hi int) error {
+	if err := s.checkWritable(); err != nil {
+		if errors.Is(err, ErrReadOnly) { // names the store
+			return errors.Wrapf(err, "lsmstats: move vnodes [%d, %d) of table %d", lo, hi, def.ID)
+		}
+		return errors.Wrapf(err, "lsmstats: move vnodes [%d, %d) of table %d: store %s", lo, hi, def.ID, s.dir)
+	}
+	if s.obj == nil {
+		return errors.Newf("lsmstats: move vnodes [%d, %d) of table %d: store %s keeps its SSTs on local disk; "+
+			"vnodes move between stores on one object store (Options.ObjectStore)", lo, hi, def.ID, s.dir)
+	}
+	return nil
+}
+
+// checkMoveTarget checks what a move needs of its destination, s, once
+// the source (of creator srcCreator, directory srcDir) is known to be on
+// the same object store: another creator id, and a table of the same id
+// that is the same table, if s has one.
+func (s *Store) checkMoveTarget(def TableDef, lo, hi int, srcCreator uint64, srcDir string) error {
+	if srcCreator == s.obj.rec.creator {
+		return errors.Newf("lsmstats: move vnodes [%d, %d) of table %d: stores %s and %s have the same creator id %d (is one a copy of the other?)",
+			lo, hi, def.ID, srcDir, s.dir, srcCreator)
+	}
+	if d, err := s.Table(def.ID); err == nil && !sameDef(&d, &def) {
+		return errors.Newf("lsmstats: move vnodes [%d, %d) of table %d: store %s has a table %d of another definition",
+			lo, hi, def.ID, s.dir, def.ID)
+	}
+	return nil
 }
 
 // checkPins refuses a GC watermark that a move would raise the store's to
@@ -361,48 +420,14 @@ func (s *Store) thaw(table uint32, lo, hi int) {
 	}
 }
 
-// vnodeExport is a vnode range as its source hands it to the destination.
-type vnodeExport struct {
-	src            *Store
-	def            TableDef
-	lo, hi         int
-	lower, upper   []byte
-	epoch, gcEpoch uint64
-	// shared are the source's SSTs of the shared levels in the range; each
-	// backing handle keeps the source from deleting its object until
-	// release.
-	shared []pebble.SharedSSTMeta
-	// copied are the SSTs in the source's staging directory holding the
-	// other versions of the range, in key order.
-	copied []string
-	live   *livebuckets.VnodeRows
-	stats  MoveStats
-	frozen bool
-}
-
-// release releases the backings and the copied SSTs, and lets writers
-// take the range on the source again.
-func (e *vnodeExport) release() {
-	for _, m := range e.shared {
-		m.Backing.Close()
-	}
-	e.shared = nil
-	e.src.removeFiles(e.copied)
-	e.copied = nil
-	if e.frozen {
-		e.src.thaw(e.def.ID, e.lo, e.hi)
-		e.frozen = false
-	}
-}
-
 // exportVnodes takes vnodes [lo, hi) of a table out of the store for a
 // move: their shared SSTs by reference, their other versions copied, and
 // their live statistics. The store is unchanged, but for a compaction of
 // the range when GC left SINGLEDELs above the shared levels; the range is
 // frozen until release.
-func (s *Store) exportVnodes(ctx context.Context, def TableDef, lo, hi int) (_ *vnodeExport, err error) {
+func (s *Store) exportVnodes(ctx context.Context, def TableDef, lo, hi int) (_ *VnodeExport, err error) {
 	lower, upper := moveSpan(def.ID, lo, hi)
-	e := &vnodeExport{src: s, def: def, lo: lo, hi: hi, lower: lower, upper: upper}
+	e := &VnodeExport{src: s, def: def, lo: lo, hi: hi, lower: lower, upper: upper, origin: s.obj.origin(s.dir)}
 	if err := s.freeze(def.ID, lo, hi); err != nil {
 		return nil, err
 	}
@@ -487,6 +512,9 @@ func (s *Store) exportVnodes(ctx context.Context, def TableDef, lo, hi int) (_ *
 	if e.copied, err = out.finish(); err != nil {
 		return nil, errors.Wrapf(err, "lsmstats: export %s", what)
 	}
+	s.mu.Lock()
+	s.mu.exports[e] = struct{}{}
+	s.mu.Unlock()
 	return e, nil
 }
 
@@ -549,32 +577,31 @@ func (s *Store) singleDelsAbove(table uint32, lo, hi int, lower, upper []byte) (
 }
 
 // importVnodes installs an export of another store in this one (see the
-// file comment): one IngestAndExcise of the shared SSTs, the copied
-// versions and the live statistics.
-func (s *Store) importVnodes(ctx context.Context, e *vnodeExport) error {
+// file comment), checked by the caller (checkImport): one IngestAndExcise
+// of the shared SSTs, the copied versions and the live statistics. It
+// returns the export's statistics with the size of the SSTs it wrote.
+func (s *Store) importVnodes(ctx context.Context, e *VnodeExport) (_ MoveStats, err error) {
 	def, lo, hi := e.def, e.lo, e.hi
+	stats := e.stats
 	what := fmt.Sprintf("vnodes [%d, %d) of table %d into store %s", lo, hi, def.ID, s.dir)
-	if err := checkMovable(e.src, s, def, lo, hi); err != nil {
-		return err
-	}
 	if err := s.CreateTable(def); err != nil {
-		return errors.Wrapf(err, "lsmstats: import %s", what)
+		return stats, errors.Wrapf(err, "lsmstats: import %s", what)
 	}
 	if err := s.freeze(def.ID, lo, hi); err != nil {
-		return err
+		return stats, err
 	}
 	defer s.thaw(def.ID, lo, hi)
 	ctx, done, err := s.beginRangeIngest(ctx) // GC waits: the watermark may rise
 	if err != nil {
-		return err
+		return stats, err
 	}
 	defer done()
 	epoch := s.committed.Load()
 	if epoch < e.epoch {
-		return errors.Wrapf(ErrEpochOrder, "import %s: its committed epoch %d is below the export's, %d", what, epoch, e.epoch)
+		return stats, errors.Wrapf(ErrEpochOrder, "import %s: its committed epoch %d is below the export's, %d", what, epoch, e.epoch)
 	}
 	if err := s.checkPins(e.gcEpoch, "import "+what); err != nil {
-		return err
+		return stats, err
 	}
 	s.mu.Lock()
 	live := s.mu.live
@@ -583,12 +610,12 @@ func (s *Store) importVnodes(ctx context.Context, e *vnodeExport) error {
 
 	batch, err := live.Replace(def.ID, lo, hi, e.live)
 	if err != nil {
-		return errors.Wrapf(err, "lsmstats: import %s", what)
+		return stats, errors.Wrapf(err, "lsmstats: import %s", what)
 	}
 	out := s.newOutput()
-	if err := e.copyInto(out); err != nil {
+	if err := e.copyInto(out, s.popts.MakeReaderOptions()); err != nil {
 		out.abort()
-		return errors.Wrapf(err, "lsmstats: import %s", what)
+		return stats, errors.Wrapf(err, "lsmstats: import %s", what)
 	}
 	copied := len(out.paths) // the metadata goes into an SST of its own
 	meta := batch.MetaEntries(epoch)
@@ -597,11 +624,11 @@ func (s *Store) importVnodes(ctx context.Context, e *vnodeExport) error {
 	}
 	paths, err := out.finishWithMeta(meta)
 	if err != nil {
-		return err
+		return stats, err
 	}
 	for _, p := range paths[:copied] {
 		if st, err := s.fs.Stat(p); err == nil {
-			e.stats.CopiedSSTBytes += st.Size()
+			stats.CopiedSSTBytes += st.Size()
 		}
 	}
 	s.waitForL0()
@@ -613,10 +640,10 @@ func (s *Store) importVnodes(ctx context.Context, e *vnodeExport) error {
 	err = s.ingestFiles(ctx, paths, e.shared, pebble.KeyRange{Start: e.lower, End: e.upper})
 	s.movingIn.Store(false)
 	if err != nil {
-		return closedErr(ctx, errors.Wrapf(err, "lsmstats: import %s", what))
+		return stats, closedErr(ctx, errors.Wrapf(err, "lsmstats: import %s", what))
 	}
 	s.published(batch, e.gcEpoch, "import "+what)
-	return nil
+	return stats, nil
 }
 
 // beginRangeIngest starts a move's ingestion into the store: no GC pass
@@ -662,45 +689,58 @@ func (s *Store) published(batch *livebuckets.Batch, gcEpoch uint64, what string)
 	s.rescanBuckets(batch.Rescans())
 }
 
-// copyInto writes the export's copied versions into out, in key order.
-func (e *vnodeExport) copyInto(out *output) error {
-	ropts := e.src.popts.MakeReaderOptions()
-	for _, p := range e.copied {
-		err := func() error {
-			f, err := e.src.fs.Open(p)
-			if err != nil {
-				return errors.Wrapf(err, "lsmstats: open %s", p)
-			}
-			readable, err := sstable.NewSimpleReadable(f)
-			if err != nil {
-				_ = f.Close()
-				return errors.Wrapf(err, "lsmstats: open %s", p)
-			}
+// copyInto writes the export's copied versions into out, in key order,
+// reading its SSTs with ropts (the importing store's): each key must be
+// of the range and follow the one before, and the versions and their
+// bytes must add up to the export's counts (a decoded export's SSTs are
+// another process's).
+func (e *VnodeExport) copyInto(out *output, ropts sstable.ReaderOptions) error {
+	var versions, size int64
+	var last []byte
+	for i := range e.numCopied() {
+		name, readable, err := e.openCopied(i)
+		if err != nil {
+			return err
+		}
+		err = func() error {
 			r, err := sstable.NewReader(context.Background(), readable, ropts)
 			if err != nil {
 				_ = readable.Close()
-				return errors.Wrapf(err, "lsmstats: open %s", p)
+				return errors.Wrapf(err, "lsmstats: open %s", name)
 			}
 			defer r.Close()
 			it, err := r.NewIter(sstable.NoTransforms, nil, nil, sstable.AssertNoBlobHandles)
 			if err != nil {
-				return errors.Wrapf(err, "lsmstats: read %s", p)
+				return errors.Wrapf(err, "lsmstats: read %s", name)
 			}
 			for kv := it.First(); kv != nil; kv = it.Next() {
+				k := kv.K.UserKey
+				if keys.Compare(k, e.lower) < 0 || keys.Compare(k, e.upper) >= 0 || (last != nil && keys.Compare(k, last) <= 0) || kv.K.Kind() != pebble.InternalKeyKindSet {
+					_ = it.Close()
+					return lsmstats.Corruptionf("lsmstats: %s holds key %s (a Pebble %s), out of the range's order or span [%s, %s)",
+						name, keys.Comparer.FormatKey(k), kv.K.Kind(), keys.Comparer.FormatKey(e.lower), keys.Comparer.FormatKey(e.upper))
+				}
+				last = append(last[:0], k...)
 				v, _, err := kv.Value(nil)
 				if err == nil {
-					err = out.set(kv.K.UserKey, v)
+					versions++
+					size += int64(len(k) + len(v))
+					err = out.set(k, v)
 				}
 				if err != nil {
 					_ = it.Close()
-					return errors.Wrapf(err, "lsmstats: copy %s", p)
+					return errors.Wrapf(err, "lsmstats: copy %s", name)
 				}
 			}
-			return errors.Wrapf(errors.CombineErrors(it.Error(), it.Close()), "lsmstats: read %s", p)
+			return errors.Wrapf(errors.CombineErrors(it.Error(), it.Close()), "lsmstats: read %s", name)
 		}()
 		if err != nil {
 			return err
 		}
+	}
+	if versions != e.stats.CopiedVersions || size != e.stats.CopiedBytes {
+		return lsmstats.Corruptionf("lsmstats: the export's copied SSTs hold %d versions of %d bytes, the export says %d of %d",
+			versions, size, e.stats.CopiedVersions, e.stats.CopiedBytes)
 	}
 	return nil
 }

@@ -113,6 +113,9 @@ type Store struct {
 		// moving are the vnodes of each table that a vnode move (or a
 		// drop) works on: no writer may take them (move.go).
 		moving map[uint32]*roaring.Bitmap
+		// exports are the exports of the store not released yet, whose
+		// vnodes are in moving (export.go).
+		exports map[*VnodeExport]struct{}
 	}
 	// gc serialises GC passes and manual compactions and lets Close stop
 	// them (gc.go).
@@ -190,6 +193,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	s.mu.writers = map[*Writer]struct{}{}
 	s.mu.pins = map[uint64]int{}
 	s.mu.moving = map[uint32]*roaring.Bitmap{}
+	s.mu.exports = map[*VnodeExport]struct{}{}
 	s.mu.live = livebuckets.NewState()
 	s.mu.live.SetBucketBudget(o.StatsBucketBudget)
 	s.gc.closing = make(chan struct{})

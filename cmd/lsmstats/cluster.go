@@ -107,7 +107,7 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 			for _, name := range slices.Sorted(maps.Keys(c.Nodes)) {
 				r := c.Nodes[name]
 				fs := figureOf(r, "stats")
-				per = append(per, fmt.Sprintf("%s %.1f%%", name, pct(fs.Consumed, fs.Total)))
+				per = append(per, fmt.Sprintf("%s %.1f%%", name, percentOf(fs.Consumed, fs.Total)))
 			}
 			fmt.Fprintf(stdout, "checkpoint %3d step %4d  stats %6.2f%% [%.2f–%.2f]  rowcount %6.2f%%%s  (%s)\n",
 				ckpts, c.Step, st.Shown, st.Lower, st.Upper, rc.Shown, truth, strings.Join(per, ", "))
@@ -236,7 +236,7 @@ func figureOf(r *cluster.Report, approach string) (f struct{ Consumed, Total flo
 	return f
 }
 
-func pct(a, b float64) float64 {
+func percentOf(a, b float64) float64 {
 	if b == 0 {
 		return 100
 	}

@@ -71,6 +71,14 @@ func (l *Snapshot) ExportVnodes(table uint32, lo, hi int) (*VnodeRows, error) {
 	return out, nil
 }
 
+// Check checks the rows as Replace does, for a table of vnodeCount
+// vnodes: each a bucket row of a vnode in [Lo, Hi) of the table, in key
+// order, decoding, adding up to Counts. Errors are marked ErrCorruptLive.
+func (r *VnodeRows) Check(vnodeCount int) error {
+	_, err := r.decode(vnodeCount)
+	return err
+}
+
 // decode loads the rows into vnodes of a table of vnodeCount vnodes,
 // checking that each row is a bucket row of a vnode in [Lo, Hi) of the
 // table, that the rows are in key order and decode, and that they add up

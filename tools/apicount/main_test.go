@@ -28,7 +28,12 @@ import (
 // 231 by issue 40: moving a vnode range between stores on one bucket
 // (Store.MoveVnodes, and Store.DropVnodes to end a move cut short), and
 // what a move took by reference and copied (MoveStats, its 8 fields),
-// which a cluster's report of its migrations shows.
+// which a cluster's report of its migrations shows. To 45 and 241 by
+// issue 40's nodes, whose moves run the export and the import in two
+// processes: the export as a value (VnodeExport; its MarshalBinary,
+// Release, Stats, and Table, Vnodes and Epoch, which a coordinator checks
+// before it asks a destination to import) from Store.ExportVnodes, read
+// back by DecodeVnodeExport and imported by Store.ImportVnodes.
 func TestContractBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list -export")
@@ -42,8 +47,8 @@ func TestContractBudget(t *testing.T) {
 		top += len(c.names)
 		all += len(c.names) + len(c.members)
 	}
-	require.LessOrEqual(t, top, 43, "exported top-level names of stats and lsm")
-	require.LessOrEqual(t, all, 231, "exported names, methods and fields of stats and lsm")
+	require.LessOrEqual(t, top, 45, "exported top-level names of stats and lsm")
+	require.LessOrEqual(t, all, 241, "exported names, methods and fields of stats and lsm")
 }
 
 // TestMembersFollowAliases: an alias counts the methods and fields of the
