@@ -92,7 +92,7 @@ type member struct {
 	vnodes []Range
 	at     uint64 // the last step it ran
 	lost   bool
-	last   *Report // its report at the last checkpoint
+	last   *Report // its report of step at
 }
 
 // Coordinator is the meta role: it owns the assignment of vnodes to
@@ -209,7 +209,7 @@ func (c *Coordinator) open(ctx context.Context, m *member) error {
 	if err := m.c.call(ctx, c.cfg.BarrierTimeout, "Open", &OpenRequest{Job: c.cfg.Job, Vnodes: m.vnodes}, &st); err != nil {
 		return errors.Wrapf(err, "cluster: open the job on node %s", m.name)
 	}
-	m.at = st.Committed
+	m.at, m.last = st.Committed, nil
 	c.log.Info("node job opened", "node", m.name, "vnodes", fmtRanges(m.vnodes), "step", m.at)
 	return nil
 }
@@ -336,13 +336,12 @@ func (c *Coordinator) barrier(ctx context.Context, step uint64) (map[string]*Rep
 		go func() {
 			defer wg.Done()
 			defer cancel(nil)
-			var rep *Report
 			var err error
 			for m.at < step && err == nil {
-				rep = &Report{}
+				rep := &Report{}
 				err = c.callBarrier(mctx, m, &BarrierRequest{Step: m.at + 1, Truth: c.cfg.Truth}, rep)
 				if err == nil {
-					m.at++
+					m.at, m.last = m.at+1, rep
 				}
 			}
 			if err != nil && context.Cause(mctx) != nil && ctx.Err() == nil {
@@ -354,7 +353,7 @@ func (c *Coordinator) barrier(ctx context.Context, step uint64) (map[string]*Rep
 				fails = append(fails, failure{m, err})
 				return
 			}
-			reports[m.name] = rep
+			reports[m.name] = m.last // its step's, run now or in a failed round
 		}()
 	}
 	done := make(chan struct{})
