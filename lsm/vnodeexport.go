@@ -51,7 +51,9 @@ import (
 // until Release, or one decoded from another process's bytes
 // (DecodeVnodeExport), which holds nothing of another store.
 //
-// A nil *VnodeExport is not valid. Its methods are safe for concurrent
+// Make one with ExportVnodes or DecodeVnodeExport: a nil *VnodeExport and
+// the zero value are no export (ImportVnodes and MarshalBinary refuse
+// them). Its methods are safe for concurrent
 // use; Release waits for an import, a marshalling or a drop under the
 // export in progress.
 type VnodeExport struct {
@@ -174,8 +176,8 @@ func (s *Store) ExportVnodes(ctx context.Context, table uint32, vnodeLo, vnodeHi
 // its export too early). Cancelling ctx stops it. It is safe for
 // concurrent use with s's other methods.
 func (s *Store) ImportVnodes(ctx context.Context, e *VnodeExport) (MoveStats, error) {
-	if e == nil {
-		return MoveStats{}, errors.Newf("lsmstats: import a nil vnode export into store %s", s.dir)
+	if e == nil || e.live == nil {
+		return MoveStats{}, errors.Newf("lsmstats: import into store %s: no vnode export (make one with ExportVnodes or DecodeVnodeExport)", s.dir)
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -426,6 +428,9 @@ var exportCRC = crc32.MakeTable(crc32.Castagnoli)
 // checksum. The bytes hold no reference to the shared SSTs' objects: the
 // export does, until Release. It fails on a released export.
 func (e *VnodeExport) MarshalBinary() ([]byte, error) {
+	if e == nil || e.live == nil {
+		return nil, errors.New("lsmstats: marshal no vnode export (make one with ExportVnodes or DecodeVnodeExport)")
+	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.released {

@@ -143,6 +143,10 @@ func TestMoveVnodesAcrossProcesses(t *testing.T) {
 	require.ErrorContains(t, err, "the export was released")
 	_, err = exp.MarshalBinary()
 	require.ErrorContains(t, err, "the export was released")
+	_, err = a.ImportVnodes(ctx, &VnodeExport{})
+	require.ErrorContains(t, err, "no vnode export")
+	_, err = (&VnodeExport{}).MarshalBinary()
+	require.ErrorContains(t, err, "no vnode export")
 
 	want := exp.Stats()
 	require.Zero(t, want.CopiedSSTBytes)
