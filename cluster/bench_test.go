@@ -53,7 +53,7 @@ func BenchmarkCluster(b *testing.B) {
 						moved = true
 						r := c.Vnodes()["node-0"][0]
 						r.Hi = r.Lo + (r.Hi-r.Lo)/4
-						res, err := c.Move(ctx, "node-0", "node-1", r)
+						res, err := c.Move(ctx, "node-0", "node-1", r, MoveOptions{})
 						if err != nil {
 							return err
 						}

@@ -84,7 +84,7 @@ func TestCluster(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	p, err := workload.Preset("mixed", 20000+rng.IntN(20000), []int{16, 64, 256}[rng.IntN(3)], seed)
 	require.NoError(t, err)
-	p.BatchRows = 4000
+	p.BatchRows = p.Rows / 3
 	p.Shape = []workload.Shape{workload.Hashed, workload.Sequential, workload.ParentChild}[rng.IntN(3)]
 	t.Logf("workload: %d rows, %d vnodes, pk shape %s", p.Rows, p.VnodeCount, p.Shape)
 
@@ -137,8 +137,15 @@ func TestCluster(t *testing.T) {
 				}
 				r := vn[from][0]
 				r.Hi = r.Lo + max(1, (r.Hi-r.Lo)/2)
-				res, err := c.Move(ctx, from, to, r)
+				// The first move compacts its range into the object store
+				// first: it must copy nothing.
+				compact := len(c.Moves()) == 0
+				res, err := c.Move(ctx, from, to, r, MoveOptions{Compact: compact})
 				require.NoError(t, err)
+				if compact && res.Stats.LiveRows > 0 {
+					require.Positive(t, res.Stats.SharedSSTs, "a compacted range moves by reference")
+					require.Zero(t, res.Stats.CopiedVersions, "a compacted range copies no version")
+				}
 				t.Logf("checkpoint %d: moved %v %s → %s: %d shared SSTs (%d bytes) by reference, %d versions (%d bytes) copied, %d live rows",
 					ckpts, r, from, to, res.Stats.SharedSSTs, res.Stats.SharedBytes, res.Stats.CopiedVersions, res.Stats.CopiedBytes, res.Stats.LiveRows)
 			case "kill":
@@ -148,7 +155,7 @@ func TestCluster(t *testing.T) {
 				return nil // the next step finds it dead
 			case "drain": // 3 → 2: node-2 gives all its vnodes away
 				for _, r := range vn["node-2"] {
-					_, err := c.Move(ctx, "node-2", "node-0", r)
+					_, err := c.Move(ctx, "node-2", "node-0", r, MoveOptions{})
 					require.NoError(t, err)
 				}
 				require.Empty(t, c.Vnodes()["node-2"])
@@ -158,7 +165,7 @@ func TestCluster(t *testing.T) {
 					rs := c.Vnodes()[from]
 					r := rs[len(rs)-1]
 					r.Lo = r.Hi - max(1, (r.Hi-r.Lo)/3)
-					_, err := c.Move(ctx, from, "node-2", r)
+					_, err := c.Move(ctx, from, "node-2", r, MoveOptions{})
 					require.NoError(t, err)
 				}
 				t.Logf("checkpoint %d: node-2 refilled: %v", ckpts, c.Vnodes())

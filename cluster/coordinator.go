@@ -122,6 +122,7 @@ type MoveResult struct {
 	From     string        `json:"from"`
 	To       string        `json:"to"`
 	Range    Range         `json:"range"`
+	Compact  bool          `json:"compacted_first"`
 	Stats    MoveStatsJSON `json:"stats"`
 	Duration time.Duration `json:"duration_ns"`
 }
@@ -490,10 +491,17 @@ func percent(a, b float64) float64 {
 	return 100 * a / b
 }
 
+// MoveOptions are a move's options.
+type MoveOptions struct {
+	// Compact compacts the range into the object store on the source
+	// first (MoveRequest.Compact): the move then copies no version.
+	Compact bool
+}
+
 // Move moves vnode range r from node from to node to, at a checkpoint:
 // from exports it (its shared SSTs by reference), to imports it, from
 // drops it, and both reopen their jobs with their new vnodes.
-func (c *Coordinator) Move(ctx context.Context, from, to string, r Range) (MoveResult, error) {
+func (c *Coordinator) Move(ctx context.Context, from, to string, r Range, opts MoveOptions) (MoveResult, error) {
 	src, dst := c.member(from), c.member(to)
 	if src == nil || dst == nil || src == dst {
 		return MoveResult{}, errors.Newf("cluster: move %v from %q to %q: unknown node or the same node", r, from, to)
@@ -503,7 +511,7 @@ func (c *Coordinator) Move(ctx context.Context, from, to string, r Range) (MoveR
 	}
 	start := time.Now()
 	var exp ExportResponse
-	if err := src.c.call(ctx, c.cfg.BarrierTimeout, "Export", &MoveRequest{Range: r}, &exp); err != nil {
+	if err := src.c.call(ctx, c.cfg.BarrierTimeout, "Export", &MoveRequest{Range: r, Compact: opts.Compact}, &exp); err != nil {
 		return MoveResult{}, errors.Wrapf(err, "cluster: export %v from %s", r, from)
 	}
 	var imp MoveResponse
@@ -527,7 +535,7 @@ func (c *Coordinator) Move(ctx context.Context, from, to string, r Range) (MoveR
 		return MoveResult{}, err
 	}
 	s := exp.Stats
-	res := MoveResult{Step: c.step, From: from, To: to, Range: r, Duration: time.Since(start),
+	res := MoveResult{Step: c.step, From: from, To: to, Range: r, Compact: opts.Compact, Duration: time.Since(start),
 		Stats: MoveStatsJSON{SharedSSTs: s.SharedSSTs, SharedBytes: s.SharedBytes, CopiedVersions: s.CopiedVersions, CopiedBytes: s.CopiedBytes, LiveRows: s.LiveRows}}
 	c.moves = append(c.moves, res)
 	c.log.Info("vnodes moved", "range", fmt.Sprintf("[%d,%d)", r.Lo, r.Hi), "from", from, "to", to,

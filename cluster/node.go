@@ -236,6 +236,15 @@ func (n *Node) Export(ctx context.Context, req *MoveRequest) (*ExportResponse, e
 	if _, ok := n.held[req.Range]; ok {
 		return nil, status.Errorf(codes.AlreadyExists, "node %s: range %v is already exported", n.name, req.Range)
 	}
+	if req.Compact {
+		start := time.Now()
+		for _, t := range jobTables {
+			if err := n.store.CompactRange(ctx, t, req.Range.Lo, req.Range.Hi); err != nil {
+				return nil, status.Errorf(codes.Internal, "node %s: compact vnodes %v of table %d before their export: %v", n.name, req.Range, t, err)
+			}
+		}
+		n.log.Info("range compacted into the object store", "range", req.Range, "took", time.Since(start).Round(time.Millisecond))
+	}
 	resp := &ExportResponse{}
 	var held []*lsm.VnodeExport
 	for _, t := range jobTables {

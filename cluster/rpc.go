@@ -105,6 +105,10 @@ type Report struct {
 // MoveRequest names a vnode range of the job's tables.
 type MoveRequest struct {
 	Range Range `json:"range"`
+	// Compact asks the source to compact the range down to Pebble's bottom
+	// level (in the object store) before its export, so that the export
+	// copies no version: every one is in a shared SST then.
+	Compact bool `json:"compact,omitempty"`
 }
 
 // ExportResponse carries a range's exports, one per table of the job

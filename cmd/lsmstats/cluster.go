@@ -223,7 +223,7 @@ func moveOne(ctx context.Context, c *cluster.Coordinator) error {
 	if half.Lo == half.Hi {
 		return nil
 	}
-	_, err := c.Move(ctx, most, least, half)
+	_, err := c.Move(ctx, most, least, half, cluster.MoveOptions{Compact: true})
 	return err
 }
 
