@@ -83,7 +83,7 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 	start := time.Now()
 	kills := slices.Clone(f.killNodeAt)
 	moves := slices.Clone(f.moveAt)
-	ckpts := 0
+	ckpts, finished := 0, false
 	var prev map[string]float64
 	cfg := cluster.CoordinatorConfig{
 		Job: cluster.JobSpec{Workload: p, Actors: f.actors, CheckpointEvery: f.checkpointEvery,
@@ -91,6 +91,7 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 		Nodes: nodes, Truth: !f.noTruth, Log: log,
 		OnCheckpoint: func(c cluster.Checkpoint) {
 			ckpts++
+			finished = c.Finished
 			rep.Checkpoints = append(rep.Checkpoints, c)
 			st, rc := c.Figures["stats"], c.Figures["rowcount"]
 			for name, fig := range c.Figures {
@@ -113,7 +114,7 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 				ckpts, c.Step, st.Shown, st.Lower, st.Upper, rc.Shown, truth, strings.Join(per, ", "))
 		},
 		OnStep: func(ctx context.Context, c *cluster.Coordinator, step uint64, checkpoint bool) error {
-			if !checkpoint {
+			if !checkpoint || finished {
 				return nil
 			}
 			if len(moves) > 0 && ckpts >= moves[0] {

@@ -1,0 +1,124 @@
+package cluster
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestClusterFaults runs a job over 2 node processes through the
+// coordinator's three faults, one after another at checkpoints:
+//
+//   - a lost answer: the network loses a node's answer to a barrier
+//     (an interceptor drops it after the node ran the step); the
+//     coordinator asks again and the node answers the same report, the
+//     step not run twice, nothing reopened;
+//   - a slow node: a node stopped (SIGSTOP) for half the heartbeat
+//     timeout; the checkpoint waits for it, no checkpoint is declared
+//     meanwhile, and the node is not declared lost;
+//   - a node that stops answering: stopped for good; its heartbeats stop,
+//     its call is cancelled after the timeout, and it is killed and
+//     started again on its directory, resuming from its last checkpoint.
+//
+// Each is a log line of the coordinator's; the job ends with the MV equal
+// to the upstream on both nodes and Verify clean.
+func TestClusterFaults(t *testing.T) {
+	p, err := workload.Preset("mixed", 12000, 64, 7)
+	require.NoError(t, err)
+	p.BatchRows = p.Rows / 3
+	var logb strings.Builder
+	lw := &syncBuilder{b: &logb}
+	nodes, _ := testCluster(t, 2, lw)
+	defer func() {
+		if t.Failed() {
+			t.Logf("log:\n%s", logb.String())
+		}
+	}()
+	var loseNext atomic.Bool
+	var lost atomic.Int32
+	lose := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil && strings.HasSuffix(method, "/Barrier") && loseNext.CompareAndSwap(true, false) {
+			lost.Add(1)
+			return status.Error(codes.Unavailable, "the answer was lost on the network (test)")
+		}
+		return err
+	}
+	const timeout = 1500 * time.Millisecond
+	ckpts := 0
+	var stepsOfCkpt []uint64
+	phase := 0
+	var slowStep uint64
+	var slowTook time.Duration
+	cfg := CoordinatorConfig{
+		Job:   JobSpec{Workload: p, Actors: 1, CheckpointEvery: 2, BarrierRows: 64},
+		Nodes: nodes, Truth: true, HeartbeatTimeout: timeout, HeartbeatEvery: 100 * time.Millisecond,
+		Log:         slog.New(slog.NewTextHandler(lw, nil)),
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(lose)},
+		OnCheckpoint: func(c Checkpoint) {
+			ckpts++
+			stepsOfCkpt = append(stepsOfCkpt, c.Step)
+		},
+		OnStep: func(ctx context.Context, c *Coordinator, step uint64, checkpoint bool) error {
+			node1 := nodes["node-1"].(*Process)
+			switch {
+			case phase == 0 && ckpts >= 2:
+				phase++
+				loseNext.Store(true)
+			case phase == 1 && ckpts >= 4:
+				phase++
+				require.Equal(t, int32(1), lost.Load(), "an answer was lost")
+				require.Equal(t, 1, c.Retries(), "and asked again")
+				require.Empty(t, c.Losses(), "a lost answer reopens nothing")
+				require.NoError(t, node1.Signal(syscall.SIGSTOP))
+				time.AfterFunc(timeout/2, func() { _ = node1.Signal(syscall.SIGCONT) })
+				slowStep = step + 1
+				start := time.Now()
+				ck, err := c.Step(ctx) // the slow step, run here to time it
+				slowTook = time.Since(start)
+				require.NoError(t, err)
+				_ = ck
+			case phase == 2 && ckpts >= 6:
+				phase++
+				require.Empty(t, c.Losses(), "a slow node is not lost")
+				require.NoError(t, node1.Signal(syscall.SIGSTOP)) // for good: the recovery kills it
+			}
+			return nil
+		},
+	}
+	c, err := NewCoordinator(context.Background(), cfg)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	last, err := c.Run(context.Background())
+	require.NoError(t, err)
+	require.True(t, last.Finished)
+	require.Equal(t, 3, phase, "every fault was injected")
+	require.GreaterOrEqual(t, slowTook, timeout/2-50*time.Millisecond, "the slow step waited for the slow node")
+	for i := 1; i < len(stepsOfCkpt); i++ {
+		require.Greater(t, stepsOfCkpt[i], stepsOfCkpt[i-1])
+	}
+	losses := c.Losses()
+	require.Len(t, losses, 1, "the node that stopped answering")
+	require.Equal(t, "node-1", losses[0].Node)
+	res, err := c.Check(context.Background())
+	require.NoError(t, err)
+	for name, r := range res {
+		require.Empty(t, r.Problems, "node %s", name)
+		require.True(t, r.MVMatches, "node %s", name)
+	}
+	log := logb.String()
+	for _, line := range []string{"a barrier's answer was lost; asking again", "node missed its heartbeats", "node recovered"} {
+		require.Contains(t, log, line)
+	}
+	t.Logf("%d checkpoints; lost answer retried %d; slow step %d took %s; loss: %+v", ckpts, c.Retries(), slowStep, slowTook.Round(time.Millisecond), losses[0])
+}
