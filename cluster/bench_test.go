@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var benchRows = 50000
+var benchRows = 50000 // 10,000 under -short
 
 // BenchmarkCluster runs the same job (mixed workload, 256 vnodes) on 1, 2
 // and 3 node processes sharing a bucket of the real S3 server, in one
@@ -24,7 +24,11 @@ var benchRows = 50000
 // a quarter of a node's vnodes at the middle checkpoint: its time, the
 // bytes it took by reference and the bytes it copied.
 func BenchmarkCluster(b *testing.B) {
-	p, err := workload.Preset("mixed", benchRows, 256, 1)
+	rows := benchRows
+	if testing.Short() {
+		rows = 10000
+	}
+	p, err := workload.Preset("mixed", rows, 256, 1)
 	require.NoError(b, err)
 	p.BatchRows = 10000
 	var oneNode float64

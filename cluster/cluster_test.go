@@ -15,6 +15,7 @@ import (
 
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/internal/s3server"
+	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/objstore"
 	"github.com/stretchr/testify/require"
@@ -27,7 +28,7 @@ const (
 	envNodeName = "LSMSTATS_CLUSTER_NODE_NAME"
 )
 
-var clusterSeed = flag.Uint64("cluster-seed", 0, "seed of TestCluster (0: a new one, printed)")
+var clusterSeed = flag.Uint64("cluster-seed", 0, "seed of TestCluster (0: the fixed default, or a time-based one with -random-seeds)")
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(envNodeDir); dir != "" {
@@ -76,13 +77,13 @@ func testCluster(t testing.TB, n int, logw io.Writer) (map[string]Launcher, stri
 // truth (a scan of every node's vnodes at the committed epoch); at the end
 // every node's MV equals its upstream.
 func TestCluster(t *testing.T) {
-	seed := *clusterSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (-cluster-seed %d takes it back)", seed, seed)
+	seed := testutil.Seed(t, "cluster-seed", *clusterSeed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	p, err := workload.Preset("mixed", 20000+rng.IntN(20000), []int{16, 64, 256}[rng.IntN(3)], seed)
+	rows := 20000 + rng.IntN(20000)
+	if raceEnabled {
+		rows /= 4
+	}
+	p, err := workload.Preset("mixed", rows, []int{16, 64, 256}[rng.IntN(3)], seed)
 	require.NoError(t, err)
 	p.BatchRows = p.Rows / 3
 	p.Shape = []workload.Shape{workload.Hashed, workload.Sequential, workload.ParentChild}[rng.IntN(3)]

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/backfill"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -65,8 +66,11 @@ type Checkpoint struct {
 	Finished bool               `json:"finished"`
 	Nodes    map[string]*Report `json:"nodes"`
 	// ProgressNS is the coordinator's time to compute the figures.
-	ProgressNS int64     `json:"progress_ns"`
-	Time       time.Time `json:"time"`
+	ProgressNS int64 `json:"progress_ns"`
+	// ETA is the forecast of the time left, from the summed stats figure
+	// (backfill.ETA, each node a part of the job).
+	ETA  backfill.ETAForecast `json:"eta"`
+	Time time.Time            `json:"time"`
 }
 
 // ClusterFigure is one approach's figure over the cluster.
@@ -114,6 +118,11 @@ type Coordinator struct {
 	lostCh  chan string
 	lastCkp *Checkpoint
 	retries int
+	// eta forecasts the job's end from the summed figures; run counts the
+	// openings of nodes' jobs, each a new run for it (the nodes' counts of
+	// snapshot rows start over).
+	eta *backfill.ETA
+	run uint64
 }
 
 // MoveResult reports a move of a vnode range between two nodes.
@@ -162,7 +171,7 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	c := &Coordinator{cfg: cfg, log: cfg.Log.With("role", "coordinator"), hwm: map[string]float64{},
+	c := &Coordinator{cfg: cfg, log: cfg.Log.With("role", "coordinator"), hwm: map[string]float64{}, eta: backfill.NewETA(nil),
 		hbStop: make(chan struct{}), lostCh: make(chan string, len(cfg.Nodes)*4)}
 	names := sortedKeys(cfg.Nodes)
 	vnodes := cfg.Job.Workload.VnodeCount
@@ -211,6 +220,7 @@ func (c *Coordinator) open(ctx context.Context, m *member) error {
 		return errors.Wrapf(err, "cluster: open the job on node %s", m.name)
 	}
 	m.at, m.last = st.Committed, nil
+	c.run++
 	c.log.Info("node job opened", "node", m.name, "vnodes", fmtRanges(m.vnodes), "step", m.at)
 	return nil
 }
@@ -477,11 +487,34 @@ func (c *Coordinator) checkpoint(step uint64, reports map[string]*Report) *Check
 		ckp.Truth = percent(float64(behind), float64(total))
 	}
 	ckp.ProgressNS = time.Since(start).Nanoseconds()
+	ckp.ETA = c.forecast(ckp)
 	c.lastCkp = ckp
 	if c.cfg.OnCheckpoint != nil {
 		c.cfg.OnCheckpoint(*ckp)
 	}
 	return ckp
+}
+
+// forecast observes a checkpoint's figures with the ETA: the whole job's,
+// and each node's as a part (the job ends when its slowest node does).
+func (c *Coordinator) forecast(ckp *Checkpoint) backfill.ETAForecast {
+	st := ckp.Figures["stats"]
+	o := backfill.ETAObservation{Time: ckp.Time, Run: c.run,
+		ETAFigure: backfill.ETAFigure{Consumed: st.Consumed, ConsumedLow: st.Lower * st.Total / 100,
+			ConsumedHigh: st.Upper * st.Total / 100, Total: st.Total, Finished: ckp.Finished}}
+	for _, name := range sortedKeys(ckp.Nodes) {
+		r := ckp.Nodes[name]
+		f := backfill.FigureOf(r.Figures, "stats")
+		o.Actors += r.Actors
+		o.SnapshotRows += r.SnapshotRows
+		o.Parts = append(o.Parts, backfill.ETAFigure{Consumed: f.Consumed, ConsumedLow: r.StatsLower, ConsumedHigh: r.StatsUpper,
+			Total: f.Total, SnapshotRows: r.SnapshotRows, Finished: r.Finished})
+	}
+	fc, err := c.eta.Observe(o)
+	if err != nil {
+		c.log.Warn("the ETA refused a checkpoint's figures", "step", ckp.Step, "err", err)
+	}
+	return fc
 }
 
 func percent(a, b float64) float64 {
@@ -581,7 +614,7 @@ func (c *Coordinator) Retries() int { return c.retries }
 
 // Moves and Losses report the moves and the node losses so far.
 func (c *Coordinator) Moves() []MoveResult { return c.moves }
-func (c *Coordinator) Losses() []Loss       { return c.losses }
+func (c *Coordinator) Losses() []Loss      { return c.losses }
 
 func (c *Coordinator) member(name string) *member {
 	for _, m := range c.members {

@@ -8,17 +8,17 @@
 // assignment, injects the barriers, declares the checkpoints, sums the
 // job's progress and moves vnode ranges between nodes.
 //
-//	                    coordinator (meta)
-//	   assignment: node → vnode ranges;  step;  displayed high-water marks
-//	     │ Open / Barrier / Export / Import / Drop / Check   ▲ Report per step
-//	     ▼ Heartbeat every 200ms (lost after HeartbeatTimeout) │ (Σ consumed, Σ total)
-//	 ┌────────────┐      ┌────────────┐      ┌────────────┐
-//	 │ node-0     │      │ node-1     │      │ node-2     │
-//	 │ vnodes 0-84│      │ 85-169     │      │ 170-255    │
-//	 │ job, actors│      │ job, actors│      │ job, actors│
-//	 │ WAL, MANIF.│      │ WAL, MANIF.│      │ WAL, MANIF.│
-//	 └─────┬──────┘      └─────┬──────┘      └─────┬──────┘
-//	       └─── shared SSTs (L5, L6) in one bucket/prefix ───┘
+//	                   coordinator (meta)
+//	  assignment: node → vnode ranges;  step;  displayed high-water marks
+//	    │ Open / Barrier / Export / Import / Drop / Check   ▲ Report per step
+//	    ▼ Heartbeat every 200ms (lost after HeartbeatTimeout) │ (Σ consumed, Σ total)
+//	┌────────────┐      ┌────────────┐      ┌────────────┐
+//	│ node-0     │      │ node-1     │      │ node-2     │
+//	│ vnodes 0-84│      │ 85-169     │      │ 170-255    │
+//	│ job, actors│      │ job, actors│      │ job, actors│
+//	│ WAL, MANIF.│      │ WAL, MANIF.│      │ WAL, MANIF.│
+//	└─────┬──────┘      └─────┬──────┘      └─────┬──────┘
+//	      └─── shared SSTs (L5, L6) in one bucket/prefix ───┘
 //
 // # The protocol
 //

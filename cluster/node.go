@@ -39,6 +39,7 @@ type Node struct {
 	gen    *workload.Generator
 	src    *tap
 	job    *backfill.Job
+	actors int
 	at     uint64 // the step the job has run to
 	done   uint64 // the last step the store committed
 	// held are the exports of ranges given away, whose backings the node
@@ -127,7 +128,7 @@ func (n *Node) Open(ctx context.Context, req *OpenRequest) (*Status, error) {
 	if err != nil {
 		return nil, errors.Wrapf(err, "node %s: open the job over vnodes %v", n.name, req.Vnodes)
 	}
-	n.spec, n.vnodes, n.gen, n.src, n.job = req.Job, vnodes, g, src, job
+	n.spec, n.vnodes, n.gen, n.src, n.job, n.actors = req.Job, vnodes, g, src, job, actors
 	n.at, n.done, n.last = src.at.Step, src.at.Step, nil
 	n.log.Info("job opened", "vnodes", fmtRanges(req.Vnodes), "step", n.at, "epoch", n.store.CommittedEpoch())
 	n.setStatus()
@@ -184,7 +185,7 @@ func (n *Node) Barrier(ctx context.Context, req *BarrierRequest) (*Report, error
 	if !ok {
 		return rep, nil
 	}
-	rep.Started, rep.Finished, rep.Figures = true, rec.Finished, rec.Figures
+	rep.Started, rep.Finished, rep.Figures, rep.SnapshotRows, rep.Actors = true, rec.Finished, rec.Figures, rec.SnapshotRows, n.actors
 	if f := rec.Figure("stats"); f.Bounds != nil {
 		rep.StatsLower, rep.StatsUpper = f.Bounds.Lower*f.Total/100, f.Bounds.Upper*f.Total/100
 	} else {

@@ -98,6 +98,10 @@ type Report struct {
 	TruthBehind int64 `json:"truth_behind"`
 	TruthTotal  int64 `json:"truth_total"`
 	Vnodes      int   `json:"vnodes"`
+	// SnapshotRows counts the snapshot rows the node's job read since it
+	// was opened.
+	SnapshotRows uint64 `json:"snapshot_rows"`
+	Actors       int    `json:"actors"`
 	// ProgressNS is the time the node's progress computation took.
 	ProgressNS int64 `json:"progress_ns"`
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/cluster"
 )
@@ -110,8 +111,12 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 				fs := figureOf(r, "stats")
 				per = append(per, fmt.Sprintf("%s %.1f%%", name, percentOf(fs.Consumed, fs.Total)))
 			}
-			fmt.Fprintf(stdout, "checkpoint %3d step %4d  stats %6.2f%% [%.2f–%.2f]  rowcount %6.2f%%%s  (%s)\n",
-				ckpts, c.Step, st.Shown, st.Lower, st.Upper, rc.Shown, truth, strings.Join(per, ", "))
+			eta := ""
+			if c.ETA.Shown() {
+				eta = fmt.Sprintf("  ETA %s [%s–%s]", backfill.FormatETA(c.ETA.Remaining), backfill.FormatETA(c.ETA.Low), backfill.FormatETA(c.ETA.High))
+			}
+			fmt.Fprintf(stdout, "checkpoint %3d step %4d  stats %6.2f%% [%.2f–%.2f]%s  rowcount %6.2f%%%s  (%s)\n",
+				ckpts, c.Step, st.Shown, st.Lower, st.Upper, eta, rc.Shown, truth, strings.Join(per, ", "))
 		},
 		OnStep: func(ctx context.Context, c *cluster.Coordinator, step uint64, checkpoint bool) error {
 			if !checkpoint || finished {

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fatalChildEnv) != "" {
 		cliLogger{w: os.Stderr}.Fatalf("MANIFEST sync failed: %s", "injected")
 	}
-	if len(os.Args) > 2 && os.Args[1] == "backfill" {
+	if len(os.Args) > 2 && (os.Args[1] == "backfill" || os.Args[1] == "node") {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// The object-store tests share one S3 server, stopped at the end.
