@@ -26,7 +26,7 @@ type listedPackage struct {
 // internal/ may import them, not even in its tests. stats is among them:
 // the machinery answers in its value types through type parameters and
 // never imports it (docs/design.md §1).
-var aboveMachinery = []string{"stats", "lsm", "compaction", "replicated", "backfill", "bench", "cmd", "harness", "tools"}
+var aboveMachinery = []string{"stats", "lsm", "compaction", "replicated", "backfill", "bench", "cluster", "cmd", "harness", "tools"}
 
 // harnessAndTools are the folders of what runs above everything: only
 // tests, and harness/ and tools/ themselves, may import them.

@@ -123,6 +123,7 @@ type Coordinator struct {
 	// snapshot rows start over).
 	eta *backfill.ETA
 	run uint64
+	pub published
 }
 
 // MoveResult reports a move of a vnode range between two nodes.
@@ -189,6 +190,7 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 			return nil, err
 		}
 	}
+	c.publish()
 	c.hbWG.Add(1)
 	go c.heartbeats()
 	return c, nil
@@ -425,6 +427,7 @@ func (c *Coordinator) recover(ctx context.Context, step uint64) error {
 		} else if err := c.open(ctx, m); err != nil {
 			return err
 		}
+		defer c.publish()
 		c.losses = append(c.losses, Loss{Node: m.name, Step: step, Reason: reason, Resumed: m.at, Recovery: time.Since(start)})
 		c.log.Warn("node recovered", "node", m.name, "reason", reason, "resumed_from_step", m.at, "took", time.Since(start).Round(time.Millisecond))
 	}
@@ -489,6 +492,7 @@ func (c *Coordinator) checkpoint(step uint64, reports map[string]*Report) *Check
 	ckp.ProgressNS = time.Since(start).Nanoseconds()
 	ckp.ETA = c.forecast(ckp)
 	c.lastCkp = ckp
+	c.publish()
 	if c.cfg.OnCheckpoint != nil {
 		c.cfg.OnCheckpoint(*ckp)
 	}
@@ -571,6 +575,7 @@ func (c *Coordinator) Move(ctx context.Context, from, to string, r Range, opts M
 	res := MoveResult{Step: c.step, From: from, To: to, Range: r, Compact: opts.Compact, Duration: time.Since(start),
 		Stats: MoveStatsJSON{SharedSSTs: s.SharedSSTs, SharedBytes: s.SharedBytes, CopiedVersions: s.CopiedVersions, CopiedBytes: s.CopiedBytes, LiveRows: s.LiveRows}}
 	c.moves = append(c.moves, res)
+	c.publish()
 	c.log.Info("vnodes moved", "range", fmt.Sprintf("[%d,%d)", r.Lo, r.Hi), "from", from, "to", to,
 		"shared_ssts", s.SharedSSTs, "shared_bytes", s.SharedBytes, "copied_bytes", s.CopiedBytes, "took", res.Duration.Round(time.Millisecond))
 	return res, nil

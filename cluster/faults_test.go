@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -116,6 +117,27 @@ func TestClusterFaults(t *testing.T) {
 		require.Empty(t, r.Problems, "node %s", name)
 		require.True(t, r.MVMatches, "node %s", name)
 	}
+	// The coordinator's metrics are its last checkpoint's figures and its
+	// events.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.Collector())
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				key += "," + l.GetValue()
+			}
+			got[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	require.Equal(t, 100.0, got["lsmstats_cluster_progress_percent,stats,shown"])
+	require.Equal(t, last.Figures["stats"].Total, got["lsmstats_cluster_progress_rows,stats,total"])
+	require.Equal(t, 1.0, got["lsmstats_cluster_events_total,node_loss"])
+	require.Equal(t, 1.0, got["lsmstats_cluster_events_total,barrier_retry"])
+	require.Equal(t, float64(p.VnodeCount), got["lsmstats_cluster_node_vnodes,node-0"]+got["lsmstats_cluster_node_vnodes,node-1"])
 	log := logb.String()
 	for _, line := range []string{"a barrier's answer was lost; asking again", "node missed its heartbeats", "node recovered"} {
 		require.Contains(t, log, line)

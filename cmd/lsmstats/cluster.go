@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +21,8 @@ import (
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
 	"github.com/lsmstats/lsmstats/cluster"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // clusterReport is the JSON report of a backfill over several nodes.
@@ -143,6 +147,15 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 		return exitError, err
 	}
 	defer coord.Close()
+	if f.metricsAddr != "" {
+		addr, stop, err := serveClusterMetrics(f.metricsAddr, coord)
+		if err != nil {
+			return exitError, err
+		}
+		defer stop()
+		rep.Parameters["metrics_addr"] = addr
+		fmt.Fprintf(stderr, "lsmstats backfill: the coordinator's metrics at http://%s/metrics\n", addr)
+	}
 	if _, err := coord.Run(ctx); err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "lsmstats backfill: interrupted; every node keeps its last checkpoint")
@@ -277,4 +290,29 @@ func (p *prefixed) Write(b []byte) (int, error) {
 		}
 		p.buf = p.buf[i+1:]
 	}
+}
+
+// serveClusterMetrics serves the coordinator's metrics at
+// http://addr/metrics until stop.
+func serveClusterMetrics(addr string, c *cluster.Coordinator) (string, func(), error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, errors.Wrapf(err, "--metrics-addr %s", addr)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.Collector())
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: metricsTimeout}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(l)
+	}()
+	return l.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), metricsTimeout)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
 }

@@ -24,7 +24,7 @@ func TestClusterCommand(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "out", "cluster.json")
 	out, errOut, code := runCmd(t, "backfill", "--nodes", "3", "--workload", "mixed", "--rows", "12000", "--vnodes", "32",
 		"--actors", "1", "--chunk-size", "64", "--barrier-rows", "128", "--checkpoint-every", "2",
-		"--move-at", "3", "--kill-node-at", "6", "--object-store", url, "--json", jsonPath)
+		"--move-at", "3", "--kill-node-at", "6", "--object-store", url, "--json", jsonPath, "--metrics-addr", "127.0.0.1:0")
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	var rep clusterReport
 	b, err := os.ReadFile(jsonPath)
