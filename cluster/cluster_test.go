@@ -109,7 +109,8 @@ func TestCluster(t *testing.T) {
 	var checks []string
 	ctx := context.Background()
 	cfg := CoordinatorConfig{
-		Job:   JobSpec{Workload: p, Actors: 2, CheckpointEvery: 2, BarrierRows: 256},
+		// About 20 checkpoints whatever the size, for the events at 2 to 10.
+		Job:   JobSpec{Workload: p, Actors: 2, CheckpointEvery: 2, BarrierRows: max(16, p.Rows/(2*3*2*20))},
 		Nodes: nodes, Truth: true, HeartbeatTimeout: time.Second,
 		Log: slog.New(slog.NewTextHandler(lw, nil)),
 		OnCheckpoint: func(c Checkpoint) {
@@ -206,6 +207,7 @@ func TestCluster(t *testing.T) {
 	}
 	t.Logf("%d checkpoints, events %v, moves %d, losses %d; stats error mean %.3f pp, max %.3f pp; %d live rows scanned by Verify",
 		ckpts, checks, len(c.Moves()), len(c.Losses()), mean, worst, live)
+	require.Empty(t, events, "events left when the job finished")
 	require.Len(t, c.Losses(), 1, "the killed node's loss")
 	require.LessOrEqual(t, mean, 0.2, "stats error mean (pp)")
 	require.LessOrEqual(t, worst, 1.0, "stats error max (pp)")
