@@ -227,37 +227,53 @@ func (c *Coordinator) open(ctx context.Context, m *member) error {
 	return nil
 }
 
-// heartbeats pings every node; one that does not answer for
-// HeartbeatTimeout is reported lost.
+// heartbeats pings every node at once, every HeartbeatEvery; a node that
+// has not answered for HeartbeatTimeout is reported lost (once, until it
+// answers again). Each ping may take up to half the timeout: a busy node
+// answers late, not never.
 func (c *Coordinator) heartbeats() {
 	defer c.hbWG.Done()
 	t := time.NewTicker(c.cfg.HeartbeatEvery)
 	defer t.Stop()
 	lastOK := map[string]time.Time{}
+	reported := map[string]bool{}
 	for {
 		select {
 		case <-c.hbStop:
 			return
 		case <-t.C:
 		}
-		for _, m := range c.snapshotMembers() {
+		members := c.snapshotMembers()
+		errs := make([]error, len(members))
+		var wg sync.WaitGroup
+		for i, m := range members {
 			if m.lost {
 				continue
 			}
-			var st Status
-			err := m.c.call(context.Background(), c.cfg.HeartbeatEvery, "Heartbeat", &Empty{}, &st)
-			now := time.Now()
-			if err == nil {
-				lastOK[m.name] = now
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var st Status
+				errs[i] = m.c.call(context.Background(), c.cfg.HeartbeatTimeout/2, "Heartbeat", &Empty{}, &st)
+			}()
+		}
+		wg.Wait()
+		now := time.Now()
+		for i, m := range members {
+			if m.lost {
 				continue
 			}
-			if t0, ok := lastOK[m.name]; ok && now.Sub(t0) > c.cfg.HeartbeatTimeout {
-				c.log.Warn("node missed its heartbeats", "node", m.name, "for", now.Sub(t0).Round(time.Millisecond), "err", err)
+			if _, ok := lastOK[m.name]; !ok || errs[i] == nil {
+				lastOK[m.name], reported[m.name] = now, false
+				continue
+			}
+			if since := now.Sub(lastOK[m.name]); since > c.cfg.HeartbeatTimeout && !reported[m.name] {
+				c.log.Warn("node missed its heartbeats", "node", m.name, "for", since.Round(time.Millisecond), "err", errs[i])
+				reported[m.name] = true
 				select {
 				case c.lostCh <- m.name:
 				default:
 				}
-				delete(lastOK, m.name)
 			}
 		}
 	}
