@@ -63,19 +63,27 @@ func testCluster(t testing.TB, n int, logw io.Writer) (map[string]Launcher, stri
 	nodes := map[string]Launcher{}
 	for i := range n {
 		name := fmt.Sprintf("node-%d", i)
-		nodes[name] = &Process{Args: []string{os.Args[0], "-test.run=^$"},
-			Env: []string{envNodeDir + "=" + t.TempDir(), envNodeURL + "=" + url, envNodeName + "=" + name}, Log: logw}
+		nodes[name] = testNode(t, name, url, logw)
 	}
 	return nodes, url
 }
 
+// testNode is a node process of the test binary, in a directory of its own.
+func testNode(t testing.TB, name, url string, logw io.Writer) *Process {
+	return &Process{Args: []string{os.Args[0], "-test.run=^$"},
+		Env: []string{envNodeDir + "=" + t.TempDir(), envNodeURL + "=" + url, envNodeName + "=" + name}, Log: logw}
+}
+
 // TestCluster runs a backfill over 3 node processes on the real S3 server
-// with its events at random checkpoints: 2 moves of vnode ranges, a node
-// SIGKILLed, a rescale 3 → 2 → 3 (a node drained of its vnodes, then given
-// some back). After each event every node checks itself (Verify: every
-// statistic against the data) and the job's stats figure is held to the
-// truth (a scan of every node's vnodes at the committed epoch); at the end
-// every node's MV equals its upstream.
+// with its events at checkpoints chosen by the seed: a move of a vnode
+// range (compacted into the bucket first: nothing copied); a node
+// SIGKILLed, whose vnodes go to the two live nodes at the next checkpoint
+// (3 → 2; ReassignLost); a node added (2 → 3) and given ranges of the
+// others a checkpoint later; a move; a node retired (3 → 2); a node added
+// and filled again (2 → 3). After each event every node checks itself
+// (Verify: every statistic against the data), and at every checkpoint the
+// job's stats figure is held to the truth (a scan of every node's vnodes
+// at the committed epoch); at the end every node's MV equals its upstream.
 func TestCluster(t *testing.T) {
 	seed := testutil.Seed(t, "cluster-seed", *clusterSeed)
 	rng := rand.New(rand.NewPCG(seed, 0))
@@ -91,7 +99,7 @@ func TestCluster(t *testing.T) {
 
 	var logb strings.Builder
 	lw := &syncBuilder{b: &logb}
-	nodes, _ := testCluster(t, 3, lw)
+	nodes, url := testCluster(t, 3, lw)
 	defer func() {
 		if t.Failed() {
 			t.Logf("nodes' log:\n%s", logb.String())
@@ -102,16 +110,31 @@ func TestCluster(t *testing.T) {
 		at   int
 		what string
 	}
-	events := []event{{2 + rng.IntN(2), "move"}, {4 + rng.IntN(2), "kill"}, {6 + rng.IntN(2), "move"}, {8, "drain"}, {10, "refill"}}
+	events := []event{{2 + rng.IntN(2), "move"}, {4 + rng.IntN(2), "kill"}, {7, "add"}, {8, "fill"},
+		{9 + rng.IntN(2), "move"}, {11, "retire"}, {13, "add"}, {14, "fill"}}
 	ckpts := 0
 	var errs []float64
 	var shown []float64
 	var checks []string
+	added := 0
+	pending := ""
 	ctx := context.Background()
+	check := func(c *Coordinator, what string) {
+		res, err := c.Check(ctx)
+		require.NoError(t, err)
+		for name, r := range res {
+			require.Empty(t, r.Problems, "after %s at checkpoint %d: node %s", what, ckpts, name)
+		}
+		checks = append(checks, what)
+	}
+	pick := func(c *Coordinator) string {
+		names := sortedKeys(c.Vnodes())
+		return names[rng.IntN(len(names))]
+	}
 	cfg := CoordinatorConfig{
-		// About 20 checkpoints whatever the size, for the events at 2 to 10.
-		Job:   JobSpec{Workload: p, Actors: 2, CheckpointEvery: 2, BarrierRows: max(16, p.Rows/(2*3*2*20))},
-		Nodes: nodes, Truth: true, HeartbeatTimeout: time.Second,
+		// About 30 checkpoints whatever the size, for the events at 2 to 14.
+		Job:   JobSpec{Workload: p, Actors: 2, CheckpointEvery: 2, BarrierRows: max(16, p.Rows/(2*3*2*30))},
+		Nodes: nodes, Truth: true, HeartbeatTimeout: time.Second, ReassignLost: true,
 		Log: slog.New(slog.NewTextHandler(lw, nil)),
 		OnCheckpoint: func(c Checkpoint) {
 			ckpts++
@@ -125,7 +148,16 @@ func TestCluster(t *testing.T) {
 			}
 		},
 		OnStep: func(ctx context.Context, c *Coordinator, step uint64, checkpoint bool) error {
-			if !checkpoint || len(events) == 0 || ckpts < events[0].at {
+			if !checkpoint {
+				return nil
+			}
+			if pending != "" {
+				// An event whose effect came at this checkpoint (a lost
+				// node's vnodes reassigned, a node retired or caught up).
+				check(c, pending)
+				pending = ""
+			}
+			if len(events) == 0 || ckpts < events[0].at {
 				return nil
 			}
 			ev := events[0]
@@ -133,9 +165,9 @@ func TestCluster(t *testing.T) {
 			vn := c.Vnodes()
 			switch ev.what {
 			case "move":
-				from, to := fmt.Sprintf("node-%d", rng.IntN(3)), ""
-				for to == "" || to == from || len(vn[from]) == 0 {
-					from, to = fmt.Sprintf("node-%d", rng.IntN(3)), fmt.Sprintf("node-%d", rng.IntN(3))
+				from, to := pick(c), pick(c)
+				for to == from || len(vn[from]) == 0 {
+					from, to = pick(c), pick(c)
 				}
 				r := vn[from][0]
 				r.Hi = r.Lo + max(1, (r.Hi-r.Lo)/2)
@@ -151,33 +183,39 @@ func TestCluster(t *testing.T) {
 				t.Logf("checkpoint %d: moved %v %s → %s: %d shared SSTs (%d bytes) by reference, %d versions (%d bytes) copied, %d live rows",
 					ckpts, r, from, to, res.Stats.SharedSSTs, res.Stats.SharedBytes, res.Stats.CopiedVersions, res.Stats.CopiedBytes, res.Stats.LiveRows)
 			case "kill":
-				victim := fmt.Sprintf("node-%d", rng.IntN(3))
+				victim := pick(c)
 				t.Logf("checkpoint %d: SIGKILL %s", ckpts, victim)
 				require.NoError(t, c.Kill(victim))
-				return nil // the next step finds it dead
-			case "drain": // 3 → 2: node-2 gives all its vnodes away
-				for _, r := range vn["node-2"] {
-					_, err := c.Move(ctx, "node-2", "node-0", r, MoveOptions{})
-					require.NoError(t, err)
-				}
-				require.Empty(t, c.Vnodes()["node-2"])
-				t.Logf("checkpoint %d: node-2 drained: %v", ckpts, c.Vnodes())
-			case "refill": // 2 → 3
-				for _, from := range []string{"node-0", "node-1"} {
-					rs := c.Vnodes()[from]
-					r := rs[len(rs)-1]
+				pending = "kill"
+				return nil // the next step finds it dead; the checkpoint after, its vnodes go
+			case "add": // 2 → 3
+				require.Len(t, vn, 2, "nodes before an add")
+				name := fmt.Sprintf("node-new-%d", added)
+				added++
+				require.NoError(t, c.AddNode(ctx, name, testNode(t, name, url, lw)))
+				t.Logf("checkpoint %d: %s added", ckpts, name)
+				pending = "add"
+				return nil // it catches up at the next step
+			case "fill":
+				name := fmt.Sprintf("node-new-%d", added-1)
+				for _, from := range sortedKeys(vn) {
+					if from == name || len(vn[from]) == 0 {
+						continue
+					}
+					r := vn[from][len(vn[from])-1]
 					r.Lo = r.Hi - max(1, (r.Hi-r.Lo)/3)
-					_, err := c.Move(ctx, from, "node-2", r, MoveOptions{})
+					_, err := c.Move(ctx, from, name, r, MoveOptions{})
 					require.NoError(t, err)
 				}
-				t.Logf("checkpoint %d: node-2 refilled: %v", ckpts, c.Vnodes())
+				t.Logf("checkpoint %d: %s filled: %v", ckpts, name, c.Vnodes())
+			case "retire": // 3 → 2
+				victim := pick(c)
+				require.NoError(t, c.Retire(victim))
+				t.Logf("checkpoint %d: %s to retire", ckpts, victim)
+				pending = "retire"
+				return nil // at the next checkpoint
 			}
-			res, err := c.Check(ctx)
-			require.NoError(t, err)
-			for name, r := range res {
-				require.Empty(t, r.Problems, "after %s at checkpoint %d: node %s", ev.what, ckpts, name)
-			}
-			checks = append(checks, ev.what)
+			check(c, ev.what)
 			return nil
 		},
 	}
@@ -209,6 +247,9 @@ func TestCluster(t *testing.T) {
 		ckpts, checks, len(c.Moves()), len(c.Losses()), mean, worst, live)
 	require.Empty(t, events, "events left when the job finished")
 	require.Len(t, c.Losses(), 1, "the killed node's loss")
+	require.True(t, c.Losses()[0].Reassigned, "the killed node's vnodes went to the live nodes")
+	require.Len(t, c.Retired(), 2, "the killed node and the retired one left")
+	require.Len(t, c.Vnodes(), 3, "nodes at the end")
 	require.LessOrEqual(t, mean, 0.2, "stats error mean (pp)")
 	require.LessOrEqual(t, worst, 1.0, "stats error max (pp)")
 	shared := 0

@@ -50,6 +50,14 @@ type CoordinatorConfig struct {
 	// moves).
 	OnStep func(ctx context.Context, c *Coordinator, step uint64, checkpoint bool) error
 	Log    *slog.Logger
+	// ReassignLost hands the vnodes of a node that stopped answering to
+	// the other nodes: it is started again on its directory to recover its
+	// last checkpoint, catches up, and is retired at the next checkpoint
+	// (Retire). Without it, the node stays in the cluster with its vnodes.
+	ReassignLost bool
+	// CompactMoves compacts each range a retirement moves into the object
+	// store first (MoveOptions.Compact).
+	CompactMoves bool
 	// DialOptions are added to the coordinator's connections to the nodes
 	// (a test's interceptor that loses answers, say).
 	DialOptions []grpc.DialOption
@@ -97,6 +105,9 @@ type member struct {
 	at     uint64 // the last step it ran
 	lost   bool
 	last   *Report // its report of step at
+	// retiring marks a node whose vnodes go to the others at the next
+	// checkpoint, after which it stops (Retire).
+	retiring bool
 }
 
 // Coordinator is the meta role: it owns the assignment of vnodes to
@@ -124,6 +135,8 @@ type Coordinator struct {
 	eta *backfill.ETA
 	run uint64
 	pub published
+	// retired are the nodes that left (Retire).
+	retired []string
 }
 
 // MoveResult reports a move of a vnode range between two nodes.
@@ -153,6 +166,9 @@ type Loss struct {
 	Reason   string        `json:"reason"`
 	Resumed  uint64        `json:"resumed_from_step"`
 	Recovery time.Duration `json:"recovery_ns"`
+	// Reassigned says that its vnodes went to the other nodes at the next
+	// checkpoint (CoordinatorConfig.ReassignLost).
+	Reassigned bool `json:"reassigned"`
 }
 
 // NewCoordinator starts every node and connects to it.
@@ -320,6 +336,11 @@ func (c *Coordinator) Step(ctx context.Context) (*Checkpoint, error) {
 		if err == nil {
 			c.step = step
 			ckp := c.checkpoint(step, reports)
+			if ckp != nil && !ckp.Finished {
+				if err := c.retireMarked(ctx); err != nil {
+					return ckp, err
+				}
+			}
 			if c.cfg.OnStep != nil {
 				if err := c.cfg.OnStep(ctx, c, step, ckp != nil); err != nil {
 					return ckp, err
@@ -430,8 +451,8 @@ func (c *Coordinator) recover(ctx context.Context, step uint64) error {
 		if err == nil && st.Open && st.Step == m.at {
 			continue
 		}
-		reason := "its job stopped in a step"
-		if err != nil {
+		reason, restarted := "its job stopped in a step", err != nil
+		if restarted {
 			reason = fmt.Sprintf("it does not answer: %v", err)
 			membersMu.Lock()
 			m.lost = true
@@ -444,7 +465,10 @@ func (c *Coordinator) recover(ctx context.Context, step uint64) error {
 			return err
 		}
 		defer c.publish()
-		c.losses = append(c.losses, Loss{Node: m.name, Step: step, Reason: reason, Resumed: m.at, Recovery: time.Since(start)})
+		if c.cfg.ReassignLost && restarted {
+			m.retiring = true
+		}
+		c.losses = append(c.losses, Loss{Node: m.name, Step: step, Reason: reason, Resumed: m.at, Recovery: time.Since(start), Reassigned: m.retiring})
 		c.log.Warn("node recovered", "node", m.name, "reason", reason, "resumed_from_step", m.at, "took", time.Since(start).Round(time.Millisecond))
 	}
 	// Drain the heartbeat reports of the nodes just recovered.
@@ -645,6 +669,93 @@ func (c *Coordinator) member(name string) *member {
 	}
 	return nil
 }
+
+// Retire marks a node to leave the cluster: at the next checkpoint its
+// vnode ranges move to the other nodes (each range split evenly among
+// them), and it stops. At least one node must stay.
+func (c *Coordinator) Retire(name string) error {
+	m := c.member(name)
+	if m == nil {
+		return errors.Newf("cluster: no node %q", name)
+	}
+	staying := 0
+	for _, o := range c.members {
+		if !o.retiring && o != m {
+			staying++
+		}
+	}
+	if staying == 0 {
+		return errors.Newf("cluster: node %s is the last node that stays: it cannot retire", name)
+	}
+	m.retiring = true
+	return nil
+}
+
+// retireMarked moves the vnodes of the retiring nodes to the others and
+// stops them, at a checkpoint.
+func (c *Coordinator) retireMarked(ctx context.Context) error {
+	for _, m := range slices.Clone(c.members) {
+		if !m.retiring {
+			continue
+		}
+		var staying []*member
+		for _, o := range c.members {
+			if !o.retiring {
+				staying = append(staying, o)
+			}
+		}
+		if len(staying) == 0 {
+			return errors.Newf("cluster: no node stays to take the vnodes of %s", m.name)
+		}
+		for _, r := range slices.Clone(m.vnodes) {
+			n := min(len(staying), r.Hi-r.Lo)
+			for i := range n {
+				piece := Range{Lo: r.Lo + i*(r.Hi-r.Lo)/n, Hi: r.Lo + (i+1)*(r.Hi-r.Lo)/n}
+				if _, err := c.Move(ctx, m.name, staying[i].name, piece, MoveOptions{Compact: c.cfg.CompactMoves}); err != nil {
+					return errors.Wrapf(err, "cluster: retire node %s", m.name)
+				}
+			}
+		}
+		if err := m.c.call(ctx, c.cfg.BarrierTimeout, "Stop", &Empty{}, &Empty{}); err != nil {
+			c.log.Warn("retired node did not stop cleanly", "node", m.name, "err", err)
+		}
+		_ = m.cc.Close()
+		err := m.launch.Stop()
+		membersMu.Lock()
+		c.members = slices.DeleteFunc(c.members, func(o *member) bool { return o == m })
+		membersMu.Unlock()
+		c.retired = append(c.retired, m.name)
+		c.publish()
+		c.log.Info("node retired", "node", m.name, "step", c.step, "nodes", len(c.members))
+		if err != nil {
+			return errors.Wrapf(err, "cluster: retire node %s", m.name)
+		}
+	}
+	return nil
+}
+
+// AddNode starts a node and adds it to the cluster without vnodes: it
+// runs the job's steps from the first (its part owns nothing) until it is
+// at the others' step, at the next barrier, after which moves can give it
+// vnodes at any checkpoint (its store commits the same epochs).
+func (c *Coordinator) AddNode(ctx context.Context, name string, l Launcher) error {
+	if c.member(name) != nil {
+		return errors.Newf("cluster: a node %q is already in the cluster", name)
+	}
+	m := &member{name: name, launch: l}
+	if err := c.start(ctx, m); err != nil {
+		return err
+	}
+	membersMu.Lock()
+	c.members = append(c.members, m)
+	membersMu.Unlock()
+	c.publish()
+	c.log.Info("node added", "node", name, "from_step", m.at, "cluster_step", c.step)
+	return nil
+}
+
+// Retired names the nodes that left the cluster.
+func (c *Coordinator) Retired() []string { return c.retired }
 
 // Close stops every node and the heartbeats.
 func (c *Coordinator) Close() error {

@@ -60,6 +60,9 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 	if f.objectStore == "" {
 		return usageError(errors.New("--nodes needs --object-store: the nodes share their SSTs there"))
 	}
+	if f.onNodeLoss != "reassign" && f.onNodeLoss != "restart" {
+		return usageError(errors.Newf("--on-node-loss %q: want reassign or restart", f.onNodeLoss))
+	}
 	if f.upstreams > 1 || f.mode != "arrangement" {
 		return usageError(errors.New("--nodes runs an arrangement backfill of one upstream table"))
 	}
@@ -93,7 +96,7 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 	cfg := cluster.CoordinatorConfig{
 		Job: cluster.JobSpec{Workload: p, Actors: f.actors, CheckpointEvery: f.checkpointEvery,
 			ChunkSize: f.chunkSize, BarrierRows: f.barrierRows},
-		Nodes: nodes, Truth: !f.noTruth, Log: log,
+		Nodes: nodes, Truth: !f.noTruth, Log: log, ReassignLost: f.onNodeLoss == "reassign", CompactMoves: true,
 		OnCheckpoint: func(c cluster.Checkpoint) {
 			ckpts++
 			finished = c.Finished
@@ -134,7 +137,8 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 			}
 			if len(kills) > 0 && ckpts >= kills[0] {
 				kills = kills[1:]
-				victim := slices.Sorted(maps.Keys(c.Vnodes()))[len(rep.Kills)%f.nodes]
+				names := slices.Sorted(maps.Keys(c.Vnodes()))
+				victim := names[len(rep.Kills)%len(names)]
 				rep.Kills = append(rep.Kills, clusterKill{Node: victim, Step: step})
 				fmt.Fprintf(stdout, "killing %s (SIGKILL) after step %d\n", victim, step)
 				return c.Kill(victim)
@@ -191,7 +195,12 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 			m.Range.Lo, m.Range.Hi, m.From, m.To, m.Step, m.Stats.SharedSSTs, m.Stats.SharedBytes, m.Stats.CopiedBytes, m.Duration.Round(time.Millisecond))
 	}
 	for _, l := range rep.Losses {
-		fmt.Fprintf(stdout, "node %s lost at step %d (%s); resumed from step %d in %s\n", l.Node, l.Step, l.Reason, l.Resumed, l.Recovery.Round(time.Millisecond))
+		then := "it goes on with its vnodes"
+		if l.Reassigned {
+			then = "its vnodes went to the live nodes at the next checkpoint"
+		}
+		fmt.Fprintf(stdout, "node %s lost at step %d (%s); recovered from its checkpoint at step %d in %s; %s\n",
+			l.Node, l.Step, l.Reason, l.Resumed, l.Recovery.Round(time.Millisecond), then)
 	}
 	fmt.Fprintf(stdout, "done in %.1fs: stats error mean %.3f pp, max %.3f pp; MV = upstream on every node: %t\n",
 		rep.WallS, rep.ErrorMeanPP, rep.ErrorMaxPP, rep.MVMatches)
