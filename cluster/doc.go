@@ -58,6 +58,16 @@
 // holds every statistic to the data (TestCluster checks it after every
 // event).
 //
+// # Rescaling
+//
+// Coordinator.Retire(node) moves a node's vnode ranges to the others at
+// the next checkpoint (each range split evenly among them) and stops it;
+// Coordinator.AddNode starts a node that owns no vnodes: its job part
+// runs every step from the first (its source's ops all belong to others),
+// so its store commits the same epochs, and moves give it vnodes at any
+// checkpoint after it caught up. A rescale 3 → 2 → 3 is a Retire, then an
+// AddNode and moves.
+//
 // # A lost node
 //
 // A node that misses its heartbeats for HeartbeatTimeout, or whose call
@@ -66,14 +76,27 @@
 // on its directory, where its store recovers its last commit (its WAL and
 // MANIFEST), and its job resumes from it. The other nodes keep their steps
 // run since; the recovered node catches up alone (its steps are its own
-// vnodes' ops) and the cluster goes on. Nothing committed is lost: what a
-// checkpoint made durable is the node's commit, in its local WAL and
-// MANIFEST, with its SSTs in the bucket.
+// vnodes' ops) and the cluster goes on. With ReassignLost (the CLI's
+// default) the recovered node is then retired at the next checkpoint: its
+// vnodes go to the live nodes, as RisingWave's meta reassigns a lost
+// compute node's. A barrier whose answer was lost is asked again: a node
+// answers the step it ran last with its report kept, so no step runs
+// twice. Nothing committed is lost: what a checkpoint made durable is the
+// node's commit, in its local WAL and MANIFEST, with its SSTs in the
+// bucket.
 //
-// What this does not do yet (docs/design.md §13 says what it would
-// take): recover a node whose local disk is gone, from the bucket alone —
-// a checkpoint would have to upload what the node's WAL and MANIFEST hold
-// (the epoch's versions as SSTs, and the list of the node's SSTs and their
-// bounds), as Hummock's checkpoint uploads the shared buffer and its meta
-// records the version.
+// What this does not do yet (docs/design.md §10): recover a node whose
+// local disk is gone, from the bucket alone. The reassignment starts the
+// lost node's store again on its own directory to export its vnodes; with
+// the disk gone, a checkpoint would have to have uploaded what the node's
+// WAL and MANIFEST hold (the epoch's versions as SSTs, and the list of the
+// node's SSTs and their bounds), as Hummock's checkpoint uploads the
+// shared buffer and its meta records the version.
+//
+// # What every node does twice
+//
+// Every node runs the whole table's workload generator and keeps its own
+// vnodes' ops (bench/genjob.Part): the generator's model is of the whole
+// table, so each node's CPU for the source grows with the table, not with
+// its share. A real upstream would route each row to its vnode's owner.
 package cluster

@@ -23,6 +23,7 @@ import (
 	"github.com/lsmstats/lsmstats/cluster"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/vbauerster/mpb/v8"
 )
 
 // clusterReport is the JSON report of a backfill over several nodes.
@@ -92,6 +93,8 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 	kills := slices.Clone(f.killNodeAt)
 	moves := slices.Clone(f.moveAt)
 	ckpts, finished := 0, false
+	ui := newProgressUI(f.bars, !f.noTruth, stdout)
+	var nodesBar *mpb.Bar
 	var prev map[string]float64
 	cfg := cluster.CoordinatorConfig{
 		Job: cluster.JobSpec{Workload: p, Actors: f.actors, CheckpointEvery: f.checkpointEvery,
@@ -108,15 +111,23 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 				}
 			}
 			prev = map[string]float64{"stats": st.Shown, "rowcount": rc.Shown}
-			truth := ""
-			if c.Truth >= 0 {
-				truth = fmt.Sprintf("  truth %6.2f%%", c.Truth)
-			}
 			var per []string
 			for _, name := range slices.Sorted(maps.Keys(c.Nodes)) {
 				r := c.Nodes[name]
 				fs := figureOf(r, "stats")
 				per = append(per, fmt.Sprintf("%s %.1f%%", name, percentOf(fs.Consumed, fs.Total)))
+			}
+			if ui.bars {
+				ui.update(clusterRecord(c), false)
+				if nodesBar == nil {
+					nodesBar = ui.bar("nodes", 1)
+				}
+				ui.setText("nodes", strings.Join(per, ", "))
+				return
+			}
+			truth := ""
+			if c.Truth >= 0 {
+				truth = fmt.Sprintf("  truth %6.2f%%", c.Truth)
 			}
 			eta := ""
 			if c.ETA.Shown() {
@@ -160,7 +171,16 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 		rep.Parameters["metrics_addr"] = addr
 		fmt.Fprintf(stderr, "lsmstats backfill: the coordinator's metrics at http://%s/metrics\n", addr)
 	}
-	if _, err := coord.Run(ctx); err != nil {
+	_, err = coord.Run(ctx)
+	if err != nil {
+		ui.stop()
+	} else {
+		if nodesBar != nil {
+			nodesBar.SetTotal(-1, true)
+		}
+		ui.finish()
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "lsmstats backfill: interrupted; every node keeps its last checkpoint")
 			return exitInterrupted, nil
@@ -324,4 +344,22 @@ func serveClusterMetrics(addr string, c *cluster.Coordinator) (string, func(), e
 		_ = srv.Shutdown(ctx)
 		<-done
 	}, nil
+}
+
+// clusterRecord is a cluster checkpoint as the progress bars show a job's:
+// the summed figures, displayed with their bounds.
+func clusterRecord(c cluster.Checkpoint) *recordJSON {
+	r := &recordJSON{Barrier: c.Step, TimeNS: c.Time.UnixNano(), ETA: etaOf(c.ETA), Truth: c.Truth, Finished: c.Finished}
+	for _, name := range []string{"rowcount", "stats"} {
+		f, ok := c.Figures[name]
+		if !ok {
+			continue
+		}
+		shown := fmt.Sprintf("%.2f%%", f.Shown)
+		if name == "stats" {
+			shown = fmt.Sprintf("%.2f%% [%.2f–%.2f]", f.Shown, f.Lower, f.Upper)
+		}
+		r.Figures = append(r.Figures, backfill.Figure{Approach: name, Consumed: f.Consumed, Total: f.Total, Raw: f.Raw, Pct: f.Shown, Shown: shown})
+	}
+	return r
 }
