@@ -108,6 +108,9 @@ type member struct {
 	// retiring marks a node whose vnodes go to the others at the next
 	// checkpoint, after which it stops (Retire).
 	retiring bool
+	// drops are ranges moved away that the node has not dropped yet (it
+	// failed between a move's import and its drop).
+	drops []Range
 }
 
 // Coordinator is the meta role: it owns the assignment of vnodes to
@@ -137,6 +140,8 @@ type Coordinator struct {
 	pub published
 	// retired are the nodes that left (Retire).
 	retired []string
+	// afterImport, in tests, runs between a move's import and its drop.
+	afterImport func(from, to string)
 }
 
 // MoveResult reports a move of a vnode range between two nodes.
@@ -146,6 +151,9 @@ type MoveResult struct {
 	To       string        `json:"to"`
 	Range    Range         `json:"range"`
 	Compact  bool          `json:"compacted_first"`
+	// DropDeferred says that the source failed before it dropped the
+	// range: it dropped it once recovered, before its job reopened.
+	DropDeferred bool `json:"drop_deferred,omitempty"`
 	Stats    MoveStatsJSON `json:"stats"`
 	Duration time.Duration `json:"duration_ns"`
 }
@@ -233,6 +241,15 @@ func (c *Coordinator) start(ctx context.Context, m *member) error {
 
 // open (re)opens a member's job over its vnodes.
 func (c *Coordinator) open(ctx context.Context, m *member) error {
+	for len(m.drops) > 0 {
+		r := m.drops[0]
+		var st Status
+		if err := m.c.call(ctx, c.cfg.BarrierTimeout, "Drop", &MoveRequest{Range: r}, &st); err != nil {
+			return errors.Wrapf(err, "cluster: node %s: drop vnodes [%d, %d), moved away, before its job reopens", m.name, r.Lo, r.Hi)
+		}
+		c.log.Info("a move's deferred drop done", "node", m.name, "range", fmt.Sprintf("[%d,%d)", r.Lo, r.Hi))
+		m.drops = m.drops[1:]
+	}
 	var st Status
 	if err := m.c.call(ctx, c.cfg.BarrierTimeout, "Open", &OpenRequest{Job: c.cfg.Job, Vnodes: m.vnodes}, &st); err != nil {
 		return errors.Wrapf(err, "cluster: open the job on node %s", m.name)
@@ -597,22 +614,31 @@ func (c *Coordinator) Move(ctx context.Context, from, to string, r Range, opts M
 		_ = c.open(ctx, src)
 		return MoveResult{}, errors.Wrapf(err, "cluster: import %v into %s", r, to)
 	}
-	var st Status
-	if err := src.c.call(ctx, c.cfg.BarrierTimeout, "Drop", &MoveRequest{Range: r}, &st); err != nil {
-		return MoveResult{}, errors.Wrapf(err, "cluster: %s holds %v now, and %s could not drop it", to, r, from)
+	if c.afterImport != nil {
+		c.afterImport(from, to)
 	}
+	// The destination holds the range now: it is its, whatever happens to
+	// the source's copy.
 	membersMu.Lock()
 	src.vnodes = subtract(src.vnodes, r)
 	dst.vnodes = union(dst.vnodes, r)
 	membersMu.Unlock()
-	if err := c.open(ctx, src); err != nil {
+	deferred := false
+	var st Status
+	if err := src.c.call(ctx, c.cfg.BarrierTimeout, "Drop", &MoveRequest{Range: r}, &st); err != nil {
+		// The source failed between the import and its drop: it drops the
+		// range before its job opens again (open), once recovered.
+		c.log.Warn("the source of a move did not drop its range; it will before its job reopens", "node", from, "range", fmt.Sprintf("[%d,%d)", r.Lo, r.Hi), "err", err)
+		src.drops = append(src.drops, r)
+		deferred = true
+	} else if err := c.open(ctx, src); err != nil {
 		return MoveResult{}, err
 	}
 	if err := c.open(ctx, dst); err != nil {
 		return MoveResult{}, err
 	}
 	s := exp.Stats
-	res := MoveResult{Step: c.step, From: from, To: to, Range: r, Compact: opts.Compact, Duration: time.Since(start),
+	res := MoveResult{Step: c.step, From: from, To: to, Range: r, Compact: opts.Compact, DropDeferred: deferred, Duration: time.Since(start),
 		Stats: MoveStatsJSON{SharedSSTs: s.SharedSSTs, SharedBytes: s.SharedBytes, CopiedVersions: s.CopiedVersions, CopiedBytes: s.CopiedBytes, LiveRows: s.LiveRows}}
 	c.moves = append(c.moves, res)
 	c.publish()

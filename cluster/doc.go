@@ -56,7 +56,16 @@
 // SSTs restricted to the range (virtual SSTs, rescanned within their
 // bounds: exact), the live statistics are the source's. Verify on both
 // holds every statistic to the data (TestCluster checks it after every
-// event).
+// event), and Node.Check that a node holds rows of its own vnodes only.
+//
+// Each step of a move is atomic. A source that fails between the
+// destination's import and its own drop holds the range too: the range is
+// the destination's from the import on, and the source drops its copy when
+// it is back, before its job reopens (TestClusterMoveCrash). A destination
+// that fails in its import holds all of the range or none: the source,
+// which still holds its export, reopens its job over the range, and the
+// destination's copy, if the import went through, is in vnodes its job
+// does not own, excised by the next import of that range.
 //
 // # Rescaling
 //

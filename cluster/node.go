@@ -350,6 +350,17 @@ func (n *Node) Check(ctx context.Context, _ *Empty) (*CheckResponse, error) {
 	for _, d := range slices.Concat(rep.Differences, rep.Corrupt, rep.Unchecked) {
 		resp.Problems = append(resp.Problems, d)
 	}
+	// A node holds rows of its own vnodes only: a range moved away is
+	// dropped.
+	if n.vnodes != nil {
+		live := n.store.Stats().Live
+		others := roaring.Flip(n.vnodes, 0, uint64(n.spec.Workload.VnodeCount))
+		for _, t := range jobTables {
+			if rows := live.Sum(t, others).Rows; rows != 0 {
+				resp.Problems = append(resp.Problems, fmt.Sprintf("table %d holds %d live rows of vnodes the node does not own", t, rows))
+			}
+		}
+	}
 	if n.job != nil && n.job.Finished() {
 		// Before its end a backfill's MV holds only what its cursors
 		// passed.
