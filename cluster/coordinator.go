@@ -146,16 +146,16 @@ type Coordinator struct {
 
 // MoveResult reports a move of a vnode range between two nodes.
 type MoveResult struct {
-	Step     uint64        `json:"step"`
-	From     string        `json:"from"`
-	To       string        `json:"to"`
-	Range    Range         `json:"range"`
-	Compact  bool          `json:"compacted_first"`
+	Step    uint64 `json:"step"`
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Range   Range  `json:"range"`
+	Compact bool   `json:"compacted_first"`
 	// DropDeferred says that the source failed before it dropped the
 	// range: it dropped it once recovered, before its job reopened.
-	DropDeferred bool `json:"drop_deferred,omitempty"`
-	Stats    MoveStatsJSON `json:"stats"`
-	Duration time.Duration `json:"duration_ns"`
+	DropDeferred bool          `json:"drop_deferred,omitempty"`
+	Stats        MoveStatsJSON `json:"stats"`
+	Duration     time.Duration `json:"duration_ns"`
 }
 
 // MoveStatsJSON is lsm.MoveStats as the report writes it.
