@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -81,7 +83,7 @@ func TestClusterFaults(t *testing.T) {
 				require.Equal(t, int32(1), lost.Load(), "an answer was lost")
 				require.Equal(t, 1, c.Retries(), "and asked again")
 				require.Empty(t, c.Losses(), "a lost answer reopens nothing")
-				require.NoError(t, node1.Signal(syscall.SIGSTOP))
+				stop(t, node1)
 				time.AfterFunc(timeout/2, func() { _ = node1.Signal(syscall.SIGCONT) })
 				slowStep = step + 1
 				start := time.Now()
@@ -92,7 +94,7 @@ func TestClusterFaults(t *testing.T) {
 			case phase == 2 && ckpts >= 6:
 				phase++
 				require.Empty(t, c.Losses(), "a slow node is not lost")
-				require.NoError(t, node1.Signal(syscall.SIGSTOP)) // for good: the recovery kills it
+				stop(t, node1) // for good: the recovery kills it
 			}
 			return nil
 		},
@@ -202,4 +204,27 @@ func TestClusterMoveCrash(t *testing.T) {
 	}
 	require.Contains(t, logb.String(), "a move's deferred drop done")
 	t.Logf("move %+v; loss %+v", res.Stats, c.Losses()[0])
+}
+
+// stop stops a node's process (SIGSTOP) and waits until the kernel says it
+// is stopped: the signal lands asynchronously, and a step can run in
+// between on a busy machine.
+func stop(t *testing.T, p *Process) {
+	t.Helper()
+	require.NoError(t, p.Signal(syscall.SIGSTOP))
+	p.mu.Lock()
+	pid := p.cmd.Process.Pid
+	p.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		require.NoError(t, err)
+		for _, l := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(l, "State:") && strings.Contains(l, "T (stopped)") {
+				return
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "node process %d not stopped 5s after SIGSTOP", pid)
+		time.Sleep(time.Millisecond)
+	}
 }
