@@ -1,6 +1,7 @@
 package backfill_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -202,12 +203,11 @@ func finishSnapshotParts(t *testing.T, parts []*jobPart, sr *snapshotRun) {
 	t.Logf("%d checkpoints; phases %v; Σ log rows pending at most %d, consumed %d", sr.ckpts, sr.phases, sr.maxPending, sr.lastSums.logConsumed)
 }
 
-// openSnapshotParts opens the two parts of a snapshot backfill over the
-// halves of the table's vnodes, on stores opened with opts.
-func openSnapshotParts(t *testing.T, p workload.Params, opts func() *lsm.Options) []*jobPart {
-	va, vb := halves(p.VnodeCount)
-	parts := []*jobPart{{name: "A", mode: backfill.ModeSnapshot}, {name: "B", mode: backfill.ModeSnapshot}}
+// openSnapshotParts opens the two parts A and B of a snapshot backfill
+// over vnode sets va and vb, on stores opened with opts.
+func openSnapshotParts(t *testing.T, p workload.Params, parts []*jobPart, va, vb *roaring.Bitmap, opts func() *lsm.Options) {
 	for _, jp := range parts {
+		jp.mode = backfill.ModeSnapshot
 		s, err := lsm.Open(t.TempDir(), opts())
 		require.NoError(t, err)
 		jp.s = s
@@ -215,7 +215,6 @@ func openSnapshotParts(t *testing.T, p workload.Params, opts func() *lsm.Options
 	}
 	parts[0].open(t, p, genjob.NewPart(newGenerator(t, p), va), va)
 	parts[1].open(t, p, genjob.NewPart(newGenerator(t, p), vb), vb)
-	return parts
 }
 
 // TestSnapshotParts splits a snapshot backfill over two stores on local
@@ -227,7 +226,9 @@ func openSnapshotParts(t *testing.T, p workload.Params, opts func() *lsm.Options
 // statistics verify clean.
 func TestSnapshotParts(t *testing.T) {
 	p := snapshotPartsParams(t)
-	parts := openSnapshotParts(t, p, func() *lsm.Options { return &lsm.Options{Logger: lsm.QuietLogger(nil)} })
+	parts := []*jobPart{{name: "A"}, {name: "B"}}
+	va, vb := halves(p.VnodeCount)
+	openSnapshotParts(t, p, parts, va, vb, func() *lsm.Options { return &lsm.Options{Logger: lsm.QuietLogger(nil)} })
 	sr := &snapshotRun{}
 	runSnapshotParts(t, parts, sr, nil)
 	finishSnapshotParts(t, parts, sr)
@@ -236,66 +237,202 @@ func TestSnapshotParts(t *testing.T) {
 	}
 }
 
-// TestSnapshotPartsMove runs the parts of TestSnapshotParts on two stores
-// of one bucket of the shared S3 server and, once both read their
-// snapshots and A is consuming its log store with changes still in it in
-// vnodes [16, 32), moves that range of every table of the job (the
-// upstream, the MV, the state table and the log store) from A to B, the
-// jobs closed meanwhile, then reopens A over [0, 16) and B over [16, 64).
-// The moved vnodes' pending changes and accounts move with them: the sums
-// over the parts are the same before and after the move (the figure, the
-// log rows consumed and pending), B's log store holds the moved range's
-// pending changes, and both parts finish with MV = upstream and their
-// stores' statistics verify clean.
+// moveSnapshotRange closes the parts' jobs, moves vnodes [lo, hi) of every
+// table of the job (the upstream, the MV, the state table and the log
+// store) from part from to part to, and reopens both with their new sets
+// (from's generator kept, to's a new one replayed to the committed step,
+// as a new process would). The moved vnodes' pending changes and accounts
+// move with them: to's log store holds the range's changes that from's
+// held, from's none, and the sums over the parts (the figure, the log rows
+// consumed and pending) are the same before and after. It returns the
+// reopened parts' first records.
+func moveSnapshotRange(t *testing.T, p workload.Params, parts []*jobPart, sr *snapshotRun, from, to *jobPart, lo, hi int) []backfill.Record {
+	t.Helper()
+	rng := roaring.New()
+	rng.AddRange(uint64(lo), uint64(hi))
+	require.True(t, from.vnodes.Contains(uint32(lo)) && from.vnodes.Contains(uint32(hi-1)), "part %s owns the range", from.name)
+	before := sr.lastSums
+	movedPending := scanLog(t, from.s, rng)
+	phases := map[string]string{}
+	for i, jp := range parts {
+		phases[jp.name] = sr.lastRecords[i].Phase
+		require.NoError(t, jp.j.Close())
+	}
+	for _, table := range []uint32{partUpstream, partMV, partState, partLog} {
+		ms, err := from.s.MoveVnodes(context.Background(), to.s, table, lo, hi)
+		require.NoError(t, err, "move of table %d", table)
+		t.Logf("table %d: vnodes [%d, %d) moved from %s to %s: %d shared SSTs by reference, %d versions copied, %d live rows",
+			table, lo, hi, from.name, to.name, ms.SharedSSTs, ms.CopiedVersions, ms.LiveRows)
+	}
+	require.Zero(t, scanLog(t, from.s, rng), "%s's log store holds none of the moved range", from.name)
+	require.Equal(t, movedPending, scanLog(t, to.s, rng), "%s's log store holds the moved range's pending changes", to.name)
+	nf, nt := from.vnodes.Clone(), to.vnodes.Clone()
+	nf.AndNot(rng)
+	nt.Or(rng)
+	from.open(t, p, from.src, nf) // the same generator: no replay
+	to.open(t, p, genjob.NewPart(newGenerator(t, p), nt), nt)
+	var inits []backfill.Record
+	for _, jp := range parts {
+		init := jp.j.Initial()
+		require.NotNil(t, init, "part %s", jp.name)
+		require.Len(t, init.Vnodes, int(jp.vnodes.GetCardinality()), "part %s", jp.name)
+		jp.last = *init
+		inits = append(inits, *init)
+	}
+	after := checkSnapshotParts(t, parts, inits)
+	require.Equal(t, before, after, "the sums over the parts before and after the move")
+	t.Logf("moved at Σ %.0f/%.0f rows, log %d consumed %d pending (%d of them in the moved range); phases %v before, after %s %s, %s %s",
+		before.consumed, before.total, before.logConsumed, before.logPending, movedPending, phases,
+		parts[0].name, inits[0].Phase, parts[1].name, inits[1].Phase)
+	return inits
+}
+
+// TestSnapshotPartsMove runs a snapshot backfill's parts on two stores of
+// one bucket of the shared S3 server, A over vnodes [0, 16) reading 10
+// times as many rows per barrier as B over [16, 64), so that A's phases
+// run ahead of B's, and moves vnode ranges of every table of the job (the
+// upstream, the MV, the state table and the log store) from B to A
+// (moveSnapshotRange) twice:
+//
+//   - in B's snapshot phase, A past its own, 8 vnodes (or those up to
+//     64) from the one B's second actor is reading, with the changes B
+//     logged of them: A goes back to the snapshot phase (the snapshot
+//     epoch pinned again) to read them, the first from its cursor;
+//   - in B's log-store phase, with changes of vnodes [16, 24) consumed
+//     and others still in B's log store: A, joined meanwhile, goes back
+//     to the log-store phase, the moved changes ahead of its own.
+//
+// Both parts finish with MV = upstream and their stores' statistics, per
+// vnode, verify clean.
 func TestSnapshotPartsMove(t *testing.T) {
 	srv := s3server.Shared(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
 	url := fmt.Sprintf("s3://%s/cluster?endpoint=%s&retry-for=30s", srv.NewBucket(t), srv.Endpoint)
 	p := snapshotPartsParams(t)
-	parts := openSnapshotParts(t, p, func() *lsm.Options {
+	vc := p.VnodeCount
+	va, vb := roaring.New(), roaring.New()
+	va.AddRange(0, uint64(vc/4))
+	vb.AddRange(uint64(vc/4), uint64(vc))
+	parts := []*jobPart{{name: "A", barrierRows: max(160, p.Rows/40)}, {name: "B"}}
+	openSnapshotParts(t, p, parts, va, vb, func() *lsm.Options {
 		return &lsm.Options{Logger: lsm.QuietLogger(nil), ObjectStore: &objstore.StoreOptions{URL: url}}
 	})
-	lo, hi := p.VnodeCount/4, p.VnodeCount/2
-	moved := roaring.New()
-	moved.AddRange(uint64(lo), uint64(hi))
+	a, b := parts[0], parts[1]
+	in := func(lo, hi int) *roaring.Bitmap {
+		rng := roaring.New()
+		rng.AddRange(uint64(lo), uint64(hi))
+		return rng
+	}
 	sr := &snapshotRun{}
+
+	// In B's snapshot phase, A past its own: the range from the vnode B's
+	// second actor is reading (over [40, 64)).
+	var lo, hi int
 	runSnapshotParts(t, parts, sr, func(recs []backfill.Record) bool {
-		return recs[0].Phase == "log store" && recs[1].Phase != "snapshot" && recs[0].LogConsumed > 0 &&
-			scanLog(t, parts[0].s, moved) > 0
+		if recs[0].Phase == "snapshot" || recs[1].Phase != "snapshot" {
+			return false
+		}
+		for _, v := range recs[1].Vnodes {
+			if int(v.Vnode) >= 5*vc/8 && int(v.Vnode)+4 <= vc && v.Cursor != nil && !v.Finished {
+				lo, hi = int(v.Vnode), min(vc, int(v.Vnode)+8)
+				return scanLog(t, b.s, in(lo, hi)) > 0
+			}
+		}
+		return false
 	})
-	require.Equal(t, "log store", parts[0].last.Phase, "A is in its log-store phase at the move")
-	before := sr.lastSums
-	movedPending := scanLog(t, parts[0].s, moved)
-	for _, jp := range parts {
-		require.NoError(t, jp.j.Close())
-	}
-	for _, table := range []uint32{partUpstream, partMV, partState, partLog} {
-		ms, err := parts[0].s.MoveVnodes(context.Background(), parts[1].s, table, lo, hi)
-		require.NoError(t, err, "move of table %d", table)
-		t.Logf("table %d: vnodes [%d, %d) moved: %d shared SSTs by reference, %d versions copied, %d live rows", table, lo, hi,
-			ms.SharedSSTs, ms.CopiedVersions, ms.LiveRows)
-	}
-	require.Zero(t, scanLog(t, parts[0].s, moved), "A's log store holds none of the moved range")
-	require.Equal(t, movedPending, scanLog(t, parts[1].s, moved), "B's log store holds the moved range's pending changes")
-	_, vb := halves(p.VnodeCount)
-	na, nb := roaring.New(), vb.Clone()
-	na.AddRange(0, uint64(lo))
-	nb.Or(moved)
-	parts[0].open(t, p, parts[0].src, na) // the same generator: no replay
-	parts[1].open(t, p, genjob.NewPart(newGenerator(t, p), nb), nb)
-	var inits []backfill.Record
-	for _, jp := range parts {
-		init := jp.j.Initial()
-		require.NotNil(t, init, "part %s", jp.name)
-		jp.last = *init
-		inits = append(inits, *init)
-	}
-	require.Len(t, inits[1].Vnodes, int(nb.GetCardinality()))
-	after := checkSnapshotParts(t, parts, inits)
-	require.Equal(t, before, after, "the sums over the parts before and after the move")
-	t.Logf("moved at Σ %.0f/%.0f rows, log %d consumed %d pending (%d of them in the moved range); phases after: A %s, B %s",
-		before.consumed, before.total, before.logConsumed, before.logPending, movedPending, inits[0].Phase, inits[1].Phase)
+	require.Equal(t, "snapshot", b.last.Phase, "B is in its snapshot phase at the first move")
+	require.NotZero(t, hi, "B's second actor read a vnode of its range in its snapshot phase")
+	inits := moveSnapshotRange(t, p, parts, sr, b, a, lo, hi)
+	require.Equal(t, "snapshot", inits[0].Phase, "vnodes not read yet take a part back to the snapshot phase")
+
+	// In B's log-store phase.
+	lo, hi = vc/4, 3*vc/8
+	runSnapshotParts(t, parts, sr, func(recs []backfill.Record) bool {
+		return recs[0].Phase == "joined" && recs[1].Phase == "log store" && recs[1].LogConsumed > 0 && scanLog(t, b.s, in(lo, hi)) > 0
+	})
+	require.Equal(t, "log store", b.last.Phase, "B is in its log-store phase at the second move")
+	inits = moveSnapshotRange(t, p, parts, sr, b, a, lo, hi)
+	require.Equal(t, "log store", inits[0].Phase, "vnodes with changes to consume take a joined part back to the log-store phase")
+	require.False(t, inits[0].Finished)
+
 	runSnapshotParts(t, parts, sr, nil)
 	finishSnapshotParts(t, parts, sr)
+}
+
+// TestSnapshotPartsBadInput: a snapshot backfill's part reopened over a
+// vnode no part owned when it started (without an account row in the log
+// store) is refused naming the vnode; a log store of the layout before it
+// was partitioned by vnode, and a started job whose job row is of that
+// version (3), are refused with ErrOldLogStore.
+func TestSnapshotPartsBadInput(t *testing.T) {
+	p := snapshotPartsParams(t)
+	va, _ := halves(p.VnodeCount)
+	newStore := func() *lsm.Store {
+		s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, s.Close()) })
+		return s
+	}
+	cfg := func(s *lsm.Store, vnodes *roaring.Bitmap) backfill.JobConfig {
+		return backfill.JobConfig{Store: s, Upstream: p.TableDef(partUpstream), MV: partMV, State: partState, Meta: partMeta,
+			Mode: backfill.ModeSnapshot, LogStore: partLog, Vnodes: vnodes, Actors: 2, BarrierRows: 100,
+			Source: genjob.NewPart(newGenerator(t, p), vnodes)}
+	}
+	// started runs a part over va until its backfill started and
+	// checkpointed, and closes it.
+	started := func(s *lsm.Store) {
+		j, err := backfill.OpenJob(cfg(s, va))
+		require.NoError(t, err)
+		for {
+			_, ok, err := j.Step(context.Background())
+			require.NoError(t, err)
+			if ok {
+				break
+			}
+		}
+		require.NoError(t, j.Close())
+	}
+
+	t.Run("vnode without account", func(t *testing.T) {
+		s := newStore()
+		started(s)
+		more := va.Clone()
+		more.Add(uint32(p.VnodeCount - 1))
+		j, err := backfill.OpenJob(cfg(s, more))
+		require.Nil(t, j)
+		require.ErrorContains(t, err, fmt.Sprintf("vnode %d has no account row in its log store (table %d)", p.VnodeCount-1, partLog))
+	})
+
+	t.Run("old log store", func(t *testing.T) {
+		s := newStore()
+		require.NoError(t, s.CreateTable(lsm.TableDef{ID: partLog, Name: "log_store", VnodeCount: 1, PK: keys.Schema{keys.Uint64, keys.Uint64}}))
+		j, err := backfill.OpenJob(cfg(s, va))
+		require.Nil(t, j)
+		require.ErrorIs(t, err, backfill.ErrOldLogStore)
+		require.ErrorContains(t, err, "table 5 (1 vnode, pk (epoch, sequence))")
+	})
+
+	t.Run("old job row", func(t *testing.T) {
+		s := newStore()
+		started(s)
+		pk := keys.AppendUint64(nil, 1)
+		row, ok, err := s.Get(partMeta, 0, pk)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, byte(4), row[0], "the job row's version")
+		old := bytes.Clone(row)
+		row[0] = 3
+		w, err := s.NewWriter(partMeta, nil, nil)
+		require.NoError(t, err)
+		e := s.EpochFloor() + 1
+		require.NoError(t, w.Update(e, 0, pk, old, row))
+		require.NoError(t, w.Seal(e))
+		require.NoError(t, w.Close())
+		require.NoError(t, s.Commit(e))
+		j, err := backfill.OpenJob(cfg(s, va))
+		require.Nil(t, j)
+		require.ErrorIs(t, err, backfill.ErrOldLogStore)
+		require.ErrorContains(t, err, "job row of version 3")
+	})
 }

@@ -45,8 +45,10 @@ type jobPart struct {
 	vnodes *roaring.Bitmap
 	last   backfill.Record
 	// mode is the job's: a snapshot backfill's part has its log store
-	// (partLog) and its truth from scans of its store.
-	mode backfill.JobMode
+	// (partLog) and its truth from scans of its store. barrierRows, if
+	// set, is its JobConfig.BarrierRows.
+	mode        backfill.JobMode
+	barrierRows int
 }
 
 // openPart opens the job part over vnodes on the part's store with src as
@@ -59,6 +61,9 @@ func (jp *jobPart) open(t *testing.T, p workload.Params, src *genjob.Part, vnode
 		Store: jp.s, Upstream: p.TableDef(partUpstream), MV: partMV, State: partState, Meta: partMeta,
 		Vnodes: vnodes, Actors: 2, ChunkSize: 64, BarrierRows: max(16, p.Rows/400),
 		Source: src, Score: backfilltest.Oracles(src.Oracle()),
+	}
+	if jp.barrierRows > 0 {
+		cfg.BarrierRows = jp.barrierRows
 	}
 	if jp.mode == backfill.ModeSnapshot {
 		// The snapshot's truth is at its pinned epoch: a scan of the store.
