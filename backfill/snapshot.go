@@ -19,21 +19,26 @@ import (
 //     (the committed epoch when the job started), which holds the store's
 //     garbage collection back; the upstream changes committed after E0 are
 //     not forwarded but appended to the log store, a state table of the
-//     store with its own statistics.
+//     store with its own statistics, partitioned as the upstream (a
+//     change of vnode v in its vnode v, LogStoreTableDef).
 //  2. Log store: once every vnode finished, the pin is released, and at
-//     each barrier the job consumes the oldest log epochs (at least one, up
-//     to Actors x BarrierRows rows, whole epochs), sends their changes to
-//     the actors, which materialize them, and deletes them from the log
-//     store; the upstream's new changes keep going into it.
+//     each barrier the job consumes the oldest log epochs of its vnodes (at
+//     least one, up to Actors x BarrierRows rows, whole epochs, merged in
+//     epoch order across the vnodes), sends their changes to the actors,
+//     which materialize them, and deletes them from the log store; the
+//     upstream's new changes keep going into it.
 //  3. Joined: at the barrier whose consumption reaches the end of the log
 //     store, the step's own changes follow the last log rows to the actors
 //     instead of into the log store, and from then on the job forwards the
 //     upstream as an arrangement backfill does once finished.
 //
-// The job's metadata row persists the phase, E0, the snapshot's live rows
-// per upstream table, the log rows consumed and the log cursor; each vnode's
-// state persists its cursor and row count, so a restart resumes in the
-// phase it was in (re-pinning E0 in the snapshot phase).
+// The job's metadata row persists the phase and E0; each log-store vnode's
+// account row its live rows per upstream table at E0 and its log rows
+// consumed; each vnode's state its cursor and row count. So a restart
+// resumes in the phase it was in (re-pinning E0 in the snapshot phase),
+// and a part of the job (JobConfig.Vnodes) reopened with vnodes moved in
+// or out takes the phase of its vnodes (openLogStore), the accounts of
+// the moved vnodes having moved with their log.
 
 // JobMode is the kind of backfill a job runs.
 type JobMode uint8
