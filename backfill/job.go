@@ -252,12 +252,14 @@ type Record struct {
 	// Phase is a snapshot backfill's phase at the checkpoint ("snapshot",
 	// "log store", "joined"; empty for an arrangement backfill), with the
 	// log rows it consumed so far and those the log store still holds
-	// (its table's live statistics).
+	// (its table's live statistics, less the vnodes' account rows); a
+	// job part's (JobConfig.Vnodes) of its vnodes.
 	Phase                   string
 	LogConsumed, LogPending uint64
 	// SnapshotEpoch is a snapshot backfill's pinned epoch, and
 	// SnapshotTotals the live rows of each upstream table at it (by
-	// index), as the statistics counted them when it was pinned.
+	// index), as the statistics counted them when it was pinned; a job
+	// part's of its vnodes.
 	SnapshotEpoch  uint64
 	SnapshotTotals []int64
 	// Vnodes are the states the figures were computed from, and

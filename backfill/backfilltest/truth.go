@@ -30,8 +30,9 @@ type Truth struct {
 	// for a job over one table).
 	Oracles []Oracle
 	// Store and LogStore are a snapshot backfill's store and log-store
-	// table, whose rows at the committed epoch are the log rows still to
-	// consume (counted by a scan); unused otherwise.
+	// table, whose rows at the committed epoch in the record's vnodes, but
+	// for their account rows, are the log rows still to consume (counted
+	// by a scan); unused otherwise.
 	Store    *lsm.Store
 	LogStore uint32
 	// LogSnapshot, if set, is where the log-store rows are counted instead
