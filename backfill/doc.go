@@ -69,7 +69,8 @@
 // upstream, MV and state tables and running its part; a coordinator
 // injects the same barriers into every part (so their stores commit the
 // same epochs) and moves vnode ranges between stores (lsm.Store.MoveVnodes
-// of the three tables: a vnode's state row moves with its rows). A part's
+// of the upstream, MV and state tables, and a snapshot backfill's log
+// store: a vnode's state row moves with its rows). A part's
 // actors split its vnodes only, and its source must give it the ops of its
 // vnodes only (another is ErrUnownedVnode; bench/genjob's Part filters a
 // whole table's workload so). Everything a part reports is of its vnodes:
@@ -91,10 +92,22 @@
 // vnodes with work ahead move in. So a part persists none and restores
 // none: its display is monotone within one opening only, and the job's
 // displayed figure, monotone across moves, is the coordinator's to keep,
-// from the parts' raw figures. A snapshot backfill refuses Vnodes: its log
-// store holds every vnode's changes in one vnode of its own, which no move
-// can split. Several upstream tables must have one vnode count, the set
-// applying to each.
+// from the parts' raw figures. Several upstream tables must have one vnode
+// count, the set applying to each.
+//
+// A snapshot backfill runs in parts too, and its parts move vnodes in any
+// phase, because its log store is partitioned as the upstream: a change
+// of vnode v is logged in the log store's vnode v, beside v's account row
+// (v's live rows at the snapshot epoch, its log rows consumed). A move of
+// a range of the log store with the other tables' takes exactly those
+// vnodes' pending changes and their share of the figure, so the parts'
+// phase-aware figures still add up to the job's. A part consumes its
+// vnodes' logs merged in epoch order (whole epochs, one quota per
+// barrier), and each opening sets its phase from its vnodes: vnodes moved
+// in unread take it back to the snapshot phase (the snapshot epoch pinned
+// again), vnodes with changes still to consume take a joined part back to
+// the log-store phase. Its parts must start at the same step, and every
+// vnode be some part's then (a vnode without its account is refused).
 //
 // # Upstream ops
 //

@@ -101,7 +101,11 @@ type JobConfig struct {
 	// an empty set is a part with nothing to backfill (a node that holds
 	// no vnodes until a move gives it some), whose steps still commit the
 	// store's epochs and its metadata row, its figures 0 of 0, finished. A
-	// snapshot backfill (ModeSnapshot) refuses it. Nil means every vnode.
+	// snapshot backfill's part (ModeSnapshot) logs and consumes the changes
+	// of its vnodes in its log store's same vnodes, which move with the
+	// other tables' (doc.go); its parts must start at the same step (one
+	// snapshot epoch), and each vnode it owns once started must have been
+	// some part's when the job started. Nil means every vnode.
 	// The job keeps a copy: change the set by reopening the job.
 	Vnodes *roaring.Bitmap
 	// Mode is the kind of backfill: ModeArrangement (the default) or
@@ -248,12 +252,14 @@ type Record struct {
 	// Phase is a snapshot backfill's phase at the checkpoint ("snapshot",
 	// "log store", "joined"; empty for an arrangement backfill), with the
 	// log rows it consumed so far and those the log store still holds
-	// (its table's live statistics).
+	// (its table's live statistics, less the vnodes' account rows); a
+	// job part's (JobConfig.Vnodes) of its vnodes.
 	Phase                   string
 	LogConsumed, LogPending uint64
 	// SnapshotEpoch is a snapshot backfill's pinned epoch, and
 	// SnapshotTotals the live rows of each upstream table at it (by
-	// index), as the statistics counted them when it was pinned.
+	// index), as the statistics counted them when it was pinned; a job
+	// part's of its vnodes.
 	SnapshotEpoch  uint64
 	SnapshotTotals []int64
 	// Vnodes are the states the figures were computed from, and
@@ -302,17 +308,22 @@ type Job struct {
 	stopped error
 
 	// A snapshot backfill's phase, snapshot epoch and its live rows per
-	// upstream, the log store's table and writer, its rows consumed, the
-	// pk of the last one (the log cursor), the rows appended since the
-	// last commit, and the pin of the snapshot epoch.
+	// upstream (of the job's vnodes), the log store's table, vnode count
+	// and writer, the accounts of the job's vnodes of it (by vnode, nil
+	// for another's), its rows consumed, the log cursor (every epoch up to
+	// it consumed in this opening), the rows appended since the last
+	// commit, appendLog's sequences, and the pin of the snapshot epoch.
 	phase          Phase
 	snapEpoch      uint64
 	snapTotals     []int64
 	logTable       uint32
+	logVnodes      int
 	logW           *lsm.Writer
+	accounts       []*logAccount
 	logConsumed    uint64
-	logCursor      []byte
+	logEpoch       uint64
 	logUncommitted int
+	logSeq         []uint64
 	pin            *lsm.Snapshot
 
 	// The last checkpoint's record (Progress), under lastMu: a metrics
@@ -406,12 +417,8 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		return nil, errors.Newf("lsmstats/backfill: the job was created over upstream tables %v, reopened over %v", m.upstreams, ids)
 	}
 	if cfg.Mode == ModeSnapshot {
-		if j.logW, err = s.NewWriter(j.logTable, nil, &lsm.WriterOptions{Unchecked: true}); err != nil {
+		if err := j.openLogStore(m); err != nil {
 			return nil, err
-		}
-		j.phase, j.snapEpoch, j.snapTotals, j.logConsumed, j.logCursor = m.phase, m.snapEpoch, m.snapTotals, m.logConsumed, m.logCursor
-		if m.started && len(j.snapTotals) != len(ups) {
-			return nil, errors.Wrapf(ErrCorruptMeta, "a snapshot backfill over %d upstream tables has the live rows of %d", len(ups), len(j.snapTotals))
 		}
 	}
 	j.step, j.barrier, j.started, j.finished = m.step, m.barrier, m.started, m.finished
@@ -563,7 +570,14 @@ func openUpstreams(cfg *JobConfig) ([]jobUpstream, error) {
 		return nil, err
 	}
 	if cfg.Mode == ModeSnapshot {
-		log := LogStoreTableDef(cfg.LogStore)
+		vnodes := 0
+		for _, u := range ups {
+			vnodes = max(vnodes, u.def.VnodeCount)
+		}
+		log := LogStoreTableDef(cfg.LogStore, vnodes)
+		if err := checkLogStoreLayout(s, *cfg, log); err != nil {
+			return nil, err
+		}
 		switch {
 		case cfg.Name != "" && cfg.LogStore != 0:
 			return nil, errors.Newf("lsmstats/backfill: job %q has its table ids allocated by name: LogStore must be 0, not %d", cfg.Name, cfg.LogStore)
@@ -665,10 +679,6 @@ var ErrUnownedVnode = errors.New("lsmstats/backfill: op on a vnode the job does 
 // and returns a copy of it.
 func checkVnodes(cfg JobConfig, ups []jobUpstream) (*roaring.Bitmap, error) {
 	vn := cfg.Vnodes.Clone()
-	if cfg.Mode == ModeSnapshot {
-		return nil, errors.New("lsmstats/backfill: a snapshot backfill runs over every vnode: JobConfig.Vnodes must be nil " +
-			"(its log store holds every vnode's changes in one vnode, which cannot move with them)")
-	}
 	count := ups[0].def.VnodeCount
 	for i, u := range ups[1:] {
 		if u.def.VnodeCount != count {
@@ -1054,6 +1064,9 @@ func (j *Job) step1(ctx context.Context, readAhead bool) (Record, bool, error) {
 		}
 	}
 	if j.logW != nil {
+		if err := j.writeAccounts(epoch); err != nil {
+			return Record{}, false, err
+		}
 		if err := j.logW.Seal(epoch); err != nil {
 			return Record{}, false, err
 		}
@@ -1224,7 +1237,7 @@ func (m *multiMaterialize) Apply(epoch uint64, ops []RowOp) error {
 func (j *Job) writeMeta(epoch uint64) error {
 	m := jobMeta{step: j.srcStep, barrier: j.barrier, started: j.started, finished: j.finished, hwm: j.highWater(),
 		limit: j.RateLimit(), resume: j.eta.Resume(), mode: j.cfg.Mode, phase: j.phase, snapEpoch: j.snapEpoch,
-		snapTotals: j.snapTotals, logConsumed: j.logConsumed, logCursor: j.logCursor, upstreams: j.tracker.upstreams}
+		snapTotals: j.snapTotals, logConsumed: j.logConsumed, upstreams: j.tracker.upstreams}
 	row := encodeMeta(m)
 	var err error
 	if j.metaRow == nil {

@@ -39,23 +39,34 @@ type Input struct {
 
 // PhaseInput is what a snapshot backfill's estimators see beyond the vnode
 // states: the phase, the live rows of each upstream table at the pinned
-// snapshot epoch, and the log store (its table, whose live rows are the
-// rows still to consume, and the rows consumed so far).
+// snapshot epoch (of the job's vnodes), and the log store (its table,
+// whose live rows are the rows still to consume but for one account row
+// per vnode of the job, and the rows consumed so far).
 type PhaseInput struct {
 	Phase          Phase
 	SnapshotEpoch  uint64
 	SnapshotTotals []int64 // by upstream index
 	LogTable       uint32
 	LogConsumed    uint64
+	// The job's vnodes of the log store (nil: all) and the account rows
+	// among their live rows.
+	logVnodes *roaring.Bitmap
+	accounts  int64
 }
 
 // logPending returns the log rows still to consume, from the log-store
-// table's live statistics.
+// table's live statistics of the job's vnodes, less their account rows.
 func (p *PhaseInput) logPending(st stats.Snapshot) float64 {
 	if p.LogTable == 0 {
 		return 0
 	}
-	return float64(max(0, st.Live.Table(p.LogTable).Rows))
+	var rows int64
+	if p.logVnodes != nil {
+		rows = st.Live.Sum(p.LogTable, p.logVnodes).Rows
+	} else {
+		rows = st.Live.Table(p.LogTable).Rows
+	}
+	return float64(max(0, rows-p.accounts))
 }
 
 // Tables returns the ids of the input's upstream tables, by index.

@@ -199,8 +199,13 @@ type jobMeta struct {
 
 // metaVersion is the version encodeMeta writes; decodeMeta reads 1 (without
 // the rate limit and the ETA), 2 (without the mode and a snapshot
-// backfill's phase: an arrangement backfill) and 3.
-const metaVersion = 3
+// backfill's phase: an arrangement backfill), 3 and 4. Version 4 has the
+// layout of 3; it says that a snapshot backfill's log store is partitioned
+// by the upstream's vnode, with an account row per vnode (snapshot.go),
+// the snapshot's live rows and the log rows consumed here being the sums
+// of the job's vnodes' accounts, and the log cursor empty. OpenJob refuses
+// a snapshot backfill of version 3 (ErrOldLogStore).
+const metaVersion = 4
 
 func encodeMeta(m jobMeta) []byte {
 	b := []byte{metaVersion}

@@ -19,10 +19,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The tables of a job part's store: the upstream, the MV, the state table
-// and the job's metadata, the same ids on every store (a move keeps them).
+// The tables of a job part's store: the upstream, the MV, the state table,
+// the job's metadata and a snapshot backfill's log store, the same ids on
+// every store (a move keeps them).
 const (
-	partUpstream, partMV, partState, partMeta = 1, 2, 3, 4
+	partUpstream, partMV, partState, partMeta, partLog = 1, 2, 3, 4, 5
 )
 
 // partsParams is the workload the parts' tests split over two stores:
@@ -43,6 +44,11 @@ type jobPart struct {
 	src    *genjob.Part
 	vnodes *roaring.Bitmap
 	last   backfill.Record
+	// mode is the job's: a snapshot backfill's part has its log store
+	// (partLog) and its truth from scans of its store. barrierRows, if
+	// set, is its JobConfig.BarrierRows.
+	mode        backfill.JobMode
+	barrierRows int
 }
 
 // openPart opens the job part over vnodes on the part's store with src as
@@ -51,11 +57,21 @@ func (jp *jobPart) open(t *testing.T, p workload.Params, src *genjob.Part, vnode
 	t.Helper()
 	jp.src, jp.vnodes = src, vnodes.Clone()
 	src.SetVnodes(vnodes)
-	j, err := backfill.OpenJob(backfill.JobConfig{
+	cfg := backfill.JobConfig{
 		Store: jp.s, Upstream: p.TableDef(partUpstream), MV: partMV, State: partState, Meta: partMeta,
 		Vnodes: vnodes, Actors: 2, ChunkSize: 64, BarrierRows: max(16, p.Rows/400),
 		Source: src, Score: backfilltest.Oracles(src.Oracle()),
-	})
+	}
+	if jp.barrierRows > 0 {
+		cfg.BarrierRows = jp.barrierRows
+	}
+	if jp.mode == backfill.ModeSnapshot {
+		// The snapshot's truth is at its pinned epoch: a scan of the store.
+		cfg.Mode, cfg.LogStore = backfill.ModeSnapshot, partLog
+		cfg.Score = backfilltest.Truth{Oracles: []backfilltest.Oracle{backfilltest.ScanOracle{Store: jp.s, Table: partUpstream}},
+			Store: jp.s, LogStore: partLog}.Score
+	}
+	j, err := backfill.OpenJob(cfg)
 	require.NoError(t, err, "part %s", jp.name)
 	jp.j = j
 }
@@ -369,7 +385,7 @@ func TestJobPartsMove(t *testing.T) {
 // TestJobPartsBadInput: a source op on a vnode the part does not own fails
 // the step naming the vnode; JobConfig.Vnodes out of the table's range,
 // empty, smaller than the actors, over upstreams of different vnode
-// counts, or on a snapshot backfill is refused at OpenJob.
+// counts is refused at OpenJob.
 func TestJobPartsBadInput(t *testing.T) {
 	p := partsParams(t)
 	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
@@ -408,8 +424,6 @@ func TestJobPartsBadInput(t *testing.T) {
 		{name: "out of range", vnodes: roaring.BitmapOf(3, uint32(p.VnodeCount)),
 			want: fmt.Sprintf("JobConfig.Vnodes holds vnode %d, upstream table 1 has %d vnodes", p.VnodeCount, p.VnodeCount), is: lsm.ErrInvalidVnode},
 		{name: "fewer than the actors", vnodes: roaring.BitmapOf(5), want: "2 actors for the 1 vnodes of JobConfig.Vnodes"},
-		{name: "snapshot", vnodes: va, mod: func(c *backfill.JobConfig) { c.Mode, c.LogStore = backfill.ModeSnapshot, 9 },
-			want: "a snapshot backfill runs over every vnode"},
 		{name: "vnode counts", vnodes: va, mod: func(c *backfill.JobConfig) {
 			other := p
 			other.VnodeCount = 16

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/backfill"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 )
 
@@ -29,8 +30,9 @@ type Truth struct {
 	// for a job over one table).
 	Oracles []Oracle
 	// Store and LogStore are a snapshot backfill's store and log-store
-	// table, whose rows at the committed epoch are the log rows still to
-	// consume (counted by a scan); unused otherwise.
+	// table, whose rows at the committed epoch in the record's vnodes, but
+	// for their account rows, are the log rows still to consume (counted
+	// by a scan); unused otherwise.
 	Store    *lsm.Store
 	LogStore uint32
 	// LogSnapshot, if set, is where the log-store rows are counted instead
@@ -62,7 +64,7 @@ func (t Truth) Score(ctx context.Context, rec *backfill.Record) error {
 	at, snapshotRead := rec.Epoch, false
 	if rec.Phase != "" {
 		at, snapshotRead = rec.SnapshotEpoch, rec.Phase != backfill.PhaseSnapshot.String()
-		pending, err := t.logRows()
+		pending, err := t.logRows(rec)
 		if err != nil {
 			return err
 		}
@@ -118,27 +120,40 @@ func (t Truth) Score(ctx context.Context, rec *backfill.Record) error {
 	return nil
 }
 
-// logRows counts the log-store rows at the committed epoch (or in
-// LogSnapshot).
-func (t Truth) logRows() (int64, error) {
+// logRows counts the log-store rows of the record's vnodes (the job's: a
+// change of an upstream's vnode v is logged in vnode v) at the committed
+// epoch (or in LogSnapshot), less each vnode's account row (pk (v, 0, 0),
+// docs/format.md).
+func (t Truth) logRows(rec *backfill.Record) (int64, error) {
 	if (t.Store == nil && t.LogSnapshot == nil) || t.LogStore == 0 {
 		return 0, errors.New("backfilltest: the truth of a snapshot backfill needs its Store (or LogSnapshot) and LogStore")
 	}
-	var it *lsm.Iter
-	var err error
-	if t.LogSnapshot != nil {
-		it, err = t.LogSnapshot.NewIter(t.LogStore, 0, nil, nil)
-	} else {
-		it, err = t.Store.NewIter(t.LogStore, 0, nil, nil)
-	}
-	if err != nil {
-		return 0, err
-	}
+	seen := map[uint16]bool{}
 	var n int64
-	for ok := it.First(); ok; ok = it.Next() {
-		n++
+	for _, v := range rec.Vnodes {
+		if seen[v.Vnode] {
+			continue
+		}
+		seen[v.Vnode] = true
+		lo := keys.AppendUint64(keys.AppendUint64(keys.AppendUint64(nil, uint64(v.Vnode)), 1), 0)
+		var it *lsm.Iter
+		var err error
+		if t.LogSnapshot != nil {
+			it, err = t.LogSnapshot.NewIter(t.LogStore, v.Vnode, lo, nil)
+		} else {
+			it, err = t.Store.NewIter(t.LogStore, v.Vnode, lo, nil)
+		}
+		if err != nil {
+			return 0, err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			n++
+		}
+		if err := it.Close(); err != nil {
+			return 0, err
+		}
 	}
-	return n, it.Close()
+	return n, nil
 }
 
 // percent is the job's figure of rows: 100 when there are none.
