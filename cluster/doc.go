@@ -67,6 +67,15 @@
 // destination's copy, if the import went through, is in vnodes its job
 // does not own, excised by the next import of that range.
 //
+// # Snapshot backfill
+//
+// JobSpec.Mode "snapshot" runs a snapshot backfill on every node: each
+// node's part reads its vnodes' snapshot at the pinned epoch while their
+// changes go to the log store, partitioned by vnode (backfill/doc.go), so
+// that a move takes a range's pending log rows and its share of the phase
+// figure with it, in any phase (TestClusterSnapshot moves a range in its
+// log-store phase).
+//
 // # Rescaling
 //
 // Coordinator.Retire(node) moves a node's vnode ranges to the others at

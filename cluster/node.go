@@ -52,9 +52,16 @@ type Node struct {
 
 var _ NodeServer = (*Node)(nil)
 
-// Job tables: the node's job uses bench's table ids, so that a range of
-// any table moves to a node that has the same table.
-var jobTables = []uint32{bench.UpstreamTable, bench.MVTable, bench.StateTable}
+// tables are the job's tables, bench's table ids on every node (a range
+// of a table moves to a node that has the same table): the upstream, the
+// MV, the backfill's state and, for a snapshot backfill, its log store.
+func (n *Node) tables() []uint32 {
+	t := []uint32{bench.UpstreamTable, bench.MVTable, bench.StateTable}
+	if n.spec.Mode == "snapshot" {
+		t = append(t, bench.LogStoreTable)
+	}
+	return t
+}
 
 // NewNode returns a node over an open store (its object store the
 // cluster's). The store stays the caller's to close after Stop.
@@ -96,6 +103,14 @@ func (n *Node) Open(ctx context.Context, req *OpenRequest) (*Status, error) {
 	if err := n.closeJob(); err != nil {
 		return nil, err
 	}
+	var mode backfill.JobMode
+	switch req.Job.Mode {
+	case "", "arrangement":
+	case "snapshot":
+		mode = backfill.ModeSnapshot
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "node %s: job mode %q: want arrangement or snapshot", n.name, req.Job.Mode)
+	}
 	vnodes, err := bitmapOf(req.Vnodes, req.Job.Workload.VnodeCount)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -123,6 +138,10 @@ func (n *Node) Open(ctx context.Context, req *OpenRequest) (*Status, error) {
 			}
 		},
 		Upstream: g.Params().TableDef(bench.UpstreamTable), MV: bench.MVTable, State: bench.StateTable, Meta: bench.MetaTable,
+		Mode: mode,
+	}
+	if mode == backfill.ModeSnapshot {
+		jc.LogStore = bench.LogStoreTable
 	}
 	job, err := backfill.OpenJob(jc)
 	if err != nil {
@@ -185,7 +204,7 @@ func (n *Node) Barrier(ctx context.Context, req *BarrierRequest) (*Report, error
 	if !ok {
 		return rep, nil
 	}
-	rep.Started, rep.Finished, rep.Figures, rep.SnapshotRows, rep.Actors = true, rec.Finished, rec.Figures, rec.SnapshotRows, n.actors
+	rep.Started, rep.Finished, rep.Figures, rep.SnapshotRows, rep.Actors, rep.Phase = true, rec.Finished, rec.Figures, rec.SnapshotRows, n.actors, rec.Phase
 	if f := rec.Figure("stats"); f.Bounds != nil {
 		rep.StatsLower, rep.StatsUpper = f.Bounds.Lower*f.Total/100, f.Bounds.Upper*f.Total/100
 	} else {
@@ -193,32 +212,22 @@ func (n *Node) Barrier(ctx context.Context, req *BarrierRequest) (*Report, error
 	}
 	rep.ProgressNS = n.statsTime.Nanoseconds()
 	if req.Truth {
-		if rep.TruthBehind, rep.TruthTotal, err = n.truth(rec); err != nil {
+		if rep.TruthBehind, rep.TruthTotal, err = n.truth(ctx, rec); err != nil {
 			return nil, status.Errorf(codes.Internal, "node %s: truth at step %d: %v", n.name, req.Step, err)
 		}
 	}
 	return rep, nil
 }
 
-// truth is the live rows of the node's vnodes at or below their cursors,
-// and all their live rows, at the committed epoch: a scan.
-func (n *Node) truth(rec backfill.Record) (behind, total int64, err error) {
-	o := backfilltest.ScanOracle{Store: n.store, Table: bench.UpstreamTable}
-	for _, v := range rec.Vnodes {
-		var cursor []byte
-		if v.Started() {
-			cursor = v.Cursor
-		}
-		b, t, err := o.Rows(rec.Epoch, v.Vnode, cursor)
-		if err != nil {
-			return 0, 0, err
-		}
-		if v.Finished {
-			b = t
-		}
-		behind, total = behind+b, total+t
+// truth is the truth's numbers at a checkpoint: a scan of the node's
+// vnodes at the committed epoch (a snapshot backfill's: at its pinned
+// epoch, and its log store's rows).
+func (n *Node) truth(ctx context.Context, rec backfill.Record) (behind, total int64, err error) {
+	t := backfilltest.Truth{Store: n.store, Oracles: []backfilltest.Oracle{backfilltest.ScanOracle{Store: n.store, Table: bench.UpstreamTable}}}
+	if n.spec.Mode == "snapshot" {
+		t.LogStore = bench.LogStoreTable
 	}
-	return behind, total, nil
+	return t.Rows(ctx, &rec)
 }
 
 // Export implements NodeServer: the node closes its job (it must be at a
@@ -239,7 +248,7 @@ func (n *Node) Export(ctx context.Context, req *MoveRequest) (*ExportResponse, e
 	}
 	if req.Compact {
 		start := time.Now()
-		for _, t := range jobTables {
+		for _, t := range n.tables() {
 			if err := n.store.CompactRange(ctx, t, req.Range.Lo, req.Range.Hi); err != nil {
 				return nil, status.Errorf(codes.Internal, "node %s: compact vnodes %v of table %d before their export: %v", n.name, req.Range, t, err)
 			}
@@ -248,7 +257,7 @@ func (n *Node) Export(ctx context.Context, req *MoveRequest) (*ExportResponse, e
 	}
 	resp := &ExportResponse{}
 	var held []*lsm.VnodeExport
-	for _, t := range jobTables {
+	for _, t := range n.tables() {
 		e, err := n.store.ExportVnodes(ctx, t, req.Range.Lo, req.Range.Hi)
 		if err == nil {
 			var b []byte
@@ -317,7 +326,7 @@ func (n *Node) Drop(ctx context.Context, req *MoveRequest) (*Status, error) {
 	if err := n.closeJob(); err != nil {
 		return nil, err
 	}
-	for _, t := range jobTables {
+	for _, t := range n.tables() {
 		if err := n.store.DropVnodes(ctx, t, req.Range.Lo, req.Range.Hi); err != nil {
 			return nil, status.Errorf(codes.Internal, "node %s: drop vnodes %v of table %d: %v", n.name, req.Range, t, err)
 		}
@@ -355,7 +364,7 @@ func (n *Node) Check(ctx context.Context, _ *Empty) (*CheckResponse, error) {
 	if n.vnodes != nil {
 		live := n.store.Stats().Live
 		others := roaring.Flip(n.vnodes, 0, uint64(n.spec.Workload.VnodeCount))
-		for _, t := range jobTables {
+		for _, t := range n.tables() {
 			if rows := live.Sum(t, others).Rows; rows != 0 {
 				resp.Problems = append(resp.Problems, fmt.Sprintf("table %d holds %d live rows of vnodes the node does not own", t, rows))
 			}

@@ -37,7 +37,11 @@ const serviceName = "lsmstats.cluster.Node"
 type JobSpec struct {
 	// Workload is the upstream table's generator; every node runs the
 	// whole table's generator and keeps the ops of its own vnodes.
-	Workload        workload.Params `json:"workload"`
+	Workload workload.Params `json:"workload"`
+	// Mode is the kind of backfill: "arrangement" (or empty), or
+	// "snapshot" (a snapshot at a pinned epoch, the changes meanwhile in a
+	// log store partitioned by vnode, whose ranges move with the others).
+	Mode            string          `json:"mode,omitempty"`
 	Actors          int             `json:"actors"`
 	CheckpointEvery int             `json:"checkpoint_every"`
 	ChunkSize       int             `json:"chunk_size,omitempty"`
@@ -88,6 +92,9 @@ type Report struct {
 	// Started says that the backfill has begun (the load steps are over).
 	Started  bool `json:"started"`
 	Finished bool `json:"finished"`
+	// Phase is a snapshot backfill's phase ("snapshot", "log store",
+	// "joined"); empty for an arrangement backfill.
+	Phase string `json:"phase,omitempty"`
 	// Figures are the estimators' figures (Consumed and Total raw).
 	Figures []backfill.Figure `json:"figures"`
 	// StatsLower and StatsUpper bound the stats approach's consumed rows.

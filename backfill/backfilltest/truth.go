@@ -55,8 +55,40 @@ func Oracles(oracles ...Oracle) func(context.Context, *backfill.Record) error {
 // log rows consumed, over those plus the rows the log store holds. It
 // returns ctx's error between the oracle's vnodes.
 func (t Truth) Score(ctx context.Context, rec *backfill.Record) error {
+	c, err := t.count(ctx, rec)
+	if err != nil {
+		return err
+	}
+	rec.Truth = percent(c.behind, c.total)
+	for u := range rec.Upstreams {
+		rec.Upstreams[u].Truth = percent(c.ub[u], c.ut[u])
+	}
+	rec.VnodeErrMean, rec.VnodeErrMax = 0, c.errMax
+	if c.n > 0 {
+		rec.VnodeErrMean = c.errSum / float64(c.n)
+	}
+	return nil
+}
+
+// Rows returns the truth's numbers for a checkpoint record, as Score
+// computes them: the rows behind (consumed) and all the rows. A job's
+// parts' numbers add up to the whole job's (JobConfig.Vnodes).
+func (t Truth) Rows(ctx context.Context, rec *backfill.Record) (behind, total int64, err error) {
+	c, err := t.count(ctx, rec)
+	return c.behind, c.total, err
+}
+
+// truthCount is what Score and Rows count.
+type truthCount struct {
+	behind, total  int64
+	ub, ut         []int64
+	errSum, errMax float64
+	n              int
+}
+
+func (t Truth) count(ctx context.Context, rec *backfill.Record) (truthCount, error) {
 	if len(t.Oracles) != max(1, len(rec.Upstreams)) {
-		return errors.Newf("backfilltest: %d oracles for a job of %d upstream tables", len(t.Oracles), len(rec.Upstreams))
+		return truthCount{}, errors.Newf("backfilltest: %d oracles for a job of %d upstream tables", len(t.Oracles), len(rec.Upstreams))
 	}
 	nu := len(t.Oracles)
 	var behind, total int64
@@ -66,7 +98,7 @@ func (t Truth) Score(ctx context.Context, rec *backfill.Record) error {
 		at, snapshotRead = rec.SnapshotEpoch, rec.Phase != backfill.PhaseSnapshot.String()
 		pending, err := t.logRows(rec)
 		if err != nil {
-			return err
+			return truthCount{}, err
 		}
 		behind, total = int64(rec.LogConsumed), int64(rec.LogConsumed)+pending
 		if snapshotRead {
@@ -82,14 +114,14 @@ func (t Truth) Score(ctx context.Context, rec *backfill.Record) error {
 			break
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return truthCount{}, err
 		}
 		if v.Upstream < 0 || v.Upstream >= nu {
-			return errors.Newf("backfilltest: vnode %d of upstream %d, %d oracles", v.Vnode, v.Upstream, nu)
+			return truthCount{}, errors.Newf("backfilltest: vnode %d of upstream %d, %d oracles", v.Vnode, v.Upstream, nu)
 		}
 		b, tot, err := t.Oracles[v.Upstream].Rows(at, v.Vnode, v.Cursor)
 		if err != nil {
-			return err
+			return truthCount{}, err
 		}
 		total += tot
 		ut[v.Upstream] += tot
@@ -109,15 +141,7 @@ func (t Truth) Score(ctx context.Context, rec *backfill.Record) error {
 			}
 		}
 	}
-	rec.Truth = percent(behind, total)
-	for u := range rec.Upstreams {
-		rec.Upstreams[u].Truth = percent(ub[u], ut[u])
-	}
-	rec.VnodeErrMean, rec.VnodeErrMax = 0, errMax
-	if n > 0 {
-		rec.VnodeErrMean = errSum / float64(n)
-	}
-	return nil
+	return truthCount{behind: behind, total: total, ub: ub, ut: ut, errSum: errSum, errMax: errMax, n: n}, nil
 }
 
 // logRows counts the log-store rows of the record's vnodes (the job's: a

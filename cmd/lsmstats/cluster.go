@@ -64,8 +64,8 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 	if f.onNodeLoss != "reassign" && f.onNodeLoss != "restart" {
 		return usageError(errors.Newf("--on-node-loss %q: want reassign or restart", f.onNodeLoss))
 	}
-	if f.upstreams > 1 || f.mode != "arrangement" {
-		return usageError(errors.New("--nodes runs an arrangement backfill of one upstream table"))
+	if f.upstreams > 1 {
+		return usageError(errors.New("--nodes runs a backfill of one upstream table"))
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -97,7 +97,7 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 	var nodesBar *mpb.Bar
 	var prev map[string]float64
 	cfg := cluster.CoordinatorConfig{
-		Job: cluster.JobSpec{Workload: p, Actors: f.actors, CheckpointEvery: f.checkpointEvery,
+		Job: cluster.JobSpec{Workload: p, Mode: f.mode, Actors: f.actors, CheckpointEvery: f.checkpointEvery,
 			ChunkSize: f.chunkSize, BarrierRows: f.barrierRows},
 		Nodes: nodes, Truth: !f.noTruth, Log: log, ReassignLost: f.onNodeLoss == "reassign", CompactMoves: true,
 		OnCheckpoint: func(c cluster.Checkpoint) {
