@@ -3,8 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"os"
 	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"syscall"

@@ -41,11 +41,11 @@ type JobSpec struct {
 	// Mode is the kind of backfill: "arrangement" (or empty), or
 	// "snapshot" (a snapshot at a pinned epoch, the changes meanwhile in a
 	// log store partitioned by vnode, whose ranges move with the others).
-	Mode            string          `json:"mode,omitempty"`
-	Actors          int             `json:"actors"`
-	CheckpointEvery int             `json:"checkpoint_every"`
-	ChunkSize       int             `json:"chunk_size,omitempty"`
-	BarrierRows     int             `json:"barrier_rows,omitempty"`
+	Mode            string `json:"mode,omitempty"`
+	Actors          int    `json:"actors"`
+	CheckpointEvery int    `json:"checkpoint_every"`
+	ChunkSize       int    `json:"chunk_size,omitempty"`
+	BarrierRows     int    `json:"barrier_rows,omitempty"`
 }
 
 // Range is a half-open vnode range [Lo, Hi).

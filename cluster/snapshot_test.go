@@ -42,7 +42,7 @@ func TestClusterSnapshot(t *testing.T) {
 	var errs, shown []float64
 	phases := map[string]bool{}
 	cfg := CoordinatorConfig{
-		Job: JobSpec{Workload: p, Mode: "snapshot", Actors: 1, CheckpointEvery: 2, BarrierRows: max(16, rows/(3*2*30))},
+		Job:   JobSpec{Workload: p, Mode: "snapshot", Actors: 1, CheckpointEvery: 2, BarrierRows: max(16, rows/(3*2*30))},
 		Nodes: nodes, Truth: true, HeartbeatTimeout: time.Second,
 		Log: slog.New(slog.NewTextHandler(lw, nil)),
 		OnCheckpoint: func(c Checkpoint) {
