@@ -120,18 +120,22 @@ type member struct {
 // heartbeats, and moves vnode ranges between nodes. Its methods are for
 // one goroutine (Run's, and OnStep's calls from it).
 type Coordinator struct {
-	cfg     CoordinatorConfig
-	log     *slog.Logger
-	members []*member
-	step    uint64
-	hwm     map[string]float64
-	moves   []MoveResult
-	losses  []Loss
-	hbStop  chan struct{}
-	hbWG    sync.WaitGroup
-	lostCh  chan string
-	lastCkp *Checkpoint
-	retries int
+	cfg CoordinatorConfig
+	// membersMu guards the members' fields the heartbeats and the
+	// collector read (clients, lost flags, vnodes) and the members list
+	// against the coordinator's changes.
+	membersMu sync.Mutex
+	log       *slog.Logger
+	members   []*member
+	step      uint64
+	hwm       map[string]float64
+	moves     []MoveResult
+	losses    []Loss
+	hbStop    chan struct{}
+	hbWG      sync.WaitGroup
+	lostCh    chan string
+	lastCkp   *Checkpoint
+	retries   int
 	// eta forecasts the job's end from the summed figures; run counts the
 	// openings of nodes' jobs, each a new run for it (the nodes' counts of
 	// snapshot rows start over).
@@ -233,9 +237,9 @@ func (c *Coordinator) start(ctx context.Context, m *member) error {
 	if err != nil {
 		return errors.Wrapf(err, "cluster: connect to node %s at %s", m.name, addr)
 	}
-	membersMu.Lock()
+	c.membersMu.Lock()
 	m.addr, m.cc, m.c, m.lost = addr, cc, client{cc}, false
-	membersMu.Unlock()
+	c.membersMu.Unlock()
 	return c.open(ctx, m)
 }
 
@@ -312,14 +316,10 @@ func (c *Coordinator) heartbeats() {
 	}
 }
 
-// membersMu guards what the heartbeats read of the members (their
-// clients, their lost flags) against the coordinator's changes.
-var membersMu sync.Mutex
-
 // snapshotMembers copies the members as the heartbeats see them.
 func (c *Coordinator) snapshotMembers() []member {
-	membersMu.Lock()
-	defer membersMu.Unlock()
+	c.membersMu.Lock()
+	defer c.membersMu.Unlock()
 	out := make([]member, len(c.members))
 	for i, m := range c.members {
 		out[i] = member{name: m.name, c: m.c, lost: m.lost}
@@ -471,9 +471,9 @@ func (c *Coordinator) recover(ctx context.Context, step uint64) error {
 		reason, restarted := "its job stopped in a step", err != nil
 		if restarted {
 			reason = fmt.Sprintf("it does not answer: %v", err)
-			membersMu.Lock()
+			c.membersMu.Lock()
 			m.lost = true
-			membersMu.Unlock()
+			c.membersMu.Unlock()
 			_ = m.launch.Kill()
 			if err := c.start(ctx, m); err != nil {
 				return err
@@ -619,10 +619,10 @@ func (c *Coordinator) Move(ctx context.Context, from, to string, r Range, opts M
 	}
 	// The destination holds the range now: it is its, whatever happens to
 	// the source's copy.
-	membersMu.Lock()
+	c.membersMu.Lock()
 	src.vnodes = subtract(src.vnodes, r)
 	dst.vnodes = union(dst.vnodes, r)
-	membersMu.Unlock()
+	c.membersMu.Unlock()
 	deferred := false
 	var st Status
 	if err := src.c.call(ctx, c.cfg.BarrierTimeout, "Drop", &MoveRequest{Range: r}, &st); err != nil {
@@ -747,9 +747,9 @@ func (c *Coordinator) retireMarked(ctx context.Context) error {
 		}
 		_ = m.cc.Close()
 		err := m.launch.Stop()
-		membersMu.Lock()
+		c.membersMu.Lock()
 		c.members = slices.DeleteFunc(c.members, func(o *member) bool { return o == m })
-		membersMu.Unlock()
+		c.membersMu.Unlock()
 		c.retired = append(c.retired, m.name)
 		c.publish()
 		c.log.Info("node retired", "node", m.name, "step", c.step, "nodes", len(c.members))
@@ -772,9 +772,9 @@ func (c *Coordinator) AddNode(ctx context.Context, name string, l Launcher) erro
 	if err := c.start(ctx, m); err != nil {
 		return err
 	}
-	membersMu.Lock()
+	c.membersMu.Lock()
 	c.members = append(c.members, m)
-	membersMu.Unlock()
+	c.membersMu.Unlock()
 	c.publish()
 	c.log.Info("node added", "node", name, "from_step", m.at, "cluster_step", c.step)
 	return nil

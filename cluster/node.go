@@ -36,7 +36,6 @@ type Node struct {
 	mu     sync.Mutex // one call at a time
 	spec   JobSpec
 	vnodes *roaring.Bitmap
-	gen    *workload.Generator
 	src    *tap
 	job    *backfill.Job
 	actors int
@@ -147,7 +146,7 @@ func (n *Node) Open(ctx context.Context, req *OpenRequest) (*Status, error) {
 	if err != nil {
 		return nil, errors.Wrapf(err, "node %s: open the job over vnodes %v", n.name, req.Vnodes)
 	}
-	n.spec, n.vnodes, n.gen, n.src, n.job, n.actors = req.Job, vnodes, g, src, job, actors
+	n.spec, n.vnodes, n.src, n.job, n.actors = req.Job, vnodes, src, job, actors
 	n.at, n.done, n.last = src.at.Step, src.at.Step, nil
 	n.log.Info("job opened", "vnodes", fmtRanges(req.Vnodes), "step", n.at, "epoch", n.store.CommittedEpoch())
 	n.setStatus()
@@ -162,7 +161,7 @@ func (n *Node) closeJob() error {
 		return nil
 	}
 	err := n.job.Close()
-	n.job, n.src, n.gen = nil, nil, nil
+	n.job, n.src = nil, nil
 	if err != nil {
 		return errors.Wrapf(err, "node %s: close the job", n.name)
 	}
@@ -356,9 +355,7 @@ func (n *Node) Check(ctx context.Context, _ *Empty) (*CheckResponse, error) {
 		return nil, status.Errorf(codes.Internal, "node %s: verify: %v", n.name, err)
 	}
 	resp.LiveRows = rep.Rows
-	for _, d := range slices.Concat(rep.Differences, rep.Corrupt, rep.Unchecked) {
-		resp.Problems = append(resp.Problems, d)
-	}
+	resp.Problems = slices.Concat(rep.Differences, rep.Corrupt, rep.Unchecked)
 	// A node holds rows of its own vnodes only: a range moved away is
 	// dropped.
 	if n.vnodes != nil {

@@ -109,7 +109,8 @@ type Report struct {
 	// was opened.
 	SnapshotRows uint64 `json:"snapshot_rows"`
 	Actors       int    `json:"actors"`
-	// ProgressNS is the time the node's progress computation took.
+	// ProgressNS is the time the node's stats estimator took at this
+	// checkpoint (its figure over the node's vnodes).
 	ProgressNS int64 `json:"progress_ns"`
 }
 
