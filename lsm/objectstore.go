@@ -457,7 +457,8 @@ func isSSTObject(name string) bool {
 }
 
 // open opens SST num's object with openObject, naming the SST and its
-// object in an error.
+// object in an error. A missing object is marked os.ErrNotExist, at the
+// open and at every read after it (missingReadable).
 func (o *objectStore) open(ctx context.Context, num uint64, openObject func(name string) (objstorage.Readable, error)) (objstorage.Readable, error) {
 	name := o.sstObject(num)
 	r, err := openObject(name)
@@ -469,7 +470,38 @@ func (o *objectStore) open(ctx context.Context, num uint64, openObject func(name
 		}
 		return nil, err
 	}
-	return r, nil
+	return &missingReadable{Readable: r, storage: o.storage}, nil
+}
+
+// missingReadable is an SST's object opened for reading outside Pebble
+// (Verify, the statistics tracker), whose reads mark an object that is
+// missing os.ErrNotExist, as the open does. The open is one request (a
+// HEAD, or a GET of the SST's tail) and each read past what it fetched is
+// another: a compaction that replaces the SST meanwhile deletes its
+// object in between, and the reader sees it vanish on a read (a local
+// file stays readable once open). The callers take a missing file for
+// one a compaction replaced, and list the SSTs again: still listed, it
+// is missing for good (corrupt). Safe for concurrent use if the
+// Readable is.
+type missingReadable struct {
+	objstorage.Readable
+	storage remote.Storage
+}
+
+// ReadAt implements objstorage.Readable.
+func (r *missingReadable) ReadAt(ctx context.Context, p []byte, off int64) error {
+	err := r.Readable.ReadAt(ctx, p, off)
+	if err != nil && r.storage.IsNotExistError(err) && !errors.Is(err, os.ErrNotExist) {
+		err = errors.Mark(err, os.ErrNotExist)
+	}
+	return err
+}
+
+// NewReadHandle implements objstorage.Readable: the handle reads through
+// ReadAt.
+func (r *missingReadable) NewReadHandle(objstorage.ReadBeforeSize) objstorage.ReadHandle {
+	h := objstorage.MakeNoopReadHandle(r)
+	return &h
 }
 
 // objectName names SST num's object in messages.

@@ -334,6 +334,17 @@ func (s *Store) checkFile(num uint64, ropts sstable.ReaderOptions) error {
 	if err != nil {
 		return err
 	}
+	err = s.checkReadable(readable, ropts)
+	if oserror.IsNotExist(err) {
+		// An object deleted after its open: a compaction replaced the SST
+		// (see openSST).
+		err = errors.Mark(err, errVanished)
+	}
+	return err
+}
+
+// checkReadable is checkFile's check of an opened SST.
+func (s *Store) checkReadable(readable objstorage.Readable, ropts sstable.ReaderOptions) error {
 	r, err := sstable.NewReader(context.Background(), readable, ropts)
 	if err != nil {
 		_ = readable.Close()
@@ -355,9 +366,10 @@ func (s *Store) checkFile(num uint64, ropts sstable.ReaderOptions) error {
 // openSST opens backing SST num for reading outside Pebble: its file in
 // Pebble's directory or, on a store on an object store, its object (read
 // in windows of verifyWindow bytes, one GET each). An open file stays
-// readable if a compaction deletes it meanwhile; an object does not (the
-// next listing finds its replacements). A missing SST is marked
-// errVanished.
+// readable if a compaction deletes it meanwhile; an object does not: a
+// read of an object deleted since its open fails marked os.ErrNotExist
+// (missingReadable), which checkFile marks errVanished too, and the next
+// listing finds its replacements. A missing SST is marked errVanished.
 func (s *Store) openSST(num uint64) (objstorage.Readable, error) {
 	path := s.fs.PathJoin(s.dir, pebbleDir, fmt.Sprintf("%06d.sst", num))
 	f, err := s.fs.Open(path)
