@@ -119,7 +119,7 @@ func BenchmarkCoordinatorCheckpoint(b *testing.B) {
 					name := fmt.Sprintf("node-%d", i)
 					c.members = append(c.members, &member{name: name, vnodes: []Range{{i * vnodes / nodes, (i + 1) * vnodes / nodes}}})
 					reports[name] = &Report{Checkpoint: true, Started: true, Vnodes: vnodes / nodes, Actors: 2,
-						Figures: []backfill.Figure{{Approach: "rowcount", Consumed: 100, Total: 1000}, {Approach: "stats", Consumed: 100, Total: 800}},
+						Figures:    []backfill.Figure{{Approach: "rowcount", Consumed: 100, Total: 1000}, {Approach: "stats", Consumed: 100, Total: 800}},
 						StatsLower: 99, StatsUpper: 101, TruthBehind: 100, TruthTotal: 800}
 				}
 				start := time.Now()
