@@ -452,7 +452,7 @@ func (c *Coordinator) callBarrier(ctx context.Context, m *member, req *BarrierRe
 	if err == nil || ctx.Err() != nil || status.Code(err) != codes.Unavailable {
 		return err
 	}
-	c.log.Warn("a barrier's answer was lost; asking again", "node", m.name, "step", req.Step, "err", err)
+	c.log.Warn("a barrier call failed as unavailable (its answer lost, or the node gone); asking once more", "node", m.name, "step", req.Step, "err", err)
 	c.retries++
 	return m.c.call(ctx, c.cfg.BarrierTimeout, "Barrier", req, rep)
 }

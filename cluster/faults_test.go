@@ -141,7 +141,7 @@ func TestClusterFaults(t *testing.T) {
 	require.Equal(t, 1.0, got["lsmstats_cluster_events_total,barrier_retry"])
 	require.Equal(t, float64(p.VnodeCount), got["lsmstats_cluster_node_vnodes,node-0"]+got["lsmstats_cluster_node_vnodes,node-1"])
 	log := logb.String()
-	for _, line := range []string{"a barrier's answer was lost; asking again", "node missed its heartbeats", "node recovered"} {
+	for _, line := range []string{"a barrier call failed as unavailable (its answer lost, or the node gone); asking once more", "node missed its heartbeats", "node recovered"} {
 		require.Contains(t, log, line)
 	}
 	t.Logf("%d checkpoints; lost answer retried %d; slow step %d took %s; loss: %+v", ckpts, c.Retries(), slowStep, slowTook.Round(time.Millisecond), losses[0])
