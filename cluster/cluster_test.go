@@ -26,6 +26,8 @@ const (
 	envNodeDir  = "LSMSTATS_CLUSTER_NODE_DIR"
 	envNodeURL  = "LSMSTATS_CLUSTER_NODE_URL"
 	envNodeName = "LSMSTATS_CLUSTER_NODE_NAME"
+	// envNodeBackup names the node's backup (every test node has one).
+	envNodeBackup = "LSMSTATS_CLUSTER_NODE_BACKUP"
 )
 
 var clusterSeed = flag.Uint64("cluster-seed", 0, "seed of TestCluster (0: the fixed default, or a time-based one with -random-seeds)")
@@ -42,7 +44,7 @@ func TestMain(m *testing.M) {
 func runChildNode(dir string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	err := Serve(context.Background(), ServeConfig{
-		Name: os.Getenv(envNodeName), Dir: dir, Log: log,
+		Name: os.Getenv(envNodeName), Dir: dir, Log: log, Backup: os.Getenv(envNodeBackup),
 		Store: &lsm.Options{Logger: lsm.QuietLogger(os.Stderr), ObjectStore: &objstore.StoreOptions{URL: os.Getenv(envNodeURL)}},
 		Ready: func(addr string) { fmt.Println(ReadyLine(addr)) },
 	})
@@ -68,10 +70,21 @@ func testCluster(t testing.TB, n int, logw io.Writer) (map[string]Launcher, stri
 	return nodes, url
 }
 
-// testNode is a node process of the test binary, in a directory of its own.
+// testNode is a node process of the test binary, in a directory of its
+// own, backed up under its name.
 func testNode(t testing.TB, name, url string, logw io.Writer) *Process {
 	return &Process{Args: []string{os.Args[0], "-test.run=^$"},
-		Env: []string{envNodeDir + "=" + t.TempDir(), envNodeURL + "=" + url, envNodeName + "=" + name}, Log: logw}
+		Env: []string{envNodeDir + "=" + t.TempDir(), envNodeURL + "=" + url, envNodeName + "=" + name, envNodeBackup + "=test/" + name}, Log: logw}
+}
+
+// nodeDir is a test node's directory.
+func nodeDir(p *Process) string {
+	for _, e := range p.Env {
+		if d, ok := strings.CutPrefix(e, envNodeDir+"="); ok {
+			return d
+		}
+	}
+	return ""
 }
 
 // TestCluster runs a backfill over 3 node processes on the real S3 server

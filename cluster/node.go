@@ -47,6 +47,10 @@ type Node struct {
 	last *Report // the report of step at
 	// statsTime is the stats estimator's time at the last checkpoint.
 	statsTime time.Duration
+	// backup names the store's backup in the object store ("": none): the
+	// node uploads one after every commit, import and drop, before it
+	// answers (lsm.Store.Backup).
+	backup string
 }
 
 var _ NodeServer = (*Node)(nil)
@@ -63,12 +67,17 @@ func (n *Node) tables() []uint32 {
 }
 
 // NewNode returns a node over an open store (its object store the
-// cluster's). The store stays the caller's to close after Stop.
-func NewNode(name string, store *lsm.Store, log *slog.Logger) *Node {
+// cluster's). With a backup name, the node backs the store up under that
+// name (lsm.Store.Backup) after every checkpoint it commits and every
+// import and drop of a vnode range, before it answers: what the
+// coordinator counts as committed is then in the object store, and a node
+// whose disk is lost comes back from it (Serve, lsm.Restore). The store
+// stays the caller's to close after Stop.
+func NewNode(name string, store *lsm.Store, backup string, log *slog.Logger) *Node {
 	if log == nil {
 		log = slog.Default()
 	}
-	n := &Node{name: name, store: store, log: log.With("node", name), held: map[Range][]*lsm.VnodeExport{}}
+	n := &Node{name: name, store: store, log: log.With("node", name), held: map[Range][]*lsm.VnodeExport{}, backup: backup}
 	n.st = Status{Node: name, Epoch: store.CommittedEpoch()}
 	return n
 }
@@ -198,6 +207,9 @@ func (n *Node) Barrier(ctx context.Context, req *BarrierRequest) (*Report, error
 		Vnodes: int(n.vnodes.GetCardinality())}
 	if rep.Checkpoint {
 		n.done = req.Step
+		if err := n.backUp(ctx, rep); err != nil {
+			return nil, err
+		}
 	}
 	n.last = rep
 	if !ok {
@@ -312,8 +324,30 @@ func (n *Node) Import(ctx context.Context, req *ImportRequest) (*MoveResponse, e
 		}
 		resp.Stats = addMoveStats(resp.Stats, st)
 	}
+	if err := n.backUp(ctx, nil); err != nil {
+		return nil, err
+	}
 	n.log.Info("range imported", "exports", len(req.Exports), "live_rows", resp.Stats.LiveRows)
 	return resp, nil
+}
+
+// backUp backs the store up, if the node has a backup name, and counts
+// it in rep (if not nil). A failed backup fails the call: the commit,
+// import or drop before it is on the node's disk only, and the
+// coordinator does not count it.
+func (n *Node) backUp(ctx context.Context, rep *Report) error {
+	if n.backup == "" {
+		return nil
+	}
+	info, err := n.store.Backup(ctx, n.backup)
+	if err != nil {
+		n.log.Warn("backup failed", "err", err)
+		return status.Errorf(codes.Unavailable, "node %s: backup to the object store: %v", n.name, err)
+	}
+	if rep != nil {
+		rep.BackupBytes, rep.BackupNS = info.Bytes, info.Took.Nanoseconds()
+	}
+	return nil
 }
 
 // Drop implements NodeServer: the node releases the range's exports and
@@ -336,6 +370,9 @@ func (n *Node) Drop(ctx context.Context, req *MoveRequest) (*Status, error) {
 		e.Release()
 	}
 	delete(n.held, req.Range)
+	if err := n.backUp(ctx, nil); err != nil {
+		return nil, err
+	}
 	n.log.Info("range dropped", "range", req.Range)
 	n.setStatus()
 	n.hb.Lock()

@@ -23,6 +23,11 @@ type ServeConfig struct {
 	// Store opens the node's store (its object store the cluster's).
 	Dir   string
 	Store *lsm.Options
+	// Backup names the store's backup in the object store (NewNode); ""
+	// for none. A node started on a directory that holds no store restores
+	// the backup there first, if there is one (lsm.Restore): the node of
+	// a lost disk comes back at its last backup.
+	Backup string
 	// Listen is the address to serve on (127.0.0.1:0 when empty).
 	Listen string
 	// Ready gets the address served on, once the store is open; a child
@@ -37,6 +42,22 @@ const readyPrefix = "lsmstats node listening on "
 // Serve runs a node until a Stop call or ctx ends: it opens the store,
 // serves the node's gRPC service, and closes both.
 func Serve(ctx context.Context, cfg ServeConfig) (err error) {
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.Backup != "" {
+		info, err := lsm.Restore(ctx, cfg.Dir, cfg.Store, cfg.Backup)
+		switch {
+		case err == nil:
+			log.Warn("store restored from its backup", "node", cfg.Name, "dir", cfg.Dir, "backup", info.Name, "seq", info.Seq,
+				"epoch", info.Epoch, "files", info.Files, "bytes", info.Bytes, "ssts", info.Objects, "removed_ssts", info.Removed,
+				"took", info.Took.Round(time.Millisecond))
+		case errors.Is(err, lsm.ErrStoreExists), errors.Is(err, lsm.ErrNoBackup):
+		default:
+			return errors.Wrapf(err, "node %s", cfg.Name)
+		}
+	}
 	store, err := lsm.Open(cfg.Dir, cfg.Store)
 	if err != nil {
 		return err
@@ -53,7 +74,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	if err != nil {
 		return errors.Wrapf(err, "node %s: listen on %s", cfg.Name, cfg.Listen)
 	}
-	n := NewNode(cfg.Name, store, cfg.Log)
+	n := NewNode(cfg.Name, store, cfg.Backup, cfg.Log)
 	stopped := make(chan struct{})
 	srv := NewServer(&stopping{Node: n, stopped: stopped})
 	var once sync.Once

@@ -112,6 +112,10 @@ type Report struct {
 	// ProgressNS is the time the node's stats estimator took at this
 	// checkpoint (its figure over the node's vnodes).
 	ProgressNS int64 `json:"progress_ns"`
+	// BackupBytes and BackupNS are the size and time of the backup the
+	// node uploaded after committing the step (0 without backups).
+	BackupBytes int64 `json:"backup_bytes,omitempty"`
+	BackupNS    int64 `json:"backup_ns,omitempty"`
 }
 
 // MoveRequest names a vnode range of the job's tables.

@@ -403,6 +403,36 @@ func (o *objectStore) sweep(db *pebble.DB) ([]string, error) {
 			}
 		}
 	}
+	// The SSTs a backup of the store references stay (backup.go): a
+	// Restore brings back the catalog that lists them.
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	if err := keepBackedUp(ctx, o.storage, me, known, own); err != nil {
+		return nil, err
+	}
+	return removeOrphans(o.storage, names, me, known, own)
+}
+
+// keepBackedUp adds to known and own (sweep) the SSTs that the backups of
+// creator me reference.
+func keepBackedUp(ctx context.Context, st remote.Storage, me uint64, known, own map[uint64]bool) error {
+	backed, err := backupsOf(ctx, st, me)
+	if err != nil {
+		return errors.Wrap(err, "read the store's backups")
+	}
+	for _, b := range backed {
+		known[b.num] = true
+		if b.creator == me {
+			own[b.creatorNum] = true
+		}
+	}
+	return nil
+}
+
+// removeOrphans deletes, of the objects names, creator me's reference
+// markers whose store file number is not known and its SSTs that it does
+// not own and no other store references (sweep).
+func removeOrphans(st remote.Storage, names []string, me uint64, known, own map[uint64]bool) ([]string, error) {
 	// Objects of the store that another store references stay.
 	shared := map[uint64]bool{}
 	for _, n := range names {
@@ -421,7 +451,7 @@ func (o *objectStore) sweep(db *pebble.DB) ([]string, error) {
 		case !p.Ref && (p.Creator != me || own[p.FileNum] || shared[p.FileNum]):
 			continue
 		}
-		if err := o.storage.Delete(n); err != nil {
+		if err := st.Delete(n); err != nil {
 			return removed, err
 		}
 		removed = append(removed, n)

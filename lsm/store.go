@@ -155,6 +155,11 @@ type Store struct {
 	// Open left out (vnode -1: a row of the table that names no vnode): their
 	// live counts are incomplete (LiveIncomplete).
 	liveLeftOut map[uint32]map[int]bool
+	// backupMu serialises backups; backupName is the name of the last and
+	// backupSeq its number (backup.go).
+	backupMu   sync.Mutex
+	backupName string
+	backupSeq  uint64
 	// hooks let tests observe the store; nil functions are skipped.
 	hooks struct {
 		// phase is called when a spill starts ("spilling") and ends

@@ -99,6 +99,7 @@ type backfillFlags struct {
 	nodes                                    int
 	killNodeAt, moveAt                       intList
 	onNodeLoss                               string
+	loseDisk                                 bool
 }
 
 func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.FlagSet, error) {
@@ -149,6 +150,7 @@ func parseBackfillFlags(args []string, stderr io.Writer) (*backfillFlags, *flag.
 		"(credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN); the store's directory keeps the rest")
 	fs.IntVar(&f.nodes, "nodes", 0, "run the job over this many store nodes (lsmstats node processes, with this process their coordinator) on --object-store (0: one embedded store)")
 	fs.Var(&f.killNodeAt, "kill-node-at", "with --nodes: SIGKILL a node after this checkpoint (repeatable); the coordinator restarts it from its last checkpoint")
+	fs.BoolVar(&f.loseDisk, "lose-disk", false, "with --kill-node-at: also delete the killed node's directory (its WAL, MANIFEST and catalog); it comes back from its backup in the object store")
 	fs.StringVar(&f.onNodeLoss, "on-node-loss", "reassign", "with --nodes: what the coordinator does with a node that stops answering, once restarted on its directory from its last checkpoint: reassign (its vnodes go to the live nodes at the next checkpoint, and it leaves) or restart (it goes on with its vnodes)")
 	fs.Var(&f.moveAt, "move-at", "with --nodes: after this checkpoint, move half of the vnodes of the node with the most to the node with the fewest (repeatable)")
 	fs.BoolVar(&f.worker, "worker", false, "internal: run as the supervised worker")

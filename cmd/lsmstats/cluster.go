@@ -47,6 +47,8 @@ type clusterReport struct {
 type clusterKill struct {
 	Node string `json:"node"`
 	Step uint64 `json:"step"`
+	// DiskLost says the node's directory was deleted too (--lose-disk).
+	DiskLost bool `json:"disk_lost,omitempty"`
 }
 
 type clusterCheckOut struct {
@@ -82,10 +84,13 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 	defer stop()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	nodes := map[string]cluster.Launcher{}
+	// Each node backs its store up after every checkpoint under a name of
+	// this run's: a node that lost its directory comes back from it.
+	run := fmt.Sprintf("%s-%d", time.Now().UTC().Format("20060102T150405"), os.Getpid())
 	for i := range f.nodes {
 		name := fmt.Sprintf("node-%d", i)
 		nodes[name] = &cluster.Process{Args: []string{exe, "node", "--dir", filepath.Join(dir, name),
-			"--object-store", f.objectStore, "--name", name}, Log: prefixWriter(stderr, name+": ")}
+			"--object-store", f.objectStore, "--name", name, "--backup", "cluster/" + run + "/" + name}, Log: prefixWriter(stderr, name+": ")}
 	}
 	rep := &clusterReport{Parameters: parameters(f, p), Monotone: true}
 	rep.Parameters["nodes"] = f.nodes
@@ -150,9 +155,16 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 				kills = kills[1:]
 				names := slices.Sorted(maps.Keys(c.Vnodes()))
 				victim := names[len(rep.Kills)%len(names)]
-				rep.Kills = append(rep.Kills, clusterKill{Node: victim, Step: step})
-				fmt.Fprintf(stdout, "killing %s (SIGKILL) after step %d\n", victim, step)
-				return c.Kill(victim)
+				rep.Kills = append(rep.Kills, clusterKill{Node: victim, Step: step, DiskLost: f.loseDisk})
+				if !f.loseDisk {
+					fmt.Fprintf(stdout, "killing %s (SIGKILL) after step %d\n", victim, step)
+					return c.Kill(victim)
+				}
+				fmt.Fprintf(stdout, "killing %s (SIGKILL) after step %d and deleting its directory\n", victim, step)
+				if err := c.Kill(victim); err != nil {
+					return err
+				}
+				return os.RemoveAll(filepath.Join(dir, victim))
 			}
 			return nil
 		},

@@ -27,6 +27,7 @@ func nodeCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	url := fs.String("object-store", "", "the cluster's object store, s3://bucket/prefix?endpoint=host:port (required)")
 	name := fs.String("name", "", "the node's name (default: the directory's)")
 	listen := fs.String("listen", "127.0.0.1:0", "the address to serve the node's gRPC service on")
+	backup := fs.String("backup", "", "back the store up under this name in the object store after every checkpoint; a --dir without a store is restored from it first")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}
@@ -43,7 +44,7 @@ func nodeCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	err := cluster.Serve(ctx, cluster.ServeConfig{
-		Name: *name, Dir: *dir, Listen: *listen, Log: log,
+		Name: *name, Dir: *dir, Listen: *listen, Log: log, Backup: *backup,
 		Store: &lsm.Options{Logger: cliLogger{w: stderr}, ObjectStore: objectStoreOptions(*url)},
 		Ready: func(addr string) { fmt.Fprintln(stdout, cluster.ReadyLine(addr)) },
 	})

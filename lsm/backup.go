@@ -1,0 +1,608 @@
+package lsm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider/remoteobjcat"
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/lsmstats/lsmstats"
+	"github.com/lsmstats/lsmstats/objstore"
+)
+
+// Backups. A store on an object store keeps its SSTs there, and on local
+// disk only what Pebble needs to find them: its MANIFEST, remote-object
+// catalog, OPTIONS, markers and WAL, and the store's object-store record.
+// A backup uploads those files, as Pebble's Checkpoint writes them (a
+// consistent cut: the MANIFEST up to the version it copied, the catalog,
+// the WAL up to its synced end), next to the SSTs; Restore writes them
+// back into an empty directory, and the store opens there as it would have
+// on its own directory after a crash at the backup: same creator id, same
+// SSTs, the committed epoch of the backup. Commits are ingested SSTs, which
+// the object store holds before the commit returns, so a backup uploads a
+// few KiB to a few hundred KiB whatever the store's size: the copy of its
+// MANIFEST (bounded by Pebble's MANIFEST rotation) and its WAL, which a
+// backup flushes into an SST first once it holds backupFlushBytes.
+//
+// In the object store, beside the SSTs:
+//
+//	lsmstats-backup/NAME/CURRENT       the latest backup: text lines
+//	    lsmstats backup 1
+//	    seq SEQ
+//	    creator CREATOR
+//	    crc32c XXXXXXXX
+//	lsmstats-backup/NAME/SEQ/INDEX     what backup SEQ holds: text lines
+//	    lsmstats backup 1
+//	    creator CREATOR
+//	    epoch EPOCH
+//	    file PATH SIZE CRC32C          one per file, PATH relative to the
+//	                                   store's directory (db/MANIFEST-000007)
+//	    object FILENUM CREATOR CREATORFILENUM
+//	                                   one per remote SST of the catalog
+//	    crc32c XXXXXXXX
+//	lsmstats-backup/NAME/SEQ/PATH      each file
+//
+// A backup uploads its files and INDEX, then replaces CURRENT, then
+// deletes the objects of the backups before it: a crash at any point
+// leaves CURRENT naming a complete backup (or none). The checksums are
+// crc32c (Castagnoli) in 8 hex digits, of the lines before them (CURRENT,
+// INDEX) or of the file.
+//
+// The SSTs a backup references must outlive the store's compactions of
+// them: Pebble's Checkpoint keeps them (it protects every remote object of
+// the version it copies for the life of the process), and the sweep of
+// orphaned objects at Open keeps the SSTs that a backup of the store
+// references. A store that backs up after every commit therefore keeps in
+// the object store the SSTs its compactions replaced, until it is opened
+// again; Metrics' object counts show them.
+
+const (
+	backupRoot    = "lsmstats-backup/"
+	backupMagic   = "lsmstats backup 1"
+	backupCurrent = "CURRENT"
+	backupIndex   = "INDEX"
+	// backupFlushBytes bounds the WAL a backup uploads (Backup).
+	backupFlushBytes = 256 << 10
+)
+
+var (
+	// ErrNoBackup is a Restore from an object store that holds no backup of
+	// the name asked.
+	ErrNoBackup = errors.New("lsmstats: no backup")
+	// ErrStoreExists is a Restore into a directory that holds a store.
+	ErrStoreExists = errors.New("lsmstats: the directory holds a store")
+)
+
+// backupName checks a backup's name: letters, digits, '.', '_' and '-',
+// and '/' between them.
+var backupName = regexp.MustCompile(`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`)
+
+func checkBackupName(name string) error {
+	if !backupName.MatchString(name) || strings.Contains("/"+name+"/", "/../") || strings.Contains("/"+name+"/", "/./") {
+		return errors.Newf("lsmstats: backup name %q: want letters, digits, '.', '_' and '-', with '/' between them", name)
+	}
+	return nil
+}
+
+// BackupInfo describes a backup: what Store.Backup uploaded, or what
+// Restore wrote.
+type BackupInfo struct {
+	// Name and Seq name the backup; Creator is the store's creator id in
+	// the object store.
+	Name    string
+	Seq     uint64
+	Creator uint64
+	// Epoch is the store's committed epoch in the backup.
+	Epoch uint64
+	// Files and Bytes count the files of the backup (the SSTs it
+	// references are not among them: they are in the object store
+	// already), and Objects the remote SSTs it references.
+	Files   int
+	Bytes   int64
+	Objects int
+	// Removed counts the SSTs a Restore deleted: those of the store's life
+	// after the backup, which it no longer references.
+	Removed int
+	// Took is how long the backup or the restore took.
+	Took time.Duration
+}
+
+// backupIndexFile is an INDEX.
+type backupIndexFile struct {
+	creator, epoch uint64
+	files          []backupFile
+	objects        []backupObject
+}
+
+type backupFile struct {
+	path string
+	size int64
+	crc  uint32
+}
+
+// backupObject is a remote SST of a backup's catalog: its number in the
+// store, its creator and its number there.
+type backupObject struct {
+	num, creator, creatorNum uint64
+}
+
+// Backup uploads a backup of the store, named name, to its object store
+// (see the comment at the top of backup.go): after it returns, Restore
+// brings the store back, at its committed epoch of then or a later one,
+// on a new directory. Backups of one name replace each other; a store
+// should use a name of its own. A store without an object store is
+// refused.
+func (s *Store) Backup(ctx context.Context, name string) (BackupInfo, error) {
+	if err := s.checkOpen(); err != nil {
+		return BackupInfo{}, err
+	}
+	if s.obj == nil {
+		return BackupInfo{}, errors.Newf("lsmstats: backup of %s: the store keeps its SSTs on local disk; a backup needs an object store", s.dir)
+	}
+	if s.opts.ReadOnly {
+		return BackupInfo{}, errors.Wrapf(ErrReadOnly, "backup of %s", s.dir)
+	}
+	if err := checkBackupName(name); err != nil {
+		return BackupInfo{}, err
+	}
+	start := time.Now()
+	s.backupMu.Lock()
+	defer s.backupMu.Unlock()
+	st := s.obj.storage.Storage
+	prefix := backupRoot + name + "/"
+	if s.backupSeq == 0 || s.backupName != name {
+		cur, err := readBackupCurrent(ctx, st, prefix)
+		switch {
+		case errors.Is(err, ErrNoBackup):
+			s.backupSeq = 0
+		case err != nil:
+			// A damaged CURRENT is replaced by this backup.
+			s.logf("lsmstats: backup %s: %v; writing a new one", name, err)
+			s.backupSeq = uint64(time.Now().UnixNano())
+		default:
+			s.backupSeq = cur.seq
+		}
+		s.backupName = name
+	}
+	seq := s.backupSeq + 1
+
+	// Pebble's checkpoint into the staging directory, under ingestMu: no
+	// commit lands meanwhile, so its epoch is the committed one.
+	tmp := s.fs.PathJoin(s.staging, fmt.Sprintf("backup-%d", seq))
+	if err := s.fs.RemoveAll(tmp); err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s", name)
+	}
+	defer func() { _ = s.fs.RemoveAll(tmp) }()
+	s.ingestMu.Lock()
+	if s.closed.Load() {
+		s.ingestMu.Unlock()
+		return BackupInfo{}, ErrClosed
+	}
+	// Commits below Options.CommitBatchBytes go through Pebble's WAL: a
+	// WAL past backupFlushBytes is flushed into an SST (in the object
+	// store) rather than uploaded again with every backup.
+	var err error
+	if s.db.Metrics().WAL.Size > backupFlushBytes {
+		err = s.flushMemtable()
+	}
+	epoch := s.committed.Load()
+	if err == nil {
+		err = s.db.Checkpoint(tmp, pebble.WithFlushedWAL())
+	}
+	s.ingestMu.Unlock()
+	if err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s: checkpoint %s", name, s.dir)
+	}
+	idx := backupIndexFile{creator: s.obj.rec.creator, epoch: epoch}
+	objs, err := catalogObjects(s.fs, tmp)
+	if err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s", name)
+	}
+	idx.objects = objs
+
+	// The files: the object-store record, then Pebble's.
+	names, err := s.fs.List(tmp)
+	if err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s", name)
+	}
+	slices.Sort(names)
+	type local struct{ path, rel string }
+	files := []local{{s.fs.PathJoin(s.dir, objectStoreRecordName), objectStoreRecordName}}
+	for _, n := range names {
+		files = append(files, local{s.fs.PathJoin(tmp, n), pebbleDir + "/" + n})
+	}
+	info := BackupInfo{Name: name, Seq: seq, Creator: idx.creator, Epoch: epoch, Objects: len(objs)}
+	for _, f := range files {
+		if err := ctx.Err(); err != nil {
+			return BackupInfo{}, err
+		}
+		b, err := readFile(s.fs, f.path)
+		if err != nil {
+			return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s", name)
+		}
+		if err := putObject(st, backupObjectName(prefix, seq, f.rel), b); err != nil {
+			return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s: upload %s", name, f.rel)
+		}
+		idx.files = append(idx.files, backupFile{path: f.rel, size: int64(len(b)), crc: crc32.Checksum(b, castagnoli)})
+		info.Files++
+		info.Bytes += int64(len(b))
+	}
+	if err := putObject(st, backupObjectName(prefix, seq, backupIndex), idx.encode()); err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s: upload its index", name)
+	}
+	if err := putObject(st, prefix+backupCurrent, encodeBackupCurrent(seq, idx.creator)); err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s: upload %s", name, backupCurrent)
+	}
+	s.backupSeq = seq
+	// The backups before this one: their objects go (a failure leaves
+	// them to the next backup).
+	old, err := st.List(prefix, "")
+	if err == nil {
+		keep := strconv.FormatUint(seq, 10) + "/"
+		for _, n := range old {
+			if n == backupCurrent || strings.HasPrefix(n, keep) {
+				continue
+			}
+			if derr := st.Delete(prefix + n); derr != nil && !st.IsNotExistError(derr) {
+				err = derr
+				break
+			}
+		}
+	}
+	if err != nil {
+		s.logf("lsmstats: backup %s: remove older backups: %v", name, err)
+	}
+	info.Took = time.Since(start)
+	return info, nil
+}
+
+// Restore writes the latest backup named name in the object store of
+// opts into dir, which must hold no store (ErrStoreExists; an empty or
+// missing directory is fine), and returns what it wrote; Open then opens
+// the store there. ErrNoBackup says the object store holds no backup of
+// that name. A file that does not match the backup's index is refused
+// with an error marked lsmstats.ErrCorruption that names it. A crash or
+// an error leaves no store in dir (the files are written into a
+// directory beside, then renamed): Restore can be run again.
+func Restore(ctx context.Context, dir string, opts *Options, name string) (BackupInfo, error) {
+	start := time.Now()
+	if err := checkBackupName(name); err != nil {
+		return BackupInfo{}, err
+	}
+	o := opts.withDefaults()
+	fs := o.FS
+	if o.ObjectStore == nil || (o.ObjectStore.URL == "" && o.ObjectStore.Storage == nil) {
+		return BackupInfo{}, errors.Newf("lsmstats: restore %s into %s: no object store (lsm.Options.ObjectStore)", name, dir)
+	}
+	probe := &Store{dir: dir, fs: fs}
+	if err := probe.checkExists(); err == nil {
+		return BackupInfo{}, errors.Wrapf(ErrStoreExists, "restore %s into %s", name, dir)
+	} else if !errors.Is(err, ErrNoStore) {
+		return BackupInfo{}, err
+	}
+	tmp := fs.PathJoin(dir, "restoring")
+	if _, err := fs.Stat(fs.PathJoin(dir, objectStoreRecordName)); err == nil {
+		// A record without a Pebble directory: a Restore that stopped
+		// between its two renames, or not a store of Restore's.
+		if _, err := fs.Stat(tmp); err != nil {
+			return BackupInfo{}, errors.Wrapf(ErrStoreExists, "restore %s into %s: it holds an object-store record (%s) without a Pebble database", name, dir, objectStoreRecordName)
+		}
+		if err := fs.Remove(fs.PathJoin(dir, objectStoreRecordName)); err != nil {
+			return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s", name)
+		}
+	}
+	st := o.ObjectStore.Storage
+	where := o.ObjectStore.URL
+	if st == nil {
+		cfg, err := objstore.ParseURL(o.ObjectStore.URL)
+		if err != nil {
+			return BackupInfo{}, errors.Wrap(err, "lsmstats")
+		}
+		where = cfg.String()
+		b, err := objstore.New(cfg)
+		if err != nil {
+			return BackupInfo{}, errors.Wrap(err, "lsmstats")
+		}
+		defer func() { _ = b.Close() }()
+		st = b
+	}
+	prefix := backupRoot + name + "/"
+	cur, err := readBackupCurrent(ctx, st, prefix)
+	if err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "restore %s from %s", name, where)
+	}
+	b, err := getObject(ctx, st, backupObjectName(prefix, cur.seq, backupIndex))
+	if err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s from %s: read backup %d's index", name, where, cur.seq)
+	}
+	idx, err := decodeBackupIndex(b)
+	if err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s from %s: backup %d's index", name, where, cur.seq)
+	}
+	info := BackupInfo{Name: name, Seq: cur.seq, Creator: idx.creator, Epoch: idx.epoch, Objects: len(idx.objects)}
+	if idx.creator != cur.creator {
+		return BackupInfo{}, lsmstats.MarkCorruption(errors.Newf("lsmstats: restore %s from %s: backup %d's index names creator %d, %s creator %d",
+			name, where, cur.seq, idx.creator, backupCurrent, cur.creator))
+	}
+	// The objects of the store's life after the backup go first: its SSTs
+	// the backup does not reference. Pebble, opened on the backup, would
+	// make SSTs of the same numbers again, and the sweep at Open could
+	// take one of those for the orphan of the same name it listed.
+	names, err := st.List("", "")
+	if err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s from %s: list the objects", name, where)
+	}
+	known, own := map[uint64]bool{}, map[uint64]bool{}
+	if err := keepBackedUp(ctx, st, idx.creator, known, own); err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s from %s", name, where)
+	}
+	removed, err := removeOrphans(st, names, idx.creator, known, own)
+	if err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s from %s: remove the SSTs made after the backup", name, where)
+	}
+	info.Removed = len(removed)
+	// Into dir/restoring, then each top-level entry renamed into dir.
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s", name)
+	}
+	if err := fs.RemoveAll(tmp); err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s", name)
+	}
+	if err := fs.MkdirAll(fs.PathJoin(tmp, pebbleDir), 0o755); err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s", name)
+	}
+	for _, f := range idx.files {
+		obj := backupObjectName(prefix, cur.seq, f.path)
+		b, err := getObject(ctx, st, obj)
+		if err != nil {
+			return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s from %s: read %s", name, where, obj)
+		}
+		if int64(len(b)) != f.size || crc32.Checksum(b, castagnoli) != f.crc {
+			return BackupInfo{}, lsmstats.MarkCorruption(errors.Newf("lsmstats: restore %s from %s: object %s has %d bytes of crc32c %08x, its index says %d of %08x",
+				name, where, obj, len(b), crc32.Checksum(b, castagnoli), f.size, f.crc))
+		}
+		if err := writeFileSynced(fs, fs.PathJoin(tmp, f.path), b); err != nil {
+			return BackupInfo{}, err
+		}
+		info.Files++
+		info.Bytes += int64(len(b))
+	}
+	// The record first, Pebble's directory last: until the second rename
+	// dir holds no store, and a Restore run again takes the record left
+	// beside the restoring directory for its own.
+	for _, rel := range []string{objectStoreRecordName, pebbleDir} {
+		if err := fs.Rename(fs.PathJoin(tmp, rel), fs.PathJoin(dir, rel)); err != nil {
+			return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s", name)
+		}
+	}
+	if err := fs.RemoveAll(tmp); err != nil {
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s", name)
+	}
+	if d, err := fs.OpenDir(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	info.Took = time.Since(start)
+	return info, nil
+}
+
+// backupsOf returns the remote SSTs that the backups of creator in st
+// reference (the sweep keeps them).
+func backupsOf(ctx context.Context, st remote.Storage, creator uint64) ([]backupObject, error) {
+	names, err := st.List(backupRoot, "")
+	if err != nil {
+		return nil, err
+	}
+	var objs []backupObject
+	for _, n := range names {
+		prefix, ok := strings.CutSuffix(n, "/"+backupCurrent)
+		if !ok {
+			continue
+		}
+		prefix = backupRoot + prefix + "/"
+		cur, err := readBackupCurrent(ctx, st, prefix)
+		if err != nil {
+			return nil, err
+		}
+		if cur.creator != creator {
+			continue
+		}
+		b, err := getObject(ctx, st, backupObjectName(prefix, cur.seq, backupIndex))
+		if err != nil {
+			return nil, err
+		}
+		idx, err := decodeBackupIndex(b)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, idx.objects...)
+	}
+	return objs, nil
+}
+
+// catalogObjects lists the remote SSTs of the catalog in a checkpoint's
+// directory.
+func catalogObjects(fs vfs.FS, dir string) ([]backupObject, error) {
+	cat, contents, err := remoteobjcat.Open(fs, dir)
+	if err != nil {
+		return nil, errors.Wrapf(err, "read the remote-object catalog of %s", dir)
+	}
+	defer func() { _ = cat.Close() }()
+	objs := make([]backupObject, 0, len(contents.Objects))
+	for _, m := range contents.Objects {
+		objs = append(objs, backupObject{num: uint64(m.FileNum), creator: uint64(m.CreatorID), creatorNum: uint64(m.CreatorFileNum)})
+	}
+	return objs, nil
+}
+
+func backupObjectName(prefix string, seq uint64, rel string) string {
+	return prefix + strconv.FormatUint(seq, 10) + "/" + rel
+}
+
+type backupCurrentFile struct{ seq, creator uint64 }
+
+func encodeBackupCurrent(seq, creator uint64) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s\nseq %d\ncreator %d\n", backupMagic, seq, creator)
+	return withCRCLine(b.Bytes())
+}
+
+func readBackupCurrent(ctx context.Context, st remote.Storage, prefix string) (backupCurrentFile, error) {
+	b, err := getObject(ctx, st, prefix+backupCurrent)
+	if err != nil {
+		if st.IsNotExistError(err) {
+			return backupCurrentFile{}, errors.Wrapf(ErrNoBackup, "no object %s", prefix+backupCurrent)
+		}
+		return backupCurrentFile{}, errors.Wrapf(err, "lsmstats: read %s", prefix+backupCurrent)
+	}
+	lines, err := checkedLines(b)
+	if err == nil && (len(lines) != 3 || lines[0] != backupMagic) {
+		err = errors.New("not a backup's CURRENT")
+	}
+	var c backupCurrentFile
+	if err == nil {
+		c.seq, err = field(lines[1], "seq")
+	}
+	if err == nil {
+		c.creator, err = field(lines[2], "creator")
+	}
+	if err != nil {
+		return c, lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats: object %s", prefix+backupCurrent))
+	}
+	return c, nil
+}
+
+func (x *backupIndexFile) encode() []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s\ncreator %d\nepoch %d\n", backupMagic, x.creator, x.epoch)
+	for _, f := range x.files {
+		fmt.Fprintf(&b, "file %s %d %08x\n", f.path, f.size, f.crc)
+	}
+	for _, o := range x.objects {
+		fmt.Fprintf(&b, "object %d %d %d\n", o.num, o.creator, o.creatorNum)
+	}
+	return withCRCLine(b.Bytes())
+}
+
+func decodeBackupIndex(b []byte) (backupIndexFile, error) {
+	var x backupIndexFile
+	lines, err := checkedLines(b)
+	if err == nil && (len(lines) < 3 || lines[0] != backupMagic) {
+		err = errors.New("not a backup's index")
+	}
+	if err == nil {
+		x.creator, err = field(lines[1], "creator")
+	}
+	if err == nil {
+		x.epoch, err = field(lines[2], "epoch")
+	}
+	for i := 3; err == nil && i < len(lines); i++ {
+		w := strings.Fields(lines[i])
+		switch {
+		case len(w) == 4 && w[0] == "file":
+			f := backupFile{path: w[1]}
+			var crc uint64
+			f.size, err = strconv.ParseInt(w[2], 10, 64)
+			if err == nil {
+				crc, err = strconv.ParseUint(w[3], 16, 32)
+			}
+			if err == nil && (strings.Contains("/"+f.path+"/", "/../") || strings.HasPrefix(f.path, "/") || f.size < 0) {
+				err = errors.Newf("file path %q", f.path)
+			}
+			f.crc = uint32(crc)
+			x.files = append(x.files, f)
+		case len(w) == 4 && w[0] == "object":
+			var o backupObject
+			o.num, err = strconv.ParseUint(w[1], 10, 64)
+			if err == nil {
+				o.creator, err = strconv.ParseUint(w[2], 10, 64)
+			}
+			if err == nil {
+				o.creatorNum, err = strconv.ParseUint(w[3], 10, 64)
+			}
+			x.objects = append(x.objects, o)
+		default:
+			err = errors.Newf("line %d: %q", i+1, lines[i])
+		}
+	}
+	if err != nil {
+		return x, lsmstats.MarkCorruption(errors.Wrap(err, "lsmstats: backup index"))
+	}
+	return x, nil
+}
+
+// withCRCLine appends the line "crc32c XXXXXXXX" of b's checksum.
+func withCRCLine(b []byte) []byte {
+	return fmt.Appendf(b, "crc32c %08x\n", crc32.Checksum(b, castagnoli))
+}
+
+// checkedLines checks b's last line, its checksum, and returns the lines
+// before it.
+func checkedLines(b []byte) ([]string, error) {
+	body := bytes.TrimSuffix(b, []byte("\n"))
+	i := bytes.LastIndexByte(body, '\n')
+	if i < 0 {
+		return nil, errors.New("no checksum line")
+	}
+	var want uint32
+	if _, err := fmt.Sscanf(string(body[i+1:]), "crc32c %08x", &want); err != nil {
+		return nil, errors.Newf("checksum line %q", body[i+1:])
+	}
+	if got := crc32.Checksum(b[:i+1], castagnoli); got != want {
+		return nil, errors.Newf("checksum %08x, its contents' %08x", want, got)
+	}
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(b[:i+1]))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	return lines, sc.Err()
+}
+
+func field(line, name string) (uint64, error) {
+	v, ok := strings.CutPrefix(line, name+" ")
+	if !ok {
+		return 0, errors.Newf("line %q: want %s", line, name)
+	}
+	return strconv.ParseUint(v, 10, 64)
+}
+
+func putObject(st remote.Storage, name string, b []byte) error {
+	w, err := st.CreateObject(name)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(b); err != nil {
+		_ = w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+func getObject(ctx context.Context, st remote.Storage, name string) ([]byte, error) {
+	r, size, err := st.ReadObject(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = r.Close() }()
+	b := make([]byte, size)
+	if size > 0 {
+		if err := r.ReadAt(ctx, b, 0); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+	}
+	return b, nil
+}

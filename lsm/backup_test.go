@@ -1,0 +1,161 @@
+package lsm
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"testing"
+
+	"github.com/lsmstats/lsmstats"
+	"github.com/lsmstats/lsmstats/internal/s3server"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/objstore"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBackupRestore loses a store's directory after a backup: its WAL,
+// MANIFEST and catalog are gone, its SSTs are in the object store. The
+// store restored from the backup on a new directory has the backup's
+// committed epoch and its rows, though the store compacted the backup's
+// SSTs away after it, reopened (and swept its orphaned objects) and
+// committed more before the loss; Verify is clean, and the restored store
+// commits again, closes and reopens. Restore refuses a directory that
+// holds a store, a missing backup, a bad name, and a backup file that
+// does not match its index (ErrCorruption, naming the object).
+func TestBackupRestore(t *testing.T) {
+	srv := s3server.Shared(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	url := objURL(srv, srv.NewBucket(t), "b", "5s")
+	opts := func() *Options {
+		return &Options{Logger: QuietLogger(io.Discard), CommitBatchBytes: -1, ObjectStore: &objstore.StoreOptions{URL: url}}
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, opts())
+	require.NoError(t, err)
+	require.NoError(t, s.CreateTable(objTable))
+	def, err := s.Table(objTable.ID)
+	require.NoError(t, err)
+	rows := map[uint64]string{}
+	w, err := s.NewWriter(objTable.ID, nil, nil)
+	require.NoError(t, err)
+	commit := func(epoch uint64, tag string) {
+		for pk := epoch; pk < 1500; pk += 1 + epoch%3 {
+			k := keys.AppendUint64(nil, pk)
+			row := fmt.Sprintf("row-%d-%s-%d", pk, tag, epoch)
+			if old, ok := rows[pk]; ok {
+				require.NoError(t, w.Update(epoch, def.VnodeOf(k), k, []byte(old), []byte(row)))
+			} else {
+				require.NoError(t, w.Insert(epoch, def.VnodeOf(k), k, []byte(row)))
+			}
+			rows[pk] = row
+		}
+		require.NoError(t, w.Seal(epoch))
+		require.NoError(t, s.Commit(epoch))
+	}
+	for e := uint64(1); e <= 3; e++ {
+		commit(e, "a")
+	}
+	_, err = s.Backup(ctx, "../x")
+	require.ErrorContains(t, err, `backup name "../x"`)
+	info, err := s.Backup(ctx, "nodes/n1")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, info.Epoch)
+	require.Positive(t, info.Objects)
+	require.Positive(t, info.Files)
+	t.Logf("backup: %+v", info)
+	backedUp := map[uint64]string{}
+	for k, v := range rows {
+		backedUp[k] = v
+	}
+
+	// After the backup: a compaction replaces every SST of the table, the
+	// store closes and opens (its sweep), and commits epoch 4.
+	lower, upper := moveSpan(objTable.ID, 0, objTable.VnodeCount)
+	require.NoError(t, s.db.Compact(ctx, lower, upper, true))
+	require.NoError(t, w.Close())
+	require.NoError(t, s.Close())
+	s, err = Open(dir, opts())
+	require.NoError(t, err)
+	w, err = s.NewWriter(objTable.ID, nil, nil)
+	require.NoError(t, err)
+	commit(4, "b")
+	require.NoError(t, w.Close())
+	require.NoError(t, s.Close())
+
+	// The directory is lost.
+	require.NoError(t, os.RemoveAll(dir))
+	o := opts()
+	_, err = Restore(ctx, dir, o, "nodes/n2")
+	require.ErrorIs(t, err, ErrNoBackup)
+	got, err := Restore(ctx, dir, o, "nodes/n1")
+	require.NoError(t, err)
+	require.Equal(t, info.Seq, got.Seq)
+	require.Equal(t, info.Creator, got.Creator)
+	require.EqualValues(t, 3, got.Epoch)
+	require.Positive(t, got.Removed, "the SSTs of epoch 4 and of the compaction")
+	t.Logf("restore: %+v", got)
+
+	_, err = Restore(ctx, dir, o, "nodes/n1")
+	require.ErrorIs(t, err, ErrStoreExists)
+
+	s, err = Open(dir, opts())
+	require.NoError(t, err)
+	require.EqualValues(t, 3, s.CommittedEpoch())
+	rep, err := s.Verify()
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+	n := 0
+	for v := range uint16(objTable.VnodeCount) {
+		it, err := s.NewIter(objTable.ID, v, nil, nil)
+		require.NoError(t, err)
+		for ok := it.First(); ok; ok = it.Next() {
+			pk, _, err := keys.DecodeUint64(it.PK())
+			require.NoError(t, err)
+			require.Equal(t, backedUp[pk], string(it.Row()), "pk %d", pk)
+			n++
+		}
+		require.NoError(t, it.Error())
+		require.NoError(t, it.Close())
+	}
+	require.Len(t, backedUp, n)
+
+	// The restored store goes on: epoch 4 again, other rows.
+	rows = backedUp
+	w, err = s.NewWriter(objTable.ID, nil, nil)
+	require.NoError(t, err)
+	commit(4, "c")
+	require.NoError(t, w.Close())
+	require.NoError(t, s.db.Compact(ctx, lower, upper, true))
+	require.NoError(t, s.Close())
+	s, err = Open(dir, opts())
+	require.NoError(t, err)
+	rep, err = s.Verify()
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+	require.EqualValues(t, len(rows), rep.Rows)
+	require.NoError(t, s.Close())
+
+	// A backup file that does not match its index.
+	bucket, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: objstoreBucketOf(t, url), Prefix: "b/",
+		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
+	require.NoError(t, err)
+	defer bucket.Close()
+	victim := fmt.Sprintf("%snodes/n1/%d/%s", backupRoot, info.Seq, objectStoreRecordName)
+	b, err := getObject(ctx, bucket, victim)
+	require.NoError(t, err)
+	b[0] ^= 1
+	require.NoError(t, putObject(bucket, victim, b))
+	_, err = Restore(ctx, t.TempDir(), o, "nodes/n1")
+	require.True(t, lsmstats.IsCorruption(err), "%v", err)
+	require.ErrorContains(t, err, victim)
+}
+
+// objstoreBucketOf is the bucket of an s3:// URL.
+func objstoreBucketOf(t *testing.T, url string) string {
+	cfg, err := objstore.ParseURL(url)
+	require.NoError(t, err)
+	return cfg.Bucket
+}
