@@ -45,7 +45,7 @@ demo-cluster: objstore
 	$(GO) build -o bin/s3run ./tools/s3run
 	mkdir -p $(OUT)
 	bin/s3run bin/lsmstats backfill --nodes 3 --rows 300000 --workload mixed --checkpoint-every 2 \
-		--barrier-rows 512 --move-at 10 --kill-node-at 25 \
+		--barrier-rows 512 --move-at 10 --kill-node-at 25 --lose-disk \
 		--object-store 's3://{bucket}/cluster?endpoint={endpoint}' --json $(OUT)/cluster.json
 
 # SeaweedFS's weed binary, the S3 server on loopback that the object-store

@@ -90,8 +90,9 @@ func nodeDir(p *Process) string {
 // TestCluster runs a backfill over 3 node processes on the real S3 server
 // with its events at checkpoints chosen by the seed: a move of a vnode
 // range (compacted into the bucket first: nothing copied); a node
-// SIGKILLed, whose vnodes go to the two live nodes at the next checkpoint
-// (3 → 2; ReassignLost); a node added (2 → 3) and given ranges of the
+// SIGKILLed and its directory deleted (its WAL and MANIFEST lost: it comes
+// back from its backup in the bucket), whose vnodes go to the two live
+// nodes at the next checkpoint (3 → 2; ReassignLost); a node added (2 → 3) and given ranges of the
 // others a checkpoint later; a move; a node retired (3 → 2); a node added
 // and filled again (2 → 3). After each event every node checks itself
 // (Verify: every statistic against the data), and at every checkpoint the
@@ -113,6 +114,10 @@ func TestCluster(t *testing.T) {
 	var logb strings.Builder
 	lw := &syncBuilder{b: &logb}
 	nodes, url := testCluster(t, 3, lw)
+	procs := map[string]*Process{}
+	for name, l := range nodes {
+		procs[name] = l.(*Process)
+	}
 	defer func() {
 		if t.Failed() {
 			t.Logf("nodes' log:\n%s", logb.String())
@@ -197,15 +202,17 @@ func TestCluster(t *testing.T) {
 					ckpts, r, from, to, res.Stats.SharedSSTs, res.Stats.SharedBytes, res.Stats.CopiedVersions, res.Stats.CopiedBytes, res.Stats.LiveRows)
 			case "kill":
 				victim := pick(c)
-				t.Logf("checkpoint %d: SIGKILL %s", ckpts, victim)
+				t.Logf("checkpoint %d: SIGKILL %s, and its directory deleted", ckpts, victim)
 				require.NoError(t, c.Kill(victim))
+				require.NoError(t, os.RemoveAll(nodeDir(procs[victim])), "the directory of %s", victim)
 				pending = "kill"
 				return nil // the next step finds it dead; the checkpoint after, its vnodes go
 			case "add": // 2 → 3
 				require.Len(t, vn, 2, "nodes before an add")
 				name := fmt.Sprintf("node-new-%d", added)
 				added++
-				require.NoError(t, c.AddNode(ctx, name, testNode(t, name, url, lw)))
+				procs[name] = testNode(t, name, url, lw)
+				require.NoError(t, c.AddNode(ctx, name, procs[name]))
 				t.Logf("checkpoint %d: %s added", ckpts, name)
 				pending = "add"
 				return nil // it catches up at the next step
@@ -260,6 +267,7 @@ func TestCluster(t *testing.T) {
 		ckpts, checks, len(c.Moves()), len(c.Losses()), mean, worst, live)
 	require.Empty(t, events, "events left when the job finished")
 	require.Len(t, c.Losses(), 1, "the killed node's loss")
+	require.Contains(t, logb.String(), "store restored from its backup", "the killed node came back from its backup")
 	require.True(t, c.Losses()[0].Reassigned, "the killed node's vnodes went to the live nodes")
 	require.Len(t, c.Retired(), 2, "the killed node and the retired one left")
 	require.Len(t, c.Vnodes(), 3, "nodes at the end")

@@ -61,12 +61,13 @@ import (
 // INDEX) or of the file.
 //
 // The SSTs a backup references must outlive the store's compactions of
-// them: Pebble's Checkpoint keeps them (it protects every remote object of
-// the version it copies for the life of the process), and the sweep of
-// orphaned objects at Open keeps the SSTs that a backup of the store
-// references. A store that backs up after every commit therefore keeps in
-// the object store the SSTs its compactions replaced, until it is opened
-// again; Metrics' object counts show them.
+// them until the next backup: Pebble's Checkpoint keeps them (it protects
+// every remote object of the version it copies, for the life of the
+// process, and forgets them once compactions replaced them), and the
+// sweep of orphaned objects (objectStore.sweep) keeps the SSTs that the
+// store's latest backup references. The sweep runs at Open and every
+// backupSweepEvery backups (sweepBackedUp): it removes the SSTs that only
+// older backups kept.
 
 const (
 	backupRoot    = "lsmstats-backup/"
@@ -75,6 +76,9 @@ const (
 	backupIndex   = "INDEX"
 	// backupFlushBytes bounds the WAL a backup uploads (Backup).
 	backupFlushBytes = 256 << 10
+	// backupSweepEvery is how many backups a store makes between two
+	// sweeps of the SSTs the backups before kept (sweepBackedUp).
+	backupSweepEvery = 8
 )
 
 var (
@@ -264,8 +268,41 @@ func (s *Store) Backup(ctx context.Context, name string) (BackupInfo, error) {
 	if err != nil {
 		s.logf("lsmstats: backup %s: remove older backups: %v", name, err)
 	}
+	s.metrics.backups.Add(1)
+	s.metrics.backupBytes.Add(info.Bytes)
+	s.backupsSinceSweep++
+	if s.backupsSinceSweep >= backupSweepEvery {
+		s.sweepBackedUp()
+	}
 	info.Took = time.Since(start)
 	return info, nil
+}
+
+// sweepBackedUp removes the SSTs that Pebble's Checkpoint kept for the
+// backups before the last, once compactions replaced them: the sweep of
+// Open (objectStore.sweep), while the store runs. It waits for a store
+// that holds an export (whose SSTs another store is about to reference)
+// and runs under ingestMu, so that no import attaches another store's
+// SSTs meanwhile; flushes and compactions may run, as at Open. A failure
+// is logged: the objects wait for the next sweep.
+func (s *Store) sweepBackedUp() {
+	s.mu.Lock()
+	exports := len(s.mu.exports)
+	s.mu.Unlock()
+	if exports > 0 {
+		return
+	}
+	s.ingestMu.Lock()
+	defer s.ingestMu.Unlock()
+	if s.closed.Load() {
+		return
+	}
+	s.backupsSinceSweep = 0
+	removed, err := s.obj.sweep(s.db)
+	if err != nil {
+		s.logf("lsmstats: %s: remove the SSTs of older backups from %s: %v", s.dir, s.obj.describe(), err)
+	}
+	s.metrics.backupSwept.Add(int64(len(removed)))
 }
 
 // Restore writes the latest backup named name in the object store of

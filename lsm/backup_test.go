@@ -159,3 +159,94 @@ func objstoreBucketOf(t *testing.T, url string) string {
 	require.NoError(t, err)
 	return cfg.Bucket
 }
+
+// TestBackupSweep backs a store up after every commit while compactions
+// replace its SSTs: Pebble's Checkpoint keeps every SST a backup
+// referenced, and the sweeps between backups remove those that only older
+// backups kept. After a last sweep, every SST object of the store in the
+// bucket is one its catalog or its latest backup references, and the
+// latest backup restores.
+func TestBackupSweep(t *testing.T) {
+	srv := s3server.Shared(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	url := objURL(srv, srv.NewBucket(t), "s", "5s")
+	opts := func() *Options {
+		return &Options{Logger: QuietLogger(io.Discard), CommitBatchBytes: -1, ObjectStore: &objstore.StoreOptions{URL: url}}
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, opts())
+	require.NoError(t, err)
+	require.NoError(t, s.CreateTable(objTable))
+	def, err := s.Table(objTable.ID)
+	require.NoError(t, err)
+	w, err := s.NewWriter(objTable.ID, nil, nil)
+	require.NoError(t, err)
+	lower, upper := moveSpan(objTable.ID, 0, objTable.VnodeCount)
+	const epochs = 3 * backupSweepEvery
+	for epoch := uint64(1); epoch <= epochs; epoch++ {
+		for pk := uint64(0); pk < 400; pk++ {
+			k := keys.AppendUint64(nil, pk)
+			row := []byte(fmt.Sprintf("row-%d-%d", pk, epoch))
+			if epoch == 1 {
+				require.NoError(t, w.Insert(epoch, def.VnodeOf(k), k, row))
+			} else {
+				require.NoError(t, w.Update(epoch, def.VnodeOf(k), k, []byte(fmt.Sprintf("row-%d-%d", pk, epoch-1)), row))
+			}
+		}
+		require.NoError(t, w.Seal(epoch))
+		require.NoError(t, s.Commit(epoch))
+		if epoch%2 == 0 {
+			require.NoError(t, s.db.Compact(ctx, lower, upper, true))
+		}
+		_, err := s.Backup(ctx, "n")
+		require.NoError(t, err)
+	}
+	require.NoError(t, w.Close())
+	m := s.Metrics()
+	require.EqualValues(t, epochs, m.Backups)
+	require.Positive(t, m.BackupBytes)
+	require.Positive(t, m.BackupSweptObjects, "the sweeps removed the SSTs older backups kept")
+
+	// A last sweep; then the store's SST objects are those its catalog or
+	// latest backup references.
+	s.backupsSinceSweep = backupSweepEvery
+	s.sweepBackedUp()
+	me := s.obj.rec.creator
+	keep := map[uint64]bool{}
+	for _, o := range s.db.ObjProvider().List() {
+		if o.IsRemote() && uint64(o.Remote.CreatorID) == me {
+			keep[uint64(o.Remote.CreatorFileNum)] = true
+		}
+	}
+	backed, err := backupsOf(ctx, s.obj.storage, me)
+	require.NoError(t, err)
+	for _, o := range backed {
+		if o.creator == me {
+			keep[o.creatorNum] = true
+		}
+	}
+	names, err := s.obj.storage.List("", "")
+	require.NoError(t, err)
+	ssts := 0
+	for _, n := range names {
+		if p, ok := objstore.ParseName(n); ok && !p.Ref && p.Creator == me {
+			ssts++
+			require.True(t, keep[p.FileNum], "object %s: neither the catalog nor the latest backup references it", n)
+		}
+	}
+	t.Logf("%d backups of %d bytes; %d objects swept; %d SST objects left", m.Backups, m.BackupBytes, m.BackupSweptObjects, ssts)
+	require.NoError(t, s.Close())
+	require.NoError(t, os.RemoveAll(dir))
+	info, err := Restore(ctx, dir, opts(), "n")
+	require.NoError(t, err)
+	require.EqualValues(t, epochs, info.Epoch)
+	s, err = Open(dir, opts())
+	require.NoError(t, err)
+	rep, err := s.Verify()
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+	require.EqualValues(t, 400, rep.Rows)
+	require.NoError(t, s.Close())
+}

@@ -49,6 +49,10 @@ type Metrics struct {
 	// they ingested; GCCompactions the manual compactions of vnode ranges
 	// (Store.CompactRange).
 	GCPasses, GCExamined, GCDeleted, GCDeletedBytes, GCIngestions, GCCompactions int64
+	// Backups and BackupBytes count the backups the store uploaded
+	// (Store.Backup) and their bytes; BackupSweptObjects the objects that
+	// the sweeps between backups removed (SSTs only older backups kept).
+	Backups, BackupBytes, BackupSweptObjects int64
 }
 
 // Metrics returns the store's counters (Metrics). It is safe to call
@@ -119,6 +123,9 @@ func (s *Store) Collector(opts *stats.MetricsOptions) prometheus.Collector {
 	add("store", "corruptions_total", "Corrupt blocks Pebble met; each read that met one returned an error naming the file.", counter, func(m *Metrics) float64 { return float64(m.Corruptions) })
 	add("store", "l0_sublevels", "Sublevels of L0 now.", gauge, func(m *Metrics) float64 { return float64(m.L0Sublevels) })
 	add("store", "l0_files", "Files in L0 now.", gauge, func(m *Metrics) float64 { return float64(m.L0Files) })
+	add("backup", "backups_total", "Backups uploaded (Store.Backup).", counter, func(m *Metrics) float64 { return float64(m.Backups) })
+	add("backup", "bytes_total", "Bytes of the backups uploaded.", counter, func(m *Metrics) float64 { return float64(m.BackupBytes) })
+	add("backup", "swept_objects_total", "Objects the sweeps between backups removed (SSTs only older backups kept).", counter, func(m *Metrics) float64 { return float64(m.BackupSweptObjects) })
 	add("gc", "passes_total", "GC passes.", counter, func(m *Metrics) float64 { return float64(m.GCPasses) })
 	add("gc", "examined_total", "Versions GC examined.", counter, func(m *Metrics) float64 { return float64(m.GCExamined) })
 	add("gc", "deleted_total", "Versions GC deleted.", counter, func(m *Metrics) float64 { return float64(m.GCDeleted) })

@@ -160,6 +160,8 @@ type Store struct {
 	backupMu   sync.Mutex
 	backupName string
 	backupSeq  uint64
+	// backupsSinceSweep counts the backups since the last sweep.
+	backupsSinceSweep int
 	// hooks let tests observe the store; nil functions are skipped.
 	hooks struct {
 		// phase is called when a spill starts ("spilling") and ends
@@ -180,6 +182,9 @@ type storeMetrics struct {
 	pebbleStalls                          atomic.Int64
 	bucketScans, bucketScanRows           atomic.Int64
 	corruptions                           atomic.Int64
+	// backups, backupBytes and backupSwept count the backups, their bytes
+	// and the objects the sweeps between backups removed.
+	backups, backupBytes, backupSwept atomic.Int64
 	// checksAnswered counts the checked ops whose pk the live statistics
 	// proved not live, without a read (Writer.checkLocked).
 	checksAnswered atomic.Int64
@@ -1082,6 +1087,9 @@ func (s *Store) counters() Metrics {
 		BucketScans:           s.metrics.bucketScans.Load(),
 		BucketScanRows:        s.metrics.bucketScanRows.Load(),
 		Corruptions:           s.metrics.corruptions.Load(),
+		Backups:               s.metrics.backups.Load(),
+		BackupBytes:           s.metrics.backupBytes.Load(),
+		BackupSweptObjects:    s.metrics.backupSwept.Load(),
 	}
 	s.pebbleMetricsMu.Lock()
 	defer s.pebbleMetricsMu.Unlock()

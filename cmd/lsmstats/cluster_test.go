@@ -25,7 +25,7 @@ func TestClusterCommand(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "out", "cluster.json")
 	out, errOut, code := runCmd(t, "backfill", "--nodes", "3", "--workload", "mixed", "--rows", "12000", "--vnodes", "32",
 		"--actors", "1", "--chunk-size", "64", "--barrier-rows", "128", "--checkpoint-every", "2",
-		"--move-at", "3", "--kill-node-at", "6", "--object-store", url, "--json", jsonPath, "--metrics-addr", "127.0.0.1:0")
+		"--move-at", "3", "--kill-node-at", "6", "--lose-disk", "--object-store", url, "--json", jsonPath, "--metrics-addr", "127.0.0.1:0")
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	var rep clusterReport
 	b, err := os.ReadFile(jsonPath)
@@ -43,6 +43,8 @@ func TestClusterCommand(t *testing.T) {
 	require.Len(t, rep.Kills, 1)
 	require.Len(t, rep.Losses, 1)
 	require.Equal(t, rep.Kills[0].Node, rep.Losses[0].Node)
+	require.True(t, rep.Kills[0].DiskLost)
+	require.Contains(t, errOut, "store restored from its backup", "the killed node, its directory deleted, came back from its backup")
 	require.True(t, rep.Losses[0].Reassigned)
 	require.Len(t, rep.Vnodes, 2, "the killed node's vnodes went to the two others")
 	require.LessOrEqual(t, rep.ErrorMeanPP, 0.2)
