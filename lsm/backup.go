@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/record"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider/remoteobjcat"
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -30,11 +31,14 @@ import (
 // the WAL up to its synced end), next to the SSTs; Restore writes them
 // back into an empty directory, and the store opens there as it would have
 // on its own directory after a crash at the backup: same creator id, same
-// SSTs, the committed epoch of the backup. Commits are ingested SSTs, which
-// the object store holds before the commit returns, so a backup uploads a
-// few KiB to a few hundred KiB whatever the store's size: the copy of its
-// MANIFEST (bounded by Pebble's MANIFEST rotation) and its WAL, which a
-// backup flushes into an SST first once it holds backupFlushBytes.
+// SSTs, the committed epoch of the backup. A commit is an ingested SST,
+// which the object store holds before the commit returns, or a batch in
+// Pebble's WAL (Options.CommitBatchBytes), which the backup carries; a
+// backup flushes the memtable into an SST first once the WAL holds
+// backupFlushBytes, and uploads a WAL's records, not the rest of a file
+// Pebble recycled. So a backup uploads a few KiB to a few hundred KiB
+// whatever the store's size: the copy of its MANIFEST (bounded by
+// Pebble's MANIFEST rotation), its catalog and OPTIONS, and its WAL.
 //
 // In the object store, beside the SSTs:
 //
@@ -236,6 +240,9 @@ func (s *Store) Backup(ctx context.Context, name string) (BackupInfo, error) {
 		if err != nil {
 			return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s", name)
 		}
+		if num, ok := walNum(f.rel); ok {
+			b = walRecords(b, num)
+		}
 		if err := putObject(st, backupObjectName(prefix, seq, f.rel), b); err != nil {
 			return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s: upload %s", name, f.rel)
 		}
@@ -433,6 +440,47 @@ func Restore(ctx context.Context, dir string, opts *Options, name string) (Backu
 	}
 	info.Took = time.Since(start)
 	return info, nil
+}
+
+// walNum parses the file number of a WAL's path in a backup,
+// db/NNNNNN.log.
+func walNum(rel string) (uint64, bool) {
+	name, ok := strings.CutPrefix(rel, pebbleDir+"/")
+	if !ok {
+		return 0, false
+	}
+	if name, ok = strings.CutSuffix(name, ".log"); !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(name, 10, 64)
+	return n, err == nil
+}
+
+// walRecords cuts a WAL's copy after its last whole record. Pebble
+// recycles WAL files: a file past its records holds those of the log it
+// was before, which Pebble's reader tells apart by their log number and
+// takes for the end. Checkpoint copies the whole file; the backup uploads
+// the records only.
+func walRecords(b []byte, num uint64) []byte {
+	r := newRecordReader(record.NewReader, bytes.NewReader(b), num)
+	end := int64(0)
+	for {
+		rr, err := r.Next()
+		if err != nil {
+			break
+		}
+		if _, err := io.Copy(io.Discard, rr); err != nil {
+			break
+		}
+		end = r.Offset()
+	}
+	return b[:end]
+}
+
+// newRecordReader calls record.NewReader (passed as newReader), whose
+// file number's type is in a package of Pebble's that is internal.
+func newRecordReader[N ~uint64](newReader func(io.Reader, N) *record.Reader, r io.Reader, num uint64) *record.Reader {
+	return newReader(r, N(num))
 }
 
 // backupsOf returns the remote SSTs that the backups of creator in st

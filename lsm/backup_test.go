@@ -22,14 +22,25 @@ import (
 // committed more before the loss; Verify is clean, and the restored store
 // commits again, closes and reopens. Restore refuses a directory that
 // holds a store, a missing backup, a bad name, and a backup file that
-// does not match its index (ErrCorruption, naming the object).
+// does not match its index (ErrCorruption, naming the object). Commits
+// are ingested SSTs, or batches in Pebble's WAL, which the backup carries.
 func TestBackupRestore(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) { testBackupRestore(t, batched) })
+	}
+}
+
+func testBackupRestore(t *testing.T, batched bool) {
 	srv := s3server.Shared(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
 	url := objURL(srv, srv.NewBucket(t), "b", "5s")
 	opts := func() *Options {
-		return &Options{Logger: QuietLogger(io.Discard), CommitBatchBytes: -1, ObjectStore: &objstore.StoreOptions{URL: url}}
+		o := &Options{Logger: QuietLogger(io.Discard), CommitBatchBytes: -1, ObjectStore: &objstore.StoreOptions{URL: url}}
+		if batched {
+			o.CommitBatchBytes = 0
+		}
+		return o
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
