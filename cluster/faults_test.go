@@ -251,7 +251,7 @@ func TestClusterDiskLoss(t *testing.T) {
 	}()
 	ckpts, killed := 0, false
 	var killedAt uint64
-	var backupBytes, backups int64
+	var backupBytes, backupNS, backups int64
 	shown := 0.0
 	cfg := CoordinatorConfig{
 		Job:   JobSpec{Workload: p, Actors: 1, CheckpointEvery: 2, BarrierRows: 64},
@@ -265,6 +265,7 @@ func TestClusterDiskLoss(t *testing.T) {
 			for _, r := range c.Nodes {
 				require.Positive(t, r.BackupBytes, "a checkpoint without its backup")
 				backupBytes += r.BackupBytes
+				backupNS += r.BackupNS
 				backups++
 			}
 		},
@@ -301,5 +302,6 @@ func TestClusterDiskLoss(t *testing.T) {
 	require.Contains(t, log, "store restored from its backup")
 	i := strings.Index(log, "store restored from its backup")
 	line := log[i : i+strings.IndexByte(log[i:], '\n')]
-	t.Logf("%d checkpoints, %d backups of %d bytes on average; loss %+v; %s", ckpts, backups, backupBytes/max(1, backups), c.Losses()[0], line)
+	t.Logf("%d checkpoints, %d backups of %d bytes and %s on average; loss %+v; %s", ckpts, backups, backupBytes/max(1, backups),
+		time.Duration(backupNS/max(1, backups)), c.Losses()[0], line)
 }

@@ -11,13 +11,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/record"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider/remoteobjcat"
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+	"github.com/cockroachdb/pebble/v2/record"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/objstore"
@@ -182,7 +183,7 @@ func (s *Store) Backup(ctx context.Context, name string) (BackupInfo, error) {
 		default:
 			s.backupSeq = cur.seq
 		}
-		s.backupName = name
+		s.backupName, s.backupOld, s.backupListed = name, nil, false
 	}
 	seq := s.backupSeq + 1
 
@@ -232,10 +233,8 @@ func (s *Store) Backup(ctx context.Context, name string) (BackupInfo, error) {
 		files = append(files, local{s.fs.PathJoin(tmp, n), pebbleDir + "/" + n})
 	}
 	info := BackupInfo{Name: name, Seq: seq, Creator: idx.creator, Epoch: epoch, Objects: len(objs)}
-	for _, f := range files {
-		if err := ctx.Err(); err != nil {
-			return BackupInfo{}, err
-		}
+	bodies := make([][]byte, len(files))
+	for i, f := range files {
 		b, err := readFile(s.fs, f.path)
 		if err != nil {
 			return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s", name)
@@ -243,37 +242,69 @@ func (s *Store) Backup(ctx context.Context, name string) (BackupInfo, error) {
 		if num, ok := walNum(f.rel); ok {
 			b = walRecords(b, num)
 		}
-		if err := putObject(st, backupObjectName(prefix, seq, f.rel), b); err != nil {
-			return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s: upload %s", name, f.rel)
-		}
+		bodies[i] = b
 		idx.files = append(idx.files, backupFile{path: f.rel, size: int64(len(b)), crc: crc32.Checksum(b, castagnoli)})
 		info.Files++
 		info.Bytes += int64(len(b))
 	}
-	if err := putObject(st, backupObjectName(prefix, seq, backupIndex), idx.encode()); err != nil {
-		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s: upload its index", name)
-	}
-	if err := putObject(st, prefix+backupCurrent, encodeBackupCurrent(seq, idx.creator)); err != nil {
-		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s: upload %s", name, backupCurrent)
-	}
-	s.backupSeq = seq
-	// The backups before this one: their objects go (a failure leaves
-	// them to the next backup).
-	old, err := st.List(prefix, "")
-	if err == nil {
-		keep := strconv.FormatUint(seq, 10) + "/"
-		for _, n := range old {
-			if n == backupCurrent || strings.HasPrefix(n, keep) {
-				continue
-			}
-			if derr := st.Delete(prefix + n); derr != nil && !st.IsNotExistError(derr) {
-				err = derr
-				break
-			}
+	// The files at once (an empty one, as Pebble's markers are, is its
+	// line in the index only), then the index, then CURRENT.
+	var objects []string
+	err = parallel(len(files), func(i int) error {
+		if len(bodies[i]) == 0 {
+			return nil
+		}
+		return errors.Wrapf(putObject(st, backupObjectName(prefix, seq, files[i].rel), bodies[i]), "upload %s", files[i].rel)
+	})
+	for i, f := range files {
+		if len(bodies[i]) > 0 {
+			objects = append(objects, backupObjectName(prefix, seq, f.rel))
 		}
 	}
+	if err == nil {
+		objects = append(objects, backupObjectName(prefix, seq, backupIndex))
+		err = errors.Wrap(putObject(st, backupObjectName(prefix, seq, backupIndex), idx.encode()), "upload its index")
+	}
+	if err == nil {
+		err = errors.Wrapf(putObject(st, prefix+backupCurrent, encodeBackupCurrent(seq, idx.creator)), "upload %s", backupCurrent)
+	}
 	if err != nil {
-		s.logf("lsmstats: backup %s: remove older backups: %v", name, err)
+		// What this backup uploaded goes with the next one's cleanup.
+		s.backupOld = append(s.backupOld, objects...)
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s", name)
+	}
+	s.backupSeq = seq
+	// The objects of the backups before this one go: those the store
+	// uploaded, or, at its first backup of the name, every one but this
+	// backup's (a failure leaves them to the next backup).
+	old := s.backupOld
+	if !s.backupListed {
+		names, err := st.List(prefix, "")
+		if err != nil {
+			s.logf("lsmstats: backup %s: list older backups: %v", name, err)
+		}
+		keep := strconv.FormatUint(seq, 10) + "/"
+		for _, n := range names {
+			if n != backupCurrent && !strings.HasPrefix(n, keep) {
+				old = append(old, prefix+n)
+			}
+		}
+		s.backupListed = err == nil
+	}
+	s.backupOld = objects
+	var failed []string
+	var mu sync.Mutex
+	if err := parallel(len(old), func(i int) error {
+		if err := st.Delete(old[i]); err != nil && !st.IsNotExistError(err) {
+			mu.Lock()
+			failed = append(failed, old[i])
+			mu.Unlock()
+			return err
+		}
+		return nil
+	}); err != nil {
+		s.logf("lsmstats: backup %s: remove %d objects of older backups: %v", name, len(failed), err)
+		s.backupOld = append(s.backupOld, failed...)
 	}
 	s.metrics.backups.Add(1)
 	s.metrics.backupBytes.Add(info.Bytes)
@@ -407,15 +438,29 @@ func Restore(ctx context.Context, dir string, opts *Options, name string) (Backu
 	if err := fs.MkdirAll(fs.PathJoin(tmp, pebbleDir), 0o755); err != nil {
 		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s", name)
 	}
-	for _, f := range idx.files {
+	bodies := make([][]byte, len(idx.files))
+	err = parallel(len(idx.files), func(i int) error {
+		f := idx.files[i]
+		if f.size == 0 {
+			bodies[i] = []byte{}
+			return nil
+		}
 		obj := backupObjectName(prefix, cur.seq, f.path)
 		b, err := getObject(ctx, st, obj)
 		if err != nil {
-			return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s from %s: read %s", name, where, obj)
+			return errors.Wrapf(err, "lsmstats: restore %s from %s: read %s", name, where, obj)
 		}
+		bodies[i] = b
+		return nil
+	})
+	if err != nil {
+		return BackupInfo{}, err
+	}
+	for i, f := range idx.files {
+		b := bodies[i]
 		if int64(len(b)) != f.size || crc32.Checksum(b, castagnoli) != f.crc {
 			return BackupInfo{}, lsmstats.MarkCorruption(errors.Newf("lsmstats: restore %s from %s: object %s has %d bytes of crc32c %08x, its index says %d of %08x",
-				name, where, obj, len(b), crc32.Checksum(b, castagnoli), f.size, f.crc))
+				name, where, backupObjectName(prefix, cur.seq, f.path), len(b), crc32.Checksum(b, castagnoli), f.size, f.crc))
 		}
 		if err := writeFileSynced(fs, fs.PathJoin(tmp, f.path), b); err != nil {
 			return BackupInfo{}, err
@@ -440,6 +485,32 @@ func Restore(ctx context.Context, dir string, opts *Options, name string) (Backu
 	}
 	info.Took = time.Since(start)
 	return info, nil
+}
+
+// backupWidth bounds the requests a backup or a restore has in flight.
+const backupWidth = 16
+
+// parallel calls f(0), ..., f(n-1), backupWidth at a time, and returns
+// their errors combined.
+func parallel(n int, f func(i int) error) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, backupWidth)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	var err error
+	for _, e := range errs {
+		err = errors.CombineErrors(err, e)
+	}
+	return err
 }
 
 // walNum parses the file number of a WAL's path in a backup,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/lsmstats/lsmstats"
@@ -215,6 +216,14 @@ func TestBackupSweep(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, w.Close())
+	// The bucket holds the latest backup only.
+	last, err := readBackupCurrent(ctx, s.obj.storage, backupRoot+"n/")
+	require.NoError(t, err)
+	held, err := s.obj.storage.List(backupRoot+"n/", "")
+	require.NoError(t, err)
+	for _, n := range held {
+		require.True(t, n == backupCurrent || strings.HasPrefix(n, fmt.Sprintf("%d/", last.seq)), "object %s of an older backup than %d", n, last.seq)
+	}
 	m := s.Metrics()
 	require.EqualValues(t, epochs, m.Backups)
 	require.Positive(t, m.BackupBytes)

@@ -160,6 +160,11 @@ type Store struct {
 	backupMu   sync.Mutex
 	backupName string
 	backupSeq  uint64
+	// backupOld are the objects of the backups before the last, still to
+	// delete, and backupListed says that the first backup of backupName
+	// listed the older ones of another life of the name.
+	backupOld    []string
+	backupListed bool
 	// backupsSinceSweep counts the backups since the last sweep.
 	backupsSinceSweep int
 	// hooks let tests observe the store; nil functions are skipped.
