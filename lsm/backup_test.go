@@ -196,7 +196,7 @@ func TestBackupSweep(t *testing.T) {
 	w, err := s.NewWriter(objTable.ID, nil, nil)
 	require.NoError(t, err)
 	lower, upper := moveSpan(objTable.ID, 0, objTable.VnodeCount)
-	const epochs = 3 * backupSweepEvery
+	const epochs = backupSweepEvery + backupSweepEvery/2 // one sweep between backups, and a last one
 	for epoch := uint64(1); epoch <= epochs; epoch++ {
 		for pk := uint64(0); pk < 400; pk++ {
 			k := keys.AppendUint64(nil, pk)

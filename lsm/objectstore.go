@@ -385,32 +385,54 @@ func (o *objectStore) setCreator(db *pebble.DB, dir string, readOnly bool) error
 // Pebble makes meanwhile is never taken for an orphan. It returns the
 // objects removed.
 func (o *objectStore) sweep(db *pebble.DB) ([]string, error) {
-	names, err := o.storage.List("", "")
+	snap, err := o.sweepSnapshot(db)
 	if err != nil {
 		return nil, err
 	}
-	me := o.rec.creator
+	return o.sweepFinish(snap)
+}
+
+// sweepState is what a sweep decides on: the object store's listing, then
+// the store's catalog (sweepSnapshot); its deletions need neither Pebble
+// nor a pause of the store's ingestions (sweepFinish).
+type sweepState struct {
+	names []string
 	// known are the file numbers of the store's remote SSTs (its
 	// references' names), own the objects of its creator it uses, by
 	// their creator's file numbers (another number than the store's when
 	// a vnode move brought one back, move.go).
-	known, own := map[uint64]bool{}, map[uint64]bool{}
+	known, own map[uint64]bool
+}
+
+// sweepSnapshot lists the object store, then the store's catalog.
+func (o *objectStore) sweepSnapshot(db *pebble.DB) (sweepState, error) {
+	names, err := o.storage.List("", "")
+	if err != nil {
+		return sweepState{}, err
+	}
+	me := o.rec.creator
+	st := sweepState{names: names, known: map[uint64]bool{}, own: map[uint64]bool{}}
 	for _, m := range db.ObjProvider().List() {
 		if m.IsRemote() {
-			known[uint64(m.DiskFileNum)] = true
+			st.known[uint64(m.DiskFileNum)] = true
 			if uint64(m.Remote.CreatorID) == me {
-				own[uint64(m.Remote.CreatorFileNum)] = true
+				st.own[uint64(m.Remote.CreatorFileNum)] = true
 			}
 		}
 	}
-	// The SSTs a backup of the store references stay (backup.go): a
-	// Restore brings back the catalog that lists them.
+	return st, nil
+}
+
+// sweepFinish removes the orphans of a snapshot, keeping the SSTs of the
+// store's backups (backup.go): a Restore brings back the catalog that
+// lists them.
+func (o *objectStore) sweepFinish(st sweepState) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
-	if err := keepBackedUp(ctx, o.storage, me, known, own); err != nil {
+	if err := keepBackedUp(ctx, o.storage, o.rec.creator, st.known, st.own); err != nil {
 		return nil, err
 	}
-	return removeOrphans(o.storage, names, me, known, own)
+	return removeOrphans(o.storage, st.names, o.rec.creator, st.known, st.own)
 }
 
 // keepBackedUp adds to known and own (sweep) the SSTs that the backups of
@@ -440,7 +462,9 @@ func removeOrphans(st remote.Storage, names []string, me uint64, known, own map[
 			shared[p.FileNum] = true
 		}
 	}
-	var removed []string
+	// Reference markers before SSTs: an SST whose deletion failed keeps
+	// the marker that says whose it is.
+	var refs, ssts []string
 	for _, n := range names {
 		p, ok := objstore.ParseName(n)
 		switch {
@@ -450,13 +474,35 @@ func removeOrphans(st remote.Storage, names []string, me uint64, known, own map[
 			continue
 		case !p.Ref && (p.Creator != me || own[p.FileNum] || shared[p.FileNum]):
 			continue
+		case p.Ref:
+			refs = append(refs, n)
+		default:
+			ssts = append(ssts, n)
 		}
-		if err := st.Delete(n); err != nil {
-			return removed, err
-		}
-		removed = append(removed, n)
 	}
-	return removed, nil
+	orphans, split := append(refs, ssts...), len(refs)
+	removed := make([]bool, len(orphans))
+	var err error
+	for _, part := range [][2]int{{0, split}, {split, len(orphans)}} {
+		err = parallel(part[1]-part[0], func(i int) error {
+			n := orphans[part[0]+i]
+			if err := st.Delete(n); err != nil {
+				return err
+			}
+			removed[part[0]+i] = true
+			return nil
+		})
+		if err != nil {
+			break
+		}
+	}
+	var out []string
+	for i, n := range orphans {
+		if removed[i] {
+			out = append(out, n)
+		}
+	}
+	return out, err
 }
 
 // openSST opens backing SST num in the object store for reading outside
