@@ -99,17 +99,19 @@
 // vnodes go to the live nodes, as RisingWave's meta reassigns a lost
 // compute node's. A barrier whose answer was lost is asked again: a node
 // answers the step it ran last with its report kept, so no step runs
-// twice. Nothing committed is lost: what a checkpoint made durable is the
-// node's commit, in its local WAL and MANIFEST, with its SSTs in the
-// bucket.
+// twice.
 //
-// What this does not do yet (docs/design.md §10): recover a node whose
-// local disk is gone, from the bucket alone. The reassignment starts the
-// lost node's store again on its own directory to export its vnodes; with
-// the disk gone, a checkpoint would have to have uploaded what the node's
-// WAL and MANIFEST hold (the epoch's versions as SSTs, and the list of the
-// node's SSTs and their bounds), as Hummock's checkpoint uploads the
-// shared buffer and its meta records the version.
+// Nothing committed is lost, with the node's disk or without it: a node
+// given a backup name (ServeConfig.Backup; the CLI's nodes have one per
+// run) backs its store up to the bucket (lsm.Store.Backup: its MANIFEST,
+// catalog and WAL records, beside its SSTs) after every commit, import
+// and drop, before it answers, so every checkpoint the coordinator
+// declared is in the bucket. A node started on a directory without a
+// store restores its backup there first (lsm.Restore), and resumes from
+// its last checkpoint like a node that kept its disk (TestClusterDiskLoss;
+// TestCluster's SIGKILLed node loses its directory too). The coordinator
+// needs nothing of the lost disk: the restored node's store is the
+// node's state.
 //
 // # What every node does twice
 //

@@ -247,6 +247,20 @@
 // A writable Open removes the store's orphaned objects (uploads that
 // failed half-way, deletions that failed), which Pebble never does.
 //
+// # Backups (backup.go)
+//
+// The bucket alone is not the store: Pebble's MANIFEST, catalog and WAL
+// are local. Store.Backup uploads them (Pebble's Checkpoint: a consistent
+// cut) beside the SSTs under a name, and Restore writes the latest backup
+// of a name into an empty directory, where Open finds the store at the
+// backup's committed epoch. The SSTs a backup references outlive the
+// compactions that replace them (Pebble's Checkpoint protects them; the
+// sweeps keep what the latest backup names and remove what only older
+// ones kept), and Restore removes the SSTs the lost life made after the
+// backup before Pebble opens, so none is reused under its name. A backup
+// is ~10 small objects: a WAL past 256 KiB is flushed into an SST first,
+// and a recycled WAL file is cut after its last record.
+//
 // # Moving vnodes between stores (move.go)
 //
 // Store.MoveVnodes moves a vnode range of a table to another store on the
