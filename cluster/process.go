@@ -50,7 +50,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 		info, err := lsm.Restore(ctx, cfg.Dir, cfg.Store, cfg.Backup)
 		switch {
 		case err == nil:
-			log.Warn("store restored from its backup", "node", cfg.Name, "dir", cfg.Dir, "backup", info.Name, "seq", info.Seq,
+			log.Warn("store restored from its backup", "node", cfg.Name, "dir", cfg.Dir, "backup", cfg.Backup, "seq", info.Seq,
 				"epoch", info.Epoch, "files", info.Files, "bytes", info.Bytes, "ssts", info.Objects, "removed_ssts", info.Removed,
 				"took", info.Took.Round(time.Millisecond))
 		case errors.Is(err, lsm.ErrStoreExists), errors.Is(err, lsm.ErrNoBackup):

@@ -111,11 +111,8 @@ func checkBackupName(name string) error {
 // BackupInfo describes a backup: what Store.Backup uploaded, or what
 // Restore wrote.
 type BackupInfo struct {
-	// Name and Seq name the backup; Creator is the store's creator id in
-	// the object store.
-	Name    string
-	Seq     uint64
-	Creator uint64
+	// Seq numbers the backup among those of its name.
+	Seq uint64
 	// Epoch is the store's committed epoch in the backup.
 	Epoch uint64
 	// Files and Bytes count the files of the backup (the SSTs it
@@ -235,7 +232,7 @@ func (s *Store) Backup(ctx context.Context, name string) (BackupInfo, error) {
 	for _, n := range names {
 		files = append(files, local{s.fs.PathJoin(tmp, n), pebbleDir + "/" + n})
 	}
-	info := BackupInfo{Name: name, Seq: seq, Creator: idx.creator, Epoch: epoch, Objects: len(objs)}
+	info := BackupInfo{Seq: seq, Epoch: epoch, Objects: len(objs)}
 	bodies := make([][]byte, len(files))
 	for i, f := range files {
 		b, err := readFile(s.fs, f.path)
@@ -416,7 +413,7 @@ func Restore(ctx context.Context, dir string, opts *Options, name string) (Backu
 	if err != nil {
 		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s from %s: backup %d's index", name, where, cur.seq)
 	}
-	info := BackupInfo{Name: name, Seq: cur.seq, Creator: idx.creator, Epoch: idx.epoch, Objects: len(idx.objects)}
+	info := BackupInfo{Seq: cur.seq, Epoch: idx.epoch, Objects: len(idx.objects)}
 	if idx.creator != cur.creator {
 		return BackupInfo{}, lsmstats.MarkCorruption(errors.Newf("lsmstats: restore %s from %s: backup %d's index names creator %d, %s creator %d",
 			name, where, cur.seq, idx.creator, backupCurrent, cur.creator))

@@ -33,7 +33,12 @@ import (
 // processes: the export as a value (VnodeExport; its MarshalBinary,
 // Release, Stats, and Table, Vnodes and Epoch, which a coordinator checks
 // before it asks a destination to import) from Store.ExportVnodes, read
-// back by DecodeVnodeExport and imported by Store.ImportVnodes.
+// back by DecodeVnodeExport and imported by Store.ImportVnodes. To 49 and
+// 256 by issue 40's node whose disk is lost: a store recoverable from the
+// bucket alone (Store.Backup; Restore, which refuses a directory holding a
+// store with ErrStoreExists and says there is no backup with ErrNoBackup;
+// BackupInfo, its 7 fields, what a backup uploaded or a restore wrote) and
+// the backups' counters (Metrics.Backups, BackupBytes, BackupSweptObjects).
 func TestContractBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list -export")
@@ -47,8 +52,8 @@ func TestContractBudget(t *testing.T) {
 		top += len(c.names)
 		all += len(c.names) + len(c.members)
 	}
-	require.LessOrEqual(t, top, 45, "exported top-level names of stats and lsm")
-	require.LessOrEqual(t, all, 241, "exported names, methods and fields of stats and lsm")
+	require.LessOrEqual(t, top, 49, "exported top-level names of stats and lsm")
+	require.LessOrEqual(t, all, 256, "exported names, methods and fields of stats and lsm")
 }
 
 // TestMembersFollowAliases: an alias counts the methods and fields of the
