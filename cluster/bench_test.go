@@ -27,7 +27,10 @@ var benchRows = 200000 // 10,000 under -short
 // first: its time (the compaction's included), the bytes it took by
 // reference and the bytes it copied. The job's time is from the nodes'
 // processes being up to its end. On 2 cores, 3 nodes share the 2 cores:
-// the ratios measure what the coordination costs, not scaling.
+// the ratios measure what the coordination costs, not scaling. Each node
+// backs its store up at every checkpoint (its mean time and bytes per
+// backup reported); one node without backups, in the same run, says what
+// they cost (rows/s-vs-no-backup).
 func BenchmarkCluster(b *testing.B) {
 	rows := benchRows
 	if testing.Short() {
@@ -36,14 +39,23 @@ func BenchmarkCluster(b *testing.B) {
 	p, err := workload.Preset("mixed", rows, 256, 1)
 	require.NoError(b, err)
 	p.BatchRows = 10000
-	var oneNode float64
-	for _, n := range []int{1, 2, 3} {
-		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			var rowsPerS, coordNS, nodeNS, moveMS, shared, copied float64
+	var oneNode, unbacked float64
+	for _, c := range []struct {
+		n      int
+		backup bool
+	}{{1, false}, {1, true}, {2, true}, {3, true}} {
+		n := c.n
+		name := fmt.Sprintf("nodes=%d", n)
+		if !c.backup {
+			name += "/no-backup"
+		}
+		b.Run(name, func(b *testing.B) {
+			var rowsPerS, coordNS, nodeNS, moveMS, shared, copied, backupMS, backupBytes float64
 			for range b.N {
-				nodes, _ := testCluster(b, n, io.Discard)
+				nodes, _ := newTestCluster(b, n, io.Discard, c.backup)
 				var ckpts int
-				var coord, node time.Duration
+				var coord, node, backup time.Duration
+				var backups, backedUp int64
 				moved := false
 				cfg := CoordinatorConfig{
 					Job:   JobSpec{Workload: p, Actors: 2, CheckpointEvery: 2, BarrierRows: 1024},
@@ -53,6 +65,9 @@ func BenchmarkCluster(b *testing.B) {
 						coord += time.Duration(c.ProgressNS)
 						for _, r := range c.Nodes {
 							node += time.Duration(r.ProgressNS) / time.Duration(len(c.Nodes))
+							backup += time.Duration(r.BackupNS)
+							backedUp += r.BackupBytes
+							backups++
 						}
 					},
 					OnStep: func(ctx context.Context, c *Coordinator, step uint64, checkpoint bool) error {
@@ -83,16 +98,30 @@ func BenchmarkCluster(b *testing.B) {
 				rowsPerS += float64(p.Rows) / wall.Seconds()
 				coordNS += float64(coord.Nanoseconds()) / float64(ckpts)
 				nodeNS += float64(node.Nanoseconds()) / float64(ckpts)
+				if backups > 0 {
+					backupMS += float64(backup.Milliseconds()) / float64(backups)
+					backupBytes += float64(backedUp) / float64(backups)
+				}
 			}
 			N := float64(b.N)
 			b.ReportMetric(rowsPerS/N, "rows/s")
-			if n == 1 {
+			switch {
+			case !c.backup:
+				unbacked = rowsPerS / N
+			case n == 1:
 				oneNode = rowsPerS / N
-			} else if oneNode > 0 {
+				if unbacked > 0 {
+					b.ReportMetric(rowsPerS/N/unbacked, "rows/s-vs-no-backup")
+				}
+			case oneNode > 0:
 				b.ReportMetric(rowsPerS/N/oneNode, "rows/s-vs-1-node")
 			}
 			b.ReportMetric(coordNS/N, "coord-progress-ns/ckpt")
 			b.ReportMetric(nodeNS/N, "node-progress-ns/ckpt")
+			if c.backup {
+				b.ReportMetric(backupMS/N, "backup-ms")
+				b.ReportMetric(backupBytes/N, "backup-bytes")
+			}
 			if n > 1 {
 				b.ReportMetric(moveMS/N, "move-ms")
 				b.ReportMetric(shared/N, "move-shared-bytes")

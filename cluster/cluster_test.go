@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -58,6 +59,11 @@ func runChildNode(dir string) int {
 // testCluster starts n node processes on a new bucket of the shared
 // SeaweedFS server.
 func testCluster(t testing.TB, n int, logw io.Writer) (map[string]Launcher, string) {
+	return newTestCluster(t, n, logw, true)
+}
+
+// newTestCluster is testCluster, its nodes backed up or not.
+func newTestCluster(t testing.TB, n int, logw io.Writer, backup bool) (map[string]Launcher, string) {
 	srv := s3server.Shared(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
@@ -65,7 +71,11 @@ func testCluster(t testing.TB, n int, logw io.Writer) (map[string]Launcher, stri
 	nodes := map[string]Launcher{}
 	for i := range n {
 		name := fmt.Sprintf("node-%d", i)
-		nodes[name] = testNode(t, name, url, logw)
+		p := testNode(t, name, url, logw)
+		if !backup {
+			p.Env = slices.DeleteFunc(p.Env, func(e string) bool { return strings.HasPrefix(e, envNodeBackup+"=") })
+		}
+		nodes[name] = p
 	}
 	return nodes, url
 }

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider/remoteobjcat"
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 	"github.com/cockroachdb/pebble/v2/record"
@@ -47,23 +46,20 @@ import (
 //	    lsmstats backup 1
 //	    seq SEQ
 //	    creator CREATOR
-//	    crc32c XXXXXXXX
-//	lsmstats-backup/NAME/SEQ/INDEX     what backup SEQ holds: text lines
-//	    lsmstats backup 1
-//	    creator CREATOR
-//	    epoch EPOCH
+//	    epoch EPOCH                    the committed epoch
 //	    file PATH SIZE CRC32C          one per file, PATH relative to the
 //	                                   store's directory (db/MANIFEST-000007)
 //	    object FILENUM CREATOR CREATORFILENUM
 //	                                   one per remote SST of the catalog
 //	    crc32c XXXXXXXX
-//	lsmstats-backup/NAME/SEQ/PATH      each file
+//	lsmstats-backup/NAME/SEQ/PATH      each file of backup SEQ (none for an
+//	                                   empty one: its line says it all)
 //
-// A backup uploads its files and INDEX, then replaces CURRENT, then
-// deletes the objects of the backups before it: a crash at any point
-// leaves CURRENT naming a complete backup (or none). The checksums are
-// crc32c (Castagnoli) in 8 hex digits, of the lines before them (CURRENT,
-// INDEX) or of the file.
+// A backup uploads its files, then replaces CURRENT: a crash at any point
+// leaves CURRENT naming a complete backup (or none). The objects of the
+// backup before go with the next backup's uploads, in the same parallel
+// round. The checksums are crc32c (Castagnoli) in 8 hex digits, of the
+// lines before them (CURRENT) or of the file.
 //
 // The SSTs a backup references must outlive the store's compactions of
 // them until the next backup: Pebble's Checkpoint keeps them (it protects
@@ -78,7 +74,6 @@ const (
 	backupRoot    = "lsmstats-backup/"
 	backupMagic   = "lsmstats backup 1"
 	backupCurrent = "CURRENT"
-	backupIndex   = "INDEX"
 	// backupFlushBytes bounds the WAL a backup uploads (Backup).
 	backupFlushBytes = 256 << 10
 	// backupSweepEvery is how many backups a store makes between two
@@ -128,11 +123,12 @@ type BackupInfo struct {
 	Took time.Duration
 }
 
-// backupIndexFile is an INDEX.
-type backupIndexFile struct {
-	creator, epoch uint64
-	files          []backupFile
-	objects        []backupObject
+// backupRecord is a CURRENT: which backup of a name is the latest, and
+// what it holds.
+type backupRecord struct {
+	seq, creator, epoch uint64
+	files               []backupFile
+	objects             []backupObject
 }
 
 type backupFile struct {
@@ -183,7 +179,7 @@ func (s *Store) Backup(ctx context.Context, name string) (BackupInfo, error) {
 		default:
 			s.backupSeq = cur.seq
 		}
-		s.backupName, s.backupOld, s.backupListed = name, nil, false
+		s.backupName, s.backupOld, s.backupLast, s.backupListed = name, nil, nil, false
 	}
 	seq := s.backupSeq + 1
 
@@ -208,13 +204,14 @@ func (s *Store) Backup(ctx context.Context, name string) (BackupInfo, error) {
 	}
 	epoch := s.committed.Load()
 	if err == nil {
-		err = s.db.Checkpoint(tmp, pebble.WithFlushedWAL())
+		// No WithFlushedWAL: every commit's batch was synced.
+		err = s.db.Checkpoint(tmp)
 	}
 	s.ingestMu.Unlock()
 	if err != nil {
 		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s: checkpoint %s", name, s.dir)
 	}
-	idx := backupIndexFile{creator: s.obj.rec.creator, epoch: epoch}
+	idx := backupRecord{seq: seq, creator: s.obj.rec.creator, epoch: epoch}
 	objs, err := catalogObjects(s.fs, tmp)
 	if err != nil {
 		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s", name)
@@ -248,36 +245,50 @@ func (s *Store) Backup(ctx context.Context, name string) (BackupInfo, error) {
 		info.Bytes += int64(len(b))
 	}
 	// The files at once (an empty one, as Pebble's markers are, is its
-	// line in the index only), then the index, then CURRENT.
+	// line in CURRENT only), and meanwhile the objects of the backups
+	// before the one CURRENT names (backupOld); then CURRENT.
 	var objects []string
-	err = parallel(len(files), func(i int) error {
-		if len(bodies[i]) == 0 {
-			return nil
-		}
-		return errors.Wrapf(putObject(st, backupObjectName(prefix, seq, files[i].rel), bodies[i]), "upload %s", files[i].rel)
-	})
 	for i, f := range files {
 		if len(bodies[i]) > 0 {
 			objects = append(objects, backupObjectName(prefix, seq, f.rel))
 		}
 	}
-	if err == nil {
-		objects = append(objects, backupObjectName(prefix, seq, backupIndex))
-		err = errors.Wrap(putObject(st, backupObjectName(prefix, seq, backupIndex), idx.encode()), "upload its index")
+	old := s.backupOld
+	var failed []string
+	var mu sync.Mutex
+	var delErr error
+	err = parallel(len(files)+len(old), func(i int) error {
+		if i >= len(files) {
+			n := old[i-len(files)]
+			if err := st.Delete(n); err != nil && !st.IsNotExistError(err) {
+				mu.Lock()
+				failed, delErr = append(failed, n), errors.CombineErrors(delErr, err)
+				mu.Unlock()
+			}
+			return nil
+		}
+		if len(bodies[i]) == 0 {
+			return nil
+		}
+		return errors.Wrapf(putObject(st, backupObjectName(prefix, seq, files[i].rel), bodies[i]), "upload %s", files[i].rel)
+	})
+	s.backupOld = failed
+	if delErr != nil {
+		s.logf("lsmstats: backup %s: remove %d objects of older backups: %v", name, len(failed), delErr)
 	}
 	if err == nil {
-		err = errors.Wrapf(putObject(st, prefix+backupCurrent, encodeBackupCurrent(seq, idx.creator)), "upload %s", backupCurrent)
+		err = errors.Wrapf(putObject(st, prefix+backupCurrent, idx.encode()), "upload %s", backupCurrent)
 	}
 	if err != nil {
-		// What this backup uploaded goes with the next one's cleanup.
+		// What this backup uploaded goes with the next one's.
 		s.backupOld = append(s.backupOld, objects...)
 		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s", name)
 	}
+	// The previous backup's objects go with the next backup's uploads; at
+	// the first backup of the name, every object of an older life of it.
 	s.backupSeq = seq
-	// The objects of the backups before this one go: those the store
-	// uploaded, or, at its first backup of the name, every one but this
-	// backup's (a failure leaves them to the next backup).
-	old := s.backupOld
+	s.backupOld = append(s.backupOld, s.backupLast...)
+	s.backupLast = objects
 	if !s.backupListed {
 		names, err := st.List(prefix, "")
 		if err != nil {
@@ -286,25 +297,10 @@ func (s *Store) Backup(ctx context.Context, name string) (BackupInfo, error) {
 		keep := strconv.FormatUint(seq, 10) + "/"
 		for _, n := range names {
 			if n != backupCurrent && !strings.HasPrefix(n, keep) {
-				old = append(old, prefix+n)
+				s.backupOld = append(s.backupOld, prefix+n)
 			}
 		}
 		s.backupListed = err == nil
-	}
-	s.backupOld = objects
-	var failed []string
-	var mu sync.Mutex
-	if err := parallel(len(old), func(i int) error {
-		if err := st.Delete(old[i]); err != nil && !st.IsNotExistError(err) {
-			mu.Lock()
-			failed = append(failed, old[i])
-			mu.Unlock()
-			return err
-		}
-		return nil
-	}); err != nil {
-		s.logf("lsmstats: backup %s: remove %d objects of older backups: %v", name, len(failed), err)
-		s.backupOld = append(s.backupOld, failed...)
 	}
 	s.metrics.backups.Add(1)
 	s.metrics.backupBytes.Add(info.Bytes)
@@ -354,7 +350,7 @@ func (s *Store) sweepBackedUp() {
 // opts into dir, which must hold no store (ErrStoreExists; an empty or
 // missing directory is fine), and returns what it wrote; Open then opens
 // the store there. ErrNoBackup says the object store holds no backup of
-// that name. A file that does not match the backup's index is refused
+// that name. A file that does not match the backup's CURRENT is refused
 // with an error marked lsmstats.ErrCorruption that names it. A crash or
 // an error leaves no store in dir (the files are written into a
 // directory beside, then renamed): Restore can be run again.
@@ -401,23 +397,11 @@ func Restore(ctx context.Context, dir string, opts *Options, name string) (Backu
 		st = b
 	}
 	prefix := backupRoot + name + "/"
-	cur, err := readBackupCurrent(ctx, st, prefix)
+	idx, err := readBackupCurrent(ctx, st, prefix)
 	if err != nil {
 		return BackupInfo{}, errors.Wrapf(err, "restore %s from %s", name, where)
 	}
-	b, err := getObject(ctx, st, backupObjectName(prefix, cur.seq, backupIndex))
-	if err != nil {
-		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s from %s: read backup %d's index", name, where, cur.seq)
-	}
-	idx, err := decodeBackupIndex(b)
-	if err != nil {
-		return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s from %s: backup %d's index", name, where, cur.seq)
-	}
-	info := BackupInfo{Seq: cur.seq, Epoch: idx.epoch, Objects: len(idx.objects)}
-	if idx.creator != cur.creator {
-		return BackupInfo{}, lsmstats.MarkCorruption(errors.Newf("lsmstats: restore %s from %s: backup %d's index names creator %d, %s creator %d",
-			name, where, cur.seq, idx.creator, backupCurrent, cur.creator))
-	}
+	info := BackupInfo{Seq: idx.seq, Epoch: idx.epoch, Objects: len(idx.objects)}
 	// The objects of the store's life after the backup go first: its SSTs
 	// the backup does not reference. Pebble, opened on the backup, would
 	// make SSTs of the same numbers again, and the sweep at Open could
@@ -452,7 +436,7 @@ func Restore(ctx context.Context, dir string, opts *Options, name string) (Backu
 			bodies[i] = []byte{}
 			return nil
 		}
-		obj := backupObjectName(prefix, cur.seq, f.path)
+		obj := backupObjectName(prefix, idx.seq, f.path)
 		b, err := getObject(ctx, st, obj)
 		if err != nil {
 			return errors.Wrapf(err, "lsmstats: restore %s from %s: read %s", name, where, obj)
@@ -466,8 +450,8 @@ func Restore(ctx context.Context, dir string, opts *Options, name string) (Backu
 	for i, f := range idx.files {
 		b := bodies[i]
 		if int64(len(b)) != f.size || crc32.Checksum(b, castagnoli) != f.crc {
-			return BackupInfo{}, lsmstats.MarkCorruption(errors.Newf("lsmstats: restore %s from %s: object %s has %d bytes of crc32c %08x, its index says %d of %08x",
-				name, where, backupObjectName(prefix, cur.seq, f.path), len(b), crc32.Checksum(b, castagnoli), f.size, f.crc))
+			return BackupInfo{}, lsmstats.MarkCorruption(errors.Newf("lsmstats: restore %s from %s: object %s has %d bytes of crc32c %08x, its backup's CURRENT says %d of %08x",
+				name, where, backupObjectName(prefix, idx.seq, f.path), len(b), crc32.Checksum(b, castagnoli), f.size, f.crc))
 		}
 		if err := writeFileSynced(fs, fs.PathJoin(tmp, f.path), b); err != nil {
 			return BackupInfo{}, err
@@ -579,18 +563,9 @@ func backupsOf(ctx context.Context, st remote.Storage, creator uint64) ([]backup
 		if err != nil {
 			return nil, err
 		}
-		if cur.creator != creator {
-			continue
+		if cur.creator == creator {
+			objs = append(objs, cur.objects...)
 		}
-		b, err := getObject(ctx, st, backupObjectName(prefix, cur.seq, backupIndex))
-		if err != nil {
-			return nil, err
-		}
-		idx, err := decodeBackupIndex(b)
-		if err != nil {
-			return nil, err
-		}
-		objs = append(objs, idx.objects...)
 	}
 	return objs, nil
 }
@@ -614,42 +589,26 @@ func backupObjectName(prefix string, seq uint64, rel string) string {
 	return prefix + strconv.FormatUint(seq, 10) + "/" + rel
 }
 
-type backupCurrentFile struct{ seq, creator uint64 }
-
-func encodeBackupCurrent(seq, creator uint64) []byte {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s\nseq %d\ncreator %d\n", backupMagic, seq, creator)
-	return withCRCLine(b.Bytes())
-}
-
-func readBackupCurrent(ctx context.Context, st remote.Storage, prefix string) (backupCurrentFile, error) {
+// readBackupCurrent reads and decodes a name's CURRENT (ErrNoBackup if
+// there is none).
+func readBackupCurrent(ctx context.Context, st remote.Storage, prefix string) (backupRecord, error) {
 	b, err := getObject(ctx, st, prefix+backupCurrent)
 	if err != nil {
 		if st.IsNotExistError(err) {
-			return backupCurrentFile{}, errors.Wrapf(ErrNoBackup, "no object %s", prefix+backupCurrent)
+			return backupRecord{}, errors.Wrapf(ErrNoBackup, "no object %s", prefix+backupCurrent)
 		}
-		return backupCurrentFile{}, errors.Wrapf(err, "lsmstats: read %s", prefix+backupCurrent)
+		return backupRecord{}, errors.Wrapf(err, "lsmstats: read %s", prefix+backupCurrent)
 	}
-	lines, err := checkedLines(b)
-	if err == nil && (len(lines) != 3 || lines[0] != backupMagic) {
-		err = errors.New("not a backup's CURRENT")
-	}
-	var c backupCurrentFile
-	if err == nil {
-		c.seq, err = field(lines[1], "seq")
-	}
-	if err == nil {
-		c.creator, err = field(lines[2], "creator")
-	}
+	x, err := decodeBackupRecord(b)
 	if err != nil {
-		return c, lsmstats.MarkCorruption(errors.Wrapf(err, "lsmstats: object %s", prefix+backupCurrent))
+		return x, errors.Wrapf(err, "object %s", prefix+backupCurrent)
 	}
-	return c, nil
+	return x, nil
 }
 
-func (x *backupIndexFile) encode() []byte {
+func (x *backupRecord) encode() []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s\ncreator %d\nepoch %d\n", backupMagic, x.creator, x.epoch)
+	fmt.Fprintf(&b, "%s\nseq %d\ncreator %d\nepoch %d\n", backupMagic, x.seq, x.creator, x.epoch)
 	for _, f := range x.files {
 		fmt.Fprintf(&b, "file %s %d %08x\n", f.path, f.size, f.crc)
 	}
@@ -659,19 +618,22 @@ func (x *backupIndexFile) encode() []byte {
 	return withCRCLine(b.Bytes())
 }
 
-func decodeBackupIndex(b []byte) (backupIndexFile, error) {
-	var x backupIndexFile
+func decodeBackupRecord(b []byte) (backupRecord, error) {
+	var x backupRecord
 	lines, err := checkedLines(b)
-	if err == nil && (len(lines) < 3 || lines[0] != backupMagic) {
-		err = errors.New("not a backup's index")
+	if err == nil && (len(lines) < 4 || lines[0] != backupMagic) {
+		err = errors.New("not a backup's CURRENT")
 	}
 	if err == nil {
-		x.creator, err = field(lines[1], "creator")
+		x.seq, err = field(lines[1], "seq")
 	}
 	if err == nil {
-		x.epoch, err = field(lines[2], "epoch")
+		x.creator, err = field(lines[2], "creator")
 	}
-	for i := 3; err == nil && i < len(lines); i++ {
+	if err == nil {
+		x.epoch, err = field(lines[3], "epoch")
+	}
+	for i := 4; err == nil && i < len(lines); i++ {
 		w := strings.Fields(lines[i])
 		switch {
 		case len(w) == 4 && w[0] == "file":
@@ -701,7 +663,7 @@ func decodeBackupIndex(b []byte) (backupIndexFile, error) {
 		}
 	}
 	if err != nil {
-		return x, lsmstats.MarkCorruption(errors.Wrap(err, "lsmstats: backup index"))
+		return x, lsmstats.MarkCorruption(errors.Wrap(err, "lsmstats: backup"))
 	}
 	return x, nil
 }

@@ -162,6 +162,15 @@ func testBackupRestore(t *testing.T, batched bool) {
 	_, err = Restore(ctx, t.TempDir(), o, "nodes/n1")
 	require.True(t, lsmstats.IsCorruption(err), "%v", err)
 	require.ErrorContains(t, err, victim)
+	// A damaged CURRENT.
+	cur := backupRoot + "nodes/n1/" + backupCurrent
+	b, err = getObject(ctx, bucket, cur)
+	require.NoError(t, err)
+	b[len(b)/2] ^= 1
+	require.NoError(t, putObject(bucket, cur, b))
+	_, err = Restore(ctx, t.TempDir(), o, "nodes/n1")
+	require.True(t, lsmstats.IsCorruption(err), "%v", err)
+	require.ErrorContains(t, err, cur)
 }
 
 // objstoreBucketOf is the bucket of an s3:// URL.
@@ -215,13 +224,15 @@ func TestBackupSweep(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, w.Close())
-	// The bucket holds the latest backup only.
+	// The bucket holds the latest backup, and the one before it until the
+	// next backup's uploads.
 	last, err := readBackupCurrent(ctx, s.obj.storage, backupRoot+"n/")
 	require.NoError(t, err)
 	held, err := s.obj.storage.List(backupRoot+"n/", "")
 	require.NoError(t, err)
 	for _, n := range held {
-		require.True(t, n == backupCurrent || strings.HasPrefix(n, fmt.Sprintf("%d/", last.seq)), "object %s of an older backup than %d", n, last.seq)
+		require.True(t, n == backupCurrent || strings.HasPrefix(n, fmt.Sprintf("%d/", last.seq)) || strings.HasPrefix(n, fmt.Sprintf("%d/", last.seq-1)),
+			"object %s of an older backup than %d", n, last.seq-1)
 	}
 	m := s.Metrics()
 	require.EqualValues(t, epochs, m.Backups)

@@ -160,9 +160,11 @@ type Store struct {
 	backupMu   sync.Mutex
 	backupName string
 	backupSeq  uint64
-	// backupOld are the objects of the backups before the last, still to
-	// delete, and backupListed says that the first backup of backupName
-	// listed the older ones of another life of the name.
+	// backupLast are the objects of the last backup, backupOld those of
+	// the backups before it, still to delete, and backupListed says that
+	// the first backup of backupName listed the older ones of another life
+	// of the name.
+	backupLast   []string
 	backupOld    []string
 	backupListed bool
 	// backupsSinceSweep counts the backups since the last sweep.
