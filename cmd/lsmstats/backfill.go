@@ -378,6 +378,12 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	if err != nil {
 		return usageError(err)
 	}
+	if f.nodes == 0 && (len(f.killNodeAt) > 0 || len(f.moveAt) > 0 || f.loseDisk) {
+		return usageError(errors.New("--kill-node-at, --move-at and --lose-disk need --nodes"))
+	}
+	if f.loseDisk && len(f.killNodeAt) == 0 {
+		return usageError(errors.New("--lose-disk needs --kill-node-at: it deletes the killed node's directory"))
+	}
 	if f.nodes > 0 {
 		return runCluster(f, p, stdout, stderr)
 	}

@@ -56,8 +56,10 @@ func TestClusterCommand(t *testing.T) {
 	t.Logf("%d checkpoints, stats error mean %.3f max %.3f pp; move: %+v; loss: %+v", len(rep.Checkpoints), rep.ErrorMeanPP, rep.ErrorMaxPP, rep.Moves[0].Stats, rep.Losses[0])
 }
 
-// TestClusterCommandBadInput: --nodes without an object store, and a node
-// without its directory, are usage errors naming what is missing.
+// TestClusterCommandBadInput: --nodes without an object store, a node
+// without its directory, a node kill without --nodes and --lose-disk
+// without a kill are usage errors naming what is missing; a node's bad
+// backup name is an error naming it.
 func TestClusterCommandBadInput(t *testing.T) {
 	_, errOut, code := runCmd(t, "backfill", "--nodes", "2", "--rows", "100")
 	require.Equal(t, exitUsage, code)
@@ -65,4 +67,13 @@ func TestClusterCommandBadInput(t *testing.T) {
 	_, errOut, code = runCmd(t, "node", "--object-store", "s3://b/p?endpoint=127.0.0.1:1")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "--dir and --object-store are required")
+	_, errOut, code = runCmd(t, "backfill", "--rows", "100", "--kill-node-at", "3")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "need --nodes")
+	_, errOut, code = runCmd(t, "backfill", "--nodes", "2", "--rows", "100", "--object-store", "s3://b/p", "--lose-disk")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--lose-disk needs --kill-node-at")
+	_, errOut, code = runCmd(t, "node", "--dir", t.TempDir(), "--object-store", "s3://b/p?endpoint=127.0.0.1:1", "--backup", "../x")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, `backup name "../x"`)
 }
