@@ -121,18 +121,12 @@ func TestCluster(t *testing.T) {
 	p.Shape = []workload.Shape{workload.Hashed, workload.Sequential, workload.ParentChild}[rng.IntN(3)]
 	t.Logf("workload: %d rows, %d vnodes, pk shape %s", p.Rows, p.VnodeCount, p.Shape)
 
-	var logb strings.Builder
-	lw := &syncBuilder{b: &logb}
+	lw := newTestLog(t)
 	nodes, url := testCluster(t, 3, lw)
 	procs := map[string]*Process{}
 	for name, l := range nodes {
 		procs[name] = l.(*Process)
 	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("nodes' log:\n%s", logb.String())
-		}
-	}()
 	// The events, at checkpoints (1-based) chosen by the seed, in order.
 	type event struct {
 		at   int
@@ -277,7 +271,7 @@ func TestCluster(t *testing.T) {
 		ckpts, checks, len(c.Moves()), len(c.Losses()), mean, worst, live)
 	require.Empty(t, events, "events left when the job finished")
 	require.Len(t, c.Losses(), 1, "the killed node's loss")
-	require.Contains(t, logb.String(), "store restored from its backup", "the killed node came back from its backup")
+	require.Contains(t, lw.String(), "store restored from its backup", "the killed node came back from its backup")
 	require.True(t, c.Losses()[0].Reassigned, "the killed node's vnodes went to the live nodes")
 	require.Len(t, c.Retired(), 2, "the killed node and the retired one left")
 	require.Len(t, c.Vnodes(), 3, "nodes at the end")
@@ -290,16 +284,34 @@ func TestCluster(t *testing.T) {
 	require.Positive(t, shared, "no move took a shared SST by reference")
 }
 
-// syncBuilder is a strings.Builder for several goroutines' writes.
-type syncBuilder struct {
+// testLog collects the log lines of a test's coordinator and node
+// processes (written by several goroutines), and prints them if the test
+// fails.
+type testLog struct {
 	mu sync.Mutex
-	b  *strings.Builder
+	b  strings.Builder
 }
 
-func (s *syncBuilder) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+func newTestLog(t testing.TB) *testLog {
+	l := &testLog{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log:\n%s", l.String())
+		}
+	})
+	return l
+}
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *testLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func abs(x float64) float64 {

@@ -39,14 +39,8 @@ func TestClusterFaults(t *testing.T) {
 	p, err := workload.Preset("mixed", 12000, 64, 7)
 	require.NoError(t, err)
 	p.BatchRows = p.Rows / 3
-	var logb strings.Builder
-	lw := &syncBuilder{b: &logb}
+	lw := newTestLog(t)
 	nodes, _ := testCluster(t, 2, lw)
-	defer func() {
-		if t.Failed() {
-			t.Logf("log:\n%s", logb.String())
-		}
-	}()
 	var loseNext atomic.Bool
 	var lost atomic.Int32
 	lose := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -140,7 +134,7 @@ func TestClusterFaults(t *testing.T) {
 	require.Equal(t, 1.0, got["lsmstats_cluster_events_total,node_loss"])
 	require.Equal(t, 1.0, got["lsmstats_cluster_events_total,barrier_retry"])
 	require.Equal(t, float64(p.VnodeCount), got["lsmstats_cluster_node_vnodes,node-0"]+got["lsmstats_cluster_node_vnodes,node-1"])
-	log := logb.String()
+	log := lw.String()
 	for _, line := range []string{"a barrier call failed as unavailable (its answer lost, or the node gone); asking once more", "node missed its heartbeats", "node recovered"} {
 		require.Contains(t, log, line)
 	}
@@ -158,14 +152,8 @@ func TestClusterMoveCrash(t *testing.T) {
 	p, err := workload.Preset("mixed", 12000, 32, 11)
 	require.NoError(t, err)
 	p.BatchRows = p.Rows / 3
-	var logb strings.Builder
-	lw := &syncBuilder{b: &logb}
+	lw := newTestLog(t)
 	nodes, _ := testCluster(t, 2, lw)
-	defer func() {
-		if t.Failed() {
-			t.Logf("log:\n%s", logb.String())
-		}
-	}()
 	ckpts, moved := 0, false
 	var res MoveResult
 	cfg := CoordinatorConfig{
@@ -202,7 +190,7 @@ func TestClusterMoveCrash(t *testing.T) {
 		require.Empty(t, r.Problems, "node %s", name)
 		require.True(t, r.MVMatches, "node %s", name)
 	}
-	require.Contains(t, logb.String(), "a move's deferred drop done")
+	require.Contains(t, lw.String(), "a move's deferred drop done")
 	t.Logf("move %+v; loss %+v", res.Stats, c.Losses()[0])
 }
 
@@ -241,14 +229,8 @@ func TestClusterDiskLoss(t *testing.T) {
 	p, err := workload.Preset("mixed", 12000, 32, 13)
 	require.NoError(t, err)
 	p.BatchRows = p.Rows / 3
-	var logb strings.Builder
-	lw := &syncBuilder{b: &logb}
+	lw := newTestLog(t)
 	nodes, _ := testCluster(t, 2, lw)
-	defer func() {
-		if t.Failed() {
-			t.Logf("log:\n%s", logb.String())
-		}
-	}()
 	ckpts, killed := 0, false
 	var killedAt uint64
 	var backupBytes, backupNS, backups int64
@@ -298,7 +280,7 @@ func TestClusterDiskLoss(t *testing.T) {
 		require.Empty(t, r.Problems, "node %s", name)
 		require.True(t, r.MVMatches, "node %s", name)
 	}
-	log := logb.String()
+	log := lw.String()
 	require.Contains(t, log, "store restored from its backup")
 	i := strings.Index(log, "store restored from its backup")
 	line := log[i : i+strings.IndexByte(log[i:], '\n')]

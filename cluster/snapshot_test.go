@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,14 +28,8 @@ func TestClusterSnapshot(t *testing.T) {
 	p, err := workload.Preset("mixed", rows, 48, 5)
 	require.NoError(t, err)
 	p.BatchRows, p.DuringSteps = rows/3, 40
-	var logb strings.Builder
-	lw := &syncBuilder{b: &logb}
+	lw := newTestLog(t)
 	nodes, _ := testCluster(t, 3, lw)
-	defer func() {
-		if t.Failed() {
-			t.Logf("log:\n%s", logb.String())
-		}
-	}()
 	var moved *MoveResult
 	var movedPhase string
 	var errs, shown []float64
