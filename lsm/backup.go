@@ -276,17 +276,24 @@ func (s *Store) Backup(ctx context.Context, name string) (BackupInfo, error) {
 	if delErr != nil {
 		s.logf("lsmstats: backup %s: remove %d objects of older backups: %v", name, len(failed), delErr)
 	}
-	if err == nil {
-		err = errors.Wrapf(putObject(st, prefix+backupCurrent, idx.encode()), "upload %s", backupCurrent)
-	}
+	// A failed backup's number is not used again: its objects may be
+	// deleted while the next backup uploads.
+	s.backupSeq = seq
 	if err != nil {
-		// What this backup uploaded goes with the next one's.
+		// CURRENT does not name this backup: its objects go with the next
+		// backup's.
 		s.backupOld = append(s.backupOld, objects...)
 		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s", name)
 	}
+	if err := putObject(st, prefix+backupCurrent, idx.encode()); err != nil {
+		// A write that failed at the client may have landed: CURRENT may
+		// name this backup, whose objects then stay until a later CURRENT
+		// replaces it, as the last backup's do.
+		s.backupLast = append(s.backupLast, objects...)
+		return BackupInfo{}, errors.Wrapf(err, "lsmstats: backup %s: upload %s", name, backupCurrent)
+	}
 	// The previous backup's objects go with the next backup's uploads; at
 	// the first backup of the name, every object of an older life of it.
-	s.backupSeq = seq
 	s.backupOld = append(s.backupOld, s.backupLast...)
 	s.backupLast = objects
 	if !s.backupListed {

@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/internal/s3server"
 	"github.com/lsmstats/lsmstats/keys"
@@ -279,4 +281,96 @@ func TestBackupSweep(t *testing.T) {
 	require.True(t, rep.OK(), "%+v", rep)
 	require.EqualValues(t, 400, rep.Rows)
 	require.NoError(t, s.Close())
+}
+
+// failingBucket fails the uploads of objects whose names end with an
+// armed suffix.
+type failingBucket struct {
+	*objstore.Bucket
+	mu     sync.Mutex
+	suffix string
+	failed int
+}
+
+func (b *failingBucket) arm(suffix string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.suffix = suffix
+}
+
+func (b *failingBucket) CreateObject(name string) (io.WriteCloser, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.suffix != "" && strings.HasSuffix(name, b.suffix) {
+		b.failed++
+		return nil, errors.Newf("injected: upload of %s fails", name)
+	}
+	return b.Bucket.CreateObject(name)
+}
+
+// TestBackupFaults fails a backup's uploads in the object store: a file's,
+// then CURRENT's. Each failed backup returns the error and leaves CURRENT
+// naming the last backup that succeeded, which restores; the backups
+// after succeed, and the bucket then holds no object of a failed one but
+// those the last two backups have.
+func TestBackupFaults(t *testing.T) {
+	srv := s3server.Shared(t)
+	bucket, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Prefix: "f/",
+		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, Retry: objstore.RetryPolicy{MaxElapsed: 5e9}})
+	require.NoError(t, err)
+	defer bucket.Close()
+	fb := &failingBucket{Bucket: bucket}
+	opts := func() *Options {
+		return &Options{Logger: QuietLogger(io.Discard), ObjectStore: &objstore.StoreOptions{Storage: fb}}
+	}
+	ctx := context.Background()
+	s, err := Open(t.TempDir(), opts())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	require.NoError(t, s.CreateTable(objTable))
+	def, err := s.Table(objTable.ID)
+	require.NoError(t, err)
+	w, err := s.NewWriter(objTable.ID, nil, nil)
+	require.NoError(t, err)
+	defer w.Close()
+	commit := func(epoch uint64) {
+		for pk := uint64(0); pk < 100; pk++ {
+			k := keys.AppendUint64(nil, epoch*1000+pk)
+			require.NoError(t, w.Insert(epoch, def.VnodeOf(k), k, []byte("row")))
+		}
+		require.NoError(t, w.Seal(epoch))
+		require.NoError(t, s.Commit(epoch))
+	}
+	restoredEpoch := func() uint64 {
+		info, err := Restore(ctx, t.TempDir(), opts(), "n")
+		require.NoError(t, err)
+		return info.Epoch
+	}
+	commit(1)
+	first, err := s.Backup(ctx, "n")
+	require.NoError(t, err)
+	for i, suffix := range []string{".log", "/" + backupCurrent} {
+		commit(uint64(2 + i))
+		fb.arm(suffix)
+		_, err := s.Backup(ctx, "n")
+		fb.arm("")
+		require.ErrorContains(t, err, "injected", "a backup whose upload of *%s failed", suffix)
+		require.Equal(t, first.Epoch, restoredEpoch(), "CURRENT still names the last backup that succeeded")
+	}
+	require.Equal(t, 2, fb.failed)
+	var last BackupInfo
+	for e := uint64(4); e <= 5; e++ {
+		commit(e)
+		last, err = s.Backup(ctx, "n")
+		require.NoError(t, err)
+		require.Equal(t, e, restoredEpoch())
+	}
+	// Left: CURRENT, the last backup's objects and the one's before.
+	held, err := bucket.List(backupRoot+"n/", "")
+	require.NoError(t, err)
+	for _, n := range held {
+		require.True(t, n == backupCurrent || strings.HasPrefix(n, fmt.Sprintf("%d/", last.Seq)) || strings.HasPrefix(n, fmt.Sprintf("%d/", last.Seq-1)),
+			"object %s: neither of the last two backups (%d, %d)", n, last.Seq-1, last.Seq)
+	}
+	t.Logf("backups: first %d, last %d; %d objects left", first.Seq, last.Seq, len(held))
 }
