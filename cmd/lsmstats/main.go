@@ -6,6 +6,8 @@
 //	lsmstats stats --dir PATH [--table ID] [--json]
 //	lsmstats verify --dir PATH [--recompute-live]
 //	lsmstats repair --dir PATH
+//	lsmstats restore --dir PATH --object-store URL --backup NAME
+//	lsmstats node --dir PATH --object-store URL [--backup NAME]
 //
 // stats and verify open the store read-only: they create and write nothing,
 // and refuse a path that holds no store. Every exit status is listed in
@@ -82,6 +84,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		code, err = repairCmd(args[1:], stdout, stderr)
 	case "node":
 		code, err = nodeCmd(args[1:], stdout, stderr)
+	case "restore":
+		code, err = restoreCmd(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -117,9 +121,13 @@ func usage(w io.Writer) {
                                             non-zero exit on a difference or corruption
                                             (--recompute-live: first rescan the live statistics of
                                             tables written by unchecked writers, and persist them)
-  lsmstats node --dir PATH --object-store URL [--name N] [--listen ADDR]
+  lsmstats node --dir PATH --object-store URL [--name N] [--listen ADDR] [--backup NAME]
                                             one store node of a cluster, driven by a coordinator
-                                            (lsmstats backfill --nodes N)
+                                            (lsmstats backfill --nodes N); --backup: back the store
+                                            up to the object store after every checkpoint
+  lsmstats restore --dir PATH --object-store URL --backup NAME
+                                            write a store's latest backup into an empty directory
+                                            (a node whose disk was lost), then verify it
   lsmstats repair --dir PATH                restore a damaged MANIFEST from the store's own copy of
                                             it, then verify the store as verify does
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/lsmstats/lsmstats/internal/s3server"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/objstore"
 	"github.com/stretchr/testify/require"
 )
@@ -77,4 +80,69 @@ func TestObjectStoreCommands(t *testing.T) {
 	vout, verr, code = runCmd(t, "verify", "--dir", dir, "--object-store", url)
 	require.Equal(t, exitCorrupt, code, "%s\n%s", vout, verr)
 	require.Contains(t, vout+verr, victim)
+}
+
+// TestRestoreCommand restores a store backed up to the bucket into the
+// directory it lost, and verifies it; then a directory that holds a store,
+// a backup that does not exist, missing flags and a damaged backup, each
+// with its message and exit status.
+func TestRestoreCommand(t *testing.T) {
+	srv := s3server.Shared(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	bucket := srv.NewBucket(t)
+	url := "s3://" + bucket + "/r?endpoint=" + srv.Endpoint + "&retry-for=10s"
+	dir := filepath.Join(t.TempDir(), "store")
+	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil), ObjectStore: &objstore.StoreOptions{URL: url}})
+	require.NoError(t, err)
+	def := lsm.TableDef{ID: 1, Name: "t", VnodeCount: 8, PK: keys.Schema{keys.Uint64}}
+	require.NoError(t, s.CreateTable(def))
+	w, err := s.NewWriter(def.ID, nil, nil)
+	require.NoError(t, err)
+	for pk := range uint64(500) {
+		k := keys.AppendUint64(nil, pk)
+		require.NoError(t, w.Insert(1, def.VnodeOf(k), k, []byte("row")))
+	}
+	require.NoError(t, w.Seal(1))
+	require.NoError(t, s.Commit(1))
+	require.NoError(t, w.Close())
+	_, err = s.Backup(context.Background(), "n1")
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, os.RemoveAll(dir))
+
+	out, errOut, code := runCmd(t, "restore", "--dir", dir, "--object-store", url, "--backup", "n1")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, out, "restored backup 1 of n1 into "+dir+": committed epoch 1")
+	require.Contains(t, out, ": ok")
+	_, errOut, code = runCmd(t, "restore", "--dir", dir, "--object-store", url, "--backup", "n1")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, "holds a store")
+	_, errOut, code = runCmd(t, "restore", "--dir", t.TempDir(), "--object-store", url, "--backup", "n2")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, "no backup")
+	_, errOut, code = runCmd(t, "restore", "--dir", t.TempDir(), "--object-store", url)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--backup are required")
+
+	// A damaged CURRENT: exit 7, naming it.
+	bk, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: bucket, Prefix: "r/",
+		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
+	require.NoError(t, err)
+	defer bk.Close()
+	cur := "lsmstats-backup/n1/CURRENT"
+	r, size, err := bk.ReadObject(context.Background(), cur)
+	require.NoError(t, err)
+	b := make([]byte, size)
+	require.NoError(t, r.ReadAt(context.Background(), b, 0))
+	require.NoError(t, r.Close())
+	b[size/2] ^= 1
+	wc, err := bk.CreateObject(cur)
+	require.NoError(t, err)
+	_, err = wc.Write(b)
+	require.NoError(t, err)
+	require.NoError(t, wc.Close())
+	_, errOut, code = runCmd(t, "restore", "--dir", t.TempDir(), "--object-store", url, "--backup", "n1")
+	require.Equal(t, exitCorrupt, code, errOut)
+	require.Contains(t, errOut, cur)
 }

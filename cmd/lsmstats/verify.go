@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -117,6 +118,38 @@ func repairCmd(args []string, stdout, stderr io.Writer) (int, error) {
 	} else {
 		fmt.Fprintf(stdout, "the MANIFEST of %s is not damaged: nothing to restore\n", *dir)
 	}
+	s, err := openStore(*dir, *objectStore, stderr, false)
+	if err != nil {
+		return exitOK, err
+	}
+	defer s.Close()
+	return verifyStore(s, stdout)
+}
+
+// restoreCmd writes a store's latest backup in its object store (which a
+// node makes after every checkpoint: lsmstats node --backup) into a
+// directory that holds no store, then verifies the store as verify does.
+func restoreCmd(args []string, stdout, stderr io.Writer) (int, error) {
+	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "", "the directory to restore the store into (missing or empty)")
+	objectStore := objectStoreFlag(fs)
+	name := fs.String("backup", "", "the backup's name (lsmstats node --backup)")
+	if err := fs.Parse(args); err != nil {
+		return usageError(err)
+	}
+	if fs.NArg() > 0 {
+		return usageError(errors.Newf("unexpected argument %q", fs.Arg(0)))
+	}
+	if *dir == "" || *objectStore == "" || *name == "" {
+		return usageError(errors.New("--dir, --object-store and --backup are required"))
+	}
+	info, err := lsm.Restore(context.Background(), *dir, &lsm.Options{Logger: cliLogger{w: stderr}, ObjectStore: objectStoreOptions(*objectStore)}, *name)
+	if err != nil {
+		return exitOK, err
+	}
+	fmt.Fprintf(stdout, "restored backup %d of %s into %s: committed epoch %d, %d files (%d bytes) referencing %d SSTs; removed %d SSTs made after it\n",
+		info.Seq, *name, *dir, info.Epoch, info.Files, info.Bytes, info.Objects, info.Removed)
 	s, err := openStore(*dir, *objectStore, stderr, false)
 	if err != nil {
 		return exitOK, err
