@@ -20,7 +20,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/record"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/lsmstats/lsmstats"
-	"github.com/lsmstats/lsmstats/objstore"
 )
 
 // Backups. A store on an object store keeps its SSTs there, and on local
@@ -388,20 +387,12 @@ func Restore(ctx context.Context, dir string, opts *Options, name string) (Backu
 			return BackupInfo{}, errors.Wrapf(err, "lsmstats: restore %s", name)
 		}
 	}
-	st := o.ObjectStore.Storage
-	where := o.ObjectStore.URL
-	if st == nil {
-		cfg, err := objstore.ParseURL(o.ObjectStore.URL)
-		if err != nil {
-			return BackupInfo{}, errors.Wrap(err, "lsmstats")
-		}
-		where = cfg.String()
-		b, err := objstore.New(cfg)
-		if err != nil {
-			return BackupInfo{}, errors.Wrap(err, "lsmstats")
-		}
-		defer func() { _ = b.Close() }()
-		st = b
+	st, where, owned, err := openStorage(o.ObjectStore, o.Logger)
+	if err != nil {
+		return BackupInfo{}, err
+	}
+	if owned != nil {
+		defer func() { _ = owned.Close() }()
 	}
 	prefix := backupRoot + name + "/"
 	idx, err := readBackupCurrent(ctx, st, prefix)
@@ -675,7 +666,8 @@ func decodeBackupRecord(b []byte) (backupRecord, error) {
 	return x, nil
 }
 
-// withCRCLine appends the line "crc32c XXXXXXXX" of b's checksum.
+// withCRCLine appends the line "crc32c XXXXXXXX" of b's checksum: the
+// text files of a store (OBJECT-STORE, a backup's CURRENT) end with it.
 func withCRCLine(b []byte) []byte {
 	return fmt.Appendf(b, "crc32c %08x\n", crc32.Checksum(b, castagnoli))
 }

@@ -1,12 +1,10 @@
 package lsm
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"strconv"
@@ -88,22 +86,15 @@ type objectStoreRecord struct {
 }
 
 func (r objectStoreRecord) encode() []byte {
-	body := fmt.Sprintf("%s\ncreator %d\nurl %s\n", objectStoreRecordMagic, r.creator, r.url)
-	return fmt.Appendf([]byte(body), "crc32c %08x\n", crc32.Checksum([]byte(body), castagnoli))
+	return withCRCLine(fmt.Appendf(nil, "%s\ncreator %d\nurl %s\n", objectStoreRecordMagic, r.creator, r.url))
 }
 
 func decodeObjectStoreRecord(b []byte) (objectStoreRecord, error) {
 	var r objectStoreRecord
-	i := bytes.LastIndex(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
-	if i < 0 {
-		return r, errors.New("no checksum line")
+	lines, err := checkedLines(b)
+	if err != nil {
+		return r, err
 	}
-	body, sum := b[:i+1], strings.TrimSpace(string(b[i+1:]))
-	want, ok := strings.CutPrefix(sum, "crc32c ")
-	if !ok || want != fmt.Sprintf("%08x", crc32.Checksum(body, castagnoli)) {
-		return r, errors.Newf("checksum line %q does not match its %d bytes", sum, len(body))
-	}
-	lines := strings.Split(strings.TrimSuffix(string(body), "\n"), "\n")
 	if len(lines) != 3 || lines[0] != objectStoreRecordMagic {
 		return r, errors.Newf("not a record of this format (%q)", lines[0])
 	}
@@ -111,7 +102,6 @@ func decodeObjectStoreRecord(b []byte) (objectStoreRecord, error) {
 	if !ok {
 		return r, errors.Newf("line %q is no creator", lines[1])
 	}
-	var err error
 	if r.creator, err = strconv.ParseUint(c, 10, 64); err != nil || r.creator == 0 {
 		return r, errors.Newf("creator %q is not a positive number", c)
 	}
@@ -202,23 +192,11 @@ func (s *Store) prepareObjectStore(hasDB bool, logger pebble.Logger) (*objectSto
 		return nil, errors.Newf("lsmstats: store %s keeps its SSTs on local disk (it was created without an object store): "+
 			"open it without one, not with %s", s.dir, o.describe())
 	}
-	storage := so.Storage
-	if storage == nil {
-		cfg, err := objstore.ParseURL(so.URL)
-		if err != nil {
-			return nil, errors.Wrap(err, "lsmstats")
-		}
-		o.name = cfg.String()
-		cfg.OnRetry = func(err error, attempts int, wait time.Duration) {
-			logger.Errorf("lsmstats: object store: attempt %d failed, retrying in %s: %v", attempts, wait.Round(time.Millisecond), err)
-		}
-		if o.owned, err = objstore.New(cfg); err != nil {
-			return nil, errors.Wrap(err, "lsmstats")
-		}
-		storage = o.owned
-	} else if b, ok := storage.(*objstore.Bucket); ok && o.name == "" {
-		o.name = b.Config().String()
+	storage, name, owned, err := openStorage(so, logger)
+	if err != nil {
+		return nil, err
 	}
+	o.name, o.owned = name, owned
 	o.tails = objstore.NewTailKeeper(storage, propertiesTail, keptTails, isSSTObject)
 	o.storage = newDeferredDeleteStorage(o.tails)
 	if err := o.check(s.dir, hasRec); err != nil {
@@ -234,6 +212,30 @@ func (s *Store) prepareObjectStore(hasDB bool, logger pebble.Logger) (*objectSto
 		o.rec = objectStoreRecord{creator: newCreatorID(), url: o.name}
 	}
 	return o, nil
+}
+
+// openStorage is the object store of so: its Storage, or a Bucket opened
+// from its URL (owned, which the caller closes; its retries logged), and
+// its name for messages (the URL without credentials).
+func openStorage(so *objstore.StoreOptions, logger pebble.Logger) (st remote.Storage, name string, owned *objstore.Bucket, err error) {
+	if so.Storage != nil {
+		name = so.URL
+		if b, ok := so.Storage.(*objstore.Bucket); ok && name == "" {
+			name = b.Config().String()
+		}
+		return so.Storage, name, nil, nil
+	}
+	cfg, err := objstore.ParseURL(so.URL)
+	if err != nil {
+		return nil, "", nil, errors.Wrap(err, "lsmstats")
+	}
+	cfg.OnRetry = func(err error, attempts int, wait time.Duration) {
+		logger.Errorf("lsmstats: object store: attempt %d failed, retrying in %s: %v", attempts, wait.Round(time.Millisecond), err)
+	}
+	if owned, err = objstore.New(cfg); err != nil {
+		return nil, "", nil, errors.Wrap(err, "lsmstats")
+	}
+	return owned, cfg.String(), owned, nil
 }
 
 // recordedName names the object store of a record.
