@@ -170,6 +170,13 @@ func newServer(bin string) (*Server, error) {
 		"-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-bucket=" + s.Bucket + "," + s.probeBucket(),
 		"-master.telemetry=false",
+		// Each bucket is a SeaweedFS collection with a volume of its own
+		// (1 GiB at most in mini, not preallocated). Left to itself, mini
+		// allows free disk / 1 GiB volumes: on a machine with 35 GiB free
+		// the 31st bucket's first write got HTTP 500 ("no free volumes
+		// left"), which no retry mends. The test binaries make a few
+		// hundred buckets at most.
+		"-volume.max=" + strconv.Itoa(maxVolumes),
 		"-master.port=" + strconv.Itoa(ports[0]), "-master.port.grpc=" + strconv.Itoa(ports[1]),
 		"-volume.port=" + strconv.Itoa(ports[2]), "-volume.port.grpc=" + strconv.Itoa(ports[3]),
 		"-filer.port=" + strconv.Itoa(ports[4]), "-filer.port.grpc=" + strconv.Itoa(ports[5]),
@@ -253,6 +260,9 @@ func (s *Server) NewBucket(t testing.TB) string {
 }
 
 var bucketSeq atomic.Int64
+
+// maxVolumes is the server's volume budget: one per bucket.
+const maxVolumes = 2000
 
 // Stop kills the server (SIGKILL, as a crash) and waits until it has
 // exited; its data stay, and Start starts it again. Stopping a stopped

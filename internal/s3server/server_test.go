@@ -190,3 +190,20 @@ func TestStaleDirs(t *testing.T) {
 		require.False(t, strings.HasPrefix(e.Name(), "weed-"+revision()+"."), "glog file %s in the temporary directory", e.Name())
 	}
 }
+
+// Every bucket takes writes, however many the tests make: mini's own volume
+// budget (free disk / 1 GiB, one volume per bucket) ran out at the 31st
+// bucket on a machine with 35 GiB free. The test makes more buckets than
+// the free disk's GiB count, up to 64 (each takes ~0.2 s).
+func TestManyBuckets(t *testing.T) {
+	s := Shared(t)
+	var st syscall.Statfs_t
+	require.NoError(t, syscall.Statfs(s.Dir(), &st))
+	freeGiB := int(st.Bavail * uint64(st.Bsize) >> 30)
+	n := min(freeGiB+4, 64)
+	t.Logf("%d GiB free: %d buckets", freeGiB, n)
+	for i := range n {
+		b := s.NewBucket(t)
+		require.NoError(t, put(t, s, b, "k", strconv.Itoa(i)), "bucket %d of %d (%s), %d GiB free", i+1, n, b, freeGiB)
+	}
+}
