@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -65,7 +66,8 @@ type Config struct {
 // each field means its default.
 type RetryPolicy struct {
 	// MaxAttempts bounds the attempts of one request, the first included;
-	// 0 means 10, and 1 means no retries.
+	// 0 means 10, 1 means no retries, and a negative value means no bound
+	// but MaxElapsed.
 	MaxAttempts int
 	// InitialBackoff is the wait before the first retry; each retry waits
 	// twice as long as the one before, up to MaxBackoff, with random
@@ -92,8 +94,11 @@ const (
 )
 
 func (p RetryPolicy) withDefaults() RetryPolicy {
-	if p.MaxAttempts <= 0 {
+	switch {
+	case p.MaxAttempts == 0:
 		p.MaxAttempts = 10
+	case p.MaxAttempts < 0:
+		p.MaxAttempts = math.MaxInt
 	}
 	if p.InitialBackoff <= 0 {
 		p.InitialBackoff = 50 * time.Millisecond

@@ -17,8 +17,9 @@ import (
 // PREFIX (empty: the bucket's root) gets a trailing slash if it has none.
 // The endpoint defaults to $AWS_ENDPOINT_URL_S3, then $AWS_ENDPOINT_URL,
 // then AWS S3 in the region; the region to $AWS_REGION, then
-// $AWS_DEFAULT_REGION, then DefaultRegion. retry-for bounds each request
-// with its retries (RetryPolicy.MaxElapsed, a Go duration: 30s, 2m). The credentials come from the
+// $AWS_DEFAULT_REGION, then DefaultRegion. retry-for (a Go duration: 30s,
+// 2m) is how long each request goes on retrying: RetryPolicy.MaxElapsed,
+// with no bound on the attempts (MaxAttempts -1). The credentials come from the
 // standard variables only, never from the URL: AWS_ACCESS_KEY_ID,
 // AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN (none set: anonymous
 // requests). An error names the part of the URL that is wrong and never
@@ -108,7 +109,7 @@ func parseURL(raw string, getenv func(string) string) (Config, error) {
 		if err != nil || d <= 0 {
 			return c, errors.Newf("objstore: object store URL %q: retry-for %q is not a positive duration (such as 30s or 2m)", shown, q.Get("retry-for"))
 		}
-		c.Retry.MaxElapsed = d
+		c.Retry.MaxElapsed, c.Retry.MaxAttempts = d, -1
 	}
 
 	c.AccessKeyID = getenv("AWS_ACCESS_KEY_ID")

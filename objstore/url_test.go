@@ -54,6 +54,7 @@ func TestParseURL(t *testing.T) {
 	c, err = objstore.ParseURL("s3://b12/p?retry-for=15s")
 	require.NoError(t, err)
 	require.Equal(t, 15*time.Second, c.Retry.MaxElapsed)
+	require.Equal(t, -1, c.Retry.MaxAttempts, "retry-for, not an attempt count, bounds the retries")
 	require.Contains(t, c.String(), "retry-for=15s")
 	c2, err = objstore.ParseURL(c.String())
 	require.NoError(t, err)
