@@ -84,11 +84,13 @@ race: objstore
 	$(GO) test -count=1 -race -timeout 40m $(RACE_PKGS)
 
 # Every benchmark; the backfill ones run each workload once per approach,
-# beside the raw-Pebble pipeline, and BenchmarkScale runs at 1M rows.
-bench:
+# beside the raw-Pebble pipeline, and BenchmarkScale runs at 1M rows. One
+# package at a time (-p 1): two benchmark binaries at once would share the
+# cores and each measure the other.
+bench: objstore
 	@mkdir -p $(OUT)
 	@$(COMMIT_LINE) > $(OUT)/bench.txt
-	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 120m $(PKGS) | tee -a $(OUT)/bench.txt
+	$(GO) test -p 1 -run '^$$' -bench . -benchtime 2s -timeout 120m $(PKGS) | tee -a $(OUT)/bench.txt
 
 # Every benchmark of every package once (-benchtime 1x) at the sizes -short
 # gives them (each package's benchmarks say which): jobs, stores and the
