@@ -37,8 +37,8 @@
 // size, which ran out at the 31st bucket on a machine with 35 GiB free
 // (HTTP 500 "no free volumes left" to every write of the next bucket, no
 // matter how long a client retries); the server runs with a fixed budget
-// of volumes instead (maxVolumes), which volumes take no disk until
-// written, whatever the machine (TestManyBuckets).
+// of volumes instead (maxVolumes; a volume takes no disk until it is
+// written), whatever the machine (TestManyBuckets).
 //
 // It is imported by tests and benchmarks, and by tools/s3run, which runs a
 // command (make demo-s3) beside a server of its own (Launch, Close).
