@@ -160,7 +160,8 @@ scale:
 # the 1M rows of make bench), make bench-eta's and make bench-jobs's
 # ($(OUT)/eta.txt, $(OUT)/jobs.txt, when there are; else make bench's) and
 # make matrix's (docs/accuracy.md), each table stamped with the commit its
-# output's first line names; docs/scale.png from the scale figures, and
+# output's first line names; docs/scale.png from the scale figures when
+# they span two sizes or more (make scale's), and
 # docs/progress.png from a run of the main job.
 results:
 	@mkdir -p $(OUT) docs

@@ -71,7 +71,7 @@ func main() {
 		}
 	}
 	if *plotPath != "" {
-		if pts := scalePoints(metrics); len(pts) > 0 {
+		if pts := scalePoints(metrics); plottable(pts) {
 			if err := plotScale(*plotPath, pts); err != nil {
 				fail(err)
 			}

@@ -75,6 +75,22 @@ BenchmarkScale/rows=4M/workload=uniform-2  1  3e9 ns/op  900 solo-peak-rss-MB  6
 	if i, j := strings.Index(table, "| 4M | uniform |"), strings.Index(table, "| 1M | uniform, interleaved order | — | — | 300000 | 0.610× |"); j < 0 || j < i {
 		t.Errorf("no row of the interleaved order after the vnode order's:\n%s", table)
 	}
+	// Two sizes: the table links the plot; one size (make bench's 1M rows
+	// alone) has nothing to plot against rows, and no link.
+	if !strings.Contains(table, "![plot](scale.png)") || !plottable(scalePoints(m)) {
+		t.Errorf("no plot linked for two sizes:\n%s", table)
+	}
+	one := map[string]map[string]float64{}
+	for name, x := range m {
+		if !strings.Contains(name, "rows=4M") {
+			one[name] = x
+		}
+	}
+	var b1 strings.Builder
+	renderScale(&b1, one)
+	if strings.Contains(b1.String(), "![plot]") || plottable(scalePoints(one)) || !strings.Contains(b1.String(), "| 1M | uniform |") {
+		t.Errorf("one size: a plot linked, or no table:\n%s", b1.String())
+	}
 	png := filepath.Join(t.TempDir(), "scale.png")
 	if err := plotScale(png, scalePoints(m)); err != nil {
 		t.Fatal(err)

@@ -90,13 +90,29 @@ func sizeValue(s string) float64 {
 	return v * mult
 }
 
+// plottable reports whether pts span more than one table size: a plot
+// against rows of a single size (make bench's 1M rows, without a make scale
+// output) shows nothing of how the costs grow.
+func plottable(pts []scalePoint) bool {
+	for _, p := range pts {
+		if p.rows != pts[0].rows {
+			return true
+		}
+	}
+	return false
+}
+
 // renderScale writes the scale table: one row per size and workload.
 func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 	pts := scalePoints(m)
 	if len(pts) == 0 {
 		return
 	}
-	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"interleaved order\" ran with `--snapshot-order interleaved`, the others in the default vnode order; the first × raw is against raw Pebble scanning in pk order, the second (the interleaved order's) against raw Pebble reading the vnodes in turn; each × raw is against raw Pebble with the store's Pebble options, then, after the slash, with Pebble's default options; the statistics' share is the bytes of the metadata rows (the live statistics' buckets and the store's few other rows) and of the SST payloads over the bytes the store's Pebble wrote into SSTs by flushes, by compactions, and by both; \"alone\" is a child process holding only a store and the job, on the uniform workload's rows (bench/solo_test.go: no workload model, glibc's malloc limited to one arena): its cost per row, and its peak RSS over the job and a read of both tables; \"raw Pebble alone\" a child doing the same load, scan-and-write and read on raw Pebble with the store's Pebble options, the same cache and memtables; ![plot](scale.png)):\n\n")
+	b.WriteString("Scale (`make scale`: BenchmarkScale, the CLI's job — 256 vnodes, 2 actors, a checkpoint every 2,048 rows per actor, the stats approach — then the raw-Pebble pipelines on the same rows in the same process; the ratios are of one run; per-row costs and memory are the store's; a workload marked \"interleaved order\" ran with `--snapshot-order interleaved`, the others in the default vnode order; the first × raw is against raw Pebble scanning in pk order, the second (the interleaved order's) against raw Pebble reading the vnodes in turn; each × raw is against raw Pebble with the store's Pebble options, then, after the slash, with Pebble's default options; the statistics' share is the bytes of the metadata rows (the live statistics' buckets and the store's few other rows) and of the SST payloads over the bytes the store's Pebble wrote into SSTs by flushes, by compactions, and by both; \"alone\" is a child process holding only a store and the job, on the uniform workload's rows (bench/solo_test.go: no workload model, glibc's malloc limited to one arena): its cost per row, and its peak RSS over the job and a read of both tables; \"raw Pebble alone\" a child doing the same load, scan-and-write and read on raw Pebble with the store's Pebble options, the same cache and memtables")
+	if plottable(pts) {
+		b.WriteString("; ![plot](scale.png)")
+	}
+	b.WriteString("):\n\n")
 	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | statistics' share of bytes flushed / compacted (both) | backfill wall / CPU per row | load wall / CPU per row | alone: backfill, load wall / CPU per row (raw Pebble alone) | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest (of which malloc's free memory) [raw Pebble alone: the rest] | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file: probe / whole run (listings) | a listing of the SSTs | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {
