@@ -152,10 +152,7 @@ func testBackupRestore(t *testing.T, batched bool) {
 	require.NoError(t, s.Close())
 
 	// A backup file that does not match its index.
-	bucket, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: objstoreBucketOf(t, url), Prefix: "b/",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
-	require.NoError(t, err)
-	defer bucket.Close()
+	bucket := testBucket(t, srv, objstoreBucketOf(t, url), "b/")
 	victim := fmt.Sprintf("%snodes/n1/%d/%s", backupRoot, info.Seq, objectStoreRecordName)
 	b, err := getObject(ctx, bucket, victim)
 	require.NoError(t, err)
@@ -315,10 +312,7 @@ func (b *failingBucket) CreateObject(name string) (io.WriteCloser, error) {
 // those the last two backups have.
 func TestBackupFaults(t *testing.T) {
 	srv := s3server.Shared(t)
-	bucket, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Prefix: "f/",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, Retry: objstore.RetryPolicy{MaxElapsed: 5e9}})
-	require.NoError(t, err)
-	defer bucket.Close()
+	bucket := testBucket(t, srv, srv.NewBucket(t), "f/")
 	fb := &failingBucket{Bucket: bucket}
 	opts := func() *Options {
 		return &Options{Logger: QuietLogger(io.Discard), ObjectStore: &objstore.StoreOptions{Storage: fb}}

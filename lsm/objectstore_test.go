@@ -148,10 +148,7 @@ func TestObjectStoreOpen(t *testing.T) {
 // ErrCorruption, and once the objects are restored Verify finds nothing.
 func TestObjectStoreCorruption(t *testing.T) {
 	srv := s3server.Shared(t)
-	bucket, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Prefix: "c/",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, Retry: objstore.RetryPolicy{MaxElapsed: 5e9}})
-	require.NoError(t, err)
-	defer bucket.Close()
+	bucket := testBucket(t, srv, srv.NewBucket(t), "c/")
 	dir := t.TempDir()
 	opts := &Options{Logger: QuietLogger(io.Discard), CommitBatchBytes: -1,
 		ObjectStore: &objstore.StoreOptions{Storage: bucket}}
@@ -273,10 +270,7 @@ func TestObjectStoreCorruption(t *testing.T) {
 // once. The store reopens and verifies.
 func TestObjectStoreLowerLevels(t *testing.T) {
 	srv := s3server.Shared(t)
-	bucket, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Prefix: "lower/",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
-	require.NoError(t, err)
-	defer bucket.Close()
+	bucket := testBucket(t, srv, srv.NewBucket(t), "lower/")
 	dir := t.TempDir()
 	opts := &Options{Logger: QuietLogger(io.Discard),
 		ObjectStore: &objstore.StoreOptions{Storage: bucket, Levels: remote.CreateOnSharedLower}}
@@ -344,10 +338,7 @@ func (c *tailCounter) ReadTail(ctx context.Context, name string, n int64) (remot
 // first of the two by number, and its object, every time.
 func TestObjectStoreStatsLoad(t *testing.T) {
 	srv := s3server.Shared(t)
-	bucket, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Prefix: "load/",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
-	require.NoError(t, err)
-	defer bucket.Close()
+	bucket := testBucket(t, srv, srv.NewBucket(t), "load/")
 	counter := &tailCounter{Bucket: bucket}
 	const commits, rows = 30, 25
 	sums := map[string]map[[2]uint32]stats.Counts{}
@@ -510,10 +501,7 @@ func (b *vanishingBucket) ReadObject(ctx context.Context, name string) (remote.O
 // which left compactions running.)
 func TestObjectStoreVerifyVanished(t *testing.T) {
 	srv := s3server.Shared(t)
-	bucket, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Prefix: "v/",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, Retry: objstore.RetryPolicy{MaxElapsed: 5e9}})
-	require.NoError(t, err)
-	defer bucket.Close()
+	bucket := testBucket(t, srv, srv.NewBucket(t), "v/")
 	vb := &vanishingBucket{Bucket: bucket}
 	opts := &Options{Logger: QuietLogger(io.Discard), CommitBatchBytes: -1,
 		ObjectStore: &objstore.StoreOptions{Storage: vb},
@@ -588,4 +576,15 @@ func TestObjectStoreVerifyVanished(t *testing.T) {
 		n += len(ts)
 	}
 	require.GreaterOrEqual(t, rep.Files, n, "SSTs checked")
+}
+
+// testBucket returns a Bucket of srv's bucket under prefix, closed when the
+// test ends, whose requests give up after 5 s.
+func testBucket(t *testing.T, srv *s3server.Server, bucket, prefix string) *objstore.Bucket {
+	t.Helper()
+	b, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: bucket, Prefix: prefix,
+		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, Retry: objstore.RetryPolicy{MaxElapsed: 5 * time.Second}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	return b
 }

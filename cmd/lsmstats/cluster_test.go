@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/lsmstats/lsmstats/internal/s3server"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,10 +17,7 @@ import (
 // stats figure kept to the truth, and every node's MV equals its upstream
 // with Verify clean.
 func TestClusterCommand(t *testing.T) {
-	srv := s3server.Shared(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
-	url := "s3://" + srv.NewBucket(t) + "/cluster?endpoint=" + srv.Endpoint + "&retry-for=10s"
+	_, _, url := cliBucket(t, "cluster")
 	jsonPath := filepath.Join(t.TempDir(), "out", "cluster.json")
 	out, errOut, code := runCmd(t, "backfill", "--nodes", "3", "--workload", "mixed", "--rows", "12000", "--vnodes", "32",
 		"--actors", "1", "--chunk-size", "64", "--barrier-rows", "128", "--checkpoint-every", "2",

@@ -141,13 +141,9 @@ type fixtureBucket struct {
 
 func newFixtureBucket(t *testing.T, srv *s3server.Server) *fixtureBucket {
 	name := srv.NewBucket(t)
-	b, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: name, Prefix: "fixture/",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
 	return &fixtureBucket{
 		url:    "s3://" + name + "/fixture?endpoint=" + srv.Endpoint + "&retry-for=5s",
-		bucket: b,
+		bucket: prefixBucket(t, srv, name, "fixture/"),
 		mirror: t.TempDir(),
 	}
 }

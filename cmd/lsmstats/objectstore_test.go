@@ -21,11 +21,7 @@ import (
 // verify finds nothing; without --object-store the store is refused; with
 // an object deleted from the bucket verify names it and exits 7.
 func TestObjectStoreCommands(t *testing.T) {
-	srv := s3server.Shared(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
-	bucket := srv.NewBucket(t)
-	url := "s3://" + bucket + "/cli?endpoint=" + srv.Endpoint + "&retry-for=10s"
+	srv, bucket, url := cliBucket(t, "cli")
 	dir := filepath.Join(t.TempDir(), "store")
 	jsonPath := filepath.Join(t.TempDir(), "run.json")
 	out, errOut, code := runCmd(t, "backfill", "--workload", "mixed", "--rows", "8000", "--vnodes", "16",
@@ -58,10 +54,7 @@ func TestObjectStoreCommands(t *testing.T) {
 	require.Contains(t, serr, "keeps its SSTs in the object store s3://"+bucket+"/cli/")
 
 	// An SST's object deleted: verify names it, exit 7.
-	bk, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: bucket, Prefix: "cli/",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
-	require.NoError(t, err)
-	defer bk.Close()
+	bk := prefixBucket(t, srv, bucket, "cli/")
 	names, err := bk.List("", "")
 	require.NoError(t, err)
 	var victim string
@@ -87,11 +80,7 @@ func TestObjectStoreCommands(t *testing.T) {
 // a backup that does not exist, missing flags and a damaged backup, each
 // with its message and exit status.
 func TestRestoreCommand(t *testing.T) {
-	srv := s3server.Shared(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
-	bucket := srv.NewBucket(t)
-	url := "s3://" + bucket + "/r?endpoint=" + srv.Endpoint + "&retry-for=10s"
+	srv, bucket, url := cliBucket(t, "r")
 	dir := filepath.Join(t.TempDir(), "store")
 	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil), ObjectStore: &objstore.StoreOptions{URL: url}})
 	require.NoError(t, err)
@@ -126,10 +115,7 @@ func TestRestoreCommand(t *testing.T) {
 	require.Contains(t, errOut, "--backup are required")
 
 	// A damaged CURRENT: exit 7, naming it.
-	bk, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: bucket, Prefix: "r/",
-		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
-	require.NoError(t, err)
-	defer bk.Close()
+	bk := prefixBucket(t, srv, bucket, "r/")
 	cur := "lsmstats-backup/n1/CURRENT"
 	r, size, err := bk.ReadObject(context.Background(), cur)
 	require.NoError(t, err)
@@ -145,4 +131,25 @@ func TestRestoreCommand(t *testing.T) {
 	_, errOut, code = runCmd(t, "restore", "--dir", t.TempDir(), "--object-store", url, "--backup", "n1")
 	require.Equal(t, exitCorrupt, code, errOut)
 	require.Contains(t, errOut, cur)
+}
+
+// cliBucket gives a test a bucket of the shared S3 server and the
+// --object-store URL of prefix in it, and sets the server's credentials in
+// the environment, where the commands read them.
+func cliBucket(t *testing.T, prefix string) (srv *s3server.Server, bucket, url string) {
+	srv = s3server.Shared(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	bucket = srv.NewBucket(t)
+	return srv, bucket, "s3://" + bucket + "/" + prefix + "?endpoint=" + srv.Endpoint + "&retry-for=10s"
+}
+
+// prefixBucket opens prefix of srv's bucket for a test to read and damage
+// the objects the commands wrote; it is closed when the test ends.
+func prefixBucket(t *testing.T, srv *s3server.Server, bucket, prefix string) *objstore.Bucket {
+	bk, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Bucket: bucket, Prefix: prefix,
+		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bk.Close() })
+	return bk
 }
