@@ -244,6 +244,21 @@ func TestRetryBounds(t *testing.T) {
 	t.Logf("MaxElapsed 1s: %d attempts in %s", attempts, took)
 	p.clear()
 
+	// MaxAttempts -1 is no bound on the count: with 3 s, more attempts than
+	// the default bound of 10 (each takes ~0.1 s here).
+	c.Retry = objstore.RetryPolicy{MaxAttempts: -1, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, MaxElapsed: 3 * time.Second}
+	b3, err := objstore.New(c)
+	require.NoError(t, err)
+	defer b3.Close()
+	p.add("internal", isGet, -1)
+	r3, _, err := b3.ReadObject(context.Background(), "o")
+	require.NoError(t, err)
+	require.ErrorContains(t, r3.ReadAt(context.Background(), make([]byte, 2), 1), "InternalError (HTTP 500)")
+	attempts = b3.Stats().Of(objstore.KindGet).Requests
+	require.Greater(t, attempts, int64(10), "MaxAttempts -1 stopped at the default bound")
+	t.Logf("MaxAttempts -1, MaxElapsed 3s: %d attempts", attempts)
+	p.clear()
+
 	// The caller's context ends the retries.
 	p.add("slowdown", isGet, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
