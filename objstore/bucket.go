@@ -190,7 +190,9 @@ func (b *Bucket) retry(ctx context.Context, pol RetryPolicy, k Kind, key, detail
 			return b.failure(k, key, detail, err, cl, n, time.Since(start))
 		}
 		if b.cfg.OnRetry != nil {
-			b.cfg.OnRetry(b.failure(k, key, detail, err, cl, n, time.Since(start)), n, sleep)
+			// The error of this attempt, not of the request: a retry
+			// follows, so nothing "gave up" (the attempts come apart).
+			b.cfg.OnRetry(b.failure(k, key, detail, err, cl, 1, 0), n, sleep)
 		}
 		t := time.NewTimer(sleep)
 		select {

@@ -247,6 +247,15 @@ func TestRetryBounds(t *testing.T) {
 	// MaxAttempts -1 is no bound on the count: with 3 s, more attempts than
 	// the default bound of 10 (each takes ~0.1 s here).
 	c.Retry = objstore.RetryPolicy{MaxAttempts: -1, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, MaxElapsed: 3 * time.Second}
+	// Each retry is reported with its attempt's error, which does not say
+	// the request gave up (the last error alone does).
+	var mu sync.Mutex
+	var retries []string
+	c.OnRetry = func(err error, attempts int, _ time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		retries = append(retries, fmt.Sprintf("%d: %v", attempts, err))
+	}
 	b3, err := objstore.New(c)
 	require.NoError(t, err)
 	defer b3.Close()
@@ -256,6 +265,14 @@ func TestRetryBounds(t *testing.T) {
 	require.ErrorContains(t, r3.ReadAt(context.Background(), make([]byte, 2), 1), "InternalError (HTTP 500)")
 	attempts = b3.Stats().Of(objstore.KindGet).Requests
 	require.Greater(t, attempts, int64(10), "MaxAttempts -1 stopped at the default bound")
+	mu.Lock()
+	require.Len(t, retries, int(attempts)-1, "one report per retry")
+	for i, r := range retries {
+		require.True(t, strings.HasPrefix(r, fmt.Sprintf("%d: ", i+1)), r)
+		require.Contains(t, r, "InternalError (HTTP 500)")
+		require.NotContains(t, r, "gave up", "a retry's report")
+	}
+	mu.Unlock()
 	t.Logf("MaxAttempts -1, MaxElapsed 3s: %d attempts", attempts)
 	p.clear()
 
