@@ -124,6 +124,10 @@ var (
 //	physical-heap-MB, live-heap-MB,         the two parts of it, and the
 //	live-meta-rows                          live statistics' metadata rows
 //	                                        (one per bucket and a few more)
+//	live-load-ms                            the time to load the live
+//	                                        statistics from those rows, as
+//	                                        Open does (the delta log
+//	                                        replayed onto the bucket rows)
 //	payload-MB, reader-payload-MB           the statistics payload of the
 //	                                        live SSTs, and the heap that
 //	                                        Pebble's sstable readers (as its
@@ -384,6 +388,7 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	b.ReportMetric(probe.physicalHeap/1e6, "physical-heap-MB")
 	b.ReportMetric(probe.liveHeap/1e6, "live-heap-MB")
 	b.ReportMetric(float64(probe.liveRows), "live-meta-rows")
+	b.ReportMetric(float64(probe.liveLoad.Microseconds())/1e3, "live-load-ms")
 	b.ReportMetric(probe.payload/1e6, "payload-MB")
 	b.ReportMetric(probe.readerPayload/1e6, "reader-payload-MB")
 	b.ReportMetric(sum.ProgressNanos["stats"], "progress-cpu-ns/barrier")
@@ -447,6 +452,7 @@ type scaleProbe struct {
 	statsHeap, payload, readerPayload float64
 	physicalHeap, liveHeap            float64
 	liveRows                          int
+	liveLoad                          time.Duration
 	keys                              uint64
 	refreshPerFile, listing           float64
 	ssts, l0                          int
@@ -468,7 +474,7 @@ func probeStore(b *testing.B, s *Session, cfg Config) scaleProbe {
 	tcfg := ssttracker.TrackerConfig{DB: db, Dir: lsminternal.PebbleDir(s.Store), ReaderOptions: ropts, Logger: lsm.QuietLogger(nil)}
 	h := measureStatsHeap(b, s.Store)
 	p.physicalHeap, p.liveHeap, p.statsHeap = h.physical, h.live, h.physical+h.live
-	p.liveRows, p.keys = h.liveRows, h.keys
+	p.liveRows, p.keys, p.liveLoad = h.liveRows, h.keys, h.liveLoad
 
 	p.payload, p.readerPayload = readerPayload(b, db, lsminternal.PebbleDir(s.Store), ropts)
 	p.refreshPerFile, p.listing = refreshProbe(b, s.Store, tcfg)
@@ -485,8 +491,10 @@ type statsHeap struct {
 	liveRows int
 	keys     uint64
 	// load is the time of the first recomputation of the physical
-	// statistics: reading every live SST's, as a reopened store does.
-	load time.Duration
+	// statistics: reading every live SST's, as a reopened store does;
+	// liveLoad that of the first load of the live statistics from their
+	// rows, read before (bucket rows, then the delta log replayed).
+	load, liveLoad time.Duration
 }
 
 // measureStatsHeap returns the heap that the statistics of a finished
@@ -530,7 +538,8 @@ func measureStatsHeap(b *testing.B, store *lsm.Store) statsHeap {
 		}
 	}
 	mid := heapLive()
-	for range statsCopies {
+	for i := range statsCopies {
+		start := time.Now()
 		ls := livebuckets.NewState()
 		for _, def := range store.Tables() {
 			ls.AddTable(def.ID, def.VnodeCount)
@@ -539,6 +548,9 @@ func measureStatsHeap(b *testing.B, store *lsm.Store) statsHeap {
 			require.NoError(b, ls.Load(kv[0], kv[1]))
 		}
 		ls.FinishLoad()
+		if i == 0 {
+			h.liveLoad = time.Since(start)
+		}
 		kept = append(kept, ls)
 	}
 	h.physical = (mid - before) / statsCopies

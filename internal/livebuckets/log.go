@@ -168,45 +168,60 @@ func appendLogVnode(dst []byte, scratch *[]byte, vn uint16, old, new *liveVnode)
 // indices (zero counts, no flags), or an error when the indices or the
 // bounds do not fit: an index out of range or not increasing, the first
 // bucket removed or a bucket inserted before it, bounds out of order.
+//
+// It runs for every vnode whose layout a log row changes, at every Open, so
+// it makes one slice, copies the kept buckets a run at a time, and compares
+// only the bounds that came with their neighbours: the buckets kept are in
+// order already (bucket rows load in key order, and every relayout before
+// this one was checked).
 func relayout(bs []bucket, removed []int, inserted []insertedBound) ([]bucket, error) {
-	kept := make([]bucket, 0, len(bs))
-	r := 0
-	for i := range bs {
-		if r < len(removed) && removed[r] == i {
-			r++
-			continue
+	for r, i := range removed {
+		if i <= 0 && r == 0 || r > 0 && i <= removed[r-1] || i >= len(bs) {
+			return nil, errors.Newf("removed buckets %v of %d", removed, len(bs))
 		}
-		kept = append(kept, bs[i])
 	}
-	if r < len(removed) || len(removed) > 0 && removed[0] == 0 {
-		return nil, errors.Newf("removed buckets %v of %d", removed, len(bs))
-	}
-	total := len(kept) + len(inserted)
+	total := len(bs) - len(removed) + len(inserted)
 	out := make([]bucket, 0, total)
-	k, x := 0, 0
-	for j := 0; j < total; j++ {
-		if x < len(inserted) && inserted[x].at == j {
-			if j == 0 {
-				return nil, errors.New("a bucket inserted before the first")
+	i, r := 0, 0 // the next of bs and of removed
+	// keep appends the next n buckets of bs that are not removed, a run
+	// at a time; false: bs has fewer.
+	keep := func(n int) bool {
+		for n > 0 {
+			for r < len(removed) && removed[r] == i {
+				r, i = r+1, i+1
 			}
-			var nb bucket
-			nb.setLower(inserted[x].lower)
-			out = append(out, nb)
-			x++
-			continue
+			end := len(bs)
+			if r < len(removed) {
+				end = removed[r]
+			}
+			k := min(n, end-i)
+			if k <= 0 {
+				return false
+			}
+			out = append(out, bs[i:i+k]...)
+			i, n = i+k, n-k
 		}
-		if k == len(kept) {
+		return true
+	}
+	for _, in := range inserted {
+		if in.at == 0 {
+			return nil, errors.New("a bucket inserted before the first")
+		}
+		if in.at < len(out) || !keep(in.at-len(out)) {
 			return nil, errors.Newf("inserted buckets past the %d buckets", total)
 		}
-		out = append(out, kept[k])
-		k++
+		var nb bucket
+		nb.setLower(in.lower)
+		out = append(out, nb)
 	}
-	if x < len(inserted) {
+	if !keep(total - len(out)) {
 		return nil, errors.Newf("inserted buckets past the %d buckets", total)
 	}
-	for j := 2; j < len(out); j++ {
-		if bytes.Compare(out[j-1].lower(), out[j].lower()) >= 0 {
-			return nil, errors.Newf("bucket %d's bound %x not above bucket %d's %x", j, out[j].lower(), j-1, out[j-1].lower())
+	for _, in := range inserted {
+		for _, j := range [2]int{in.at, in.at + 1} {
+			if j >= 2 && j < len(out) && bytes.Compare(out[j-1].lower(), out[j].lower()) >= 0 {
+				return nil, errors.Newf("bucket %d's bound %x not above bucket %d's %x", j, out[j].lower(), j-1, out[j-1].lower())
+			}
 		}
 	}
 	return out, nil
