@@ -11,7 +11,7 @@ import (
 // TableBucketBudget.
 const (
 	// SplitDivisor sets the largest bucket to 1/SplitDivisor of its vnode.
-	SplitDivisor = 96
+	SplitDivisor = 64
 	// TableBucketBudget bounds the buckets of one table: a bucket may hold
 	// at least 1/TableBucketBudget of its table's rows, so a table of many
 	// small vnodes keeps about TableBucketBudget buckets, not one per row.
@@ -71,7 +71,7 @@ func (l Live) AppendEstimates(dst []RowEstimate, table uint32, qs []RangeQuery) 
 // Partition cuts the live rows of a set of vnodes into at most n ranges of
 // about equal size, at bucket boundaries (as GreptimeDB balances scan
 // partitions by row counts), so each range's row count is exact and ranges
-// differ from the ideal size by at most about one bucket (≤ 1.04% of a
+// differ from the ideal size by at most about one bucket (≤ 1.6% of a
 // vnode).
 func (l Live) Partition(table uint32, vnodes *roaring.Bitmap, n int) []ScanRange {
 	return livebuckets.Partition[ScanRange](l.s, table, vnodes, n)

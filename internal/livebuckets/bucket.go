@@ -7,7 +7,7 @@ import (
 
 const (
 	// SplitDivisor sets the largest bucket to 1/SplitDivisor of its vnode.
-	SplitDivisor = 96
+	SplitDivisor = 64
 	// MinSplitRows is the split limit of the smallest vnodes: at one row a
 	// bucket, a vnode of up to SplitDivisor rows is counted exactly.
 	MinSplitRows = 1

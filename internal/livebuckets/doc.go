@@ -48,9 +48,9 @@
 // that. A split needs the exact count of each piece, which the store gets by scanning the bucket's
 // rows once after the commit that made it too big (BucketScan, which also
 // calibrates each piece); each row is scanned O(log growth) times over the
-// life of a vnode, like a B-tree's splits. With SplitDivisor 96 no bucket
-// of a large vnode holds more than 1.04% of it, so the bounds of any range
-// are at most 2.1% of the vnode wide.
+// life of a vnode, like a B-tree's splits. With SplitDivisor 64 no bucket
+// of a large vnode holds more than 1.6% of it, so the bounds of any range
+// are at most 3.1% of the vnode wide.
 //
 // A Snapshot is immutable, safe for concurrent use. A State is not safe
 // for concurrent use (the store serialises commits).

@@ -139,7 +139,7 @@ func estimate[E RowEstimateFields, Q RangeQueryFields](t *liveTable, qs []Q, ps 
 // Partition cuts the live rows of l of a set of vnodes into at most n ranges of
 // about equal size, at bucket boundaries (as GreptimeDB balances scan
 // partitions by row counts), so each range's row count is exact and ranges
-// differ from the ideal size by at most about one bucket (≤ 1.04% of a vnode).
+// differ from the ideal size by at most about one bucket (≤ 1.6% of a vnode).
 func Partition[R ScanRangeFields](l *Snapshot, table uint32, vnodes *roaring.Bitmap, n int) []R {
 	t := l.table(table)
 	if t == nil {
