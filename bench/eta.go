@@ -42,14 +42,22 @@ func (p ETAPoint) Covered() bool {
 
 // ETAPoints pairs every checkpoint before the job's end with the time that
 // remained: records must end with the job's finished record (whose Time is
-// the end). Checkpoints without an ETA shown are skipped.
+// the end). Checkpoints without an ETA shown are skipped. The time that
+// remained leaves out each restart's downtime (from the last record before
+// a reopened job's first figure, Record.Reopened, to that figure: the
+// crash, the reopening and the recovery), which no forecast made before
+// the crash can know of.
 func ETAPoints(records []backfill.Record) ([]ETAPoint, error) {
 	if len(records) == 0 || !records[len(records)-1].Finished {
 		return nil, errors.New("bench: ETA accuracy needs the records of a finished job")
 	}
 	cs := make([]ETACheckpoint, len(records))
+	var down time.Duration // the downtime so far
 	for i, r := range records {
-		cs[i] = ETACheckpoint{Time: r.Time, Finished: r.Finished, Truth: r.Truth, Stats: r.Figure("stats").Raw, ETA: r.ETA}
+		if r.Reopened && i > 0 {
+			down += r.Time.Sub(records[i-1].Time)
+		}
+		cs[i] = ETACheckpoint{Time: r.Time.Add(-down), Finished: r.Finished, Truth: r.Truth, Stats: r.Figure("stats").Raw, ETA: r.ETA}
 	}
 	out, _, _ := ETAPointsOf(cs)
 	return out, nil

@@ -34,13 +34,14 @@ func TestMain(m *testing.M) {
 // each job seconds long instead of minutes. BenchmarkAccuracyMatrix runs
 // one cell per pk shape then (reducedMatrix).
 var smokeSizes = map[string]string{
-	"bench-rows":    "10000",
-	"eta-rows":      "12000",
-	"eta-limit":     "4000",
-	"multi-rows":    "20000,2000,500",
-	"snapshot-rows": "20000,2000,500",
-	"scale-rows":    "20k",
-	"objstore-rows": "10000",
+	"bench-rows":         "10000",
+	"eta-rows":           "12000",
+	"eta-limit":          "4000",
+	"eta-unlimited-rows": "30000",
+	"multi-rows":         "20000,2000,500",
+	"snapshot-rows":      "20000,2000,500",
+	"scale-rows":         "20k",
+	"objstore-rows":      "10000",
 }
 
 // setSmokeSizes sets the flags of smokeSizes that the command line did not
