@@ -37,7 +37,7 @@ var smokeSizes = map[string]string{
 	"bench-rows":         "10000",
 	"eta-rows":           "12000",
 	"eta-limit":          "4000",
-	"eta-unlimited-rows": "30000",
+	"eta-unlimited-rows": "120000",
 	"multi-rows":         "20000,2000,500",
 	"snapshot-rows":      "20000,2000,500",
 	"scale-rows":         "20k",
