@@ -140,7 +140,7 @@ bench-compare:
 	fi
 
 # BenchmarkScale at 1M, 4M and 16M rows, without churn and with it, each in
-# both snapshot orders (about an hour and a half here), into
+# both snapshot orders (about two hours here), into
 # $(OUT)/scale.txt: the store beside raw Pebble in one process, and per size
 # the per-row cost, memory, statistics costs, commit latency and LSM shape;
 # for the workload without churn also a child process holding only the store

@@ -62,6 +62,19 @@ BenchmarkScale/rows=4M/workload=uniform-2  1  3e9 ns/op  900 solo-peak-rss-MB  6
 	if w := widestRow(summary); w > 8 {
 		t.Errorf("the summary table has %d columns, more than README's 8", w)
 	}
+	var scaleSummary strings.Builder
+	renderScaleSummary(&scaleSummary, m)
+	for _, want := range []string{
+		"| 4M | uniform | 0.45× | 0.20× | — | — | — | 300 MB (310 MB) |",
+		"| 1M | update-churn, interleaved order | 0.80× | 0.95× (in turn) | 3.90% | — | — | — (—) |",
+	} {
+		if !strings.Contains(scaleSummary.String(), want) {
+			t.Errorf("the README's scale table lacks %q:\n%s", want, scaleSummary.String())
+		}
+	}
+	if w := widestRow(scaleSummary.String()); w > 8 {
+		t.Errorf("the README's scale table has %d columns, more than 8", w)
+	}
 	if strings.Contains(render(m), "BenchmarkMultiUpstream") {
 		t.Errorf("the job kinds' table is its own block, not the results block's")
 	}
@@ -216,6 +229,11 @@ func TestREADME(t *testing.T) {
 	}
 	if w := widestRow(readme); w > 8 {
 		t.Errorf("README.md has a table of %d columns, more than 8", w)
+	}
+	for _, m := range []string{scaleSummaryStartMarker, scaleSummaryEndMarker} {
+		if !strings.Contains(readme, m) {
+			t.Errorf("README.md lacks %q, the block of its scale table", m)
+		}
 	}
 	if widestRow("| a | b \\| c |\n|---|---|\n") != 2 {
 		t.Error("widestRow counts an escaped | as a separator")

@@ -365,3 +365,31 @@ func sizeTicks(pts []scalePoint) plot.Ticker {
 	sort.Slice(ticks, func(i, j int) bool { return ticks[i].Value < ticks[j].Value })
 	return plot.ConstantTicks(ticks)
 }
+
+// renderScaleSummary writes the README's scale table, eight columns of
+// docs/results.md's: per size, workload and order, the load and the
+// backfill against raw Pebble with the store's options (the interleaved
+// order's against raw Pebble reading the vnodes in turn), the statistics'
+// share of the bytes Pebble wrote, the stats error's maximum, the progress
+// CPU per checkpoint and the peak RSS.
+func renderScaleSummary(b *strings.Builder, m map[string]map[string]float64) {
+	pts := scalePoints(m)
+	if len(pts) == 0 {
+		return
+	}
+	b.WriteString("| rows | workload | load × raw | backfill × raw | statistics' share of bytes written | stats error, max | progress CPU per checkpoint | peak RSS (raw) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range pts {
+		x := p.m
+		f := func(key, format string) string { return optional(x, key, format) }
+		backfill := f("x-of-raw-pebble", "%.2f×")
+		if strings.HasSuffix(p.workload, "interleaved order") {
+			backfill = f("x-of-raw-interleaved", "%.2f× (in turn)")
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s (%s) |\n",
+			p.sizeName, p.workload, f("load-x-of-raw-pebble", "%.2f×"), backfill,
+			f("stats-share-%", "%.2f%%"), f("stats-err-max-pp", "%.3f pp"),
+			dur(x, "progress-cpu-ns/barrier"), f("peak-rss-MB", "%.0f MB"), f("raw-peak-rss-MB", "%.0f MB"))
+	}
+	b.WriteString("\n")
+}
