@@ -287,6 +287,9 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	}
 	sum, err := Run(context.Background(), cfg)
 	require.NoError(b, err)
+	// Each pipeline's directory goes once it is measured: at 16M rows
+	// with churn the five of a cell would hold over 30 GB at once.
+	require.NoError(b, os.RemoveAll(cfg.Dir))
 	require.True(b, sum.MVMatches, sum.MVError)
 	require.Zero(b, missed, "SSTs the statistics' share could not read: %v", shareErr)
 	// Run closed the session: the store, the job and their sources are
@@ -305,6 +308,7 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 	rcfg.OnStart = func(*Session) { baseRawRSS = resetPeakRSS() }
 	raw, err := RunRaw(context.Background(), rcfg)
 	require.NoError(b, err)
+	require.NoError(b, os.RemoveAll(rcfg.Dir))
 	peakRaw = peakRSS()
 	rcfg.OnStart, rcfg.OnEnd = nil, nil
 	// The same with Pebble's default options, in the job's order; and
@@ -320,6 +324,7 @@ func scaleRun(b *testing.B, rows int, name string, order backfill.SnapshotOrder)
 		}
 		r, err := f(context.Background(), c)
 		require.NoError(b, err)
+		require.NoError(b, os.RemoveAll(c.Dir))
 		return r
 	}
 	def := runRawIn(dcfg, false)
