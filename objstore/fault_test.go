@@ -222,48 +222,51 @@ func TestRetryBounds(t *testing.T) {
 	require.Equal(t, int64(5), b.Stats().Of(objstore.KindHead).Requests)
 	p.clear()
 
+	// withRetry is a bucket of its own with the policy retry.
+	withRetry := func(retry objstore.RetryPolicy, onRetry func(error, int, time.Duration)) *objstore.Bucket {
+		c := b.Config()
+		c.Retry, c.OnRetry = retry, onRetry
+		bf, err := objstore.New(c)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = bf.Close() })
+		return bf
+	}
+	// readFailing reads "o" through bf while every GET fails with HTTP
+	// 500: the attempts made and the time they took.
+	readFailing := func(bf *objstore.Bucket) (int64, time.Duration) {
+		p.add("internal", isGet, -1)
+		defer p.clear()
+		r, _, err := bf.ReadObject(context.Background(), "o")
+		require.NoError(t, err)
+		start := time.Now()
+		err = r.ReadAt(context.Background(), make([]byte, 2), 1)
+		took := time.Since(start)
+		require.ErrorContains(t, err, `get "o" bytes [1, 3)`)
+		require.ErrorContains(t, err, "InternalError (HTTP 500)")
+		return bf.Stats().Of(objstore.KindGet).Requests, took
+	}
+
 	// MaxElapsed: attempts unbounded (-1, as an URL's retry-for), little
 	// time.
-	c := b.Config()
-	c.Retry = objstore.RetryPolicy{MaxAttempts: -1, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, MaxElapsed: time.Second}
-	b2, err := objstore.New(c)
-	require.NoError(t, err)
-	defer b2.Close()
-	p.add("internal", isGet, -1)
-	r, _, err := b2.ReadObject(context.Background(), "o")
-	require.NoError(t, err)
-	start := time.Now()
-	err = r.ReadAt(context.Background(), make([]byte, 2), 1)
-	took := time.Since(start)
-	require.ErrorContains(t, err, `get "o" bytes [1, 3)`)
-	require.ErrorContains(t, err, "InternalError (HTTP 500)")
+	unbounded := withRetry(objstore.RetryPolicy{MaxAttempts: -1, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, MaxElapsed: time.Second}, nil)
+	attempts, took := readFailing(unbounded)
 	require.Less(t, took, 1500*time.Millisecond, "MaxElapsed of 1s overrun")
-	attempts := b2.Stats().Of(objstore.KindGet).Requests
 	require.Greater(t, attempts, int64(3))
 	require.Less(t, attempts, int64(100))
 	t.Logf("MaxElapsed 1s: %d attempts in %s", attempts, took)
-	p.clear()
 
 	// MaxAttempts -1 is no bound on the count: with 3 s, more attempts than
-	// the default bound of 10 (each takes ~0.1 s here).
-	c.Retry = objstore.RetryPolicy{MaxAttempts: -1, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, MaxElapsed: 3 * time.Second}
-	// Each retry is reported with its attempt's error, which does not say
-	// the request gave up (the last error alone does).
+	// the default bound of 10 (each takes ~0.1 s here). Each retry is
+	// reported with its attempt's error, which does not say the request
+	// gave up (the last error alone does).
 	var mu sync.Mutex
 	var retries []string
-	c.OnRetry = func(err error, attempts int, _ time.Duration) {
-		mu.Lock()
-		defer mu.Unlock()
-		retries = append(retries, fmt.Sprintf("%d: %v", attempts, err))
-	}
-	b3, err := objstore.New(c)
-	require.NoError(t, err)
-	defer b3.Close()
-	p.add("internal", isGet, -1)
-	r3, _, err := b3.ReadObject(context.Background(), "o")
-	require.NoError(t, err)
-	require.ErrorContains(t, r3.ReadAt(context.Background(), make([]byte, 2), 1), "InternalError (HTTP 500)")
-	attempts = b3.Stats().Of(objstore.KindGet).Requests
+	attempts, _ = readFailing(withRetry(objstore.RetryPolicy{MaxAttempts: -1, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, MaxElapsed: 3 * time.Second},
+		func(err error, attempts int, _ time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			retries = append(retries, fmt.Sprintf("%d: %v", attempts, err))
+		}))
 	require.Greater(t, attempts, int64(10), "MaxAttempts -1 stopped at the default bound")
 	mu.Lock()
 	require.Len(t, retries, int(attempts)-1, "one report per retry")
@@ -274,9 +277,10 @@ func TestRetryBounds(t *testing.T) {
 	}
 	mu.Unlock()
 	t.Logf("MaxAttempts -1, MaxElapsed 3s: %d attempts", attempts)
-	p.clear()
 
 	// The caller's context ends the retries.
+	r, _, err := unbounded.ReadObject(context.Background(), "o")
+	require.NoError(t, err)
 	p.add("slowdown", isGet, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
