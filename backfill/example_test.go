@@ -145,8 +145,8 @@ func ExampleDriver() {
 	fmt.Println("finished at   ", res.Last.Displayed().Shown, err)
 	_ = s.Close()
 	// Output:
-	// crash at       50.47% [50.41–50.48] (1600/3170)
-	// reopened at    50.47% [50.41–50.48] (1600/3170)
+	// crash at       50.47% [50.47–50.48] (1600/3170)
+	// reopened at    50.47% [50.47–50.48] (1600/3170)
 	// MV equals its upstream: true
 	// finished at    100.00% (3410/3410) <nil>
 }

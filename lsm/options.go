@@ -67,8 +67,10 @@ type Options struct {
 	// keeps fewer than 8·StatsBucketBudget + vnodes buckets whatever its
 	// rows, each about 64 bytes plus its pk in memory and one metadata
 	// row. The budget binds when it is below the table's vnodes times
-	// stats.SplitDivisor (16,384 for 256 vnodes); above that the buckets
-	// follow the vnodes (at most about 1.6% of a vnode each). A smaller
+	// stats.SplitDivisor (16,384 for 256 vnodes; up to four times that,
+	// at most 16,384, in a table of fewer vnodes, whose buckets split
+	// finer); above that the buckets follow the vnodes (at most about 1.6%
+	// of a vnode each). A smaller
 	// budget widens EstimateRows' bounds, which span the two buckets that
 	// hold a range's ends, and the progress estimate's. The accuracy
 	// matrix's goals held with budgets of 256 and 1,024; with 64, whose

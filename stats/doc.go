@@ -75,8 +75,10 @@
 // the bounds what they are known to hold on each side and to the estimate
 // an interpolated share (below). A bucket splits when it holds more than
 // max(1, rows(vnode)/SplitDivisor, rows(table)/TableBucketBudget)
-// rows: in a large vnode no bucket holds more than about 1.6% of it, so the
-// bounds are at most about 3% of the vnode wide whatever the churn; a
+// rows (finer in a table of fewer than 256 vnodes, down to 1/256 of a
+// vnode, so that the table keeps about 16,384 buckets): in a large vnode no
+// bucket holds more than about 1.6% of it, so the bounds are at most about
+// 3% of the vnode wide whatever the churn; a
 // vnode of up to SplitDivisor rows has a bucket per row and is counted
 // exactly; and a table of many small vnodes keeps about TableBucketBudget
 // buckets, not one per row. Live.Partition cuts a vnode set into ranges of

@@ -8,7 +8,10 @@ import (
 // The sizes of the live statistics' buckets: a bucket splits when it holds
 // more than max(1, rows(vnode)/SplitDivisor, rows(table)/budget) rows, where
 // budget is the store's Options.StatsBucketBudget, by default
-// TableBucketBudget.
+// TableBucketBudget. In a table of fewer than 256 vnodes the buckets split
+// finer, down to 1/256 of a vnode, until the table has about 16,384 of them
+// (what 256 vnodes have): a progress figure's error counts against its
+// table, and a vnode's averages out over many vnodes, not over one or four.
 const (
 	// SplitDivisor sets the largest bucket to 1/SplitDivisor of its vnode.
 	SplitDivisor = 64

@@ -8,6 +8,14 @@ import (
 const (
 	// SplitDivisor sets the largest bucket to 1/SplitDivisor of its vnode.
 	SplitDivisor = 64
+	// MaxSplitDivisor and TableTargetBuckets let a vnode of a table of few
+	// vnodes split finer than 1/SplitDivisor, down to 1/MaxSplitDivisor of
+	// itself, until its table has about TableTargetBuckets buckets (what a
+	// table of 256 equal vnodes has at SplitDivisor). An estimate's error
+	// counts against its table: a vnode's error averages out over many
+	// vnodes, not over one or four.
+	MaxSplitDivisor    = 256
+	TableTargetBuckets = 256 * SplitDivisor
 	// MinSplitRows is the split limit of the smallest vnodes: at one row a
 	// bucket, a vnode of up to SplitDivisor rows is counted exactly.
 	MinSplitRows = 1
@@ -135,11 +143,15 @@ func (b *bucket) merge(o bucket) {
 }
 
 // splitLimit is the most rows a bucket of a vnode may hold: 1/SplitDivisor
-// of the vnode, 1/budget of its table (TableBucketBudget when budget is not
-// positive), and at least MinSplitRows.
+// of the vnode, or less in a table of few vnodes (down to 1/MaxSplitDivisor
+// of the vnode, or 1/TableTargetBuckets of the table), 1/budget of its table
+// (TableBucketBudget when budget is not positive), and at least
+// MinSplitRows.
 func splitLimit(vnodeRows, tableRows, budget int64) int64 {
 	if budget <= 0 {
 		budget = TableBucketBudget
 	}
-	return max(MinSplitRows, (vnodeRows+SplitDivisor-1)/SplitDivisor, (tableRows+budget-1)/budget)
+	ceil := func(a, b int64) int64 { return (a + b - 1) / b }
+	fine := max(ceil(vnodeRows, MaxSplitDivisor), ceil(tableRows, TableTargetBuckets))
+	return max(MinSplitRows, min(ceil(vnodeRows, SplitDivisor), fine), ceil(tableRows, budget))
 }

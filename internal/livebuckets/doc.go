@@ -43,7 +43,10 @@
 //
 // Bucket sizes follow the vnode: a bucket splits when it holds more than
 // splitLimit rows — max(MinSplitRows, rows(vnode)/SplitDivisor,
-// rows(table)/TableBucketBudget) — and a bucket merges into its left
+// rows(table)/TableBucketBudget), where in a table of fewer vnodes than
+// TableTargetBuckets/SplitDivisor (256) rows(vnode)/SplitDivisor gives way
+// to the larger of rows(vnode)/MaxSplitDivisor and
+// rows(table)/TableTargetBuckets — and a bucket merges into its left
 // neighbour when it is empty or the two together hold less than half of
 // that. A split needs the exact count of each piece, which the store gets by scanning the bucket's
 // rows once after the commit that made it too big (BucketScan, which also

@@ -1114,3 +1114,27 @@ func TestNotLive(t *testing.T) {
 	require.True(t, l.NotLive(table, 0, pk(20)) == false)
 	require.False(t, l.NotLive(table, 0, pk(25)), "an empty bucket of estimated counts proves nothing")
 }
+
+// TestSplitLimit holds the bucket sizes: 1/SplitDivisor of a vnode in a
+// table of 256 equal vnodes or more, finer in a table of fewer (to
+// 1/MaxSplitDivisor of the vnode, or 1/TableTargetBuckets of the table),
+// never below MinSplitRows, and never finer than the budget allows.
+func TestSplitLimit(t *testing.T) {
+	for _, c := range []struct {
+		vnode, table, budget, want int64
+	}{
+		{0, 0, 0, MinSplitRows},
+		{64, 64, 0, 1},                     // a bucket per row
+		{10_000, 10_000, 0, 40},            // one vnode: 1/256 of it
+		{1_000_000, 1_000_000, 0, 3907},    // one vnode: 1/256, not 1/16,384 of the table
+		{25_000, 100_000, 0, 98},           // four vnodes: 1/256 of each
+		{4_000, 256 * 4_000, 0, 63},        // 256 equal vnodes: 1/64 of each, as before
+		{8_000, 256 * 4_000, 0, 63},        // a vnode twice the mean: 1/16,384 of the table
+		{250, 4096 * 250, 0, 16},           // 4,096 vnodes: the default budget, 1/65,536 of the table
+		{10_000, 10_000, 256, 40},          // one vnode, a budget of 256: 1/256 of the table
+		{4_000, 256 * 4_000, 256, 4000},    // 256 vnodes, a budget of 256: a vnode a bucket
+		{1_000_000, 1_000_000, 1024, 3907}, // the budget does not bind
+	} {
+		require.Equal(t, c.want, splitLimit(c.vnode, c.table, c.budget), "vnode %d rows, table %d, budget %d", c.vnode, c.table, c.budget)
+	}
+}
