@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -158,33 +159,45 @@ func main() {
 var commitLine = regexp.MustCompile(`^commit:\s*([0-9a-f]{7,40})(.*)$`)
 
 // stamp says which commit the benchmark output at path was measured at, as
-// its commit line records it.
+// its commit line records it; an output that a later run appended to (one
+// cell of make scale run again, say) names each of its commits.
 func stamp(path string) string {
-	commit, rest := commitOf(path)
-	if commit == "" {
+	commits := commitsOf(path)
+	if len(commits) == 0 {
 		return fmt.Sprintf("Measured at a commit that `%s` does not record (it predates the commit line make writes).", path)
 	}
-	if len(commit) > 12 {
-		commit = commit[:12]
+	if len(commits) == 1 {
+		return fmt.Sprintf("Measured at commit %s (`%s`).", commits[0], path)
 	}
-	return fmt.Sprintf("Measured at commit `%s`%s (`%s`).", commit, rest, path)
+	return fmt.Sprintf("Measured at commits %s and %s (`%s`; each benchmark at the commit line above it).",
+		strings.Join(commits[:len(commits)-1], ", "), commits[len(commits)-1], path)
 }
 
-// commitOf returns the commit of the benchmark output at path and what its
-// line says after it; "" when it has no commit line.
-func commitOf(path string) (commit, rest string) {
+// commitsOf returns the distinct commit lines of the benchmark output at
+// path, in order, each as its commit's first 12 digits quoted and what the
+// line says after it; none when it has no commit line.
+func commitsOf(path string) []string {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", ""
+		return nil
 	}
 	defer f.Close()
+	var out []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if m := commitLine.FindStringSubmatch(strings.TrimSpace(sc.Text())); m != nil {
-			return m[1], strings.TrimRight(m[2], " ")
+		m := commitLine.FindStringSubmatch(strings.TrimSpace(sc.Text()))
+		if m == nil {
+			continue
+		}
+		hash := m[1]
+		if len(hash) > 12 {
+			hash = hash[:12]
+		}
+		if c := "`" + hash + "`" + strings.TrimRight(m[2], " "); !slices.Contains(out, c) {
+			out = append(out, c)
 		}
 	}
-	return "", ""
+	return out
 }
 
 // hasBench reports whether m holds results of make bench other than

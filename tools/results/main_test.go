@@ -183,6 +183,14 @@ func TestStamp(t *testing.T) {
 	if got, want := stamp(with), "Measured at commit `0123456789ab` (with uncommitted changes) (`"+with+"`)."; got != want {
 		t.Errorf("stamp = %q, want %q", got, want)
 	}
+	// A cell run again and appended: both commits, the first once.
+	appended := filepath.Join(dir, "appended.txt")
+	if err := os.WriteFile(appended, []byte("commit: 0123456789abcdef0123456789abcdef01234567\nBenchmarkGet-2 1 5 ns/op\ncommit: 0123456789abcdef0123456789abcdef01234567\ncommit: fedcba9876543210fedcba9876543210fedcba98\nBenchmarkGet-2 1 6 ns/op\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := stamp(appended), "Measured at commits `0123456789ab` and `fedcba987654` (`"+appended+"`; each benchmark at the commit line above it)."; got != want {
+		t.Errorf("stamp = %q, want %q", got, want)
+	}
 	if got := stamp(without); !strings.Contains(got, "does not record") {
 		t.Errorf("stamp of an output without a commit line = %q", got)
 	}
