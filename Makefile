@@ -145,8 +145,9 @@ bench-compare:
 # the per-row cost, memory, statistics costs, commit latency and LSM shape;
 # for the workload without churn also a child process holding only the store
 # and the job (bench/solo_test.go), for its peak RSS. make results tabulates
-# and plots it. Each pipeline's directory goes once it is measured: at 16M
-# rows with churn one held 4.8 GB of the temporary directory.
+# and plots it. Each pipeline's directory goes once it is measured (at 16M
+# rows with churn, the one look I took mid-run found 4.8 GB; all five kept
+# to the cell's end had filled 30 GB).
 scale:
 	@mkdir -p $(OUT)
 	@$(COMMIT_LINE) > $(OUT)/scale.txt
