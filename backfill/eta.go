@@ -45,8 +45,14 @@
 // The interval comes from the figure's bounds, the churn's spread, its
 // duration and shape as above, and the rate's spread: a fixed ±3% widened by
 // 1.5 standard errors of the smoothed rate and of the rate over the time
-// ahead, from the measured noise of one interval's rate; the share of time
-// stalled so far widens its upper end. Nothing is shown before five
+// ahead, from the measured noise of the rate. That noise is measured over
+// one checkpoint interval and over blocks of 4, 16, 64 and 256 (the median
+// of the last nine blocks' squared deviations, which the few blocks a shift
+// or a stall spans leave alone), and the largest per interval counts: on a
+// machine whose rate wanders for tens of checkpoints at a time (compactions
+// taking a core and giving it back) the mean of the time ahead varies far
+// more than independent intervals' noise would say. The share of time
+// stalled so far widens the interval's upper end. Nothing is shown before five
 // intervals with progress; after a restart the carried rate gives an ETA at
 // once, with a wider interval until the new run has five of its own. The
 // ETA is never negative and never below one checkpoint interval before the
@@ -319,6 +325,16 @@ const (
 	etaLimitBound           = 0.85 // a rate above this share of the limit is limited by it
 	etaHistoryMax           = 1024 // history points kept per lane (older ones thinned)
 	etaForever              = 1e9  // seconds beyond which a forecast is unbounded
+)
+
+// The rate's noise over blocks of intervals (etaRate.longNoise).
+const (
+	etaBlockScales = 4 // block sizes: etaShiftRun × 4^i intervals, 4 to 256
+	etaBlockMin    = 3 // blocks of a size measured before their noise counts...
+	etaBlockKeep   = 9 // ...and the latest blocks it is the median of
+	// etaChi2Median is the median of a χ² of one degree: the median of
+	// squared normal deviations over it estimates their variance.
+	etaChi2Median = 0.4549364231195724
 )
 
 // ETA forecasts a backfill job's remaining time (see the file comment). It
@@ -1059,12 +1075,9 @@ func (l *etaLane) churnShape() float64 {
 // the next horizon seconds may differ from the smoothed one: a fixed band
 // (etaBand) widened by etaBandSigmas standard errors of the smoothed rate
 // (over the seconds it averages) and of the future's (over the horizon),
-// from the measured noise of one interval's rate.
+// from the noise of the rate over many intervals (etaRate.longNoise).
 func (l *etaLane) rateSpread(horizon float64) (mLo, mHi float64) {
-	noise := etaNoisePrior * etaNoisePrior
-	if l.rate.noiseN >= etaShiftRun {
-		noise = l.rate.noise
-	}
+	noise := l.rate.longNoise()
 	dt := math.Max(l.rate.dt, 1e-9)
 	se := math.Sqrt(noise * (dt/math.Max(l.rate.secs, dt) + dt/math.Max(horizon, dt)))
 	band := etaBand + etaBandSigmas*se
@@ -1087,8 +1100,14 @@ type etaRate struct {
 	rows, secs float64 // the decayed sums; rate = rows/secs
 	noise      float64 // mean squared relative deviation of one interval's rate
 	noiseN     int
-	dt         float64 // typical interval length, seconds
-	since      float64 // running time of the last shift or reseed
+	// The same of the rate over blocks of 4, 16, 64 and 256 intervals,
+	// which is noise/size if the intervals' deviations are independent
+	// and more if they are not: a machine whose rate wanders for many
+	// intervals at a time, as its compactions and neighbours take their
+	// share and give it back.
+	blocks [etaBlockScales]etaBlock
+	dt     float64 // typical interval length, seconds
+	since  float64 // running time of the last shift or reseed
 	// The run of intervals on one side of the rate, for the detector.
 	side       int
 	runN       int
@@ -1174,7 +1193,63 @@ func (r *etaRate) feed(rows, dt, tau float64, detect bool) {
 		r.noise += a * (dc - r.noise)
 	}
 	r.noiseN++
+	for i := range r.blocks {
+		r.blocks[i].add(etaBlockSize(i), rows, dt, cur)
+	}
 	r.decay(rows, dt, tau)
+}
+
+// etaBlock measures the noise of the rate over blocks of size() intervals:
+// the median of the last etaBlockKeep blocks' squared relative deviations
+// from the smoothed rate, over the median of a χ² of one degree, so that
+// the blocks a level shift or a stall spans do not count as noise.
+type etaBlock struct {
+	n, k       int     // blocks measured; intervals in the block in progress
+	rows, secs float64 // of the block in progress
+	dev        [etaBlockKeep]float64
+}
+
+// etaBlockSize returns the intervals of a block of scale i.
+func etaBlockSize(i int) int { return etaShiftRun << (2 * i) }
+
+// add adds an interval to the block in progress, of size intervals, against
+// the smoothed rate cur.
+func (b *etaBlock) add(size int, rows, dt, cur float64) {
+	b.rows += rows
+	b.secs += dt
+	if b.k++; b.k < size {
+		return
+	}
+	d := b.rows/b.secs/cur - 1
+	b.dev[b.n%etaBlockKeep] = d * d
+	b.n++
+	b.k, b.rows, b.secs = 0, 0, 0
+}
+
+// noise returns the block's noise (0 before etaBlockMin blocks).
+func (b *etaBlock) noise() float64 {
+	m := min(b.n, etaBlockKeep)
+	if m < etaBlockMin {
+		return 0
+	}
+	var tmp [etaBlockKeep]float64
+	copy(tmp[:], b.dev[:m])
+	return median(tmp[:m]) / etaChi2Median
+}
+
+// longNoise returns the noise of one interval's rate that the mean of many
+// intervals has: the largest of noise and each measured block scale's noise
+// times its size (all about equal if the intervals' deviations are
+// independent; the larger scales' larger where they are not).
+func (r *etaRate) longNoise() float64 {
+	v := etaNoisePrior * etaNoisePrior
+	if r.noiseN >= etaShiftRun {
+		v = r.noise
+	}
+	for i := range r.blocks {
+		v = math.Max(v, r.blocks[i].noise()*float64(etaBlockSize(i)))
+	}
+	return v
 }
 
 // decay adds the interval to the decayed sums.
