@@ -38,6 +38,16 @@
 //     the stall is left out of the average, and the ETA adds the time
 //     stalled so far (a stall that has lasted d is as likely to last d
 //     more), so that it grows through a stall instead of standing still.
+//   - Beside it the rate since the last change the ETA was told of (a rate
+//     limit change, a rescale; not a detected shift, and carried over a
+//     restart) is kept, and the forecast reads the rows ahead at a blend of
+//     the two, each weighted by how well it foresaw the job's own recent
+//     past: at past checkpoints, the rate each gave against the rate then
+//     read over the horizon after it, as a power of its error. A rate that
+//     shifted and stayed (a hidden limit, an actor out of rows) is followed
+//     as before; a rate that wanders and comes back, as a machine's share of
+//     a job does when its compactions take a core and give it back, is read
+//     at its long average rather than at its latest level.
 //   - With the actors' figures, each actor has its own rate and churn and the
 //     ETA is the slowest actor's: a job whose vnodes were dealt unevenly
 //     finishes when its last actor does, at that actor's rate.
@@ -80,6 +90,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -285,7 +296,8 @@ type ETAResume struct {
 	Run       uint64
 	Actors    int
 	RateLimit float64
-	// Rate is the smoothed rows/s, Interval the typical seconds between
+	// Rate is the rows/s read since the last change the ETA knew of (a
+	// rate-limit change, a rescale), Interval the typical seconds between
 	// checkpoints and Intervals the checkpoint intervals with progress seen.
 	Rate, Interval float64
 	Intervals      int
@@ -297,8 +309,12 @@ func (e *ETA) Resume() ETAResume {
 	if !e.started {
 		return ETAResume{}
 	}
+	rate := e.job.long.value()
+	if rate <= 0 {
+		rate = e.job.rate.value()
+	}
 	return ETAResume{Origin: e.origin, Run: e.run, Actors: e.actors, RateLimit: e.limit,
-		Rate: e.job.rate.value(), Interval: e.job.rate.dt, Intervals: e.job.intervals}
+		Rate: rate, Interval: e.job.rate.dt, Intervals: e.job.intervals}
 }
 
 // The estimator's constants (see the file comment for their roles).
@@ -325,6 +341,16 @@ const (
 	etaLimitBound           = 0.85 // a rate above this share of the limit is limited by it
 	etaHistoryMax           = 1024 // history points kept per lane (older ones thinned)
 	etaForever              = 1e9  // seconds beyond which a forecast is unbounded
+)
+
+// The backtest that weighs the long rate against the smoothed one
+// (etaLane.longWeight).
+const (
+	etaBacktestPoints  = 16      // points scored, at most...
+	etaBacktestMin     = 4       // ...and at least
+	etaBacktestHorizon = 1.0 / 8 // the horizon scored is at most this share of the lane's history...
+	etaBacktestWindow  = 5       // ...and the points scored are those of the last this many horizons
+	etaBacktestPower   = 4       // each rate's weight is its mean squared error to the power of minus this
 )
 
 // The rate's noise over blocks of intervals (etaRate.longNoise).
@@ -401,6 +427,7 @@ func (e *ETA) Observe(o ETAObservation) (ETAForecast, error) {
 		if r.Rate > 0 && r.Interval > 0 {
 			e.job.rate.dt = r.Interval
 			e.job.rate.reseed(r.Rate, 0, etaRestartWeight, r.Interval)
+			e.job.long.reset(r.Rate, float64(max(r.Intervals, etaRestartWeight))*r.Interval)
 		}
 		e.last = ETAObservation{Time: r.Origin}
 	}
@@ -530,6 +557,12 @@ func (e *ETA) newRun(o ETAObservation) {
 		}
 	}
 	jobPrior := carriedRate(e.job.rate.value(), ratio, e.limit, o.RateLimit)
+	// The rate since the last known change carries over a restart of the
+	// same layout under the same limit; otherwise it starts again.
+	keep := ratio == 1 && o.Actors == e.actors && o.RateLimit == e.limit
+	if !keep {
+		e.job.long.reset(carriedRate(e.job.long.value(), ratio, e.limit, o.RateLimit), weight*e.job.rate.dt)
+	}
 	e.runSeq++
 	e.job.begin(e, o.Time, o.ETAFigure, jobPrior, spread, weight)
 	// Each actor keeps its rate if the layout stayed; otherwise the job's
@@ -549,8 +582,12 @@ func (e *ETA) newRun(o ETAObservation) {
 			e.parts[i] = old[i]
 			n := float64(len(o.Parts))
 			prior = limitAdjust(old[i].rate.value(), e.limit/n, o.RateLimit/n)
+			if !keep {
+				e.parts[i].long.reset(limitAdjust(old[i].long.value(), e.limit/n, o.RateLimit/n), weight*e.job.rate.dt)
+			}
 		} else if active > 0 {
 			prior = jobPrior / float64(active)
+			e.parts[i].long.reset(prior, weight*e.job.rate.dt)
 		}
 		e.parts[i].begin(e, o.Time, o.Parts[i], prior, spread, weight)
 	}
@@ -685,6 +722,7 @@ type etaLane struct {
 	runSeq  int
 
 	rate         etaRate
+	long         etaLong
 	tau          float64 // running seconds: fed intervals only
 	reads        float64 // snapshot rows read, continuous across runs
 	intervals    int     // intervals with progress, all runs
@@ -709,6 +747,9 @@ type etaPoint struct {
 	wall  float64 // seconds since the ETA's origin
 	reads float64
 	ahead float64
+	// The lane's smoothed rate and its rate since the last known change,
+	// then: what each would have forecast (etaLane.longWeight).
+	rate, long float64
 	// Sums over the intervals between consecutive points of a run (an
 	// interval that spans two runs is left out: the rows the new run read
 	// before its first checkpoint are unknown): the rows the upstream added
@@ -737,6 +778,7 @@ func (l *etaLane) begin(e *ETA, t time.Time, f ETAFigure, prior, spread, weight 
 func (l *etaLane) limitChanged(old, new float64) {
 	if r := l.rate.value(); r > 0 {
 		l.rate.reseed(limitAdjust(r, old, new), l.tau, etaRescaleWeight, l.rate.dt)
+		l.long.reset(limitAdjust(l.long.value(), old, new), etaRescaleWeight*l.rate.dt)
 	}
 }
 
@@ -764,9 +806,12 @@ func (l *etaLane) advance(e *ETA, t time.Time, f ETAFigure) {
 	} else if l.pending > 0 {
 		l.rate.feed(0, l.pending, l.tau, false)
 		l.tau += l.pending
+		l.long.secs += l.pending
 	}
 	l.pending = 0
 	l.rate.feed(rows, dt, l.tau, true)
+	l.long.rows += rows
+	l.long.secs += dt
 	l.tau += dt
 	l.reads += rows
 	l.intervals++
@@ -783,7 +828,7 @@ func (l *etaLane) advance(e *ETA, t time.Time, f ETAFigure) {
 func (l *etaLane) push(e *ETA, t time.Time, f ETAFigure) {
 	p := etaPoint{
 		run: l.runSeq, wall: t.Sub(e.origin).Seconds(), reads: l.reads,
-		ahead: f.Total - f.Consumed,
+		ahead: f.Total - f.Consumed, rate: l.rate.value(), long: l.long.value(),
 	}
 	if n := len(l.hist); n > 0 {
 		q := l.hist[n-1]
@@ -817,9 +862,10 @@ type laneForecast struct {
 	rateForecast     float64 // the rate the forecast uses
 	stalledFor       float64
 	diverging        bool // churn >= rate
-	// The churn's shape and the rate's spread, which an actor's lane takes
-	// from the job's: its own are noisier, and cost as much again.
-	beta, mLo, mHi float64
+	// The churn's shape, the rate's spread and the long rate's weight,
+	// which an actor's lane takes from the job's: its own are noisier, and
+	// cost as much again.
+	beta, mLo, mHi, wLong float64
 }
 
 // forecast returns the lane's forecast for figure f, with rate fallback if
@@ -839,6 +885,17 @@ func (l *etaLane) forecast(f ETAFigure, fallback float64, minIntervals int, age,
 	}
 	if r <= 0 || (l.runSeq == 0 && l.intervals < minIntervals) {
 		r, spread = fallback, etaRescaleSpread
+	} else if rl := l.long.value(); rl > 0 {
+		// The smoothed rate and the rate since the last known change, each
+		// weighted by how well it foresaw the lane's own past.
+		w := 0.0
+		if job != nil {
+			w = job.wLong
+		} else {
+			w = l.longWeight((f.Total - f.Consumed) / r)
+			lf.wLong = w
+		}
+		r *= math.Exp(w * math.Log(rl/r))
 	}
 	lf.rateForecast = r
 	if r <= 0 {
@@ -1082,6 +1139,78 @@ func (l *etaLane) rateSpread(horizon float64) (mLo, mHi float64) {
 	se := math.Sqrt(noise * (dt/math.Max(l.rate.secs, dt) + dt/math.Max(horizon, dt)))
 	band := etaBand + etaBandSigmas*se
 	return 1 / (1 + band), 1 + band
+}
+
+// longWeight returns the weight the lane's rate since the last known change
+// gets against its smoothed rate in a forecast h seconds ahead. Each rate is
+// scored on the lane's own recent past: at up to etaBacktestPoints points of
+// the last etaBacktestWindow horizons, the rate it gave then against the
+// rate read over the horizon after it, in mean squared log error (the
+// horizon h, at most an eighth of the lane's history, so that a shift that
+// stayed is soon scored). Each rate weighs as its error to the power of
+// −etaBacktestPower, so that the one that foresaw clearly better takes
+// nearly all the weight. 0 (the smoothed rate alone) until etaBacktestMin
+// points can be scored. Where the rate shifted and stayed (a limit the job
+// does not know of, an actor that ran out of rows), the smoothed rate
+// foresaw the rows read better; where it wandered and came back, as a
+// machine's share of a job does, the long rate did.
+func (l *etaLane) longWeight(h float64) float64 {
+	n := len(l.hist)
+	if n < 2 {
+		return 0
+	}
+	first, now := l.hist[0].cSecs, l.hist[n-1].cSecs
+	if h = math.Min(h, (now-first)*etaBacktestHorizon); !(h > 0) {
+		return 0
+	}
+	// The points with h running seconds of history after them.
+	last := sort.Search(n, func(i int) bool { return l.hist[i].cSecs > now-h })
+	from := sort.Search(n, func(i int) bool { return l.hist[i].cSecs >= now-etaBacktestWindow*h })
+	var eRate, eLong float64
+	m, j := 0, n-1
+	for i := last - 1; i >= from; i -= max(1, (last-from)/etaBacktestPoints) {
+		p := l.hist[i]
+		// The first point h after p: j only moves back as p does.
+		for j > i+1 && l.hist[j-1].cSecs >= p.cSecs+h {
+			j--
+		}
+		q := l.hist[j]
+		if p.rate <= 0 || p.long <= 0 || q.cSecs < p.cSecs+h || q.reads <= p.reads {
+			continue
+		}
+		read := (q.reads - p.reads) / (q.cSecs - p.cSecs)
+		dr, dl := math.Log(p.rate/read), math.Log(p.long/read)
+		eRate += dr * dr
+		eLong += dl * dl
+		m++
+	}
+	if m < etaBacktestMin || eRate+eLong <= 0 {
+		return 0
+	}
+	a, b := math.Pow(eRate, etaBacktestPower), math.Pow(eLong, etaBacktestPower)
+	return a / (a + b)
+}
+
+// etaLong is a lane's rate since the last change it was told of (a rate
+// limit change, a rescale, a carried prior): its rows and running seconds,
+// which the level-shift detector does not restart.
+type etaLong struct{ rows, secs float64 }
+
+func (g etaLong) value() float64 {
+	if g.secs <= 0 {
+		return 0
+	}
+	return g.rows / g.secs
+}
+
+// reset restarts the rate at rate, counted as secs seconds (0 if rate is
+// not positive).
+func (g *etaLong) reset(rate, secs float64) {
+	if rate <= 0 || !(secs > 0) {
+		*g = etaLong{}
+		return
+	}
+	g.rows, g.secs = rate*secs, secs
 }
 
 // quantileSorted returns the q-quantile of sorted xs, interpolated.
