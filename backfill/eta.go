@@ -1184,11 +1184,11 @@ func (l *etaLane) longWeight(h float64) float64 {
 		eLong += dl * dl
 		m++
 	}
-	if m < etaBacktestMin || eRate+eLong <= 0 {
-		return 0
+	if m < etaBacktestMin || eRate <= 0 {
+		return 0 // too few points, or the smoothed rate foresaw them all
 	}
-	a, b := math.Pow(eRate, etaBacktestPower), math.Pow(eLong, etaBacktestPower)
-	return a / (a + b)
+	// eRate^-p / (eRate^-p + eLong^-p), without the powers' overflow.
+	return 1 / (1 + math.Pow(eLong/eRate, etaBacktestPower))
 }
 
 // etaLong is a lane's rate since the last change it was told of (a rate
