@@ -23,6 +23,7 @@ import (
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
 	"github.com/lsmstats/lsmstats/objstore"
 )
@@ -232,6 +233,17 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 	}
 	if f.chunkSize < 1 || f.barrierRows < 1 || f.actors < 1 || f.checkpointEvery < 1 {
 		return p, errors.New("--chunk-size, --barrier-rows, --actors and --checkpoint-every must be positive")
+	}
+	if err := keys.CheckVnodeCount(f.vnodes); err != nil {
+		return p, errors.Newf("--vnodes %d: want 1 to %d", f.vnodes, keys.MaxVnodeCount)
+	}
+	for _, a := range []struct {
+		name string
+		n    int
+	}{{"--actors", f.actors}, {"--rescale-to", f.rescaleTo}} {
+		if a.n > f.vnodes {
+			return p, errors.Newf("%s %d is more than --vnodes %d: each actor reads at least one vnode", a.name, a.n, f.vnodes)
+		}
 	}
 	if f.bucketBudget < 0 {
 		return p, errors.Newf("--stats-bucket-budget %d: want a number of buckets >= 0 (0: the default)", f.bucketBudget)
@@ -1017,6 +1029,8 @@ func (sv *supervisor) ended(killed bool, werr error) (int, error) {
 				return exitFatal, errors.New("the worker ended on a fatal error in Pebble (its reason is above)")
 			case exitCorrupt:
 				return exitCorrupt, errors.New("the worker found the store corrupt (its error is above)")
+			case exitError:
+				return exitError, errors.New("the worker failed (its error is above)")
 			}
 		}
 		return exitError, errors.Wrap(werr, "worker failed")

@@ -349,6 +349,19 @@ func TestBadFlags(t *testing.T) {
 		require.Equal(t, exitUsage, code, "%v", args)
 		require.NotEmpty(t, errOut, "%v", args)
 	}
+	// Refused before a worker starts, naming the flag: --vnodes 0 used to
+	// pass for the default, and the others failed in the worker, whose
+	// error the supervisor said again.
+	for args, want := range map[string]string{
+		"--vnodes 0":                             "--vnodes 0: want 1 to 32768",
+		"--vnodes 40000":                         "--vnodes 40000: want 1 to 32768",
+		"--vnodes 1":                             "--actors 2 is more than --vnodes 1",
+		"--vnodes 2 --rescale-to 3 --crash-at 1": "--rescale-to 3 is more than --vnodes 2",
+	} {
+		_, errOut, code := runCmd(t, append([]string{"backfill", "--bars", "off"}, strings.Fields(args)...)...)
+		require.Equal(t, exitUsage, code, args)
+		require.Contains(t, errOut, want, args)
+	}
 }
 
 func itoa(v uint64) string {
