@@ -197,8 +197,10 @@
 //
 // Every checkpoint Record also carries an ETA (ETAForecast): the live rows
 // ahead of the cursors, from the Stats account and its bounds, plus the
-// upstream's churn ahead, over a smoothed snapshot read rate, with an
-// interval; per actor, so that the slowest actor sets it. The rate-limit
+// upstream's churn ahead, over a snapshot read rate that blends the smoothed
+// rate with the rate since the last known change, by how well each foresaw
+// the job's own recent past, with an interval; per actor, so that the
+// slowest actor sets it. The rate-limit
 // changes still scheduled (RateChanges) are in the forecast. The job's rate
 // limit (JobConfig.RateLimit, RateChanges, Job.SetRateLimit) and the ETA's
 // carried rate are persisted in the job's metadata row, so that both
