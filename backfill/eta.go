@@ -587,7 +587,13 @@ func (e *ETA) newRun(o ETAObservation) {
 			}
 		} else if active > 0 {
 			prior = jobPrior / float64(active)
-			e.parts[i].long.reset(prior, weight*e.job.rate.dt)
+			if keep {
+				// A resumed job of the same layout: the actors share the
+				// job's long rate as they share its prior.
+				e.parts[i].long.reset(e.job.long.value()/float64(active), e.job.long.secs)
+			} else {
+				e.parts[i].long.reset(prior, weight*e.job.rate.dt)
+			}
 		}
 		e.parts[i].begin(e, o.Time, o.Parts[i], prior, spread, weight)
 	}
