@@ -195,8 +195,10 @@ type ETAForecast struct {
 	// (Low <= Remaining <= High), when Shown; 0 otherwise, and 0 once the
 	// job finished. They are ETAUnbounded if there is no finite forecast.
 	Remaining, Low, High time.Duration
-	// Rate is the smoothed snapshot read rate, rows/s: 0 while stalled, and
-	// 0 before the first interval with progress.
+	// Rate is the snapshot read rate the forecast reads the rows ahead at,
+	// rows/s, before the scheduled rate changes: the smoothed rate blended
+	// with the rate since the last known change (see the file comment); 0
+	// while stalled, and 0 before the first interval with progress.
 	Rate float64
 	// Churn is the upstream's net rows/s ahead of the cursors (inserts less
 	// deletes; negative when deletes dominate).
@@ -902,6 +904,9 @@ func (l *etaLane) forecast(f ETAFigure, fallback float64, minIntervals int, age,
 			lf.wLong = w
 		}
 		r *= math.Exp(w * math.Log(rl/r))
+		if l.stalledNow == 0 {
+			lf.rate = r // the rate shown is the rate the forecast reads at
+		}
 	}
 	lf.rateForecast = r
 	if r <= 0 {
