@@ -70,7 +70,7 @@ type CollectorOptions struct {
 //	                                the ETA and its interval (absent while it
 //	                                warms up; 0 once finished; +Inf if unbounded)
 //	snapshot_rows_total             snapshot rows read
-//	snapshot_read_rate_rows_per_second  the ETA's smoothed read rate
+//	snapshot_read_rate_rows_per_second  the read rate the ETA forecasts with
 //	upstream_churn_rows_per_second  net rows/s the upstream adds ahead of
 //	                                the cursors
 //	rate_limit_rows_per_second      the limit in force (0: none)
@@ -109,7 +109,7 @@ func NewCollector(j *Job, opts *CollectorOptions) prometheus.Collector {
 	c.etaLow = d("eta_lower_seconds", "Lower end of the ETA's interval.")
 	c.etaHigh = d("eta_upper_seconds", "Upper end of the ETA's interval.")
 	c.rows = d("snapshot_rows_total", "Snapshot rows the backfill read.")
-	c.rate = d("snapshot_read_rate_rows_per_second", "Smoothed snapshot read rate.")
+	c.rate = d("snapshot_read_rate_rows_per_second", "Snapshot read rate the ETA forecasts with (rows/s).")
 	c.churn = d("upstream_churn_rows_per_second", "Net rows per second the upstream adds ahead of the cursors.")
 	c.limit = d("rate_limit_rows_per_second", "The snapshot read limit in force; 0 is none.")
 	c.barrier = d("checkpoint_barrier", "The checkpoint barrier of the figures.")
