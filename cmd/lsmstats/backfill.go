@@ -237,14 +237,6 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 	if err := keys.CheckVnodeCount(f.vnodes); err != nil {
 		return p, errors.Newf("--vnodes %d: want 1 to %d", f.vnodes, keys.MaxVnodeCount)
 	}
-	for _, a := range []struct {
-		name string
-		n    int
-	}{{"--actors", f.actors}, {"--rescale-to", f.rescaleTo}} {
-		if a.n > f.vnodes {
-			return p, errors.Newf("%s %d is more than --vnodes %d: each actor reads at least one vnode", a.name, a.n, f.vnodes)
-		}
-	}
 	if f.bucketBudget < 0 {
 		return p, errors.Newf("--stats-bucket-budget %d: want a number of buckets >= 0 (0: the default)", f.bucketBudget)
 	}
@@ -397,7 +389,16 @@ func backfillCmd(args []string, stdout, stderr io.Writer) (int, error) {
 		return usageError(errors.New("--lose-disk needs --kill-node-at: it deletes the killed node's directory"))
 	}
 	if f.nodes > 0 {
-		return runCluster(f, p, stdout, stderr)
+		return runCluster(f, p, stdout, stderr) // a node caps its actors at its vnodes
+	}
+	// One embedded job: each actor reads at least one vnode.
+	for _, a := range []struct {
+		name string
+		n    int
+	}{{"--actors", f.actors}, {"--rescale-to", f.rescaleTo}} {
+		if a.n > f.vnodes {
+			return usageError(errors.Newf("%s %d is more than --vnodes %d: each actor reads at least one vnode", a.name, a.n, f.vnodes))
+		}
 	}
 	if f.worker {
 		// SIGINT or SIGTERM (a terminal's Ctrl-C reaches the worker too, or
