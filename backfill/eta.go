@@ -429,6 +429,9 @@ func (e *ETA) Observe(o ETAObservation) (ETAForecast, error) {
 		if r.Rate > 0 && r.Interval > 0 {
 			e.job.rate.dt = r.Interval
 			e.job.rate.reseed(r.Rate, 0, etaRestartWeight, r.Interval)
+			// The long rate counts for the intervals seen: all the job's,
+			// as ETAResume does not say how many came since its last
+			// known change (the backtest weighs it down if it misleads).
 			e.job.long.reset(r.Rate, float64(max(r.Intervals, etaRestartWeight))*r.Interval)
 		}
 		e.last = ETAObservation{Time: r.Origin}
