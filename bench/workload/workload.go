@@ -94,6 +94,11 @@ func Preset(name string, rows, vnodes int, seed uint64) (Params, error) {
 	return p, nil
 }
 
+// Check returns the error New would return for p's parameters, without
+// generating its rows: a caller can refuse bad parameters before it starts
+// anything.
+func (p Params) Check() error { return p.normalize() }
+
 func (p *Params) normalize() error {
 	if p.Rows < 0 {
 		return errors.Newf("workload: rows %d < 0", p.Rows)

@@ -225,12 +225,6 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 		}
 		p.DuringSteps = max(1, rows/(max(1, f.actors)*max(1, f.barrierRows)))
 	}
-	switch p.DeleteOrder {
-	case "", "random", "prefix", "suffix":
-	default:
-		// The worker's workload.New would refuse it too, as a failed run.
-		return p, errors.Newf("--delete-order %q is not random, prefix or suffix", p.DeleteOrder)
-	}
 	if f.chunkSize < 1 || f.barrierRows < 1 || f.actors < 1 || f.checkpointEvery < 1 {
 		return p, errors.New("--chunk-size, --barrier-rows, --actors and --checkpoint-every must be positive")
 	}
@@ -242,6 +236,11 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 	}
 	if f.rateLimit < 0 || math.IsNaN(f.rateLimit) || math.IsInf(f.rateLimit, 0) {
 		return p, errors.Newf("--rate-limit %v: want rows/s >= 0 (0: none)", f.rateLimit)
+	}
+	// What the worker's workload.New would refuse, as a failed run (a
+	// delete order, fractions, zipf on a shape other than hashed).
+	if err := p.Check(); err != nil {
+		return p, err
 	}
 	return p, nil
 }

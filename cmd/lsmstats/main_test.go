@@ -357,6 +357,8 @@ func TestBadFlags(t *testing.T) {
 		"--vnodes 40000":                         "--vnodes 40000: want 1 to 32768",
 		"--vnodes 1":                             "--actors 2 is more than --vnodes 1",
 		"--vnodes 2 --rescale-to 3 --crash-at 1": "--rescale-to 3 is more than --vnodes 2",
+		"--workload skew --pk-shape timeseries":  "zipf applies to the hashed pk shape, not timeseries",
+		"--delete-frac 0.7 --delete-during 0.5":  "delete more than every row",
 	} {
 		_, errOut, code := runCmd(t, append([]string{"backfill", "--bars", "off"}, strings.Fields(args)...)...)
 		require.Equal(t, exitUsage, code, args)
