@@ -186,6 +186,7 @@ fuzz:
 	$(FUZZENV) $(GO) test -run '^$$' -fuzz '^FuzzComparer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./keys
 	$(FUZZENV) $(GO) test -run '^$$' -fuzz '^FuzzDecodeSummary$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/sstsummary
 	$(FUZZENV) $(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./backfill
+	$(FUZZENV) $(GO) test -run '^$$' -fuzz '^FuzzLogValue$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/livebuckets
 
 # The crash torture of the whole stack: 1,000 SIGKILLs (make test runs 25).
 torture:

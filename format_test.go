@@ -132,7 +132,7 @@ func buildFixtureStore(t *testing.T, dir string) string {
 	}
 	// A fourth checkpoint updates rows and nothing else: it changes counts
 	// of buckets, not their bounds, and writes the live statistics' log
-	// row (format 2).
+	// row.
 	for i := 0; i < 120; i += 11 {
 		if old, live := stored[i]; live {
 			pk := orderPK(i)
@@ -253,22 +253,25 @@ func writeFixture(t *testing.T) {
 	require.False(t, bytes.Contains([]byte(dump), []byte("%!")), "dump formatting")
 }
 
-const (
-	fixtureV1Dir  = "testdata/format/v1/store"
-	fixtureV1Dump = "testdata/format/v1/store.txt"
-)
+// TestFormatOldStores opens the fixture stores that older format versions
+// wrote, each checked in when the next replaced it: format 1 (before the
+// live statistics' delta log) and format 2 (before the log rows' codec
+// byte, docs/format.md). Read-only, each reads as it did then and writes
+// nothing; opened for writing, it is rewritten in this format (its
+// live-statistics rows and format_version, in one ingestion), reads the
+// same, verifies clean, and takes commits.
+func TestFormatOldStores(t *testing.T) {
+	for _, version := range []uint64{1, 2} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) { testFormatOldStore(t, version) })
+	}
+}
 
-// TestFormatV1Store opens the fixture store that format_version 1 wrote
-// (checked in when format 2 replaced it: the live statistics' delta log,
-// docs/format.md): read-only, it reads as it did then; opened for
-// writing, it is rewritten in format 2 (its live-statistics rows and
-// format_version, in one ingestion), reads the same, verifies clean, and
-// takes commits.
-func TestFormatV1Store(t *testing.T) {
-	want, err := os.ReadFile(fixtureV1Dump)
+func testFormatOldStore(t *testing.T, version uint64) {
+	fixture := fmt.Sprintf("testdata/format/v%d", version)
+	want, err := os.ReadFile(filepath.Join(fixture, "store.txt"))
 	require.NoError(t, err)
 	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(dir, os.DirFS(fixtureV1Dir)))
+	require.NoError(t, os.CopyFS(dir, os.DirFS(filepath.Join(fixture, "store"))))
 	formatVersion := func() uint64 {
 		db, err := pebble.Open(filepath.Join(dir, "db"), &pebble.Options{Comparer: keys.Comparer, ReadOnly: true, Logger: lsm.QuietLogger(nil)})
 		require.NoError(t, err)
@@ -279,16 +282,16 @@ func TestFormatV1Store(t *testing.T) {
 		require.Len(t, v, 8)
 		return binary.BigEndian.Uint64(v)
 	}
-	require.Equal(t, uint64(1), formatVersion())
+	require.Equal(t, version, formatVersion())
 
 	ro, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil), ReadOnly: true})
 	require.NoError(t, err)
-	require.Equal(t, string(want), dumpStore(t, ro), "format 1, read-only")
+	require.Equal(t, string(want), dumpStore(t, ro), "read-only")
 	rep, err := ro.Verify()
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%+v", rep)
 	require.NoError(t, ro.Close())
-	require.Equal(t, uint64(1), formatVersion(), "a read-only open writes nothing")
+	require.Equal(t, version, formatVersion(), "a read-only open writes nothing")
 
 	s, err := lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
@@ -296,10 +299,10 @@ func TestFormatV1Store(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.Equal(t, uint64(lsm.FormatVersion), formatVersion())
 
-	// Format 2 now: it reads the same, verifies, and takes a commit.
+	// This format now: it reads the same, verifies, and takes a commit.
 	s, err = lsm.Open(dir, &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
-	require.Equal(t, string(want), dumpStore(t, s), "reopened in format 2")
+	require.Equal(t, string(want), dumpStore(t, s), "reopened in this format")
 	rep, err = s.Verify()
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%+v", rep)

@@ -10,12 +10,13 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/klauspost/compress/zstd"
 	"github.com/lsmstats/lsmstats"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/stretchr/testify/require"
 )
 
-// logStore writes a store whose live statistics have log rows (format 2,
+// logStore writes a store whose live statistics have log rows (format 3,
 // docs/format.md): a load, then checkpoints that update and delete rows
 // without moving any bucket's bounds, which the store persists as log
 // rows. It returns the store's directory and the log rows' keys.
@@ -99,7 +100,9 @@ func TestLiveLogReopen(t *testing.T) {
 }
 
 // TestLiveLogCorrupt damages a log row every way (cut at every length,
-// a bit of every byte flipped, rows of unknown tables, vnodes, buckets, flags):
+// a bit of every byte flipped, rows of unknown tables, vnodes, buckets,
+// flags, plain and compressed; unknown codecs, frames that are not zstd or
+// would decode to more than the format allows):
 // a writable Open fails with a corruption error naming the row, or opens
 // (a flipped count or position still decodes); a read-only Open leaves a
 // row it cannot apply out and Verify names it. Nothing panics.
@@ -124,16 +127,31 @@ func TestLiveLogCorrupt(t *testing.T) {
 		v[i] ^= []byte{0x01, 0x80}[i%2]
 		values = append(values, v)
 	}
+	layouts := [][]byte{
+		{0, 0, 0, 9, 1, 0, 0, 0, 0},                      // unknown table
+		{0, 0, 0, 1, 1, 0, 7, 0, 0},                      // vnode past the table's
+		{0, 0, 0, 1, 9, 0, 0, 0, 0},                      // more vnodes than the table has
+		{0, 0, 0, 1, 1, 0, 0, 0x20, 0},                   // unknown anchor flag
+		{0, 0, 0, 1, 1, 0, 0, 0, 1, 0xfe, 0x3f, 0, 0, 0}, // bucket far past the vnode's
+		{0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0xff},    // unknown bucket flags
+		{0, 0, 0, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0},          // vnodes out of order
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithSingleSegment(true))
+	require.NoError(t, err)
+	values = append(values, append(bytes.Clone(good), 0)) // trailing bytes
+	for _, l := range layouts {
+		values = append(values, append([]byte{0}, l...), enc.EncodeAll(l, []byte{1})) // plain and compressed
+	}
 	values = append(values,
-		append(bytes.Clone(good), 0),                           // trailing bytes
-		[]byte{0, 0, 0, 9, 1, 0, 0, 0, 0},                      // unknown table
-		[]byte{0, 0, 0, 1, 1, 0, 7, 0, 0},                      // vnode past the table's
-		[]byte{0, 0, 0, 1, 9, 0, 0, 0, 0},                      // more vnodes than the table has
-		[]byte{0, 0, 0, 1, 1, 0, 0, 0x20, 0},                   // unknown anchor flag
-		[]byte{0, 0, 0, 1, 1, 0, 0, 0, 1, 0xfe, 0x3f, 0, 0, 0}, // bucket far past the vnode's
-		[]byte{0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0xff},    // unknown bucket flags
-		[]byte{0, 0, 0, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0},          // vnodes out of order
+		nil,                                  // no codec
+		[]byte{2, 0, 0, 0, 1, 1, 0, 0, 0, 0}, // unknown codec
+		[]byte{1},                            // no zstd frame
+		[]byte{1, 0, 0, 0, 1, 1, 0, 0, 0, 0}, // not a zstd frame
+		enc.EncodeAll(make([]byte, 1<<20), []byte{1}), // a frame that says it decodes to more than 64 times its bytes
 	)
+	plainFrame, err := zstd.NewWriter(nil, zstd.WithSingleSegment(false))
+	require.NoError(t, err)
+	values = append(values, plainFrame.EncodeAll(layouts[0], []byte{1})) // a frame without its content size
 	refused, opened := 0, 0
 	for i, v := range values {
 		dir := t.TempDir()

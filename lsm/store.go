@@ -27,11 +27,13 @@ import (
 )
 
 // FormatVersion is the store format this library writes. Open refuses a
-// store whose format_version is newer. Version 2 (the live statistics'
-// delta log, docs/format.md) reads stores of version 1: Open rewrites
-// their live-statistics rows in the new layout and their format_version,
-// in one ingestion; a read-only Open reads them as they are.
-const FormatVersion = 2
+// store whose format_version is newer. Version 3 (the delta log's rows
+// compressed, docs/format.md) reads stores of versions 1 (no delta log)
+// and 2: a writable Open rewrites their live-statistics rows in the
+// current layout (version 1's bucket rows, version 2's log rows) and their
+// format_version, in one ingestion; a read-only Open reads them as they
+// are.
+const FormatVersion = 3
 
 // formatMinor is the minor format version this library writes within
 // FormatVersion (docs/format.md, "Versioning rules"). A minor version only
@@ -644,8 +646,8 @@ func (s *Store) load(m mark, hasMark bool) error {
 	}
 	s.mu.live.FinishLoad()
 	if formatSeen && format < FormatVersion && !s.opts.ReadOnly {
-		// A store of format 1: its live-statistics rows in the layout of
-		// format 2, with the version, in one ingestion.
+		// A store of an older format: its live-statistics rows in the
+		// current layout, with the version, in one ingestion.
 		migrate := append(s.mu.live.Migrate(), livebuckets.MetaEntry{Key: keys.MetaKey([]byte(keys.FormatVersionName)), Value: be64(FormatVersion)})
 		if err := s.ingestMeta(migrate); err != nil {
 			return errors.Wrapf(err, "lsmstats: rewrite the live statistics of %s (format %d) in format %d", s.dir, format, FormatVersion)

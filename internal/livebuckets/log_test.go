@@ -81,3 +81,73 @@ func TestRelayout(t *testing.T) {
 	}
 	require.Greater(t, valid, 1000, "too few valid layouts to compare")
 }
+
+// TestLogCodec round-trips layouts of every size through the log value's
+// codec (compressible ones come back compressed, noise plain), and checks
+// that a value the codec refuses gets an error saying why, without
+// allocating what a damaged frame header claims.
+func TestLogCodec(t *testing.T) {
+	rng := seededRand(t)
+	for _, n := range []int{0, 1, 31, 32, 33, 100, 4096, 300_000} {
+		for _, noise := range []bool{false, true} {
+			layout := make([]byte, n)
+			for i := range layout {
+				if noise {
+					layout[i] = byte(rng.Uint32())
+				} else {
+					layout[i] = byte(rng.IntN(4)) // a few small values, as the entries' gaps and rows
+				}
+			}
+			v := encodeLogValue(layout)
+			require.NotEmpty(t, v)
+			if !noise && n >= 4096 {
+				require.Equal(t, byte(logZstd), v[0], "%d bytes of small values", n)
+				require.Less(t, len(v), n/2, "%d bytes of small values", n)
+			}
+			if noise || n < 32 {
+				require.Equal(t, byte(logPlain), v[0], "%d bytes, noise %t", n, noise)
+				require.Len(t, v, n+1)
+			}
+			got, err := decodeLogValue(v, 3)
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(layout, got), "%d bytes, noise %t", n, noise)
+			old, err := decodeLogValue(layout, 2) // format 2: the layout alone
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(layout, old))
+		}
+	}
+	enc, _ := logCodec()
+	zeros := enc.EncodeAll(make([]byte, 1<<20), []byte{logZstd})
+	for _, c := range []struct {
+		value []byte
+		err   string
+	}{
+		{nil, "empty log value: no codec"},
+		{[]byte{7, 1, 2}, "unknown log codec 7"},
+		{[]byte{logZstd}, "zstd frame header"},
+		{[]byte{logZstd, 1, 2, 3, 4, 5, 6}, "zstd frame header"},
+		{zeros, fmt.Sprintf("zstd frame of %d bytes decoding to 1048576 bytes", len(zeros)-1)},
+		{append(bytes.Clone(zeros[:len(zeros)-3]), 0, 0, 0), "zstd frame"},
+	} {
+		_, err := decodeLogValue(c.value, 3)
+		require.ErrorContains(t, err, c.err, "%x", c.value)
+	}
+}
+
+// FuzzLogValue feeds the log value's codec arbitrary bytes: decoding never
+// panics and never returns more than the format allows (64 times the
+// frame), and any layout comes back from its encoding unchanged.
+func FuzzLogValue(f *testing.F) {
+	enc, _ := logCodec()
+	f.Add([]byte{logPlain, 0, 0, 0, 1, 1, 0, 0, 0, 0})
+	f.Add(enc.EncodeAll(bytes.Repeat([]byte{0, 0, 0, 1, 2, 3}, 40), []byte{logZstd}))
+	f.Add(enc.EncodeAll(make([]byte, 1<<16), []byte{logZstd}))
+	f.Fuzz(func(t *testing.T, value []byte) {
+		if layout, err := decodeLogValue(value, 3); err == nil && len(value) > 0 && value[0] == logZstd {
+			require.LessOrEqual(t, len(layout), logMaxExpansion*(len(value)-1))
+		}
+		got, err := decodeLogValue(encodeLogValue(value), 3)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(value, got))
+	})
+}

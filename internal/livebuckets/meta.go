@@ -29,8 +29,9 @@ import (
 // A vnode's bucket rows hold its statistics as of its base epoch, when they
 // were last written (folded, persist.go); the log rows of later epochs hold
 // what commits changed since. Format 1 had no log and no base epoch, and
-// held the calibration as two float64 (readRowV1); Open rewrites such a
-// store's rows in this layout (lsm, format_version 2).
+// held the calibration as two float64 (readRowV1); format 2's log rows
+// had no codec byte (log.go). Open rewrites such a store's rows in this
+// layout (lsm, format_version 3).
 const (
 	livePrefix      = keys.LivePrefix
 	estimatesPrefix = keys.LiveEstimatesPrefix
@@ -344,8 +345,8 @@ func Spans() [][2][]byte {
 var ErrCorruptLive = lsmstats.NewCorruptionSentinel("lsmstats/stats: corrupt live statistics metadata")
 
 // SetFormat says which store format (lsm.FormatVersion) the rows that
-// Load reads are in: 1 (readRowV1, no log) or 2, the default, the layout
-// this package writes.
+// Load reads are in: 1 (readRowV1, no log), 2 (log rows without a codec
+// byte) or 3, the default, the layout this package writes.
 func (s *State) SetFormat(version uint64) { s.format = version }
 
 // Load adds one persisted metadata row (from the spans of Spans, in key

@@ -1,7 +1,5 @@
 package livebuckets
 
-import ()
-
 // Normalize merges the small and the empty buckets of the touched vnodes
 // into their left neighbours. A last bucket that grew too big by rows
 // appended above its vnode's largest pk is split at once (splitAppends);

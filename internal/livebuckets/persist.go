@@ -139,7 +139,7 @@ func (b *Batch) MetaEntries(epoch uint64) []MetaEntry {
 		}
 	}
 	if len(log) > 0 {
-		e := MetaEntry{Key: logKey(epoch), Value: log}
+		e := MetaEntry{Key: logKey(epoch), Value: encodeLogValue(log)}
 		plan.logBytes = len(e.Key) + len(e.Value)
 		out = append(out, e)
 	}
@@ -274,11 +274,25 @@ func (s *State) dropImage(k vkey) {
 	delete(s.images, k)
 }
 
-// Migrate returns the entries that rewrite every bucket row of the state,
-// as loaded from a store of format 1 (SetFormat), in this package's
-// layout, sorted by key: with format_version 2 in the same write, they
-// make the store one of format 2. Call it after FinishLoad.
+// Migrate returns the entries that rewrite the rows of the state as
+// loaded from a store of an older format (SetFormat) in this package's
+// layout, sorted by key: from format 1, every bucket row; from format 2,
+// every log row, with a codec byte. With format_version in the same
+// write, they make the store one of this package's format. Call it after
+// FinishLoad.
 func (s *State) Migrate() []MetaEntry {
+	defer func() { s.format = 3 }()
+	if s.format == 2 {
+		out := make([]MetaEntry, 0, len(s.oldLogs))
+		s.logBytes = 0
+		for _, l := range s.oldLogs {
+			e := MetaEntry{Key: logKey(l.epoch), Value: encodeLogValue(l.layout)}
+			s.logBytes += len(e.Key) + len(e.Value)
+			out = append(out, e)
+		}
+		s.oldLogs = nil
+		return out
+	}
 	ids := make([]uint32, 0, len(s.cur.tables))
 	for id := range s.cur.tables {
 		ids = append(ids, id)
@@ -302,7 +316,6 @@ func (s *State) Migrate() []MetaEntry {
 			}
 		}
 	}
-	s.format = 2
 	return out
 }
 

@@ -33,12 +33,21 @@ type State struct {
 	// fold, in increasing order, and logBytes their bytes.
 	logs     []uint64
 	logBytes int
+	// oldLogs are the log rows loaded from a store of format 2, which
+	// Migrate rewrites.
+	oldLogs []oldLog
+}
+
+// oldLog is a log row of format 2: its epoch and its layout.
+type oldLog struct {
+	epoch  uint64
+	layout []byte
 }
 
 // NewState returns an empty state whose tables have a bucket budget of
 // TableBucketBudget.
 func NewState() *State {
-	s := &State{budget: TableBucketBudget, format: 2, images: map[vkey][]bucket{}, pending: map[vkey]*liveVnode{}}
+	s := &State{budget: TableBucketBudget, format: 3, images: map[vkey][]bucket{}, pending: map[vkey]*liveVnode{}}
 	s.setCurrent(&Snapshot{tables: map[uint32]*liveTable{}, at: time.Now()})
 	return s
 }
