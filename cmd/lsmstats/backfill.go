@@ -591,7 +591,10 @@ type timingsJSON struct {
 	RunsS     []float64 `json:"runs_s"`
 	// RowsPerS is the snapshot rows over BackfillS, which holds the
 	// crashes, the recoveries and the end of the run (the MV's check).
+	// The rows are those read by this command: RowsBefore, the rows a job
+	// resumed from --dir had read before it, are not counted.
 	RowsPerS   float64   `json:"snapshot_rows_per_s"`
+	RowsBefore uint64    `json:"snapshot_rows_before,omitempty"`
 	RecoveryMS []float64 `json:"recovery_ms"`
 	// JobBackfillS is the time the job's backfill ran, summed over the
 	// workers as each measured it (bench.Session.Backfilled: from the
@@ -694,6 +697,10 @@ type supervisor struct {
 	runTruth, truth        event
 	lastCkpt               time.Time // of the run in progress
 	downtimes              []downtime
+	// rowsBefore are the snapshot rows the job had read before this
+	// command (a --dir with a job in progress or done): the rates count
+	// the rows read since.
+	rowsBefore uint64
 }
 
 // downtime is the time from a killed worker's last checkpoint to the
@@ -906,6 +913,9 @@ func (sv *supervisor) handle(e event) (crash bool) {
 			rep.Timings.LoadS = time.Since(sv.start).Seconds()
 		}
 	case "initial":
+		if len(sv.records) == 0 {
+			sv.rowsBefore = e.Rec.Rows
+		}
 		if !sv.lastCkpt.IsZero() {
 			sv.downtimes = append(sv.downtimes, downtime{sv.lastCkpt, time.Unix(0, e.Rec.TimeNS)})
 		}
@@ -1053,6 +1063,8 @@ func (sv *supervisor) conclude() (int, error) {
 	for _, r := range sv.records {
 		rows = max(rows, r.Rows)
 	}
+	rows -= min(rows, sv.rowsBefore)
+	rep.Timings.RowsBefore = sv.rowsBefore
 	if rep.Timings.BackfillS > 0 {
 		rep.Timings.RowsPerS = float64(rows) / rep.Timings.BackfillS
 	}
@@ -1250,6 +1262,10 @@ func printSummary(w io.Writer, rep *report) {
 		tm.TotalS, tm.LoadS, tm.BackfillS, tm.RowsPerS)
 	fmt.Fprintf(w, "the job's backfill ran %.1fs (in its workers, from the start to the end or the last checkpoint before a crash; the workload model's time left out, as BenchmarkScale times it): %.0f snapshot rows/s\n",
 		tm.JobBackfillS, tm.JobRowsPerS)
+	if tm.RowsBefore > 0 {
+		fmt.Fprintf(w, "the job resumed from --dir with %s snapshot rows read by an earlier command: the rates count the rows read since\n",
+			thousands(float64(tm.RowsBefore)))
+	}
 	switch {
 	case rep.Parameters["truth"] == false:
 		fmt.Fprintln(w, "truth: none (--no-truth): the job ran without the workload model's count, and no error against it is computed")

@@ -271,6 +271,37 @@ func TestBackfillNoTruth(t *testing.T) {
 	}
 }
 
+// TestBackfillResumedDir runs a job in a --dir to its end, then the same
+// command again: the second finds the job done, reads no snapshot rows,
+// and says so instead of dividing the first run's rows by its own time.
+func TestBackfillResumedDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	run := func() (report, string) {
+		jsonPath := filepath.Join(t.TempDir(), "run.json")
+		out, errOut, code := runCmd(t, "backfill", "--workload", "uniform", "--rows", "20000", "--vnodes", "16",
+			"--barrier-rows", "512", "--dir", dir, "--no-truth", "--json", jsonPath, "--bars", "off")
+		require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+		b, err := os.ReadFile(jsonPath)
+		require.NoError(t, err)
+		var rep report
+		require.NoError(t, json.Unmarshal(b, &rep))
+		require.True(t, rep.MVMatches)
+		return rep, out
+	}
+	first, out := run()
+	require.Zero(t, first.Timings.RowsBefore)
+	require.Positive(t, first.Timings.JobRowsPerS)
+	require.NotContains(t, out, "the job resumed from --dir")
+	read := first.Barriers[len(first.Barriers)-1].SnapshotRows
+	require.Positive(t, read)
+
+	second, out := run()
+	require.Equal(t, read, second.Timings.RowsBefore)
+	require.Zero(t, second.Timings.JobRowsPerS)
+	require.Zero(t, second.Timings.RowsPerS)
+	require.Contains(t, out, fmt.Sprintf("the job resumed from --dir with %s snapshot rows read by an earlier command", thousands(float64(read))))
+}
+
 // TestBackfillSnapshotUpstreams runs a snapshot backfill over three
 // upstream tables through the command, with a crash: the JSON report holds
 // each barrier's phase and each table's figures and truth, the phases come
