@@ -8,7 +8,7 @@
 // once when rows were appended (appendsplit.go). What a commit changed is
 // persisted with it (persist.go, docs/format.md): for the vnodes that
 // have bucket rows, one delta-log row of their changes of bounds and counts
-// (log.go); for new vnodes, their bucket rows (meta.go), a fold; and once
+// (log.go; compressed with zstd when that is shorter, since format 3); for new vnodes, their bucket rows (meta.go), a fold; and once
 // the log outweighs a rewrite of the buckets it changed, a fold of them all
 // that deletes the log. Loading replays the log on the bucket rows.
 // Published vnodes
