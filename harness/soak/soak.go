@@ -203,7 +203,14 @@ func (sk *soak) event(n int, kind string) {
 			if reason == testutil.Ended {
 				break
 			}
-			hung = true
+			if !hung {
+				// Where it hangs: its goroutines' stacks on stderr.
+				hung = true
+				c.Quit(sk.t)
+				if c.ReadUntil(10*time.Second, func(l string) bool { handle(l); return false }) == testutil.Ended {
+					break
+				}
+			}
 			c.Kill(sk.t)
 		}
 	}
@@ -232,7 +239,8 @@ func (sk *soak) outcome(n int, kind string, lines []report, end testutil.Exit, s
 		injected = injected || l.T == "J"
 	}
 	if hung {
-		sk.finding(n, "hang", "%s: the worker hung (no report for %s); last report %+v; stderr:\n%s", kind, sk.cfg.EventTimeout, last, tail(stderr))
+		sk.finding(n, "hang", "%s: the worker did not end within %s (%d reports); last report %+v; its goroutines, where they name this module:\n%s",
+			kind, sk.cfg.EventTimeout, len(lines), last, ourStacks(stderr))
 		return kind + ":hang"
 	}
 	if err := end.WaitErr(); err != nil {
@@ -487,6 +495,23 @@ func digests(s *lsm.Store, spec JobSpec) (upstream, mv uint64, err error) {
 	}
 	mv, err = hash(spec.mv())
 	return upstream, mv, err
+}
+
+// ourStacks returns the goroutine stacks of a Go process's dump (SIGQUIT)
+// that have a frame of this module, at most 20,000 bytes of them, or the
+// tail of the text when it holds no such stack.
+func ourStacks(dump string) string {
+	var b strings.Builder
+	for _, g := range strings.Split(dump, "\n\n") {
+		if strings.HasPrefix(g, "goroutine ") && strings.Contains(g, "github.com/lsmstats/lsmstats/") && b.Len() < 20000 {
+			b.WriteString(g)
+			b.WriteString("\n\n")
+		}
+	}
+	if b.Len() == 0 {
+		return tail(dump)
+	}
+	return b.String()
 }
 
 func tail(s string) string {

@@ -49,3 +49,19 @@ func TestSoak(t *testing.T) {
 	}
 	require.Positive(t, rep.Checks)
 }
+
+// TestOurStacks: a hung worker's goroutine dump is cut down to the stacks
+// that name this module, which is what a hang finding shows.
+func TestOurStacks(t *testing.T) {
+	dump := "SIGQUIT: quit\nPC=0x1 m=0 sigcode=0\n\n" +
+		"goroutine 1 [select]:\ngithub.com/lsmstats/lsmstats/lsm.(*Store).flushMemtable(...)\n\t/x/lsm/store.go:817\n\n" +
+		"goroutine 7 [chan receive]:\ngithub.com/cockroachdb/pebble/v2.(*DB).flush(...)\n\t/y/compaction.go:1482\n\n" +
+		"goroutine 9 [semacquire]:\nsync.(*Mutex).Lock(...)\ngithub.com/lsmstats/lsmstats/backfill.(*Job).step1(...)\n\t/x/backfill/job.go:1\n\n" +
+		"rax    0x0\n"
+	got := ourStacks(dump)
+	require.Contains(t, got, "goroutine 1 [select]")
+	require.Contains(t, got, "goroutine 9 [semacquire]")
+	require.NotContains(t, got, "goroutine 7")
+	require.NotContains(t, got, "rax")
+	require.Equal(t, tail("no stacks here"), ourStacks("no stacks here"))
+}

@@ -80,6 +80,13 @@ func (c *Child) ReadUntil(timeout time.Duration, handle func(line string) bool) 
 	}
 }
 
+// Quit sends SIGQUIT to the child: a Go child prints every goroutine's
+// stack on its stderr and exits.
+func (c *Child) Quit(t testing.TB) {
+	t.Helper()
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGQUIT))
+}
+
 // Kill sends SIGKILL to the child.
 func (c *Child) Kill(t testing.TB) {
 	t.Helper()
