@@ -82,14 +82,10 @@ func (b *Batch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
 		b.lastKey, b.lastVnode = k, v
 		return v, nil
 	}
-	t, err := b.table(table)
+	t, old, err := b.published(table, vnode)
 	if err != nil {
 		return nil, err
 	}
-	if int(vnode) >= len(t.vnodes) {
-		return nil, errors.Newf("lsmstats/stats: live delta for vnode %d of table %d with %d vnodes", vnode, table, len(t.vnodes))
-	}
-	old := t.vnode(vnode)
 	v := &liveVnode{
 		buckets: slices.Clone(old.buckets), keys: old.keys, total: old.total,
 		minPK: old.minPK, maxPK: old.maxPK, minKey: old.minKey, maxKey: old.maxKey,
@@ -100,6 +96,19 @@ func (b *Batch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
 	b.vnodes[k] = v
 	b.lastKey, b.lastVnode = k, v
 	return v, nil
+}
+
+// published returns the batch's copy of a table and the vnode as the
+// current snapshot has it, for a vnode the batch has not copied.
+func (b *Batch) published(table uint32, vnode uint16) (*liveTable, *liveVnode, error) {
+	t, err := b.table(table)
+	if err != nil {
+		return nil, nil, err
+	}
+	if int(vnode) >= len(t.vnodes) {
+		return nil, nil, errors.Newf("lsmstats/stats: live delta for vnode %d of table %d with %d vnodes", vnode, table, len(t.vnodes))
+	}
+	return t, t.vnode(vnode), nil
 }
 
 // MarkEstimates flags a table's counts as possibly containing estimates.
@@ -130,12 +139,27 @@ type Delta struct {
 // Apply adds a delta. Deltas are fastest in (table, vnode, pk) order but
 // any order is correct.
 func (b *Batch) Apply(d Delta) error {
+	k := vkey{d.Table, d.Vnode}
+	pkKey := key8(d.PK)
+	if d.Counts == (Counts{}) && (b.lastVnode == nil || b.lastKey != k) {
+		// A rewrite of a row in its size, in a vnode the batch has not
+		// copied, usually changes nothing: then the vnode is not copied,
+		// and the commit neither logs nor publishes it (a backfill's
+		// state rows, updates that keep a row's size).
+		if _, copied := b.vnodes[k]; !copied {
+			_, v, err := b.published(d.Table, d.Vnode)
+			if err != nil {
+				return err
+			}
+			if v.unchangedBy(d, pkKey) {
+				return nil
+			}
+		}
+	}
 	v, err := b.vnode(d.Table, d.Vnode)
 	if err != nil {
 		return err
 	}
-	k := vkey{d.Table, d.Vnode}
-	pkKey := key8(d.PK)
 	// An anchor moving out to this pk first carries the end buckets'
 	// calibration into their new frames, where the pk then lands.
 	was := v.anchors()
@@ -174,6 +198,25 @@ func (b *Batch) Apply(d Delta) error {
 	t := b.tables[d.Table]
 	t.total = t.total.Add(d.Counts)
 	return nil
+}
+
+// unchangedBy reports whether Apply would leave v as it is on a delta d of
+// no rows and no bytes (pkKey: key8(d.PK)): the anchors stay, their flags
+// too, and so does the lowerLive flag of the bucket d lands in. Its counts
+// and calibration do not move (the calibration moves with rows only).
+func (v *liveVnode) unchangedBy(d Delta, pkKey uint64) bool {
+	if d.Counts != (Counts{}) || v.minPK == nil || v.maxPK == nil {
+		return false
+	}
+	if c := compareAnchor(d.PK, pkKey, v.minPK, v.minKey); d.Live && c < 0 || c == 0 && v.minLive != d.Live {
+		return false
+	}
+	if c := compareAnchor(d.PK, pkKey, v.maxPK, v.maxKey); d.Live && c > 0 || c == 0 && v.maxLive != d.Live {
+		return false
+	}
+	i := v.find(d.PK)
+	bk := &v.buckets[i]
+	return i == 0 || v.keys[i] != pkKey || bk.lowerLive == d.Live || !bytes.Equal(bk.lower(), d.PK)
 }
 
 // find returns the bucket of vnode k (v) that holds pk: from the last
