@@ -82,10 +82,11 @@ func (b *Batch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
 		b.lastKey, b.lastVnode = k, v
 		return v, nil
 	}
-	t, old, err := b.published(table, vnode)
+	old, err := b.published(table, vnode)
 	if err != nil {
 		return nil, err
 	}
+	t, _ := b.table(table) // cannot fail: published found the table
 	v := &liveVnode{
 		buckets: slices.Clone(old.buckets), keys: old.keys, total: old.total,
 		minPK: old.minPK, maxPK: old.maxPK, minKey: old.minKey, maxKey: old.maxKey,
@@ -98,17 +99,18 @@ func (b *Batch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
 	return v, nil
 }
 
-// published returns the batch's copy of a table and the vnode as the
-// current snapshot has it, for a vnode the batch has not copied.
-func (b *Batch) published(table uint32, vnode uint16) (*liveTable, *liveVnode, error) {
-	t, err := b.table(table)
-	if err != nil {
-		return nil, nil, err
+// published returns a vnode as the batch found it (the current
+// snapshot's, for a vnode the batch has not copied), copying nothing: not
+// the vnode, nor its table.
+func (b *Batch) published(table uint32, vnode uint16) (*liveVnode, error) {
+	t, ok := b.next.tables[table]
+	if !ok {
+		return nil, errors.Newf("lsmstats/stats: live delta for unknown table %d", table)
 	}
 	if int(vnode) >= len(t.vnodes) {
-		return nil, nil, errors.Newf("lsmstats/stats: live delta for vnode %d of table %d with %d vnodes", vnode, table, len(t.vnodes))
+		return nil, errors.Newf("lsmstats/stats: live delta for vnode %d of table %d with %d vnodes", vnode, table, len(t.vnodes))
 	}
-	return t, t.vnode(vnode), nil
+	return t.vnode(vnode), nil
 }
 
 // MarkEstimates flags a table's counts as possibly containing estimates.
@@ -147,7 +149,7 @@ func (b *Batch) Apply(d Delta) error {
 		// and the commit neither logs nor publishes it (a backfill's
 		// state rows, updates that keep a row's size).
 		if _, copied := b.vnodes[k]; !copied {
-			_, v, err := b.published(d.Table, d.Vnode)
+			v, err := b.published(d.Table, d.Vnode)
 			if err != nil {
 				return err
 			}

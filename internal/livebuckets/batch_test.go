@@ -47,10 +47,12 @@ func TestZeroDeltaSkipsVnode(t *testing.T) {
 	for i := 1; i < len(before.buckets); i++ {
 		rewrites = append(rewrites, Delta{Vnode: 1, PK: before.buckets[i].lower(), Live: before.buckets[i].lowerLive})
 	}
+	tableBefore := s.Current().tables[table]
 	copied, logged := commit(2, rewrites...)
 	require.Zero(t, copied, "no vnode copied")
 	require.False(t, logged, "no log row")
 	require.Same(t, before, s.Current().tables[table].vnodes[1], "the vnode stays where it was")
+	require.Same(t, tableBefore, s.Current().tables[table], "nor is its table copied")
 
 	// A delta past the largest pk moves the anchor; one that says the
 	// smallest pk is not live flips its flag: both apply.

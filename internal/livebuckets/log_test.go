@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
 )
 
@@ -118,6 +119,11 @@ func TestLogCodec(t *testing.T) {
 	}
 	enc, _ := logCodec()
 	zeros := enc.EncodeAll(make([]byte, 1<<20), []byte{logZstd})
+	// A frame of another writer: not single-segment, of content too short
+	// for its header to hold the content size.
+	multi, err := zstd.NewWriter(nil, zstd.WithSingleSegment(false))
+	require.NoError(t, err)
+	noSize := multi.EncodeAll(bytes.Repeat([]byte{1, 2}, 50), []byte{logZstd})
 	for _, c := range []struct {
 		value []byte
 		err   string
@@ -128,6 +134,7 @@ func TestLogCodec(t *testing.T) {
 		{[]byte{logZstd, 1, 2, 3, 4, 5, 6}, "zstd frame header"},
 		{zeros, fmt.Sprintf("zstd frame of %d bytes decoding to 1048576 bytes", len(zeros)-1)},
 		{append(bytes.Clone(zeros[:len(zeros)-3]), 0, 0, 0), "zstd frame"},
+		{noSize, "content size given: false"},
 	} {
 		_, err := decodeLogValue(c.value, 3)
 		require.ErrorContains(t, err, c.err, "%x", c.value)
