@@ -349,7 +349,7 @@ func TestMultiUpstreamCrash(t *testing.T) {
 		end := c.Wait()
 		finished := addChildLines(t, &display, run, lines, func(l string) backfill.Record { return parseRecordLine(t, l) })
 		if finished {
-			require.NoError(t, end.Err)
+			require.NoError(t, end.Finished())
 			break
 		}
 		require.True(t, end.Killed, "run %d ended without finishing: %+v", run, end)

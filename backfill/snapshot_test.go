@@ -209,7 +209,7 @@ func TestSnapshotCrash(t *testing.T) {
 			return parseRecordLine(t, strings.Join(append(f[:4:4], f[5:]...), " "))
 		})
 		if finished {
-			require.NoError(t, end.Err)
+			require.NoError(t, end.Finished())
 			break
 		}
 		require.True(t, end.Killed, "run %d ended without finishing: %+v", run, end)

@@ -234,7 +234,7 @@ func TestUserTableCrash(t *testing.T) {
 			produced = last
 		}
 		if finished {
-			require.NoError(t, end.Err)
+			require.NoError(t, end.Finished())
 			break
 		}
 		require.True(t, end.Killed, "run %d ended without finishing: %+v", run, end)

@@ -17,8 +17,9 @@ import (
 // Child is the current test binary run again as a child process, which
 // reports on its stdout one line at a time.
 type Child struct {
-	cmd   *exec.Cmd
-	lines chan string
+	cmd    *exec.Cmd
+	lines  chan string
+	killed bool // Kill sent SIGKILL
 }
 
 // StartChild runs the test binary again with no test selected and env
@@ -91,6 +92,7 @@ func (c *Child) Quit(t testing.TB) {
 func (c *Child) Kill(t testing.TB) {
 	t.Helper()
 	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
+	c.killed = true
 }
 
 // KillAfter passes the child's lines to handle until its output ends, and
@@ -119,6 +121,8 @@ func (c *Child) KillAfter(t testing.TB, d time.Duration, handle func(line string
 type Exit struct {
 	// Killed is set if SIGKILL ended the child.
 	Killed bool
+	// KilledByTest is set if that SIGKILL was the one Kill sent.
+	KilledByTest bool
 	// Code is the exit status; -1 if a signal ended the child or waiting
 	// failed.
 	Code int
@@ -126,6 +130,16 @@ type Exit struct {
 	// *exec.ExitError after another status or a signal, else why waiting
 	// failed.
 	Err error
+}
+
+// Finished returns nil if the child, having reported its job done, ended
+// well: with status 0, or by the test's own SIGKILL, which may land after
+// the report and before the exit. Else it returns Err.
+func (e Exit) Finished() error {
+	if e.KilledByTest {
+		return nil
+	}
+	return e.Err
 }
 
 // WaitErr returns Err if waiting for the child failed, nil if the child
@@ -152,6 +166,7 @@ func (c *Child) Wait() Exit {
 		e.Code = ee.ExitCode()
 		ws, ok := ee.Sys().(syscall.WaitStatus)
 		e.Killed = ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+		e.KilledByTest = e.Killed && c.killed
 	default:
 		e.Code = -1
 	}
