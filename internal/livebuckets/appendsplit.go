@@ -44,7 +44,12 @@ type appendRun struct {
 // trackAppend follows a delta d that lands in bk, the last bucket of
 // vnode k; appended says that d's pk moved the vnode's largest pk.
 func (b *Batch) trackAppend(k vkey, bk *bucket, d Delta, appended bool) {
-	r := b.appends[k]
+	var r *appendRun
+	if b.lastRun != nil && b.lastRunKey == k {
+		r = b.lastRun // deltas come vnode by vnode
+	} else if r = b.appends[k]; r != nil {
+		b.lastRunKey, b.lastRun = k, r
+	}
 	if r != nil && r.ended {
 		return
 	}
@@ -57,6 +62,7 @@ func (b *Batch) trackAppend(k vkey, bk *bucket, d Delta, appended bool) {
 	if r == nil {
 		r = &appendRun{lower: bk.lower(), old: *bk}
 		b.appends[k] = r
+		b.lastRunKey, b.lastRun = k, r
 	}
 	r.arena = append(r.arena, d.PK...)
 	r.ends = append(r.ends, len(r.arena))
@@ -108,4 +114,5 @@ func (b *Batch) splitAppends() {
 		}
 	}
 	clear(b.appends)
+	b.lastRun = nil
 }

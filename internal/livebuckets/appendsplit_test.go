@@ -95,6 +95,9 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 			splits += max(0, b.next.BucketCount()-before)
 			persist(b.MetaEntries(uint64(commit + 1)))
 			b.Publish()
+			for vn := range uint16(vnodes) {
+				requireIndexed(t, s.Current().table(table).vnode(vn))
+			}
 			rescans := b.Rescans()
 			if !mixed {
 				appendOnly++
@@ -111,6 +114,9 @@ func TestAppendsSplitWithoutScans(t *testing.T) {
 				require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
 			}
 			checkBucketsAgainstScans(t, s.Current(), table, m, fmt.Sprintf("prefix %q commit %d", prefix, commit))
+			for vn := range uint16(vnodes) {
+				requireIndexed(t, s.Current().table(table).vnode(vn))
+			}
 		}
 		t.Logf("prefix %q: %d buckets, %d from splits without a scan; %d rescans after %d append-only commits",
 			prefix, s.Current().BucketCount(), splits, rescansAfterAppends, appendOnly)

@@ -44,10 +44,12 @@ func (v *liveVnode) release() {
 	}
 }
 
-// placed is a vnode and its position in its table.
+// placed is a vnode and its position in its table, and the sealed vnode
+// it was copied from (nil if none), whose index its own may share.
 type placed struct {
-	vn uint16
-	v  *liveVnode
+	vn  uint16
+	v   *liveVnode
+	was *liveVnode
 }
 
 // pack seals copies of the vnodes ps of table t, in vnode order, into a
@@ -65,7 +67,7 @@ func pack(t *liveTable, ps []placed) {
 		n := 2*len(p.v.buckets) + 1
 		v := &structs[j]
 		*v = *p.v
-		v.sealInto(index[:n:n])
+		v.sealInto(index[:n:n], p.was)
 		index = index[n:]
 		v.arena = a
 		a.size += v.footprint()
@@ -113,8 +115,9 @@ func packPrefixes(vnodes []liveVnode) {
 // that their replacement leaves less than half held.
 func publishTable(t, was *liveTable, ps []placed) {
 	var sparse []*arena
-	for _, p := range ps {
+	for i, p := range ps {
 		old := was.vnodeOrNil(p.vn)
+		ps[i].was = old
 		old.release()
 		if a := old.arenaOrNil(); a != nil && 2*a.held < a.size && !slices.Contains(sparse, a) {
 			sparse = append(sparse, a)
@@ -126,7 +129,7 @@ func publishTable(t, was *liveTable, ps []placed) {
 		for vn, v := range t.vnodes {
 			if a := v.arenaOrNil(); a != nil && slices.Contains(sparse, a) {
 				v.release()
-				ps = append(ps, placed{uint16(vn), v})
+				ps = append(ps, placed{vn: uint16(vn), v: v, was: v})
 			}
 		}
 	}

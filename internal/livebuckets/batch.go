@@ -20,6 +20,9 @@ type Batch struct {
 	// largest pk, for Normalize to split it without a scan (appendRun).
 	appends      map[vkey]*appendRun
 	appendBudget int
+	// lastRun is appends[lastRunKey], the run of the last append tracked.
+	lastRunKey vkey
+	lastRun    *appendRun
 	// lastKey and lastVnode are the vnode of the last lookup: a commit's
 	// deltas come in (table, vnode, pk) order, so most lookups repeat it.
 	lastKey   vkey
@@ -163,19 +166,31 @@ func (b *Batch) Apply(d Delta) error {
 		return err
 	}
 	// An anchor moving out to this pk first carries the end buckets'
-	// calibration into their new frames, where the pk then lands.
+	// calibration into their new frames, where the pk then lands. Only a
+	// calibrated bucket has one to carry (moveFrame), so the old frame is
+	// worked out only for those: a vnode growing at its end moves its
+	// largest pk with every row.
 	was := v.anchors()
 	if v.updateHints(d.PK, pkKey, d.Live) {
-		if moved := !sameSlice(was.minPK, v.minPK) || !sameSlice(was.maxPK, v.maxPK); moved {
+		end := len(v.buckets) - 1
+		minMoved := !sameSlice(was.minPK, v.minPK) && v.buckets[0].calibrated
+		maxMoved := !sameSlice(was.maxPK, v.maxPK) && v.buckets[end].calibrated
+		if minMoved || maxMoved {
 			now := v.anchors()
 			v.setAnchors(was)
-			first, last := v.frame(0), v.frame(len(v.buckets)-1)
+			var first, last frame
+			if minMoved {
+				first = v.frame(0)
+			}
+			if maxMoved {
+				last = v.frame(end)
+			}
 			v.setAnchors(now)
-			if !sameSlice(was.minPK, v.minPK) {
+			if minMoved {
 				v.moveFrame(0, first)
 			}
-			if !sameSlice(was.maxPK, v.maxPK) {
-				v.moveFrame(len(v.buckets)-1, last)
+			if maxMoved {
+				v.moveFrame(end, last)
 			}
 		}
 	}
@@ -253,7 +268,7 @@ func (b *Batch) Publish() {
 func (b *Batch) publish() {
 	byTable := map[uint32][]placed{}
 	for k, v := range b.vnodes {
-		byTable[k.table] = append(byTable[k.table], placed{k.vnode, v})
+		byTable[k.table] = append(byTable[k.table], placed{vn: k.vnode, v: v})
 	}
 	for id, ps := range byTable {
 		publishTable(b.next.tables[id], b.s.cur.tables[id], ps)

@@ -138,6 +138,9 @@ func TestLiveRandom(t *testing.T) {
 			}
 		}
 		b.Publish()
+		for v := uint16(0); v < vnodes; v++ {
+			requireIndexed(t, s.Current().table(table).vnode(v))
+		}
 		for _, req := range b.Rescans() {
 			require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
 		}
@@ -421,6 +424,9 @@ func TestLiveRecount(t *testing.T) {
 		b.Normalize()
 		persist(b)
 		b.Publish()
+		for v := uint16(0); v < vnodes; v++ {
+			requireIndexed(t, s.Current().table(table).vnode(v))
+		}
 		for _, req := range b.Rescans() {
 			require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
 		}
@@ -925,7 +931,7 @@ func TestPackedPrefixes(t *testing.T) {
 		a.buckets, a.keys = slices.Clone(v.buckets), slices.Clone(v.keys)
 		a.seal()
 		alone[vn] = &a
-		ps = append(ps, placed{uint16(vn), v})
+		ps = append(ps, placed{vn: uint16(vn), v: v})
 	}
 	r.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
 	tab := &liveTable{vnodes: make([]*liveVnode, vnodes)}
@@ -1137,4 +1143,79 @@ func TestSplitLimit(t *testing.T) {
 	} {
 		require.Equal(t, c.want, splitLimit(c.vnode, c.table, c.budget), "vnode %d rows, table %d, budget %d", c.vnode, c.table, c.budget)
 	}
+}
+
+// TestSealReusesIndex: a vnode sealed from a copy of a sealed one shares
+// the index words of their common first buckets, and gives every other
+// word its own: after an append at its end, after the old last bucket
+// stops being the last (its aux read maxLive), after minLive changes (the
+// first bucket's aux reads it), and after a change in the middle.
+func TestSealReusesIndex(t *testing.T) {
+	const table = 1
+	s := NewState()
+	s.AddTable(table, 1)
+	m := liveModel{0: map[string]int64{}}
+	for commit := range 8 {
+		b := s.Begin()
+		for i := range 200 {
+			pk := keys.AppendUint64(nil, uint64(commit*200+i)*7919%100003)
+			m[0][string(pk)] = 20
+			require.NoError(t, b.Apply(Delta{Table: table, Vnode: 0, PK: pk, Counts: Counts{1, 20}, Live: true}))
+		}
+		b.Normalize()
+		b.MetaEntries(uint64(commit + 1))
+		b.Publish()
+		for _, req := range b.Rescans() {
+			require.NoError(t, s.ApplyRescans([]ScannedBucket{m.split(req)}))
+		}
+	}
+	pub := s.Current().table(table).vnode(0)
+	requireIndexed(t, pub)
+	// A copy whose first bucket's rows sit low in its frame, so that its
+	// calibration offset moves by far more than its grid when minLive
+	// does, sealed on its own.
+	was := &liveVnode{}
+	*was = *pub
+	was.buckets, was.keys = slices.Clone(pub.buckets), slices.Clone(pub.keys)
+	was.buckets[0].sumPos = 0.5
+	was.seal()
+	n := len(was.buckets)
+	require.Greater(t, n, 4, "buckets")
+	last := &was.buckets[n-1]
+	require.True(t, last.calibrated && was.maxLive && was.minLive, "the end buckets must be calibrated, the anchors live")
+	copyOf := func() *liveVnode {
+		v := *was
+		v.buckets, v.keys, v.cum = slices.Clone(was.buckets), slices.Clone(was.keys), nil
+		return &v
+	}
+	seal := func(v *liveVnode, what string) {
+		v.sealInto(make([]uint64, 2*len(v.buckets)+1), was)
+		requireIndexed(t, v)
+		fresh := *v
+		fresh.seal()
+		require.Equal(t, fresh.cum, v.cum, what)
+	}
+
+	// The old last bucket unchanged, a new one above it.
+	v := copyOf()
+	top := keys.AppendUint64(nil, 1<<40)
+	v.replaceBucket(n-1, []bucket{*last, bucketAt(top, Counts{1, 20})})
+	v.buckets[n].calibrated, v.buckets[n].lowerLive = true, true
+	v.setHints(v.minPK, top)
+	seal(v, "a bucket appended")
+
+	// The anchors' flags flip, nothing else.
+	v = copyOf()
+	v.minLive = false
+	seal(v, "minLive cleared")
+	require.NotEqual(t, was.cum[0], v.cum[0], "the first bucket's aux must read minLive")
+	v = copyOf()
+	v.maxLive = false
+	seal(v, "maxLive cleared")
+
+	// A bucket in the middle gains a row.
+	v = copyOf()
+	v.buckets[n/2].Rows++
+	seal(v, "a middle bucket changed")
+	require.Equal(t, was.cum[:n/2], v.cum[:n/2], "the words before the change")
 }

@@ -448,7 +448,7 @@ func (s *State) FinishLoad() {
 		for vn, v := range t.vnodes {
 			if v != nil {
 				v.buckets = slices.Clip(slices.Clone(v.buckets))
-				ps = append(ps, placed{uint16(vn), v})
+				ps = append(ps, placed{vn: uint16(vn), v: v})
 			}
 		}
 		pack(t, ps)

@@ -250,10 +250,17 @@ func (v *liveVnode) appendBucket(b bucket) {
 // keys and the prefix sums of its rows with each bucket's aux, in one
 // allocation.
 func (v *liveVnode) seal() {
-	v.sealInto(make([]uint64, 2*len(v.buckets)+1))
+	v.sealInto(make([]uint64, 2*len(v.buckets)+1), nil)
 }
 
-func (v *liveVnode) sealInto(index []uint64) {
+// sealInto builds the index of v in index. was, if not nil, is a sealed
+// vnode that v may share buckets with (the copy the batch made v from):
+// the prefix sums and aux of the buckets they share before the first that
+// differs are copied from its index, since each depends only on the
+// buckets before it and on its own. A commit of the interleaved order
+// touches every vnode with a few rows at its end, and then seals only
+// those.
+func (v *liveVnode) sealInto(index []uint64, was *liveVnode) {
 	n := len(v.buckets)
 	skip := v.querySkip()
 	if skip == 0 {
@@ -275,13 +282,36 @@ func (v *liveVnode) sealInto(index []uint64) {
 		}
 	}
 	var sum int64
-	for i := range v.buckets {
+	start := v.sealedPrefix(was, skip)
+	if start > 0 {
+		copy(index[n:n+start], was.cum[:start])
+		sum = int64(was.cum[start]) >> auxBits
+	}
+	for i := start; i < n; i++ {
 		b := &v.buckets[i]
 		index[n+i] = uint64(sum<<auxBits) | v.aux(i, skip)
 		sum += b.Rows
 	}
 	index[2*n] = uint64(sum << auxBits)
 	v.cum = index[n:]
+}
+
+// sealedPrefix returns how many of v's first buckets have the prefix sum
+// and aux in was's index that v's index would give them, v's keys past
+// skip bytes: the buckets before the first that differs from was's, but
+// not the last bucket of either (its aux reads maxLive), nor the first if
+// minLive changed (its aux reads it), nor any if was is not sealed with
+// the same skip.
+func (v *liveVnode) sealedPrefix(was *liveVnode, skip int) int {
+	if was == nil || len(was.cum) != len(was.buckets)+1 || int(was.q.skip) != skip || was.minLive != v.minLive {
+		return 0
+	}
+	n := min(len(v.buckets), len(was.buckets)) - 1
+	i := 0
+	for i < n && v.buckets[i] == was.buckets[i] {
+		i++
+	}
+	return i
 }
 
 // anchors are a vnode's pk hints and what is derived from them.
