@@ -39,25 +39,26 @@ type appendRun struct {
 	ends  []int
 	bytes []int64
 	ended bool
+	// deferred says that the run's rows are not in the bucket's
+	// calibration yet, nor old in the frame that ends at the first of
+	// them: old is in oldFrame, the bucket's frame before the run (see
+	// "Deferred calibration").
+	deferred bool
+	oldFrame frame
 }
 
 // trackAppend follows a delta d that lands in bk, the last bucket of
-// vnode k; appended says that d's pk moved the vnode's largest pk.
-func (b *Batch) trackAppend(k vkey, bk *bucket, d Delta, appended bool) {
-	var r *appendRun
-	if b.lastRun != nil && b.lastRunKey == k {
-		r = b.lastRun // deltas come vnode by vnode
-	} else if r = b.appends[k]; r != nil {
-		b.lastRunKey, b.lastRun = k, r
-	}
+// vnode k; appended says that d's pk moved the vnode's largest pk. r is
+// the vnode's run so far (b.run), nil if none; it returns the run after d.
+func (b *Batch) trackAppend(k vkey, r *appendRun, bk *bucket, d Delta, appended bool) *appendRun {
 	if r != nil && r.ended {
-		return
+		return r
 	}
 	if !appended || d.Rows != 1 || !d.Live || b.appendBudget+len(d.PK) > appendRunBudget {
 		if r != nil {
 			r.ended = true
 		}
-		return
+		return r
 	}
 	if r == nil {
 		r = &appendRun{lower: bk.lower(), old: *bk}
@@ -68,6 +69,115 @@ func (b *Batch) trackAppend(k vkey, bk *bucket, d Delta, appended bool) {
 	r.ends = append(r.ends, len(r.arena))
 	r.bytes = append(r.bytes, d.Bytes)
 	b.appendBudget += len(d.PK)
+	return r
+}
+
+// run returns vnode k's append run in the batch, nil if none.
+func (b *Batch) run(k vkey) *appendRun {
+	if b.lastRun != nil && b.lastRunKey == k {
+		return b.lastRun // deltas come vnode by vnode
+	}
+	r := b.appends[k]
+	if r != nil {
+		b.lastRunKey, b.lastRun = k, r
+	}
+	return r
+}
+
+// Deferred calibration.
+//
+// Each row appended to a calibrated last bucket moves the vnode's largest
+// pk, so the bucket's frame: one at a time, its calibration would be
+// carried into each new frame (moveFrame) and the row placed in it, three
+// frames worked out per row, for a run that a split may throw away at the
+// end of the batch. Instead, a run that starts on a calibrated last bucket
+// whose vnode has both anchors defers them: its rows change the counts and
+// the largest pk only, and settle, before anything else reads or changes
+// the bucket, carries the calibration the bucket had before the run (the
+// run's old, in oldFrame) into the frame of now and places each of the
+// run's rows in it, once. The result is the same sum of positions, rounded
+// once rather than at every row. settle also carries old into the frame
+// that ends at the run's first pk, which a split gives the rows before the
+// run (splitAppends), as the row-by-row run does when it begins.
+
+// defers reports whether delta d (pkKey: key8(d.PK)) on vnode v, whose run
+// is r, is an append whose calibration the run defers.
+func (b *Batch) defers(r *appendRun, v *liveVnode, d Delta, pkKey uint64) bool {
+	if d.Rows != 1 || !d.Live || v.minPK == nil || v.maxPK == nil || b.appendBudget+len(d.PK) > appendRunBudget {
+		return false
+	}
+	if r != nil && (r.ended || !r.deferred) {
+		return false
+	}
+	if r == nil && !v.buckets[len(v.buckets)-1].calibrated {
+		return false
+	}
+	return compareAnchor(d.PK, pkKey, v.maxPK, v.maxKey) > 0
+}
+
+// applyDeferred applies d, an append that defers (defers), to vnode k (v),
+// whose run is r: what Apply does, but for the end bucket's calibration.
+func (b *Batch) applyDeferred(k vkey, r *appendRun, v *liveVnode, d Delta) {
+	end := len(v.buckets) - 1
+	bk := &v.buckets[end]
+	var from frame
+	if r == nil {
+		from = v.frame(end)
+	}
+	r = b.trackAppend(k, r, bk, d, true)
+	if !r.deferred {
+		r.deferred, r.oldFrame = true, from
+	}
+	// The largest pk is the run's copy of d's: cloned once, by settle.
+	pk := r.arena[len(r.arena)-len(d.PK) : len(r.arena) : len(r.arena)]
+	v.setHints(v.minPK, pk)
+	v.maxLive = true
+	b.seq.vnode, b.seq.bucket = k, end
+	bk.Counts = bk.Add(d.Counts)
+	v.total = v.total.Add(d.Counts)
+	t := b.tables[d.Table]
+	t.total = t.total.Add(d.Counts)
+}
+
+// settle brings the calibration of the last bucket of vnode v, whose run r
+// deferred it, up to date, and r's old into the frame that ends at its
+// first pk (see "Deferred calibration").
+func (b *Batch) settle(r *appendRun, v *liveVnode) {
+	r.deferred = false
+	end := len(v.buckets) - 1
+	bk := &v.buckets[end]
+	v.setHints(v.minPK, slices.Clone(v.maxPK))
+	if a, c, ok := affine(r.oldFrame, v.frame(end)); ok {
+		sum := quantize(a*r.old.sumPos + float64(max(r.old.Rows, 0))*c)
+		start := 0
+		for _, e := range r.ends {
+			pk := r.arena[start:e]
+			sum += quantize(v.fraction(end, pk, key8(pk)))
+			start = e
+		}
+		bk.sumPos = sum
+	} else {
+		bk.calibrated = false
+	}
+	now := v.anchors()
+	first := r.arena[:r.ends[0]]
+	v.setHints(v.minPK, first)
+	at := v.frame(end)
+	v.setAnchors(now)
+	if a, c, ok := affine(r.oldFrame, at); ok {
+		r.old.sumPos = quantize(a*r.old.sumPos + float64(max(r.old.Rows, 0))*c)
+	} else {
+		r.old.calibrated = false
+	}
+}
+
+// settleAll settles every run of the batch that deferred its calibration.
+func (b *Batch) settleAll() {
+	for k, r := range b.appends {
+		if r.deferred {
+			b.settle(r, b.vnodes[k])
+		}
+	}
 }
 
 // splitAppends splits each vnode's last bucket that its appended rows took

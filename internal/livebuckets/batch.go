@@ -165,6 +165,14 @@ func (b *Batch) Apply(d Delta) error {
 	if err != nil {
 		return err
 	}
+	r := b.run(k)
+	if b.defers(r, v, d, pkKey) {
+		b.applyDeferred(k, r, v, d)
+		return nil
+	}
+	if r != nil && r.deferred {
+		b.settle(r, v)
+	}
 	// An anchor moving out to this pk first carries the end buckets'
 	// calibration into their new frames, where the pk then lands. Only a
 	// calibrated bucket has one to carry (moveFrame), so the old frame is
@@ -197,7 +205,7 @@ func (b *Batch) Apply(d Delta) error {
 	i := b.seq.find(k, v, d.PK, pkKey)
 	bk := &v.buckets[i]
 	if i == len(v.buckets)-1 {
-		b.trackAppend(k, bk, d, !sameSlice(was.maxPK, v.maxPK))
+		b.trackAppend(k, r, bk, d, !sameSlice(was.maxPK, v.maxPK))
 	}
 	if bk.calibrated && d.Rows != 0 {
 		switch u := v.fraction(i, d.PK, pkKey); {
@@ -266,6 +274,7 @@ func (b *Batch) Publish() {
 // publish seals the batch's vnodes, packed table by table in vnode order
 // (see arena.go), and makes it the current snapshot.
 func (b *Batch) publish() {
+	b.settleAll()
 	byTable := map[uint32][]placed{}
 	for k, v := range b.vnodes {
 		byTable[k.table] = append(byTable[k.table], placed{vn: k.vnode, v: v})

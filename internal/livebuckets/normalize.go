@@ -9,6 +9,7 @@ package livebuckets
 // (mergeCalibration), so that a vnode whose buckets merge as it grows (the
 // split limit follows its size) is not rescanned for them.
 func (b *Batch) Normalize() {
+	b.settleAll()
 	b.coarsen()
 	for k, v := range b.vnodes {
 		limit := b.tables[k.table].splitLimit(v.total.Rows)

@@ -54,6 +54,7 @@ type persistPlan struct {
 // row; for a recount, a fold of every vnode it changed; and the estimates
 // markers that changed. Publish records them as persisted.
 func (b *Batch) MetaEntries(epoch uint64) []MetaEntry {
+	b.settleAll()
 	s := b.s
 	plan := &persistPlan{logged: map[vkey][]bucket{}, logEpoch: epoch}
 	for k := range s.pending {
