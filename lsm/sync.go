@@ -107,7 +107,7 @@ func (s *Store) spill(b *epochBuf) error {
 	w := b.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(b.entries) == 0 || b.index == nil {
+	if len(b.entries) == 0 { // nothing since the last spill, or released
 		return nil
 	}
 	if b.offset == 1<<16-1 {

@@ -101,8 +101,19 @@ type epochBuf struct {
 
 // piece is the in-memory part of an epochBuf: one entry per prefix with the
 // net effect of its ops since the last spill.
+//
+// While its entries came in ascending prefix order (a backfill writes its
+// MV so, a vnode at a time, and a load by sequence does too), the piece
+// finds an entry by comparing with its last one and, failing that, by a
+// binary search, keeps no index, and needs no sort to be flushed: the
+// index, a map from prefix to entry, is built the first time an entry
+// comes out of order (see find and add).
 type piece struct {
+	// ordered says that entries are in ascending prefix order and index
+	// is nil.
+	ordered bool
 	index   map[string]int32
+	hint    int // the index's size hint, once built
 	entries []entry
 	bytes   int64
 	// arena holds the entries' prefixes and rows, so that an op costs no
@@ -114,7 +125,39 @@ type piece struct {
 // arenaSlab is the size of a piece's arena slabs.
 const arenaSlab = 64 << 10
 
-func newPiece(hint int) piece { return piece{index: make(map[string]int32, hint)} }
+func newPiece(hint int) piece { return piece{ordered: true, hint: hint} }
+
+// find returns the index in entries of prefix's entry.
+func (p *piece) find(prefix []byte) (int32, bool) {
+	if !p.ordered {
+		i, ok := p.index[string(prefix)]
+		return i, ok
+	}
+	n := len(p.entries)
+	if n == 0 || bytes.Compare(prefix, p.entries[n-1].prefix) > 0 {
+		return 0, false // above every entry: the usual case
+	}
+	i, ok := slices.BinarySearchFunc(p.entries, prefix, func(e entry, prefix []byte) int { return bytes.Compare(e.prefix, prefix) })
+	return int32(i), ok
+}
+
+// add appends e, whose prefix has no entry yet, and indexes it.
+func (p *piece) add(e entry) {
+	if p.ordered {
+		if n := len(p.entries); n > 0 && bytes.Compare(e.prefix, p.entries[n-1].prefix) < 0 {
+			p.ordered = false
+			p.index = make(map[string]int32, max(p.hint, 2*n))
+			for i := range p.entries {
+				pr := p.entries[i].prefix
+				p.index[unsafe.String(unsafe.SliceData(pr), len(pr))] = int32(i)
+			}
+		}
+	}
+	if !p.ordered {
+		p.index[unsafe.String(unsafe.SliceData(e.prefix), len(e.prefix))] = int32(len(p.entries))
+	}
+	p.entries = append(p.entries, e)
+}
 
 // reserve makes room for n more bytes in the arena.
 func (p *piece) reserve(n int) {
@@ -198,7 +241,9 @@ func (p *piece) sortedEntries() []*entry {
 			out = append(out, &p.entries[i])
 		}
 	}
-	slices.SortFunc(out, func(a, b *entry) int { return bytes.Compare(a.prefix, b.prefix) })
+	if !p.ordered {
+		slices.SortFunc(out, func(a, b *entry) int { return bytes.Compare(a.prefix, b.prefix) })
+	}
 	return out
 }
 
@@ -263,7 +308,7 @@ func (w *Writer) applyLocked(op opKind, epoch uint64, vnode uint16, pk, oldRow, 
 		return errors.Wrapf(ErrInconsistentOp, "%s of pk %s in vnode %d of table %d at epoch %d: %s",
 			op, w.def.PK.Format(pk), vnode, w.def.ID, epoch, why)
 	}
-	if i, ok := b.index[string(prefix)]; ok {
+	if i, ok := b.find(prefix); ok {
 		// A later op on a pk of this piece: it must follow from the entry.
 		e := &b.entries[i]
 		switch {
@@ -303,8 +348,7 @@ func (w *Writer) applyLocked(op opKind, epoch uint64, vnode uint16, pk, oldRow, 
 	}
 	e.prefix = b.addPrefix(w.def.ID, vnode, pk)
 	e.value = b.copyBytes(newRow)
-	b.index[unsafe.String(unsafe.SliceData(e.prefix), len(e.prefix))] = int32(len(b.entries))
-	b.entries = append(b.entries, e)
+	b.add(e)
 	grew := int64(2*len(prefix)+len(newRow)) + entryOverhead
 	b.bytes += grew
 	return grew, nil
@@ -430,7 +474,7 @@ func (w *Writer) lookupBuffersLocked(prefix []byte, skip *epochBuf) (row []byte,
 			b = w.sealed[i]
 		}
 		if b != skip {
-			if j, ok := b.index[string(prefix)]; ok {
+			if j, ok := b.find(prefix); ok {
 				e := &b.entries[j]
 				return e.value, e.put, true, nil
 			}

@@ -1,0 +1,51 @@
+package lsm
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/lsmstats/lsmstats/internal/testutil"
+	"github.com/lsmstats/lsmstats/keys"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPieceOrder: a piece whose entries come in ascending prefix order
+// keeps no index and finds them by their order; the first entry out of
+// order builds the index, and every entry, before and after, is still
+// found, absent prefixes are not, and sortedEntries is in key order.
+func TestPieceOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(testutil.Seed(t, "seed", 0), 11))
+	for _, outOfOrderAt := range []int{-1, 1, 50, 199} {
+		p := newPiece(0)
+		var added [][]byte
+		has := map[uint64]bool{}
+		for i := range 200 {
+			id := uint64(2*i + 1)
+			if i == outOfOrderAt {
+				id = 2 * uint64(r.IntN(i)) // even, so never an earlier pk, and below the last
+			}
+			has[id] = true
+			pk := keys.AppendUint64(nil, id)
+			prefix := p.addPrefix(9, 3, pk)
+			_, found := p.find(prefix)
+			require.False(t, found, "out of order at %d: prefix %x before it was added", outOfOrderAt, prefix)
+			p.add(entry{prefix: prefix, put: true})
+			added = append(added, prefix)
+			require.Equal(t, outOfOrderAt < 0 || i < outOfOrderAt, p.ordered, "out of order at %d, entry %d", outOfOrderAt, i)
+		}
+		for j, prefix := range added {
+			i, ok := p.find(bytes.Clone(prefix))
+			require.True(t, ok, "out of order at %d: entry %d", outOfOrderAt, j)
+			require.Equal(t, int32(j), i)
+		}
+		for id := range uint64(402) {
+			_, ok := p.find(keys.AppendPrefix(nil, 9, 3, keys.AppendUint64(nil, id)))
+			require.Equal(t, has[id], ok, "out of order at %d: pk %d", outOfOrderAt, id)
+		}
+		sorted := p.sortedEntries()
+		require.Len(t, sorted, len(added))
+		require.True(t, slices.IsSortedFunc(sorted, func(a, b *entry) int { return bytes.Compare(a.prefix, b.prefix) }), "out of order at %d", outOfOrderAt)
+	}
+}
