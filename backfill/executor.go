@@ -3,6 +3,7 @@ package backfill
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strconv"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -146,10 +147,15 @@ type Actor struct {
 	index  map[uint32]int
 	buffer []RowOp
 	// plan, arena and streams are readPlan's buffers, kept between
-	// barriers.
+	// barriers, and grouped groupPlan's.
 	plan    snapPlan
 	arena   []byte
 	streams []stream
+	grouped struct {
+		ops    []RowOp
+		idx    []int
+		counts []int
+	}
 	// aheadErr is readAhead's failed write, which the next barrier returns.
 	aheadErr error
 	snapAt   uint64 // snapshot reads are at this epoch (the previous barrier's)
@@ -625,9 +631,38 @@ func (a *Actor) readPlan(ctx context.Context) error {
 			}
 			streams = live
 		}
+		a.groupPlan()
 	}
 	p.ready = true
 	return nil
+}
+
+// groupPlan puts the rows of an interleaved plan in the order of a.vnodes
+// (by upstream, then vnode), each vnode's in the order taken, its pk
+// order: the rows are those the round robin took, and written so, the MV
+// writer's buffer of the epoch stays in key order (lsm's piece), which
+// spares it an index and a sort. Nothing else reads the plan's order: the
+// rows of one epoch are written together, and a vnode's cursor ends at its
+// last row either way.
+func (a *Actor) groupPlan() {
+	p, g := &a.plan, &a.grouped
+	g.counts = slices.Grow(g.counts[:0], len(a.vnodes)+1)[:len(a.vnodes)+1]
+	clear(g.counts)
+	for _, i := range p.idx {
+		g.counts[i+1]++
+	}
+	for i := 1; i < len(g.counts); i++ {
+		g.counts[i] += g.counts[i-1]
+	}
+	ops := slices.Grow(g.ops[:0], len(p.ops))[:len(p.ops)]
+	idx := slices.Grow(g.idx[:0], len(p.idx))[:len(p.idx)]
+	for j, i := range p.idx {
+		k := g.counts[i]
+		g.counts[i]++
+		ops[k], idx[k] = p.ops[j], i
+	}
+	g.ops, p.ops = p.ops, ops
+	g.idx, p.idx = p.idx, idx
 }
 
 // rowIter iterates the live rows of a vnode after a pk: a replicated
