@@ -195,8 +195,14 @@ func appendLogVnode(dst []byte, scratch *[]byte, vn uint16, old, new *liveVnode)
 		// bucket of zero counts, no flags, until its entry), and the
 		// buckets of the bounds both have change by entries.
 		entry(0, &old.buckets[0])
+		// The bounds before the first that changed are the same slices
+		// (the batch's copy shares them): no bytes to compare there.
 		i := 1
-		for j := 1; j < len(new.buckets); j++ {
+		for i < len(old.buckets) && i < len(new.buckets) && sameSlice(old.buckets[i].lower(), new.buckets[i].lower()) {
+			entry(i, &old.buckets[i])
+			i++
+		}
+		for j := i; j < len(new.buckets); j++ {
 			for i < len(old.buckets) && bytes.Compare(old.buckets[i].lower(), new.buckets[j].lower()) < 0 {
 				removed = append(removed, i)
 				i++
