@@ -5,7 +5,8 @@
 // applies a commit's live deltas to private copies of the vnodes it
 // touches and publishes them; buckets that grew too big or lost their
 // calibration are rescanned after the commit (rescan.go), or split at
-// once when rows were appended (appendsplit.go). What a commit changed is
+// once when rows were appended (appendsplit.go, which also defers the
+// calibration of such rows to one settle per run). What a commit changed is
 // persisted with it (persist.go, docs/format.md): for the vnodes that
 // have bucket rows, one delta-log row of their changes of bounds and counts
 // (log.go; compressed with zstd when that is shorter, since format 3); for new vnodes, their bucket rows (meta.go), a fold; and once
