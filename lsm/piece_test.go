@@ -49,3 +49,31 @@ func TestPieceOrder(t *testing.T) {
 		require.True(t, slices.IsSortedFunc(sorted, func(a, b *entry) int { return bytes.Compare(a.prefix, b.prefix) }), "out of order at %d", outOfOrderAt)
 	}
 }
+
+// TestSortEntries: entries sorted by their first 16 bytes as integers, then
+// by their bytes, are in byte order, for prefixes shorter and longer than
+// 16 bytes, prefixes of each other and ones that differ only past 16.
+func TestSortEntries(t *testing.T) {
+	r := rand.New(rand.NewPCG(testutil.Seed(t, "seed", 0), 12))
+	for round := range 20 {
+		var es []*entry
+		seen := map[string]bool{}
+		for range 500 {
+			pk := make([]byte, r.IntN(24))
+			for i := range pk {
+				pk[i] = byte(r.IntN(3)) // few values: many ties and shared prefixes
+			}
+			prefix := keys.AppendPrefix(nil, 9, uint16(r.IntN(2)), pk)
+			if cut := r.IntN(len(prefix) + 1); round%2 == 1 {
+				prefix = prefix[:cut] // shorter than a table and vnode, too
+			}
+			if !seen[string(prefix)] {
+				seen[string(prefix)] = true
+				es = append(es, &entry{prefix: prefix})
+			}
+		}
+		sortEntries(es)
+		require.True(t, slices.IsSortedFunc(es, func(a, b *entry) int { return bytes.Compare(a.prefix, b.prefix) }), "round %d", round)
+		require.Len(t, es, len(seen))
+	}
+}
