@@ -29,9 +29,10 @@ func TestPieceOrder(t *testing.T) {
 			has[id] = true
 			pk := keys.AppendUint64(nil, id)
 			prefix := p.addPrefix(9, 3, pk)
-			_, found := p.find(prefix)
+			at, found := p.find(prefix)
 			require.False(t, found, "out of order at %d: prefix %x before it was added", outOfOrderAt, prefix)
-			p.add(entry{prefix: prefix, put: true})
+			require.Equal(t, i == outOfOrderAt, int(at) < i, "out of order at %d, entry %d: where it goes", outOfOrderAt, i)
+			p.add(entry{prefix: prefix, put: true}, at)
 			added = append(added, prefix)
 			require.Equal(t, outOfOrderAt < 0 || i < outOfOrderAt, p.ordered, "out of order at %d, entry %d", outOfOrderAt, i)
 		}

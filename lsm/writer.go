@@ -129,24 +129,29 @@ const arenaSlab = 64 << 10
 
 func newPiece(hint int) piece { return piece{ordered: true, hint: hint} }
 
-// find returns the index in entries of prefix's entry.
+// find returns the index in entries of prefix's entry, or, if it has
+// none, where add puts one: len(entries) unless the piece is ordered and
+// prefix is below its last entry.
 func (p *piece) find(prefix []byte) (int32, bool) {
-	if !p.ordered {
-		i, ok := p.index[string(prefix)]
-		return i, ok
-	}
 	n := len(p.entries)
+	if !p.ordered {
+		if i, ok := p.index[string(prefix)]; ok {
+			return i, true
+		}
+		return int32(n), false
+	}
 	if n == 0 || bytes.Compare(prefix, p.entries[n-1].prefix) > 0 {
-		return 0, false // above every entry: the usual case
+		return int32(n), false // above every entry: the usual case
 	}
 	i, ok := slices.BinarySearchFunc(p.entries, prefix, func(e entry, prefix []byte) int { return bytes.Compare(e.prefix, prefix) })
 	return int32(i), ok
 }
 
-// add appends e, whose prefix has no entry yet, and indexes it.
-func (p *piece) add(e entry) {
+// add appends e, whose prefix has no entry yet and would go at (find's
+// answer), and indexes it.
+func (p *piece) add(e entry, at int32) {
 	if p.ordered {
-		if n := len(p.entries); n > 0 && bytes.Compare(e.prefix, p.entries[n-1].prefix) < 0 {
+		if n := len(p.entries); int(at) < n {
 			p.ordered = false
 			p.index = make(map[string]int32, max(p.hint, 2*n))
 			for i := range p.entries {
@@ -340,7 +345,8 @@ func (w *Writer) applyLocked(op opKind, epoch uint64, vnode uint16, pk, oldRow, 
 		return errors.Wrapf(ErrInconsistentOp, "%s of pk %s in vnode %d of table %d at epoch %d: %s",
 			op, w.def.PK.Format(pk), vnode, w.def.ID, epoch, why)
 	}
-	if i, ok := b.find(prefix); ok {
+	i, ok := b.find(prefix)
+	if ok {
 		// A later op on a pk of this piece: it must follow from the entry.
 		e := &b.entries[i]
 		switch {
@@ -380,7 +386,7 @@ func (w *Writer) applyLocked(op opKind, epoch uint64, vnode uint16, pk, oldRow, 
 	}
 	e.prefix = b.addPrefix(w.def.ID, vnode, pk)
 	e.value = b.copyBytes(newRow)
-	b.add(e)
+	b.add(e, i)
 	grew := int64(2*len(prefix)+len(newRow)) + entryOverhead
 	b.bytes += grew
 	return grew, nil

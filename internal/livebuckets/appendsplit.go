@@ -63,7 +63,7 @@ func (b *Batch) trackAppend(k vkey, r *appendRun, bk *bucket, d Delta, appended 
 	if r == nil {
 		r = &appendRun{lower: bk.lower(), old: *bk}
 		b.appends[k] = r
-		b.lastRunKey, b.lastRun = k, r
+		b.lastRunKey, b.lastRun, b.runCached = k, r, true
 	}
 	r.arena = append(r.arena, d.PK...)
 	r.ends = append(r.ends, len(r.arena))
@@ -72,15 +72,14 @@ func (b *Batch) trackAppend(k vkey, r *appendRun, bk *bucket, d Delta, appended 
 	return r
 }
 
-// run returns vnode k's append run in the batch, nil if none.
+// run returns vnode k's append run in the batch, nil if none. Deltas come
+// vnode by vnode, so the answer is kept for the next delta, none too.
 func (b *Batch) run(k vkey) *appendRun {
-	if b.lastRun != nil && b.lastRunKey == k {
-		return b.lastRun // deltas come vnode by vnode
+	if b.runCached && b.lastRunKey == k {
+		return b.lastRun
 	}
 	r := b.appends[k]
-	if r != nil {
-		b.lastRunKey, b.lastRun = k, r
-	}
+	b.lastRunKey, b.lastRun, b.runCached = k, r, true
 	return r
 }
 
@@ -133,10 +132,7 @@ func (b *Batch) applyDeferred(k vkey, r *appendRun, v *liveVnode, d Delta) {
 	v.setHints(v.minPK, pk)
 	v.maxLive = true
 	b.seq.vnode, b.seq.bucket = k, end
-	bk.Counts = bk.Add(d.Counts)
-	v.total = v.total.Add(d.Counts)
-	t := b.tables[d.Table]
-	t.total = t.total.Add(d.Counts)
+	b.count(d, v, bk)
 }
 
 // settle brings the calibration of the last bucket of vnode v, whose run r
@@ -224,5 +220,5 @@ func (b *Batch) splitAppends() {
 		}
 	}
 	clear(b.appends)
-	b.lastRun = nil
+	b.lastRun, b.runCached = nil, false
 }

@@ -20,9 +20,11 @@ type Batch struct {
 	// largest pk, for Normalize to split it without a scan (appendRun).
 	appends      map[vkey]*appendRun
 	appendBudget int
-	// lastRun is appends[lastRunKey], the run of the last append tracked.
+	// lastRun is appends[lastRunKey] (nil: none) if runCached: the run
+	// of the vnode of the last delta.
 	lastRunKey vkey
 	lastRun    *appendRun
+	runCached  bool
 	// lastKey and lastVnode are the vnode of the last lookup: a commit's
 	// deltas come in (table, vnode, pk) order, so most lookups repeat it.
 	lastKey   vkey
@@ -215,14 +217,19 @@ func (b *Batch) Apply(d Delta) error {
 			bk.remove(u)
 		}
 	}
-	bk.Counts = bk.Add(d.Counts)
 	if i > 0 && v.keys[i] == pkKey && bk.lowerLive != d.Live && bytes.Equal(bk.lower(), d.PK) {
 		bk.lowerLive = d.Live
 	}
+	b.count(d, v, bk)
+	return nil
+}
+
+// count adds d's counts to its bucket bk, its vnode v and its table.
+func (b *Batch) count(d Delta, v *liveVnode, bk *bucket) {
+	bk.Counts = bk.Add(d.Counts)
 	v.total = v.total.Add(d.Counts)
 	t := b.tables[d.Table]
 	t.total = t.total.Add(d.Counts)
-	return nil
 }
 
 // unchangedBy reports whether Apply would leave v as it is on a delta d of

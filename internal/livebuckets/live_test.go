@@ -1216,6 +1216,7 @@ func TestSealReusesIndex(t *testing.T) {
 	// A bucket in the middle gains a row.
 	v = copyOf()
 	v.buckets[n/2].Rows++
+	require.Equal(t, n/2, v.sealedPrefix(was, int(was.q.skip)), "the buckets before the change are shared")
 	seal(v, "a middle bucket changed")
 	require.Equal(t, was.cum[:n/2], v.cum[:n/2], "the words before the change")
 }
