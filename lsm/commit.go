@@ -56,13 +56,16 @@ func (s *Store) Commit(epoch uint64) error {
 	s.mu.Unlock()
 	batch := live.Begin()
 	var sk sink
-	if s.commitsAsBatch(bufs) {
+	if size, ok := s.commitsAsBatch(bufs); ok {
 		// Pebble's write stall, bounded: a commit whose memtable write
 		// could wait without end fails instead, with its buffers kept.
 		if err := s.waitForMemtable(); err != nil {
 			return errors.Wrapf(err, "lsmstats: commit of epoch %d", epoch)
 		}
-		sk = &batchSink{b: s.db.NewBatch()}
+		// Sized once: a batch grown from Pebble's default copies its
+		// contents at every doubling (a load's commit of 20,000 rows, 3%
+		// of its CPU).
+		sk = &batchSink{b: s.db.NewBatchWithSize(int(size))}
 	} else {
 		sk = s.newOutput()
 	}
@@ -255,10 +258,10 @@ type sink interface {
 // commitsAsBatch reports whether a checkpoint of bufs goes through one
 // Pebble batch: no spilled pieces (they are SSTs already), and less buffered
 // data than Options.CommitBatchBytes.
-func (s *Store) commitsAsBatch(bufs []*epochBuf) bool {
+func (s *Store) commitsAsBatch(bufs []*epochBuf) (size int64, ok bool) {
 	limit := s.opts.CommitBatchBytes
 	if limit < 0 {
-		return false
+		return 0, false
 	}
 	if limit == 0 {
 		limit = int64(s.popts.MemTableSize / 4)
@@ -266,11 +269,11 @@ func (s *Store) commitsAsBatch(bufs []*epochBuf) bool {
 	var n int64
 	for _, b := range bufs {
 		if len(b.spills) > 0 {
-			return false
+			return 0, false
 		}
 		n += b.bytes
 	}
-	return n < limit
+	return n, n < limit
 }
 
 // batchSink writes a checkpoint into one Pebble batch and summarises its
