@@ -257,7 +257,8 @@ type sink interface {
 
 // commitsAsBatch reports whether a checkpoint of bufs goes through one
 // Pebble batch: no spilled pieces (they are SSTs already), and less buffered
-// data than Options.CommitBatchBytes.
+// data than Options.CommitBatchBytes. size is the buffered data's bytes,
+// the batch's size hint.
 func (s *Store) commitsAsBatch(bufs []*epochBuf) (size int64, ok bool) {
 	limit := s.opts.CommitBatchBytes
 	if limit < 0 {
