@@ -28,8 +28,8 @@ type Writer struct {
 
 	mu      sync.Mutex
 	scratch []byte // the prefix of the op being applied
-	// sizeHint sizes the index of a new epoch's piece: the entries of the
-	// last piece this writer began.
+	// sizeHint sizes the entries and the index of a new epoch's piece: the
+	// entries of the last piece this writer sealed.
 	sizeHint   int
 	closed     bool
 	open       *epochBuf   // the epoch being written; nil between seal and the next op
@@ -127,7 +127,13 @@ type piece struct {
 // arenaSlab is the size of a piece's arena slabs.
 const arenaSlab = 64 << 10
 
-func newPiece(hint int) piece { return piece{ordered: true, hint: hint} }
+// newPiece returns an empty piece whose entries have room for hint, the
+// entries of the writer's last piece: a backfill's writers write about as
+// many rows at every checkpoint, and entries grown from nothing copied
+// themselves at every doubling (the largest allocation of a backfill).
+func newPiece(hint int) piece {
+	return piece{ordered: true, hint: hint, entries: make([]entry, 0, hint)}
+}
 
 // find returns the index in entries of prefix's entry, or, if it has
 // none, where add puts one: len(entries) unless the piece is ordered and
