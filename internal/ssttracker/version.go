@@ -521,7 +521,10 @@ func (b *builder) vnodeFor(t *tableState, vnode uint16) *vnodeState {
 	case s.gen != b.gen:
 		cs := *s
 		cs.gen = b.gen
-		cs.files = slices.Clone(s.files)
+		// Room for the file a refresh most often adds (a flush's, or a
+		// checkpoint's batch), so that apply's insert does not copy the
+		// list again.
+		cs.files = append(make([]fileVnode, 0, len(s.files)+1), s.files...)
 		s = &cs
 		*slot = s
 	}
