@@ -146,11 +146,12 @@ type Actor struct {
 	saved  [][]byte     // the persisted state row of each vnode, nil if none
 	index  map[uint32]int
 	buffer []RowOp
-	// plan, arena and streams are readPlan's buffers, kept between
-	// barriers, and grouped groupPlan's.
+	// plan, arena, streams and rowBufs are readPlan's buffers, kept
+	// between barriers, and grouped groupPlan's.
 	plan    snapPlan
 	arena   []byte
 	streams []stream
+	rowBufs [][]RowOp
 	grouped struct {
 		ops    []RowOp
 		idx    []int
@@ -515,7 +516,11 @@ func (a *Actor) readPlan(ctx context.Context) error {
 	streams := a.streams[:0]
 	for i, s := range a.vnodes {
 		if !s.Finished {
-			streams = append(streams, stream{i: i})
+			slot := len(streams)
+			if slot == len(a.rowBufs) {
+				a.rowBufs = append(a.rowBufs, nil)
+			}
+			streams = append(streams, stream{i: i, slot: slot, rows: a.rowBufs[slot][:0]})
 		}
 	}
 	a.streams = streams
@@ -555,6 +560,7 @@ func (a *Actor) readPlan(ctx context.Context) error {
 		it := its[u]
 		if cap(s.rows) < n {
 			s.rows = make([]RowOp, 0, n)
+			a.rowBufs[s.slot] = s.rows
 		}
 		s.rows, s.next = s.rows[:0], 0
 		for len(s.rows) < n {
@@ -718,7 +724,11 @@ func (f *fixedIter) Reset(vnode uint16, after []byte) error {
 // it (rows[next:] not taken yet), the pk of the last one, and whether the
 // vnode has no rows after them.
 type stream struct {
-	i         int
+	i int
+	// rows buffers the vnode's rows, in the actor's rowBufs[slot]: the
+	// slots are the unfinished vnodes' places at the plan's start, so that
+	// each plan reuses the buffers of the last.
+	slot      int
 	rows      []RowOp
 	next      int
 	last      []byte
