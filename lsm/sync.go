@@ -126,7 +126,7 @@ func (s *Store) spill(b *epochBuf) error {
 		// Only no-op entries: nothing to write, the memory is freed all the
 		// same and the offset stays.
 		s.buffered.Add(-b.bytes)
-		b.piece = newPiece(0)
+		b.piece = b.piece.reuse(0)
 		return nil
 	}
 	version := keys.MakeVersion(b.epoch, b.offset)
@@ -155,7 +155,7 @@ func (s *Store) spill(b *epochBuf) error {
 	s.metrics.spills.Add(1)
 	s.metrics.spilledBytes.Add(b.bytes)
 	s.buffered.Add(-b.bytes)
-	b.piece = newPiece(0)
+	b.piece = b.piece.reuse(0)
 	b.offset++
 	return nil
 }
