@@ -1,6 +1,9 @@
 package livebuckets
 
-import "slices"
+import (
+	"slices"
+	"sync"
+)
 
 // Splits without a scan.
 //
@@ -62,6 +65,9 @@ func (b *Batch) trackAppend(k vkey, r *appendRun, bk *bucket, d Delta, appended 
 	}
 	if r == nil {
 		r = &appendRun{lower: bk.lower(), old: *bk}
+		if rb, ok := runBufs.Get().(*runBuf); ok {
+			r.arena, r.ends, r.bytes = rb.arena, rb.ends, rb.bytes
+		}
 		b.appends[k] = r
 		b.lastRunKey, b.lastRun, b.runCached = k, r, true
 	}
@@ -219,6 +225,23 @@ func (b *Batch) splitAppends() {
 			continue // the rescan after the commit splits it instead
 		}
 	}
+	for _, r := range b.appends {
+		runBufs.Put(&runBuf{r.arena[:0], r.ends[:0], r.bytes[:0]})
+	}
 	clear(b.appends)
 	b.lastRun, b.runCached = nil, false
+}
+
+// runBufs recycles the buffers of append runs (*runBuf) from batch to
+// batch: a backfill's every commit appends thousands of rows to a few
+// vnodes, and their runs grew new buffers by doubling (a quarter of the
+// bytes a vnode-order backfill allocated). A run is dead once splitAppends
+// is done with it: settle cloned the largest pk that aliased its arena, and
+// the pieces a split made from its pks cloned their bounds (NewBucketScan).
+var runBufs sync.Pool
+
+type runBuf struct {
+	arena []byte
+	ends  []int
+	bytes []int64
 }
