@@ -132,10 +132,8 @@ type piece struct {
 // arenaSlab is the size of a piece's arena slabs.
 const arenaSlab = 64 << 10
 
-// newPiece returns an empty piece whose entries have room for hint, the
-// entries of the writer's last piece: a backfill's writers write about as
-// many rows at every checkpoint, and entries grown from nothing copied
-// themselves at every doubling (the largest allocation of a backfill).
+// newPiece returns an empty piece whose entries have room for hint (a
+// writer's first piece; later ones reuse a dead one's buffers, reuse).
 func newPiece(hint int) piece {
 	return piece{ordered: true, hint: hint, entries: make([]entry, 0, hint)}
 }
