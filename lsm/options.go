@@ -24,6 +24,9 @@ type Options struct {
 	// MemoryWatermark is the total size of all writers' buffers above which
 	// the sync manager spills the largest buffers to staged SSTs, until the
 	// total is below half of it. Zero means 64 MiB; negative disables spills.
+	// Besides its buffers, a writer keeps those of its last committed epoch
+	// for its next one (its entries and at most 4 MiB of arena), which the
+	// watermark does not count.
 	MemoryWatermark int64
 
 	// TargetFileSize is the size at which the SSTs a commit writes are cut.
