@@ -132,11 +132,9 @@ type piece struct {
 // arenaSlab is the size of a piece's arena slabs.
 const arenaSlab = 64 << 10
 
-// newPiece returns an empty piece whose entries have room for hint (a
-// writer's first piece; later ones reuse a dead one's buffers, reuse).
-func newPiece(hint int) piece {
-	return piece{ordered: true, hint: hint, entries: make([]entry, 0, hint)}
-}
+// newPiece returns an empty piece (a writer's later pieces reuse a dead
+// one's buffers: reuse).
+func newPiece() piece { return piece{ordered: true} }
 
 // find returns the index in entries of prefix's entry, or, if it has
 // none, where add puts one: len(entries) unless the piece is ordered and
@@ -197,8 +195,7 @@ func (p *piece) reserve(n int) {
 // every epoch, and each new one allocated and cleared its slabs and its
 // entries anew: 40% of a backfill's allocations.
 func (p *piece) reuse(hint int) piece {
-	np := newPiece(0)
-	np.hint = hint
+	np := piece{ordered: true, hint: hint}
 	if cap(p.entries) >= hint {
 		np.entries = p.entries[:0]
 	} else {
@@ -618,7 +615,7 @@ func (s *Store) release(b *epochBuf) {
 	if !b.w.closed {
 		b.w.spare = b.piece
 	}
-	b.piece = newPiece(0)
+	b.piece = newPiece()
 	for _, f := range b.spills {
 		f.close(s)
 	}
