@@ -101,8 +101,15 @@ var (
 //	solo-load-ns/row, solo-load-cpu-ns/row, the child's wall and CPU per
 //	solo-backfill-ns/row,                   row of the load and of the
 //	solo-backfill-cpu-ns/row                backfill, without the harness
+//	solo-settle-ns/row,                     after the backfill, until Pebble
+//	solo-settle-compacted-MB                starts no more compactions: the
+//	                                        compaction work the phases left
+//	                                        behind, per row, and its bytes
 //	solo-raw-...                            the same of the raw-Pebble
 //	                                        child (-scale-solo-raw)
+//	solo-total-x-of-raw                     raw Pebble's load + backfill +
+//	                                        settle over the store's: the
+//	                                        same work, deferred or not
 //	peak-rss-MB, raw-peak-rss-MB,           peak RSS of the process during
 //	harness-MB, cache-MB                    each pipeline (both hold the
 //	                                        workload model, harness-MB of
@@ -445,10 +452,18 @@ func reportSolo(b *testing.B, rows int, name string, order backfill.SnapshotOrde
 		b.ReportMetric(perRow(r.LoadCPU), prefix+"load-cpu-ns/row")
 		b.ReportMetric(perRow(r.Backfill), prefix+"backfill-ns/row")
 		b.ReportMetric(perRow(r.BackfillCPU), prefix+"backfill-cpu-ns/row")
+		b.ReportMetric(perRow(r.Settle), prefix+"settle-ns/row")
+		b.ReportMetric(float64(r.SettleLSM.Compacted)/1e6, prefix+"settle-compacted-MB")
 	}
-	report("solo-", runSolo(b, false, rows, order, profile))
+	store := runSolo(b, false, rows, order, profile)
+	report("solo-", store)
 	if *scaleSoloRaw {
-		report("solo-raw-", runSolo(b, true, rows, order, ""))
+		raw := runSolo(b, true, rows, order, "")
+		report("solo-raw-", raw)
+		// The whole job beside raw Pebble's: load, backfill and the
+		// compactions both left behind (soloResult.Settle).
+		total := func(r soloResult) float64 { return r.Load + r.Backfill + r.Settle }
+		b.ReportMetric(total(raw)/total(store), "solo-total-x-of-raw")
 	}
 }
 

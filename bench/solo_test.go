@@ -22,6 +22,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lsmstats/lsmstats/backfill"
 	"github.com/lsmstats/lsmstats/bench/workload"
+	"github.com/lsmstats/lsmstats/internal/lsminternal"
 	"github.com/lsmstats/lsmstats/internal/malloc"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
@@ -107,6 +108,13 @@ type soloResult struct {
 	// LoadLSM and BackfillLSM are the bytes Pebble wrote in each phase.
 	LoadLSM     LSMWrites `json:"load_lsm"`
 	BackfillLSM LSMWrites `json:"backfill_lsm"`
+	// Settle is the wall time, in seconds, from the backfill's end to the
+	// end of the last compaction Pebble ran before it started no more
+	// (settle), and SettleLSM what those compactions wrote: the work the
+	// load and the backfill left behind, which the phases' times leave
+	// out. A store that defers more of it looks faster in them.
+	Settle    float64   `json:"settle_s"`
+	SettleLSM LSMWrites `json:"settle_lsm"`
 }
 
 // Beyond is the peak RSS beyond the block cache (with its maps and
@@ -306,6 +314,13 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	if err := stopProfile(); err != nil {
 		return res, err
 	}
+	db := lsminternal.DB(s)
+	res.Settle = settle(func() int64 { return db.Metrics().Compact.NumInProgress }, soloSettlePoll, soloSettleMax).Seconds()
+	lsm3, err := storeWrites(s)
+	if err != nil {
+		return res, err
+	}
+	res.SettleLSM = lsm3.Sub(lsm2)
 	rec, ok := j.Progress()
 	if !ok || !rec.Finished {
 		return res, errors.New("the job stopped unfinished")
@@ -386,16 +401,44 @@ func soloRaw(spec soloSpec) (res soloResult, err error) {
 		}
 	}
 	res.Backfill, res.BackfillCPU = time.Since(start).Seconds(), (processCPU() - cpu).Seconds()
-	res.BackfillLSM = lsmWrites(db.Metrics()).Sub(lsm1)
+	lsm2 := lsmWrites(db.Metrics())
+	res.BackfillLSM = lsm2.Sub(lsm1)
 	if err := stopProfile(); err != nil {
 		return res, err
 	}
+	res.Settle = settle(func() int64 { return db.Metrics().Compact.NumInProgress }, soloSettlePoll, soloSettleMax).Seconds()
+	res.SettleLSM = lsmWrites(db.Metrics()).Sub(lsm2)
 	if err := r.compare(); err != nil {
 		return res, err
 	}
 	res.sample(db.Metrics())
 	res.finish()
 	return res, nil
+}
+
+// How settle polls in the solo children: every 10 ms, until 20 polls in a
+// row (200 ms) see no compaction, for at most ten minutes.
+const (
+	soloSettlePoll = 10 * time.Millisecond
+	soloSettleMax  = 10 * time.Minute
+)
+
+// settle waits until running (the number of compactions in progress) reads
+// 0 at 20 polls in a row, poll apart, or until limit has passed, and returns
+// how long after its call running last read above 0: 0 if it never did.
+// The quiet polls at the end are not counted, so a store that runs no
+// compaction settles in 0.
+func settle(running func() int64, poll, limit time.Duration) time.Duration {
+	start := time.Now()
+	last := start
+	for quiet := 0; quiet < 20 && time.Since(start) < limit; time.Sleep(poll) {
+		if running() > 0 {
+			quiet, last = 0, time.Now()
+		} else {
+			quiet++
+		}
+	}
+	return last.Sub(start)
 }
 
 // sample keeps the largest block cache (with its maps and entries) and
@@ -500,6 +543,8 @@ func testSoloChild(t *testing.T, raw bool) {
 	require.Positive(t, r.HeapLive)
 	require.Positive(t, r.Load)
 	require.Positive(t, r.BackfillCPU)
+	require.GreaterOrEqual(t, r.Settle, 0.0)
+	require.Less(t, r.Settle, soloSettleMax.Seconds(), "the settle ran to its limit")
 	require.Equal(t, malloc.ArenasLimited(), r.ArenasLimited, "the child's arenas, as this process's")
 	// The profile of the backfill: a gzipped protobuf, as runtime/pprof
 	// writes them.
@@ -507,6 +552,38 @@ func testSoloChild(t *testing.T, raw bool) {
 	require.NoError(t, err)
 	require.Greater(t, len(b), 2)
 	require.Equal(t, []byte{0x1f, 0x8b}, b[:2], "gzip magic of %s", profile)
+}
+
+// TestSettle: settle counts up to the last poll that saw a compaction
+// running, not the quiet polls after it, and gives up at its limit.
+func TestSettle(t *testing.T) {
+	const poll = time.Millisecond
+	polls := 0
+	busy := func(n int) func() int64 {
+		return func() int64 {
+			if polls++; polls <= n {
+				return 1
+			}
+			return 0
+		}
+	}
+	require.Zero(t, settle(busy(0), poll, time.Minute), "no compaction ran")
+	require.Equal(t, 20, polls, "polls of an idle store")
+
+	polls = 0
+	start := time.Now()
+	d := settle(busy(30), poll, time.Minute)
+	total := time.Since(start)
+	require.Equal(t, 50, polls, "30 busy polls, then 20 quiet ones")
+	require.GreaterOrEqual(t, d, 29*poll, "the 30 busy polls")
+	// Each quiet poll is followed by a sleep of a poll at least.
+	require.GreaterOrEqual(t, total-d, 20*poll, "quiet polls counted (%v of %v)", d, total)
+
+	polls = 0
+	start = time.Now()
+	d = settle(busy(math.MaxInt), poll, 50*time.Millisecond)
+	require.Less(t, time.Since(start), 10*time.Second, "settle passed its limit")
+	require.GreaterOrEqual(t, d, 40*time.Millisecond, "busy to the limit")
 }
 
 // TestSoloSpec: the child refuses a spec it cannot run, naming it.
