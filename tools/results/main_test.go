@@ -29,7 +29,7 @@ BenchmarkETA/workload=steady-2  1  24297139041 ns/op  53.00 checkpoints  79.25 e
 BenchmarkMultiUpstream/rows=1000000+20000+5000-2  1  7.5e10 ns/op  225 checkpoints  0.0017 err-mean-pp  0.0073 err-max-pp  25.7 rowcount-err-mean-pp  50.2 rowcount-err-max-pp
 BenchmarkSnapshotBackfill/rows=200000+20000+5000-2  1  3e10 ns/op  45 checkpoints-snapshot  40 checkpoints-log-store  2 checkpoints-joined  0 err-mean-pp  0 err-max-pp  25 rowcount-err-mean-pp  62 rowcount-err-max-pp  19 log-pct-at-snapshot-end
 BenchmarkETA/workload=crash-rescale-2  1  24297139041 ns/op  40.00 checkpoints  85 eta-coverage-%  12.5 eta-median-err-%  30 eta-p90-err-%  1 eta-under-1m  800 rows/s  100 limit-share-%
-BenchmarkScale/rows=4M/workload=uniform-2  1  3e9 ns/op  900 solo-peak-rss-MB  600 solo-cache-MB  130 solo-memtable-MB  170 solo-beyond-caches-MB  7000 solo-backfill-ns/row  9000 solo-backfill-cpu-ns/row  4000 solo-load-ns/row  5000 solo-load-cpu-ns/row  60 solo-raw-beyond-caches-MB  2 solo-raw-malloc-free-MB  3000 solo-raw-backfill-ns/row  4000 solo-raw-backfill-cpu-ns/row  2500 solo-raw-load-ns/row  3500 solo-raw-load-cpu-ns/row
+BenchmarkScale/rows=4M/workload=uniform-2  1  3e9 ns/op  900 solo-peak-rss-MB  600 solo-cache-MB  130 solo-memtable-MB  170 solo-beyond-caches-MB  7000 solo-backfill-ns/row  9000 solo-backfill-cpu-ns/row  4000 solo-load-ns/row  5000 solo-load-cpu-ns/row  60 solo-raw-beyond-caches-MB  2 solo-raw-malloc-free-MB  3000 solo-raw-backfill-ns/row  4000 solo-raw-backfill-cpu-ns/row  2500 solo-raw-load-ns/row  3500 solo-raw-load-cpu-ns/row  40 solo-settle-ns/row  0 solo-raw-settle-ns/row  0.8203 solo-total-x-of-raw
 `
 	path := filepath.Join(t.TempDir(), "bench.txt")
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
@@ -123,7 +123,7 @@ BenchmarkScale/rows=4M/workload=uniform-2  1  3e9 ns/op  900 solo-peak-rss-MB  6
 		// Against raw Pebble with the store's options / Pebble's defaults,
 		// and the statistics' share of the bytes written.
 		"| 1M | update-churn, interleaved order | 60000 | 0.800× / 0.700× | 200000 | 0.900× / 1.250× | 0.950× / 1.100× | 3.50% / 4.25% (3.90%) |",
-		"| 4M | uniform | 50000 | 0.450× | 80000 | 0.200× | 0.600× | — | 12.5 µs / 20.0 µs | — / — | 7.0 µs / 9.0 µs, 4.0 µs / 5.0 µs (3.0 µs / 4.0 µs, 2.5 µs / 3.5 µs) |",
+		"| 4M | uniform | 50000 | 0.450× | 80000 | 0.200× | 0.600× | — | 12.5 µs / 20.0 µs | — / — | 7.0 µs / 9.0 µs, 4.0 µs / 5.0 µs (3.0 µs / 4.0 µs, 2.5 µs / 3.5 µs); settle 40 ns (0 ns); whole job 0.82× raw Pebble alone |",
 		"| 300 MB (310 MB) | 900 MB = 600 + 130 + 170 [60 (2)] | 120 MB / 45 MB |",
 		"| 5 ms / 40 ms | 200 | 3 (20) |",
 		"| skew | stats | 0.050 | 0.186 | 125.2 µs | 2361 | 122629 |",

@@ -113,7 +113,7 @@ func renderScale(b *strings.Builder, m map[string]map[string]float64) {
 		b.WriteString("; ![plot](scale.png)")
 	}
 	b.WriteString("):\n\n")
-	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | statistics' share of bytes flushed / compacted (both) | backfill wall / CPU per row | load wall / CPU per row | alone: backfill, load wall / CPU per row (raw Pebble alone) | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest (of which malloc's free memory) [raw Pebble alone: the rest] | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file: probe / whole run (listings) | a listing of the SSTs | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
+	b.WriteString("| rows | workload | load rows/s | × raw | snapshot rows/s | × raw | × raw, vnodes in turn | statistics' share of bytes flushed / compacted (both) | backfill wall / CPU per row | load wall / CPU per row | alone: backfill, load wall / CPU per row (raw Pebble alone); settle after it; whole job × raw | compacted per backfill row (raw in turn) | peak RSS (raw) | alone: peak RSS = block cache + memtables + the rest (of which malloc's free memory) [raw Pebble alone: the rest] | block cache / Go heap of the store and job | stats heap (physical + live) | payload in SSTs / held again by readers | progress CPU per checkpoint | refresh per changed file: probe / whole run (listings) | a listing of the SSTs | commit p50 / p99 | SSTs | L0 sublevels (max) |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range pts {
 		x := p.m
@@ -189,6 +189,17 @@ func soloPerRow(x map[string]float64) string {
 	if _, ok := x["solo-raw-backfill-ns/row"]; ok {
 		v += fmt.Sprintf(" (%s / %s, %s / %s)", dur(x, "solo-raw-backfill-ns/row"), dur(x, "solo-raw-backfill-cpu-ns/row"),
 			dur(x, "solo-raw-load-ns/row"), dur(x, "solo-raw-load-cpu-ns/row"))
+	}
+	// Runs since the children measure the compactions a job leaves
+	// behind: that settle per row, and the whole job against raw Pebble's.
+	if _, ok := x["solo-settle-ns/row"]; ok {
+		v += "; settle " + dur(x, "solo-settle-ns/row")
+		if _, ok := x["solo-raw-settle-ns/row"]; ok {
+			v += " (" + dur(x, "solo-raw-settle-ns/row") + ")"
+		}
+	}
+	if total, ok := x["solo-total-x-of-raw"]; ok {
+		v += fmt.Sprintf("; whole job %.2f× raw Pebble alone", total)
 	}
 	return v
 }
