@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -213,6 +214,11 @@ func (s *Store) writeData(out sink, bufs []*epochBuf, batch *livebuckets.Batch) 
 			return err
 		}
 	}
+	if bs, ok := out.(*batchSink); ok {
+		if srcs := disjointMemSources(h); srcs != nil {
+			return writeDisjoint(bs, srcs, batch)
+		}
+	}
 	heap.Init(&h)
 	// A pk's versions come newest first: the newest says whether its row is
 	// live once the commit lands, which Apply needs for every version.
@@ -242,6 +248,98 @@ func (s *Store) writeData(out sink, bufs []*epochBuf, batch *livebuckets.Batch) 
 			}
 			src.close()
 			heap.Pop(&h)
+		}
+	}
+	return nil
+}
+
+// disjointMinEntries is the fewest entries for which writeDisjoint hands
+// the copy into Pebble's batch to a goroutine of its own (a variable for
+// tests, which compare both ways of writing a checkpoint).
+var disjointMinEntries = 512
+
+// disjointCommits counts the checkpoints writeDisjoint wrote, for tests.
+var disjointCommits atomic.Int64
+
+// disjointMemSources returns the in-memory sources of a checkpoint in key
+// order if their key ranges do not overlap and they hold disjointMinEntries
+// entries or more between them; otherwise nil. Disjoint they are when each
+// writer writes its own vnodes and has sealed one epoch since the last
+// commit, as a backfill's actors do: then the checkpoint's keys in key
+// order are the sources' one source after the other, and each prefix comes
+// once.
+func disjointMemSources(h sourceHeap) []*memSource {
+	srcs := make([]*memSource, 0, len(h))
+	n := 0
+	for _, src := range h {
+		m, ok := src.(*memSource)
+		if !ok {
+			return nil // a spill (a batched checkpoint has none)
+		}
+		srcs = append(srcs, m)
+		n += len(m.entries)
+	}
+	if n < disjointMinEntries {
+		return nil
+	}
+	slices.SortFunc(srcs, func(a, b *memSource) int { return bytes.Compare(a.entries[0].prefix, b.entries[0].prefix) })
+	for i := 1; i < len(srcs); i++ {
+		prev := srcs[i-1].entries
+		if bytes.Compare(prev[len(prev)-1].prefix, srcs[i].entries[0].prefix) >= 0 {
+			return nil
+		}
+	}
+	return srcs
+}
+
+// writeDisjoint is writeData for a checkpoint committed as one Pebble
+// batch whose sources are disjoint (disjointMemSources). Commit runs on
+// its caller's critical path (a backfill's actors wait for its barrier),
+// so a goroutine copies the rows into out's batch, with the batch's
+// summary, while this one adds the live statistics' deltas; out is not
+// touched here until that goroutine is done. Both walk the keys in key
+// order, so out's batch and summary are what writeData's merge would have
+// made.
+func writeDisjoint(out *batchSink, srcs []*memSource, batch *livebuckets.Batch) error {
+	copied := make(chan error, 1)
+	go func() {
+		var key []byte
+		for _, m := range srcs {
+			for _, e := range m.entries {
+				kind := keys.KindDelete
+				if e.put {
+					kind = keys.KindPut
+				}
+				key = keys.AppendSuffix(append(key[:0], e.prefix...), m.version, kind)
+				if err := out.set(key, e.value); err != nil {
+					copied <- err
+					return
+				}
+			}
+		}
+		copied <- nil
+	}()
+	disjointCommits.Add(1)
+	err := applyDisjoint(srcs, batch)
+	if cerr := <-copied; err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// applyDisjoint adds the live delta of every entry of srcs, in key order,
+// to batch. Each prefix comes once, so its entry is its newest version.
+func applyDisjoint(srcs []*memSource, batch *livebuckets.Batch) error {
+	for _, m := range srcs {
+		for _, e := range m.entries {
+			t, vn, ok := keys.Header(e.prefix)
+			if !ok || len(e.prefix) < 7 {
+				return errors.AssertionFailedf("commit of an invalid prefix %x", e.prefix)
+			}
+			pk := e.prefix[6 : len(e.prefix)-1]
+			if err := batch.Apply(livebuckets.Delta{Table: t, Vnode: vn, PK: pk, Counts: livebuckets.Counts(e.delta()), Live: e.put}); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
