@@ -699,16 +699,7 @@ func refreshProbe(b *testing.B, store *lsm.Store, cfg ssttracker.TrackerConfig) 
 }
 
 // quiesce waits (up to a minute) until Pebble runs no compaction.
-func quiesce(db *pebble.DB) {
-	deadline := time.Now().Add(time.Minute)
-	for quiet := 0; quiet < 3 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if db.Metrics().Compact.NumInProgress == 0 {
-			quiet++
-		} else {
-			quiet = 0
-		}
-	}
-}
+func quiesce(db *pebble.DB) { settle(compactionsRunning(db), soloSettlePoll, time.Minute) }
 
 // heapLive returns the live heap after two collections.
 func heapLive() float64 {

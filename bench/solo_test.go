@@ -314,8 +314,7 @@ func solo(spec soloSpec) (res soloResult, err error) {
 	if err := stopProfile(); err != nil {
 		return res, err
 	}
-	db := lsminternal.DB(s)
-	res.Settle = settle(func() int64 { return db.Metrics().Compact.NumInProgress }, soloSettlePoll, soloSettleMax).Seconds()
+	res.Settle = settle(compactionsRunning(lsminternal.DB(s)), soloSettlePoll, soloSettleMax).Seconds()
 	lsm3, err := storeWrites(s)
 	if err != nil {
 		return res, err
@@ -406,7 +405,7 @@ func soloRaw(spec soloSpec) (res soloResult, err error) {
 	if err := stopProfile(); err != nil {
 		return res, err
 	}
-	res.Settle = settle(func() int64 { return db.Metrics().Compact.NumInProgress }, soloSettlePoll, soloSettleMax).Seconds()
+	res.Settle = settle(compactionsRunning(db), soloSettlePoll, soloSettleMax).Seconds()
 	res.SettleLSM = lsmWrites(db.Metrics()).Sub(lsm2)
 	if err := r.compare(); err != nil {
 		return res, err
@@ -416,12 +415,19 @@ func soloRaw(spec soloSpec) (res soloResult, err error) {
 	return res, nil
 }
 
-// How settle polls in the solo children: every 10 ms, until 20 polls in a
-// row (200 ms) see no compaction, for at most ten minutes.
+// How settle polls in the solo children (and quiesce): every 10 ms, until
+// 20 polls in a row (200 ms) see no compaction; the children wait at most
+// ten minutes.
 const (
 	soloSettlePoll = 10 * time.Millisecond
 	soloSettleMax  = 10 * time.Minute
 )
+
+// compactionsRunning returns the number of compactions db runs now, for
+// settle.
+func compactionsRunning(db *pebble.DB) func() int64 {
+	return func() int64 { return db.Metrics().Compact.NumInProgress }
+}
 
 // settle waits until running (the number of compactions in progress) reads
 // 0 at 20 polls in a row, poll apart, or until limit has passed, and returns
