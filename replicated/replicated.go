@@ -50,6 +50,11 @@ type version struct {
 type vnodeOverlay struct {
 	rows   map[string][]version // by ascending epoch
 	sorted []string             // keys of rows in pk order; nil when stale
+	// newest is the newest epoch of any version in rows: once the store
+	// has committed it, prune drops the vnode's overlay whole instead of
+	// walking its rows (a backfill whose every barrier is a checkpoint
+	// finds it so at every snapshot).
+	newest uint64
 }
 
 // Op is one upstream row change.
@@ -94,19 +99,18 @@ func (t *Table) Apply(epoch uint64, ops []Op) {
 			o = &vnodeOverlay{rows: map[string][]version{}}
 			t.overlay[op.Vnode] = o
 		}
-		k := string(op.PK)
-		vs, ok := o.rows[k]
+		o.newest = max(o.newest, epoch)
+		v := version{epoch: epoch, live: op.Live, row: slices.Clone(op.Row), delta: op.Delta}
+		vs, ok := o.rows[string(op.PK)] // a lookup: no copy of the pk
+		if n := len(vs); n > 0 && vs[n-1].epoch == epoch {
+			v.delta = vs[n-1].delta.Add(op.Delta)
+			vs[n-1] = v // in place
+			continue
+		}
 		if !ok {
 			o.sorted = nil
 		}
-		v := version{epoch: epoch, live: op.Live, row: slices.Clone(op.Row), delta: op.Delta}
-		if n := len(vs); n > 0 && vs[n-1].epoch == epoch {
-			v.delta = vs[n-1].delta.Add(op.Delta)
-			vs[n-1] = v
-		} else {
-			vs = append(vs, v)
-		}
-		o.rows[k] = vs
+		o.rows[string(op.PK)] = append(vs, v)
 	}
 }
 
@@ -114,6 +118,10 @@ func (t *Table) Apply(epoch uint64, ops []Op) {
 func (t *Table) prune() {
 	c := t.store.CommittedEpoch()
 	for vn, o := range t.overlay {
+		if o.newest <= c {
+			delete(t.overlay, vn)
+			continue
+		}
 		for k, vs := range o.rows {
 			i := sort.Search(len(vs), func(i int) bool { return vs[i].epoch > c })
 			if i == len(vs) {
