@@ -107,9 +107,9 @@ var etaEstimators = []struct {
 // the job read, limit-share-% that over the limit, last-third-time-x the
 // time the job took to read the last third of its rows over the time it
 // took for the first (how its rate drifted). demo-unlimited,
-// mixed-unlimited and churn-unlimited run the CLI's job without a limit; a restart's downtime
-// is left out of the time that remained (ETAPoints). Every run counts:
-// errors are pooled over b.N runs.
+// mixed-unlimited and churn-unlimited run the CLI's job without a limit; a
+// restart's downtime is left out of the time that remained (ETAPoints).
+// Every run counts: errors are pooled over b.N runs.
 func BenchmarkETA(b *testing.B) {
 	for _, w := range etaWorkloads() {
 		b.Run("workload="+w.name, func(b *testing.B) {
