@@ -303,15 +303,11 @@ func disjointMemSources(h sourceHeap) []*memSource {
 func writeDisjoint(out *batchSink, srcs []*memSource, batch *livebuckets.Batch) error {
 	copied := make(chan error, 1)
 	go func() {
-		var key []byte
+		// The sources' own iteration (their key buffers and positions are
+		// this goroutine's; applyDisjoint reads only their entries).
 		for _, m := range srcs {
-			for _, e := range m.entries {
-				kind := keys.KindDelete
-				if e.put {
-					kind = keys.KindPut
-				}
-				key = keys.AppendSuffix(append(key[:0], e.prefix...), m.version, kind)
-				if err := out.set(key, e.value); err != nil {
+			for ; m.valid(); m.next() {
+				if err := out.set(m.key(), m.row()); err != nil {
 					copied <- err
 					return
 				}
@@ -336,7 +332,7 @@ func applyDisjoint(srcs []*memSource, batch *livebuckets.Batch) error {
 			if !ok || len(e.prefix) < 7 {
 				return errors.AssertionFailedf("commit of an invalid prefix %x", e.prefix)
 			}
-			pk := e.prefix[6 : len(e.prefix)-1]
+			pk := e.prefix[6 : len(e.prefix)-1] // after table and vnode, before the terminator
 			if err := batch.Apply(livebuckets.Delta{Table: t, Vnode: vn, PK: pk, Counts: livebuckets.Counts(e.delta()), Live: e.put}); err != nil {
 				return err
 			}
