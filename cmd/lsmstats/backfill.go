@@ -332,6 +332,41 @@ type recordJSON struct {
 	Phase       string `json:"phase,omitempty"`
 	LogConsumed uint64 `json:"log_consumed,omitempty"`
 	LogPending  uint64 `json:"log_pending,omitempty"`
+	// LSM is the worker's LSM at the checkpoint; nil where the worker
+	// could not read it.
+	LSM *lsmJSON `json:"lsm,omitempty"`
+}
+
+// lsmJSON is the shape of a worker's LSM and its background work at a
+// checkpoint, from Pebble's metrics, so that a report shows a checkpoint's
+// rate and ETA beside the flushes and compactions that share the machine
+// with the job. The counts and times are the worker process's since it
+// opened the store: a restarted worker counts again from 0.
+type lsmJSON struct {
+	// Flushes and Compactions are those finished, Flushing and Compacting
+	// those running; FlushS and CompactionS the time the finished ones
+	// took (Pebble's flush work time and compaction duration).
+	Flushes     int64   `json:"flushes"`
+	Flushing    int64   `json:"flushing"`
+	FlushS      float64 `json:"flush_s"`
+	Compactions int64   `json:"compactions"`
+	Compacting  int64   `json:"compacting"`
+	CompactionS float64 `json:"compaction_s"`
+	// L0Sublevels is L0's depth: Pebble compacts L0 into the base level
+	// once twice its depth reaches the store's L0CompactionThreshold.
+	L0Sublevels int32 `json:"l0_sublevels"`
+}
+
+// lsmOf reads the store's LSM for a checkpoint's line; nil once it is
+// closed.
+func lsmOf(st *lsm.Store) *lsmJSON {
+	m, err := st.PebbleMetrics()
+	if err != nil {
+		return nil
+	}
+	return &lsmJSON{Flushes: m.Flush.Count, Flushing: m.Flush.NumInProgress, FlushS: m.Flush.WriteThroughput.WorkDuration.Seconds(),
+		Compactions: m.Compact.Count, Compacting: m.Compact.NumInProgress, CompactionS: m.Compact.Duration.Seconds(),
+		L0Sublevels: m.Levels[0].Sublevels}
 }
 
 // etaJSON is a record's ETA; the durations are in seconds, -1 when there
@@ -476,6 +511,7 @@ func runWorker(ctx context.Context, f *backfillFlags, p workload.Params, stdout,
 			// Each checkpoint carries the state bytes so far: a killed
 			// worker's bytes count up to its last reported checkpoint.
 			e := event{T: "ckpt", Rec: toJSON(r), BackfillS: s.Backfilled().Seconds()}
+			e.Rec.LSM = lsmOf(s.Store)
 			e.StateBytes, e.StatsOnlyBytes = s.Job.StateBytes()
 			costOf(&e, s.TruthCost())
 			emit(e)
@@ -554,6 +590,9 @@ type barrierJSON struct {
 	// figures and truth.
 	Phase     string         `json:"phase,omitempty"`
 	Upstreams []upstreamJSON `json:"upstreams,omitempty"`
+	// LSM is the worker's LSM at the checkpoint: its flushes and
+	// compactions so far and running, and L0's depth.
+	LSM *lsmJSON `json:"lsm,omitempty"`
 }
 
 // upstreamJSON is one upstream table's figures in the report; its truth
@@ -628,7 +667,8 @@ func barrierOf(r *recordJSON) barrierJSON {
 	return barrierJSON{Barrier: r.Barrier, Epoch: r.Epoch, Truth: truthOf(r.Truth), RowCount: rc.Raw, Stats: st.Raw,
 		StatsBounds: st.Bounds, DisplayedRowCount: rc.Shown, DisplayedStats: st.Shown, Finished: r.Finished,
 		VnodeErrMeanPP: vnodeErrOf(r.Truth, r.VnodeErrMean), VnodeErrMaxPP: vnodeErrOf(r.Truth, r.VnodeErrMax),
-		SnapshotRows: r.Rows, RateLimit: r.RateLimit, TimeNS: r.TimeNS, ETA: r.ETA, Phase: r.Phase, Upstreams: upstreamsOf(r.Upstreams)}
+		SnapshotRows: r.Rows, RateLimit: r.RateLimit, TimeNS: r.TimeNS, ETA: r.ETA, Phase: r.Phase, Upstreams: upstreamsOf(r.Upstreams),
+		LSM: r.LSM}
 }
 
 // vnodeErrOf is a vnode error for the report: nil without a truth.

@@ -165,6 +165,39 @@ func TestBackfillCommand(t *testing.T) {
 	require.Contains(t, vout, ": ok")
 }
 
+// checkLSMFigures checks the LSM's figures of a report with one crash:
+// every barrier has them; within a worker run (the barriers up to the
+// recovered one, then those after it) the counts and times of finished
+// flushes and compactions never fall; and the reopened worker shows the
+// flush of the WAL it replayed, an L0 file.
+func checkLSMFigures(t *testing.T, rep *report) {
+	t.Helper()
+	require.Len(t, rep.Recoveries, 1)
+	recovered := rep.Recoveries[0].Barrier
+	var prev *lsmJSON
+	var prevBarrier uint64
+	reopenedL0, reopenedFlushS := int32(0), 0.0
+	for _, b := range rep.Barriers {
+		l := b.LSM
+		require.NotNil(t, l, "barrier %d: the LSM's figures", b.Barrier)
+		require.GreaterOrEqual(t, l.L0Sublevels, int32(0), "barrier %d", b.Barrier)
+		require.GreaterOrEqual(t, l.Flushing, int64(0), "barrier %d", b.Barrier)
+		require.GreaterOrEqual(t, l.Compacting, int64(0), "barrier %d", b.Barrier)
+		if prev != nil && (b.Barrier <= recovered) == (prevBarrier <= recovered) {
+			require.GreaterOrEqual(t, l.Flushes, prev.Flushes, "barrier %d: flushes within a run", b.Barrier)
+			require.GreaterOrEqual(t, l.FlushS, prev.FlushS, "barrier %d", b.Barrier)
+			require.GreaterOrEqual(t, l.Compactions, prev.Compactions, "barrier %d: compactions within a run", b.Barrier)
+			require.GreaterOrEqual(t, l.CompactionS, prev.CompactionS, "barrier %d", b.Barrier)
+		}
+		if b.Barrier > recovered {
+			reopenedL0, reopenedFlushS = max(reopenedL0, l.L0Sublevels), max(reopenedFlushS, l.FlushS)
+		}
+		prev, prevBarrier = l, b.Barrier
+	}
+	require.Positive(t, reopenedL0, "the reopened worker's L0: the replayed WAL's flush")
+	require.Positive(t, reopenedFlushS, "the reopened worker's flush time")
+}
+
 // TestBackfillNoTruth runs the same job with a crash with and without
 // --no-truth. Without the truth, the JSON report holds every barrier's
 // figures, bounds and ETA, its truth null, the "truth" parameter false, no
@@ -242,6 +275,7 @@ func TestBackfillNoTruth(t *testing.T) {
 		}
 		require.Positive(t, withETA)
 		require.Positive(t, rep.ETA.N, "the ETA's accuracy, on the stats figure without a truth")
+		checkLSMFigures(t, &rep)
 		last := rep.Barriers[len(rep.Barriers)-1]
 		require.True(t, last.Finished)
 		for _, l := range strings.Split(out, "\n") {
