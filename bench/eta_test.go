@@ -70,8 +70,9 @@ func etaWorkloads() []etaWorkload {
 		{name: "demo-unlimited", preset: "mixed", cli: true, unlimited: true, restartAt: -30},
 		// demo-unlimited's job without the crash: the difference between
 		// the two is what the reopening costs the forecast (the reopened
-		// store's L0, one flush deeper, reaches its compaction inside the
-		// job instead of after it; docs/results.md, "ETA accuracy").
+		// process may read slower from its start; both jobs slow while a
+		// memtable flush runs; docs/results.md, "What the crash costs the
+		// forecast").
 		{name: "mixed-unlimited", preset: "mixed", cli: true, unlimited: true},
 		{name: "churn-unlimited", preset: "update-churn", cli: true, unlimited: true},
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -242,7 +243,29 @@ func (f *backfillFlags) params(fs *flag.FlagSet) (workload.Params, error) {
 	if err := p.Check(); err != nil {
 		return p, err
 	}
+	for _, out := range []struct{ flag, path string }{{"json", f.jsonPath}, {"plot", f.plotPath}} {
+		if err := prepareOutputPath(out.flag, out.path); err != nil {
+			return p, err
+		}
+	}
 	return p, nil
+}
+
+// prepareOutputPath makes an output file's directory (--json, --plot), as
+// a cluster run's report always did, and refuses a path that could not be
+// written, a directory or one under a file, before the run instead of at
+// its end.
+func prepareOutputPath(flagName, path string) error {
+	if path == "" {
+		return nil
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return errors.Newf("--%s %s: a directory, want a file", flagName, path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return errors.Newf("--%s %s: its directory: %v", flagName, path, err)
+	}
+	return nil
 }
 
 // jobMode returns the --mode's backfill.JobMode.

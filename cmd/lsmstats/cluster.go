@@ -241,9 +241,7 @@ func runCluster(f *backfillFlags, p workload.Params, stdout, stderr io.Writer) (
 		if err != nil {
 			return exitError, err
 		}
-		if err := os.MkdirAll(filepath.Dir(f.jsonPath), 0o755); err != nil {
-			return exitError, err
-		}
+		// Its directory was made before the run (prepareOutputPath).
 		if err := os.WriteFile(f.jsonPath, b, 0o644); err != nil {
 			return exitError, err
 		}

@@ -41,6 +41,19 @@ func TestExitCodes(t *testing.T) {
 	check("help", code, exitOK, errOut)
 	_, errOut, code = runCmd(t, "stats", "--dir")
 	check("flag without value", code, exitUsage, errOut, "flag needs an argument")
+	// An output file that could not be written is refused before the
+	// run (which would otherwise load and backfill, then fail at its end).
+	aFile := filepath.Join(root, "a-file")
+	require.NoError(t, os.WriteFile(aFile, nil, 0o644))
+	for _, c := range []struct{ flag, path, msg string }{
+		{"--json", filepath.Join(aFile, "sub", "run.json"), "its directory: mkdir " + aFile + ": not a directory"},
+		{"--json", root, "a directory, want a file"},
+		{"--plot", filepath.Join(aFile, "p.png"), "its directory: mkdir " + aFile + ": not a directory"},
+	} {
+		_, errOut, code = runCmd(t, "backfill", "--rows", "1000", "--vnodes", "8", "--bars", "off", c.flag, c.path)
+		check("output "+c.path, code, exitUsage, errOut, c.flag+" "+c.path+": "+c.msg)
+		require.NotContains(t, errOut, "load", "refused before the load")
+	}
 
 	// 1: no store, and nothing created.
 	missing := filepath.Join(root, "missing")
