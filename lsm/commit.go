@@ -127,8 +127,13 @@ func (s *Store) Commit(epoch uint64) error {
 	s.statsMu.Unlock()
 	s.writeMark(epoch)
 	s.iters.close() // pooled iterators predate the checkpoint: release their files
+	var written int64
+	for _, b := range bufs {
+		written += b.bytes
+	}
 	s.drop(bufs)
 	s.metrics.commits.Add(1)
+	s.metrics.committedBytes.Add(written)
 	s.rescanBuckets(batch.Rescans())
 	return nil
 }

@@ -96,7 +96,10 @@
 // the Pebble database under a store (its LSM shape and the bytes written
 // into each level), and Store.Metrics the store's own counters (commits,
 // spills, commit stalls, corruptions, GC), which Store.Collector exports
-// to Prometheus.
+// to Prometheus. Store.Background is the cheap one to read at every
+// checkpoint: the bytes the store took in and how long Pebble's flushes and
+// compactions ran, from Pebble's event listener (background.go), which a
+// backfill's ETA prices the flushes ahead with.
 //
 // # Logging
 //

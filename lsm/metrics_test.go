@@ -108,3 +108,44 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string, labels map[st
 	}
 	return 0
 }
+
+// TestStoreBackground: Store.Background counts the bytes each checkpoint
+// commits and the time Pebble's flushes and compactions run.
+func TestStoreBackground(t *testing.T) {
+	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
+	require.NoError(t, err)
+	defer s.Close()
+	require.Zero(t, s.Background().Written, "nothing committed")
+	def := lsm.TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
+	require.NoError(t, s.CreateTable(def))
+	w, err := s.NewWriter(1, nil, nil)
+	require.NoError(t, err)
+	var last int64
+	for e := uint64(1); e <= 3; e++ {
+		for i := range uint64(1000) {
+			pk := keys.AppendUint64(nil, 3*i+e)
+			require.NoError(t, w.Insert(e, def.VnodeOf(pk), pk, make([]byte, 100)))
+		}
+		require.NoError(t, w.Seal(e))
+		require.Zero(t, s.Background().Written-last, "a sealed epoch is not written yet")
+		require.NoError(t, s.Commit(e))
+		bg := s.Background()
+		// 1,000 rows of 100 bytes and a 9-byte pk each, and their
+		// buffer's overhead (BufferedBytes' measure).
+		require.GreaterOrEqual(t, bg.Written-last, int64(1000*109), "epoch %d", e)
+		require.Less(t, bg.Written-last, int64(1000*400), "epoch %d", e)
+		last = bg.Written
+		before := bg.Busy
+		require.NoError(t, lsminternal.DB(s).Flush())
+		require.Eventually(t, func() bool { return s.Background().Running == 0 }, 10*time.Second, time.Millisecond)
+		require.Greater(t, s.Background().Busy, before, "the flush of epoch %d", e)
+	}
+	before := s.Background().Busy
+	require.NoError(t, s.CompactRange(context.Background(), 1, 0, 4))
+	require.Eventually(t, func() bool { return s.Background().Running == 0 }, 10*time.Second, time.Millisecond)
+	bg := s.Background()
+	require.Greater(t, bg.Busy, before, "the compaction")
+	require.Equal(t, last, bg.Written, "flushes and compactions write nothing of the store's")
+	time.Sleep(20 * time.Millisecond)
+	require.Equal(t, bg.Busy, s.Background().Busy, "idle: the clock stands")
+}

@@ -76,6 +76,9 @@ type Store struct {
 	// compactErr holds the error of the last compaction if it failed (nil
 	// after one that succeeded): the cause a stall names.
 	compactErr atomic.Pointer[error]
+	// busy measures the time Pebble's flushes and compactions run
+	// (Background).
+	busy backgroundWork
 	// wopts are the options of every SST the store writes for ingestion
 	// (with the stats collector); spillOpts those of staged spills.
 	wopts, spillOpts sstable.WriterOptions
@@ -187,10 +190,13 @@ func (s *Store) phase(p string) {
 
 type storeMetrics struct {
 	commits, spills, spilledBytes, stalls atomic.Int64
-	stallsAbandoned, stallNanos           atomic.Int64
-	pebbleStalls                          atomic.Int64
-	bucketScans, bucketScanRows           atomic.Int64
-	corruptions                           atomic.Int64
+	// committedBytes counts the in-memory bytes of the buffers the
+	// checkpoints committed (spilled bytes are counted in spilledBytes).
+	committedBytes              atomic.Int64
+	stallsAbandoned, stallNanos atomic.Int64
+	pebbleStalls                atomic.Int64
+	bucketScans, bucketScanRows atomic.Int64
+	corruptions                 atomic.Int64
 	// backups, backupBytes and backupSwept count the backups, their bytes
 	// and the objects the sweeps between backups removed.
 	backups, backupBytes, backupSwept atomic.Int64
@@ -323,6 +329,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 			s.compactErr.Store(&info.Err)
 		}
 	}
+	s.busy.listen(&el)
 	popts.Experimental.SpanPolicyFunc = s.spans.policy
 	popts.AddEventListener(el)
 	if o.EventListener != nil {
@@ -360,6 +367,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, s.openError(err)
 	}
+	s.busy.opened.Store(true)
 	s.db = db
 	if obj != nil {
 		if err := obj.setCreator(db, dir, o.ReadOnly); err != nil {
