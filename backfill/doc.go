@@ -201,7 +201,10 @@
 // rate with the rate since the last known change, by how well each foresaw
 // the job's own recent past, with an interval; per actor, so that the
 // slowest actor sets it. The rate-limit
-// changes still scheduled (RateChanges) are in the forecast. The job's rate
+// changes still scheduled (RateChanges) are in the forecast, and so are the
+// store's flushes still ahead (lsm.Store.Background: the job's rate is read
+// free of the flushes and compactions that slowed it, and the forecast
+// adds back those its rows ahead will cause). The job's rate
 // limit (JobConfig.RateLimit, RateChanges, Job.SetRateLimit) and the ETA's
 // carried rate are persisted in the job's metadata row, so that both
 // survive restarts and rescales. eta.go's file comment explains the

@@ -51,9 +51,31 @@
 //   - With the actors' figures, each actor has its own rate and churn and the
 //     ETA is the slowest actor's: a job whose vnodes were dealt unevenly
 //     finishes when its last actor does, at that actor's rate.
+//   - With the store's background work (ETAObservation.Background: the
+//     bytes it took in, the time its flushes and compactions ran), the
+//     forecast prices the flushes still ahead. A job on an embedded store
+//     shares the machine with them: while one runs the job reads slower
+//     (a quarter slower on two cores), and a job's first second, before
+//     its memtable first fills, has none, so a rate read there is its
+//     highest and a forecast from it short. So the lanes run on a clock
+//     that leaves out the share of each busy second that slowed the job,
+//     and read the job's rate free of them; the forecast on that clock is
+//     then lengthened by the busy time the rows ahead will cause (the
+//     bytes the job writes per second of it, times the busy time a byte
+//     has cost the store over its life, the load's flushes included; or,
+//     if more, the busy share of as many seconds just past, so that a
+//     compaction in progress lasts as long again as it has), each busy
+//     second at the slowdown: the rows the busy intervals fell short of
+//     the idle intervals' rate by, per busy second, against a prior of a
+//     quarter (ETAOptions.BackgroundSlowdown) that counts for half a busy
+//     second. The interval's ends take half and twice that slowdown. What
+//     it does not price is the rest of a store's drift: reads that slow as
+//     L0 deepens between compactions, and an L0 compaction before it
+//     begins (docs/results.md, "What the crash costs the forecast").
 //
 // The interval comes from the figure's bounds, the churn's spread, its
-// duration and shape as above, and the rate's spread: a fixed ±3% widened by
+// duration and shape as above (all lengthened with the forecast by the
+// background work ahead), and the rate's spread: a fixed ±3% widened by
 // 1.5 standard errors of the smoothed rate and of the rate over the time
 // ahead, from the measured noise of the rate. That noise is measured over
 // one checkpoint interval and over blocks of 4, 16, 64 and 256 (the median
@@ -79,9 +101,10 @@
 // interval's coverage, and the point's error only in the job's last third,
 // once the churn has been seen for twice the time left. What the estimator
 // adds over the plain rate is that it follows a rate that shifts without
-// notice and does not take a burst of inserts to go on. The measured figures are printed
-// by the test and by BenchmarkETA, whose table make results puts in
-// docs/results.md.
+// notice and does not take a burst of inserts to go on. TestETABackground
+// simulates jobs that flushes slow, with and without the observations'
+// Background. The measured figures are printed by the tests and by
+// BenchmarkETA, whose table make results puts in docs/results.md.
 
 package backfill
 
@@ -152,6 +175,12 @@ type ETAObservation struct {
 	// does, and with Parts the ETA is that of the slowest (an actor that
 	// runs out of rows early no longer holds the job's rate up).
 	Parts []ETAFigure
+	// Background, if set, is the background work of the store the job
+	// runs on. The ETA then measures the job's rate with the time the
+	// store's flushes and compactions took from it left out, and adds
+	// back the work the rows ahead will cause (see the file comment). It
+	// is ignored under a RateLimit: such a job reads at its limit's pace.
+	Background *ETABackground
 }
 
 // ETAStatus says what an ETAForecast holds.
@@ -197,8 +226,10 @@ type ETAForecast struct {
 	Remaining, Low, High time.Duration
 	// Rate is the snapshot read rate the forecast reads the rows ahead at,
 	// rows/s, before the scheduled rate changes: the smoothed rate blended
-	// with the rate since the last known change (see the file comment); 0
-	// while stalled, and 0 before the first interval with progress.
+	// with the rate since the last known change (see the file comment),
+	// with the store's background work ahead priced in when the
+	// observations carry it; 0 while stalled, and 0 before the first
+	// interval with progress.
 	Rate float64
 	// Churn is the upstream's net rows/s ahead of the cursors (inserts less
 	// deletes; negative when deletes dominate).
@@ -287,6 +318,10 @@ type ETAOptions struct {
 	// persisted with the job): its first observation starts a new run whose
 	// rate is carried over, as within one process.
 	Resume *ETAResume
+	// BackgroundSlowdown is the share of the job's rate the store's
+	// background work takes while it runs (ETAObservation.Background),
+	// until the ETA has measured it on the job; 0 means 0.25.
+	BackgroundSlowdown float64
 }
 
 // ETAResume is what an ETA carries across a restart: the job's origin, its
@@ -385,14 +420,20 @@ type ETA struct {
 
 	job   etaLane   // the whole job
 	parts []etaLane // its actors, with Parts
+	bg    etaBackground
+	now   time.Time // the last observation's time on the lanes' clock
 	fc    ETAForecast
 }
 
 // NewETA returns an ETA for one backfill job.
 func NewETA(opts *ETAOptions) *ETA {
 	e := &ETA{minIntervals: 5}
+	e.bg.prior = etaSlowdownPrior
 	if opts != nil && opts.MinIntervals > 0 {
 		e.minIntervals = opts.MinIntervals
+	}
+	if opts != nil && opts.BackgroundSlowdown > 0 && opts.BackgroundSlowdown <= etaSlowdownMax {
+		e.bg.prior = opts.BackgroundSlowdown
 	}
 	if opts != nil && opts.Resume != nil && !opts.Resume.Origin.IsZero() {
 		r := *opts.Resume
@@ -412,15 +453,28 @@ func (e *ETA) Forecast() ETAForecast { return e.fc }
 // It returns an error marked ErrETAInput, and keeps its state, for an
 // observation that breaks the rules of ETAObservation: a zero or earlier
 // time, counts that are negative or not finite, bounds out of order, fewer
-// snapshot rows than before within a run, another number of Parts within a
-// run, or an unfinished job after a finished one.
+// snapshot rows than before within a run, background work that is negative
+// or fell within a run, another number of Parts within a run, or an
+// unfinished job after a finished one.
 func (e *ETA) Observe(o ETAObservation) (ETAForecast, error) {
+	if o.Background != nil {
+		bg := *o.Background // the ETA keeps the last: its own copy
+		o.Background = &bg
+	}
 	if err := checkObservation(&o, e.started, e.finished, e.last, e.run); err != nil {
 		return e.fc, err
 	}
 	if o.Actors == 0 {
 		o.Actors = len(o.Parts)
 	}
+	// The lanes run on a clock that leaves out the time the store's
+	// background work took from the job (etaBackground).
+	observed := o
+	if o.RateLimit > 0 {
+		o.Background = nil
+	}
+	o.Time = e.bg.clock(&o, !e.started || o.Run != e.run)
+	e.now = o.Time
 	if r := e.resume; r != nil && !e.started && o.Run != r.Run && !o.Time.Before(r.Origin) {
 		// The earlier process's ETA, as far as it carries: its rate and
 		// its count of intervals; the new observation starts a new run.
@@ -460,7 +514,7 @@ func (e *ETA) Observe(o ETAObservation) (ETAForecast, error) {
 			e.parts[i].advance(e, o.Time, o.Parts[i])
 		}
 	}
-	e.last = o
+	e.last = observed
 	e.finished = e.finished || o.Finished
 	e.fc = e.forecast()
 	return e.fc, nil
@@ -493,6 +547,9 @@ func checkObservation(o *ETAObservation, started, finished bool, last ETAObserva
 	if err := checkFigure(&o.ETAFigure); err != nil {
 		return bad("%v", err)
 	}
+	if bg := o.Background; bg != nil && (bg.Written < 0 || bg.Busy < 0) {
+		return bad("Background is %d bytes written, %s busy: both must be >= 0", bg.Written, bg.Busy)
+	}
 	for i := range o.Parts {
 		if err := checkFigure(&o.Parts[i]); err != nil {
 			return bad("Parts[%d]: %v", i, err)
@@ -513,6 +570,10 @@ func checkObservation(o *ETAObservation, started, finished bool, last ETAObserva
 	if o.SnapshotRows < last.SnapshotRows {
 		return bad("SnapshotRows fell from %d to %d within run %d (a restarted count must come with a new Run)",
 			last.SnapshotRows, o.SnapshotRows, o.Run)
+	}
+	if bg, lbg := o.Background, last.Background; bg != nil && lbg != nil && (bg.Written < lbg.Written || bg.Busy < lbg.Busy) {
+		return bad("Background fell from %d bytes written, %s busy to %d, %s within run %d (a reopened store must come with a new Run)",
+			lbg.Written, lbg.Busy, bg.Written, bg.Busy, o.Run)
 	}
 	if len(o.Parts) != len(last.Parts) {
 		return bad("%d Parts in run %d, which had %d (a rescale must come with a new Run)",
@@ -653,7 +714,7 @@ func (e *ETA) forecast() ETAForecast {
 		f.Churn, _, _ = e.job.churn()
 		return f
 	}
-	age := o.Time.Sub(e.origin).Seconds()
+	age := e.now.Sub(e.origin).Seconds()
 	sched := scheduleFactor(o, e.job.rate.value())
 	job := e.job.forecast(o.ETAFigure, 0, e.minIntervals, age, sched, nil)
 	f.Rate, f.Churn, f.StalledFor = job.rate, job.churn, secondsDuration(job.stalledFor)
@@ -682,6 +743,10 @@ func (e *ETA) forecast() ETAForecast {
 		point = math.Max(point, job.floor)
 		low, high = math.Min(low, point), math.Max(high, point)
 	}
+	// The background work the rows ahead will cause, back on the clock.
+	g, gLow, gHigh := e.bg.factor(point)
+	point, low, high = point*g, low*gLow, high*gHigh
+	f.Rate /= g
 	f.Status = ETARunning
 	switch {
 	case job.stalledFor > 0:
@@ -1442,7 +1507,7 @@ func RecordObservation(rec Record, run uint64, actors, vnodes int) ETAObservatio
 func observation(rec Record, run uint64, actors int, ownerOf func(VnodeState) (int, bool)) ETAObservation {
 	o := ETAObservation{Time: rec.Time, Run: run, Actors: actors, RateLimit: rec.RateLimit,
 		Parts: make([]ETAFigure, actors)}
-	o.SnapshotRows, o.Finished = rec.SnapshotRows, rec.Finished
+	o.SnapshotRows, o.Finished, o.Background = rec.SnapshotRows, rec.Finished, rec.Background
 	for i := range o.Parts {
 		o.Parts[i].Finished = true
 	}

@@ -322,7 +322,7 @@ func (j *simJob) restart(down float64, actors int, countZero bool) {
 //
 //	observe [min-intervals=N]
 //	t=D run=N s=N c=F lo=F hi=F total=F [actors=N] [limit=R] [finished]
-//	  [parts=s/c/lo/hi/total[/f],...]
+//	  [bg=WRITTEN/BUSY_SECONDS] [parts=s/c/lo/hi/total[/f],...]
 //	----
 //	each observation's forecast, or its error
 //
@@ -608,6 +608,14 @@ func parseObservation(t *testing.T, td *datadriven.TestData, l string) backfill.
 				}
 				o.RateChanges = append(o.RateChanges, backfill.RateChange{AtPercent: a, Limit: r})
 			}
+		case "bg":
+			w, busy, ok := strings.Cut(v, "/")
+			n, err1 := strconv.ParseInt(w, 10, 64)
+			secs, err2 := strconv.ParseFloat(busy, 64)
+			if !ok || err1 != nil || err2 != nil {
+				td.Fatalf(t, "%s: bg is WRITTEN/BUSY_SECONDS, not %q", l, v)
+			}
+			o.Background = &backfill.ETABackground{Written: n, Busy: time.Duration(secs * float64(time.Second))}
 		case "parts":
 			for _, ps := range strings.Split(v, ",") {
 				var vals []float64
@@ -1364,7 +1372,7 @@ func badObservation(rng *rand.Rand, last, next backfill.ETAObservation) backfill
 	o := next
 	o.Parts = slices.Clone(next.Parts)
 	for {
-		switch rng.IntN(8) {
+		switch rng.IntN(9) {
 		case 0:
 			o.Time = time.Time{}
 		case 1:
@@ -1390,6 +1398,8 @@ func badObservation(rng *rand.Rand, last, next backfill.ETAObservation) backfill
 				continue
 			}
 			o.Finished = false
+		case 8:
+			o.Background = &backfill.ETABackground{Written: -1}
 		}
 		return o
 	}
@@ -1415,6 +1425,8 @@ func fuzzETA(t *testing.T, data []byte) {
 		var run uint64
 		var s uint64
 		total, consumed := 1e5, 0.0
+		var written int64
+		var busy time.Duration
 		for len(data) >= 12 {
 			c := data[:12]
 			data = data[12:]
@@ -1442,6 +1454,13 @@ func fuzzETA(t *testing.T, data []byte) {
 						ConsumedLow: lo / float64(n), ConsumedHigh: hi / float64(n), Total: total / float64(n),
 						SnapshotRows: s / uint64(n) * uint64(i+1) / uint64(n)})
 				}
+			}
+			if c[2]&32 != 0 {
+				// The store's background work, which may fall or be
+				// negative.
+				written += int64(int8(c[6])) << 16
+				busy += time.Duration(int8(c[7])) * 10 * time.Millisecond
+				o.Background = &backfill.ETABackground{Written: written, Busy: busy}
 			}
 			if c[2]&16 != 0 {
 				// A scheduled limit, reached or to come.

@@ -241,6 +241,10 @@ type Record struct {
 	// Accountant among the estimators). It carries over restarts and
 	// rescales through the job's metadata row.
 	ETA ETAForecast
+	// Background is the store's background work the ETA took with this
+	// checkpoint (lsm.Store.Background), so that a replay of the records
+	// (RecordObservation) gives the same forecasts.
+	Background *ETABackground
 	// Truth is the truth (docs/design.md §7) in percent, as
 	// JobConfig.Score set it; -1 without.
 	Truth    float64
@@ -1301,6 +1305,7 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 		j.finished = true
 		j.sourceFinished(j.srcStep)
 	}
+	rec.Background = j.background()
 	rec.ETA = j.observeETA(rec)
 	if j.cfg.Score != nil {
 		// Before the deferred release of a snapshot read to its end: the
@@ -1333,6 +1338,7 @@ func (j *Job) observeETA(rec Record) ETAForecast {
 			o.Consumed, o.ConsumedLow, o.ConsumedHigh, o.Total = f.Consumed, f.Consumed, f.Consumed, f.Total
 			o.SnapshotRows, o.Finished = rec.SnapshotRows+rec.LogConsumed, rec.Finished
 			o.RateChanges = j.cfg.RateChanges[j.changes:]
+			o.Background = rec.Background
 			fc, _ := j.eta.Observe(o)
 			return fc
 		}
@@ -1350,6 +1356,12 @@ func (j *Job) observeETA(rec Record) ETAForecast {
 	o.RateChanges = j.cfg.RateChanges[j.changes:] // the scheduled limits still to come
 	fc, _ := j.eta.Observe(o)
 	return fc
+}
+
+// background returns the store's background work for the ETA.
+func (j *Job) background() *ETABackground {
+	bg := j.store.Background()
+	return &ETABackground{Written: bg.Written, Busy: bg.Busy}
 }
 
 // Compare scans each upstream table and its MV at the committed epoch and

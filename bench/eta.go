@@ -240,7 +240,8 @@ func etaObservations(records []backfill.Record, restart, actors, actorsAfter, vn
 // lines of a replay command of backfill/testdata/eta: per checkpoint the
 // time since the first record, the run, the snapshot rows, the consumed
 // rows with their bounds, the total, the actors, the rate limit, the rate
-// changes to come, whether it finished, and the actors' figures.
+// changes to come, whether it finished, the store's background work (bytes
+// written / seconds busy), and the actors' figures.
 func WriteETAReplay(w io.Writer, records []backfill.Record, restart, actors, actorsAfter, vnodes int, changes []backfill.RateChange) error {
 	if len(records) == 0 {
 		return nil
@@ -259,6 +260,9 @@ func WriteETAReplay(w io.Writer, records []backfill.Record, restart, actors, act
 		}
 		if o.Finished {
 			b.WriteString(" finished")
+		}
+		if bg := o.Background; bg != nil {
+			fmt.Fprintf(&b, " bg=%d/%.6f", bg.Written, bg.Busy.Seconds())
 		}
 		for k, p := range o.Parts {
 			sep := ","

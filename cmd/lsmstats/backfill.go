@@ -378,6 +378,11 @@ type lsmJSON struct {
 	// L0Sublevels is L0's depth: Pebble compacts L0 into the base level
 	// once twice its depth reaches the store's L0CompactionThreshold.
 	L0Sublevels int32 `json:"l0_sublevels"`
+	// WrittenBytes and BusyS are what the ETA reads (lsm.Store.Background):
+	// the bytes the store took in, and the time at least one flush or
+	// compaction ran, the running ones to now.
+	WrittenBytes int64   `json:"written_bytes"`
+	BusyS        float64 `json:"busy_s"`
 }
 
 // lsmOf reads the store's LSM for a checkpoint's line; nil once it is
@@ -387,9 +392,12 @@ func lsmOf(st *lsm.Store) *lsmJSON {
 	if err != nil {
 		return nil
 	}
-	return &lsmJSON{Flushes: m.Flush.Count, Flushing: m.Flush.NumInProgress, FlushS: m.Flush.WriteThroughput.WorkDuration.Seconds(),
+	l := &lsmJSON{Flushes: m.Flush.Count, Flushing: m.Flush.NumInProgress, FlushS: m.Flush.WriteThroughput.WorkDuration.Seconds(),
 		Compactions: m.Compact.Count, Compacting: m.Compact.NumInProgress, CompactionS: m.Compact.Duration.Seconds(),
 		L0Sublevels: m.Levels[0].Sublevels}
+	bg := st.Background()
+	l.WrittenBytes, l.BusyS = bg.Written, bg.Busy.Seconds()
+	return l
 }
 
 // etaJSON is a record's ETA; the durations are in seconds, -1 when there

@@ -176,7 +176,7 @@ func checkLSMFigures(t *testing.T, rep *report) {
 	recovered := rep.Recoveries[0].Barrier
 	var prev *lsmJSON
 	var prevBarrier uint64
-	reopenedL0, reopenedFlushS := int32(0), 0.0
+	reopenedL0, reopenedFlushS, reopenedWritten := int32(0), 0.0, int64(0)
 	for _, b := range rep.Barriers {
 		l := b.LSM
 		require.NotNil(t, l, "barrier %d: the LSM's figures", b.Barrier)
@@ -188,14 +188,21 @@ func checkLSMFigures(t *testing.T, rep *report) {
 			require.GreaterOrEqual(t, l.FlushS, prev.FlushS, "barrier %d", b.Barrier)
 			require.GreaterOrEqual(t, l.Compactions, prev.Compactions, "barrier %d: compactions within a run", b.Barrier)
 			require.GreaterOrEqual(t, l.CompactionS, prev.CompactionS, "barrier %d", b.Barrier)
+			require.Greater(t, l.WrittenBytes, prev.WrittenBytes, "barrier %d: each checkpoint writes", b.Barrier)
+			require.GreaterOrEqual(t, l.BusyS, prev.BusyS, "barrier %d", b.Barrier)
 		}
+		// Busy counts each finished flush's and compaction's time once,
+		// however they overlapped.
+		require.GreaterOrEqual(t, l.BusyS+1e-3, max(l.FlushS, l.CompactionS), "barrier %d: busy", b.Barrier)
 		if b.Barrier > recovered {
 			reopenedL0, reopenedFlushS = max(reopenedL0, l.L0Sublevels), max(reopenedFlushS, l.FlushS)
+			reopenedWritten = max(reopenedWritten, l.WrittenBytes)
 		}
 		prev, prevBarrier = l, b.Barrier
 	}
 	require.Positive(t, reopenedL0, "the reopened worker's L0: the replayed WAL's flush")
 	require.Positive(t, reopenedFlushS, "the reopened worker's flush time")
+	require.Positive(t, reopenedWritten, "the reopened worker's replayed WAL")
 }
 
 // TestBackfillNoTruth runs the same job with a crash with and without
