@@ -325,7 +325,8 @@ type ETAOptions struct {
 }
 
 // ETAResume is what an ETA carries across a restart: the job's origin, its
-// run, the rate it read and under which layout and limit. A process that
+// run, the rate it read and under which layout and limit, and what it
+// measured of the store's background work. A process that
 // restarts feeds a new ETA built with it (ETAOptions.Resume) and its first
 // observation of a new Run.
 type ETAResume struct {
@@ -338,6 +339,13 @@ type ETAResume struct {
 	// checkpoints and Intervals the checkpoint intervals with progress seen.
 	Rate, Interval float64
 	Intervals      int
+	// BackgroundBusy and BackgroundWritten are the store's busy seconds and
+	// the bytes written they were measured over (their ratio is the busy
+	// time a byte costs), and Slowdown the share of the job's rate the
+	// background work took, measured over SlowdownBusy busy seconds
+	// (ETAObservation.Background): a restarted process prices the flushes
+	// ahead from them until it has measured its own. 0 if not measured.
+	BackgroundBusy, BackgroundWritten, Slowdown, SlowdownBusy float64
 }
 
 // Resume returns what a restarted process needs to continue this ETA (the
@@ -351,7 +359,9 @@ func (e *ETA) Resume() ETAResume {
 		rate = e.job.rate.value()
 	}
 	return ETAResume{Origin: e.origin, Run: e.run, Actors: e.actors, RateLimit: e.limit,
-		Rate: rate, Interval: e.job.rate.dt, Intervals: e.job.intervals}
+		Rate: rate, Interval: e.job.rate.dt, Intervals: e.job.intervals,
+		BackgroundBusy: e.bg.busy, BackgroundWritten: e.bg.written,
+		Slowdown: e.bg.slowdown(), SlowdownBusy: e.bg.slowBusy + e.bg.priorSecs}
 }
 
 // The estimator's constants (see the file comment for their roles).
@@ -428,7 +438,7 @@ type ETA struct {
 // NewETA returns an ETA for one backfill job.
 func NewETA(opts *ETAOptions) *ETA {
 	e := &ETA{minIntervals: 5}
-	e.bg.prior = etaSlowdownPrior
+	e.bg.prior, e.bg.priorSecs = etaSlowdownPrior, etaSlowdownPriorSecs
 	if opts != nil && opts.MinIntervals > 0 {
 		e.minIntervals = opts.MinIntervals
 	}
@@ -441,6 +451,7 @@ func NewETA(opts *ETAOptions) *ETA {
 			r.Rate, r.Interval = 0, 0 // not worth carrying
 		}
 		e.resume = &r
+		e.bg.resume(r)
 	}
 	return e
 }

@@ -30,7 +30,9 @@ const (
 // lanes measure rates by, which leaves out the time background work took
 // from the job, and prices the background work the rows ahead will cause.
 type etaBackground struct {
-	prior float64 // the slowdown before one is measured
+	// prior is the slowdown before one is measured, counted for priorSecs
+	// busy seconds.
+	prior, priorSecs float64
 
 	on       bool // the last observation of this run had Background
 	last     ETABackground
@@ -153,7 +155,19 @@ func (b *etaBackground) slowdown() float64 {
 	idle := b.idleRows / b.idleSecs
 	measured := (idle*b.slowSecs - b.slowRows) / (idle * b.slowBusy)
 	measured = math.Min(math.Max(measured, 0), etaSlowdownMax)
-	return (etaSlowdownPriorSecs*b.prior + b.slowBusy*measured) / (etaSlowdownPriorSecs + b.slowBusy)
+	return (b.priorSecs*b.prior + b.slowBusy*measured) / (b.priorSecs + b.slowBusy)
+}
+
+// resume takes what an earlier process's ETA measured (ETAResume): the
+// busy time per byte, and its slowdown as the prior.
+func (b *etaBackground) resume(r ETAResume) {
+	finite := func(x float64) bool { return x >= 0 && !math.IsInf(x, 0) && !math.IsNaN(x) }
+	if finite(r.BackgroundBusy) && finite(r.BackgroundWritten) && r.BackgroundWritten > 0 {
+		b.busy, b.written = r.BackgroundBusy, r.BackgroundWritten
+	}
+	if finite(r.Slowdown) && r.Slowdown <= etaSlowdownMax && finite(r.SlowdownBusy) && r.SlowdownBusy > 0 {
+		b.prior, b.priorSecs = r.Slowdown, r.SlowdownBusy
+	}
 }
 
 // factor returns how many times as long ahead seconds ahead on the lanes'

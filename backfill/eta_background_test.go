@@ -47,11 +47,16 @@ func (s *bgSim) advance(dt float64) {
 
 // bgAccuracy runs jobs drawn from rng, slowed by flushes by a share drawn
 // from slowdown, and returns the ETA's median and p90 error and its
-// coverage after 10% progress, with the observations carrying the
-// store's background work (with) and without it.
-func bgAccuracy(rng *rand.Rand, jobs int, slowdown [2]float64) (with, without [3]float64) {
-	var errs [2][]float64
-	var in [2]int
+// coverage after 10% progress for three ETAs: the observations carrying the
+// store's background work; without it; and with it, but, if restartAt > 0,
+// carried over the job's restart at that share of its rows without the
+// background figures (ETAResume.BackgroundBusy and the rest zeroed). The
+// restart is a new process on a store that replays no WAL (its background
+// counts start from 0) and a new run, with no time lost.
+func bgAccuracy(rng *rand.Rand, jobs int, slowdown [2]float64, restartAt float64) [3][3]float64 {
+	const n = 3
+	var errs [n][]float64
+	var in [n]int
 	for range jobs {
 		rate := 100e3 + 200e3*rng.Float64()
 		secs := 4 + 8*rng.Float64()
@@ -62,25 +67,38 @@ func bgAccuracy(rng *rand.Rand, jobs int, slowdown [2]float64) (with, without [3
 		s.written = 5 * s.memtable
 		s.busy = 5 * s.memtable * s.flushSecs
 		s.fill = s.memtable * rng.Float64()
-		etas := [2]*backfill.ETA{backfill.NewETA(nil), backfill.NewETA(nil)}
+		var etas [n]*backfill.ETA
+		for i := range etas {
+			etas[i] = backfill.NewETA(nil)
+		}
 		t0 := time.Unix(1e9, 0)
 		type check struct {
 			t  float64
-			fc [2]backfill.ETAForecast
+			fc [n]backfill.ETAForecast
 		}
 		var checks []check
+		run, baseW, baseB := uint64(1), 0.0, 0.0
 		for s.read < s.rows {
 			s.advance(0.02 * (0.9 + 0.2*rng.Float64()))
-			o := backfill.ETAObservation{Time: t0.Add(time.Duration(s.now * float64(time.Second))), Run: 1, Actors: 1}
+			if run == 1 && restartAt > 0 && s.read >= restartAt*s.rows {
+				run, baseW, baseB = 2, s.written, s.busy
+				for i, e := range etas {
+					r := e.Resume()
+					if i == 2 {
+						r.BackgroundBusy, r.BackgroundWritten, r.Slowdown, r.SlowdownBusy = 0, 0, 0, 0
+					}
+					etas[i] = backfill.NewETA(&backfill.ETAOptions{Resume: &r})
+				}
+			}
+			o := backfill.ETAObservation{Time: t0.Add(time.Duration(s.now * float64(time.Second))), Run: run, Actors: 1}
 			o.Consumed, o.Total, o.SnapshotRows, o.Finished = s.read, s.rows, uint64(s.read), s.read >= s.rows
 			o.ConsumedLow, o.ConsumedHigh = 0.999*s.read, math.Min(1.001*s.read, s.rows)
 			var c check
 			c.t = s.now
 			for i, e := range etas {
-				if i == 0 {
-					o.Background = &backfill.ETABackground{Written: int64(s.written), Busy: time.Duration(s.busy * float64(time.Second))}
-				} else {
-					o.Background = nil
+				o.Background = nil
+				if i != 1 {
+					o.Background = &backfill.ETABackground{Written: int64(s.written - baseW), Busy: time.Duration((s.busy - baseB) * float64(time.Second))}
 				}
 				fc, err := e.Observe(o)
 				if err != nil {
@@ -106,12 +124,13 @@ func bgAccuracy(rng *rand.Rand, jobs int, slowdown [2]float64) (with, without [3
 			}
 		}
 	}
-	figures := func(i int) [3]float64 {
+	var out [n][3]float64
+	for i := range out {
 		slices.Sort(errs[i])
 		q := func(p float64) float64 { return errs[i][int(p*float64(len(errs[i])))] }
-		return [3]float64{q(0.5), q(0.9), float64(in[i]) / float64(len(errs[i]))}
+		out[i] = [3]float64{q(0.5), q(0.9), float64(in[i]) / float64(len(errs[i]))}
 	}
-	return figures(0), figures(1)
+	return out
 }
 
 // TestETABackground: jobs whose rate the store's flushes slow, flushes that
@@ -119,19 +138,24 @@ func bgAccuracy(rng *rand.Rand, jobs int, slowdown [2]float64) (with, without [3
 // forecast with and without the store's background work. With it the ETA
 // meets the goals after 10% progress (median error ≤ 10%, p90 ≤ 25%,
 // coverage ≥ 80%) and errs less than without; on a store whose flushes do
-// not slow the job it still meets them, once it has measured that.
+// not slow the job it still meets them, once it has measured that. Across a
+// restart into a process whose store replays nothing, what the ETA measured
+// carries over (ETAResume): it errs less than an ETA resumed without it.
 func TestETABackground(t *testing.T) {
 	seed := testutil.Seed(t, "eta-seed", *etaSeedFlag)
 	for _, tc := range []struct {
-		name     string
-		slowdown [2]float64
+		name      string
+		slowdown  [2]float64
+		restartAt float64
 	}{
-		{"slowed by 20-50%", [2]float64{0.2, 0.5}},
-		{"not slowed", [2]float64{0, 0}},
+		{"slowed by 20-50%", [2]float64{0.2, 0.5}, 0},
+		{"not slowed", [2]float64{0, 0}, 0},
+		{"slowed, restarted at 40%", [2]float64{0.2, 0.5}, 0.4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, seed^0x2545f4914f6cdd1d))
-			with, without := bgAccuracy(rng, 12, tc.slowdown)
+			r := bgAccuracy(rng, 12, tc.slowdown, tc.restartAt)
+			with, without, uncarried := r[0], r[1], r[2]
 			t.Logf("median/p90 error, coverage: with the background %.1f%%/%.1f%%/%.0f%%, without %.1f%%/%.1f%%/%.0f%%",
 				100*with[0], 100*with[1], 100*with[2], 100*without[0], 100*without[1], 100*without[2])
 			if with[0] > 0.10 || with[1] > 0.25 || with[2] < 0.80 {
@@ -139,6 +163,12 @@ func TestETABackground(t *testing.T) {
 			}
 			if tc.slowdown[1] > 0 && with[0] >= without[0] {
 				t.Errorf("the background did not help: median error %.3f with it, %.3f without", with[0], without[0])
+			}
+			if tc.restartAt > 0 {
+				t.Logf("resumed without the carried figures: %.1f%%/%.1f%%/%.0f%%", 100*uncarried[0], 100*uncarried[1], 100*uncarried[2])
+				if with[1] >= uncarried[1] {
+					t.Errorf("the carried figures did not help: p90 error %.3f with them, %.3f without", with[1], uncarried[1])
+				}
 			}
 		})
 	}

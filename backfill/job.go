@@ -1360,8 +1360,8 @@ func (j *Job) observeETA(rec Record) ETAForecast {
 
 // background returns the store's background work for the ETA.
 func (j *Job) background() *ETABackground {
-	bg := j.store.Background()
-	return &ETABackground{Written: bg.Written, Busy: bg.Busy}
+	written, busy := j.store.Background()
+	return &ETABackground{Written: written, Busy: busy}
 }
 
 // Compare scans each upstream table and its MV at the committed epoch and

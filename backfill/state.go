@@ -204,8 +204,10 @@ type jobMeta struct {
 // by the upstream's vnode, with an account row per vnode (snapshot.go),
 // the snapshot's live rows and the log rows consumed here being the sums
 // of the job's vnodes' accounts, and the log cursor empty. OpenJob refuses
-// a snapshot backfill of version 3 (ErrOldLogStore).
-const metaVersion = 4
+// a snapshot backfill of version 3 (ErrOldLogStore). Version 5 adds what the
+// ETA measured of the store's background work (ETAResume.BackgroundBusy
+// and the rest); a row of an earlier version decodes with them 0.
+const metaVersion = 5
 
 func encodeMeta(m jobMeta) []byte {
 	b := []byte{metaVersion}
@@ -255,6 +257,10 @@ func encodeMeta(m jobMeta) []byte {
 	b = binary.AppendUvarint(b, uint64(len(m.upstreams)))
 	for _, id := range m.upstreams {
 		b = binary.AppendUvarint(b, uint64(id))
+	}
+	// Version 5: the ETA's background figures, f64 each.
+	for _, x := range []float64{r.BackgroundBusy, r.BackgroundWritten, r.Slowdown, r.SlowdownBusy} {
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
 	}
 	return b
 }
@@ -402,6 +408,19 @@ func decodeMeta(b []byte) (jobMeta, error) {
 		for _, id := range ids {
 			m.upstreams = append(m.upstreams, uint32(id))
 		}
+	}
+	if m.version >= 5 {
+		if len(b) < 32 {
+			return bad("ETA background figures")
+		}
+		r := &m.resume
+		for i, x := range []*float64{&r.BackgroundBusy, &r.BackgroundWritten, &r.Slowdown, &r.SlowdownBusy} {
+			*x = math.Float64frombits(binary.BigEndian.Uint64(b[8*i:]))
+			if math.IsNaN(*x) || math.IsInf(*x, 0) || *x < 0 {
+				return bad("ETA background figure out of range")
+			}
+		}
+		b = b[32:]
 	}
 	if len(b) != 0 {
 		return bad("trailing bytes")

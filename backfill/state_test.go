@@ -51,8 +51,9 @@ func TestStateRoundTrip(t *testing.T) {
 func TestMetaRoundTrip(t *testing.T) {
 	m := jobMeta{step: 12, barrier: 7, started: true, hwm: []Figure{{Approach: "stats", Pct: 12.5, Consumed: 10, Total: 80}},
 		version: metaVersion, limit: 25000,
-		resume: ETAResume{Origin: time.Unix(0, 1700000000123456789), Run: 3, Actors: 4, RateLimit: 50000, Rate: 12345.5, Interval: 0.25, Intervals: 40},
-		mode:   ModeSnapshot, phase: PhaseLogStore, snapEpoch: 9, snapTotals: []int64{300, 0, 7}, logConsumed: 41, logCursor: []byte{0, 1, 2},
+		resume: ETAResume{Origin: time.Unix(0, 1700000000123456789), Run: 3, Actors: 4, RateLimit: 50000, Rate: 12345.5, Interval: 0.25, Intervals: 40,
+			BackgroundBusy: 1.5, BackgroundWritten: 3e8, Slowdown: 0.25, SlowdownBusy: 2.5},
+		mode: ModeSnapshot, phase: PhaseLogStore, snapEpoch: 9, snapTotals: []int64{300, 0, 7}, logConsumed: 41, logCursor: []byte{0, 1, 2},
 		upstreams: []uint32{1, 11, 1 << 20}}
 	b := encodeMeta(m)
 	got, err := decodeMeta(b)
@@ -67,11 +68,29 @@ func TestMetaRoundTrip(t *testing.T) {
 	got, err = decodeMeta(v1)
 	require.NoError(t, err)
 	require.Equal(t, jobMeta{step: 12, barrier: 7, started: true, version: 1}, got)
+	// A version 4 row (before the ETA's background figures) still decodes.
+	v4 := slices.Clone(b[:len(b)-32])
+	v4[0] = 4
+	got, err = decodeMeta(v4)
+	require.NoError(t, err)
+	old := m
+	old.version = 4
+	old.resume.BackgroundBusy, old.resume.BackgroundWritten, old.resume.Slowdown, old.resume.SlowdownBusy = 0, 0, 0, 0
+	require.Equal(t, old, got)
+	// A negative background figure is corruption.
+	neg := slices.Clone(b)
+	binary.BigEndian.PutUint64(neg[len(neg)-8:], math.Float64bits(-1))
+	_, err = decodeMeta(neg)
+	require.ErrorIs(t, err, ErrCorruptMeta)
 	// A version 2 row (an arrangement backfill, before the mode) still
 	// decodes.
-	arr := m
+	arr := old
 	arr.mode, arr.phase, arr.snapEpoch, arr.snapTotals, arr.logConsumed, arr.logCursor, arr.upstreams = 0, 0, 0, nil, 0, nil, nil
 	v3 := encodeMeta(arr)
+	v3 = v3[:len(v3)-32]
+	v3[0] = 4 // the layout of 3
+	_, err = decodeMeta(v3)
+	require.NoError(t, err)
 	v2 := slices.Clone(v3[:len(v3)-7]) // mode, phase, epoch, no totals, consumed, cursor length, no upstreams: a byte each
 	v2[0] = 2
 	got, err = decodeMeta(v2)

@@ -8,38 +8,23 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Background is the work Pebble does behind a store's writes, as one who
-// forecasts a job's speed on the store needs it: how much was written, and
-// how long the flushes and compactions that writing causes kept Pebble busy.
-// Both count from the store's Open, so Busy/Written is the background time a
-// written byte has cost over the store's life (its load included).
-type Background struct {
-	// Written is the bytes of the checkpoints the store committed, in the
-	// measure of Metrics.BufferedBytes (the writers' buffers: rows, keys
-	// and their entries' overhead), counted when committed or, for the
-	// part a writer spilled, when spilled; and, when the store opened on
-	// a WAL it had not flushed (after a crash), the bytes of the memtables
-	// Pebble replayed from it and flushed before Open returned, which
-	// Busy counts the flush of.
-	Written int64
-	// Busy is how long at least one flush or compaction was running, the
-	// running ones counted up to now; Running is how many run now. Work
-	// that overlaps counts once: Busy is wall time, not the sum of the
-	// jobs' times.
-	Busy    time.Duration
-	Running int
-}
-
-// Background returns the store's background work so far. It takes no
-// Pebble lock and walks nothing: a caller may read it at every checkpoint.
-// It is safe for concurrent use, Close included.
-func (s *Store) Background() Background {
-	busy, running := s.busy.read(time.Now())
-	return Background{
-		Written: s.metrics.committedBytes.Load() + s.metrics.spilledBytes.Load() + s.busy.replayed.Load(),
-		Busy:    busy,
-		Running: running,
-	}
+// Background returns the work Pebble did behind the store's writes since
+// the store opened, as one who forecasts a job's speed on the store needs
+// it (a backfill's ETA reads it at every checkpoint): written is the bytes
+// of the checkpoints the store committed, in the measure of
+// Metrics.BufferedBytes (the writers' buffers: rows, keys and their
+// entries' overhead), counted when committed or, for the part a writer
+// spilled, when spilled; and, when the store opened on a WAL it had not
+// flushed (after a crash), the bytes of the memtables Pebble replayed from
+// it and flushed before Open returned. busy is how long at least one flush
+// or compaction was running, the running ones counted up to now: wall
+// time, overlaps counted once. So busy/written is the background time a
+// written byte has cost over the store's life (its load included). It
+// takes no Pebble lock and walks nothing, unlike Metrics; it is safe for
+// concurrent use, Close included.
+func (s *Store) Background() (written int64, busy time.Duration) {
+	busy, _ = s.busy.read(time.Now())
+	return s.metrics.committedBytes.Load() + s.metrics.spilledBytes.Load() + s.busy.replayed.Load(), busy
 }
 
 // backgroundWork measures the wall time during which at least one of Pebble's

@@ -2,6 +2,7 @@ package lsm_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -115,11 +116,16 @@ func TestStoreBackground(t *testing.T) {
 	s, err := lsm.Open(t.TempDir(), &lsm.Options{Logger: lsm.QuietLogger(nil)})
 	require.NoError(t, err)
 	defer s.Close()
-	require.Zero(t, s.Background().Written, "nothing committed")
+	written, _ := s.Background()
+	require.Zero(t, written, "nothing committed")
 	def := lsm.TableDef{ID: 1, VnodeCount: 4, PK: keys.Schema{keys.Uint64}}
 	require.NoError(t, s.CreateTable(def))
 	w, err := s.NewWriter(1, nil, nil)
 	require.NoError(t, err)
+	busyGrows := func(before time.Duration, what string) {
+		t.Helper()
+		require.Eventually(t, func() bool { _, busy := s.Background(); return busy > before }, 10*time.Second, time.Millisecond, what)
+	}
 	var last int64
 	for e := uint64(1); e <= 3; e++ {
 		for i := range uint64(1000) {
@@ -127,25 +133,28 @@ func TestStoreBackground(t *testing.T) {
 			require.NoError(t, w.Insert(e, def.VnodeOf(pk), pk, make([]byte, 100)))
 		}
 		require.NoError(t, w.Seal(e))
-		require.Zero(t, s.Background().Written-last, "a sealed epoch is not written yet")
+		written, before := s.Background()
+		require.Equal(t, last, written, "a sealed epoch is not written yet")
 		require.NoError(t, s.Commit(e))
-		bg := s.Background()
+		written, _ = s.Background()
 		// 1,000 rows of 100 bytes and a 9-byte pk each, and their
 		// buffer's overhead (BufferedBytes' measure).
-		require.GreaterOrEqual(t, bg.Written-last, int64(1000*109), "epoch %d", e)
-		require.Less(t, bg.Written-last, int64(1000*400), "epoch %d", e)
-		last = bg.Written
-		before := bg.Busy
+		require.GreaterOrEqual(t, written-last, int64(1000*109), "epoch %d", e)
+		require.Less(t, written-last, int64(1000*400), "epoch %d", e)
+		last = written
 		require.NoError(t, lsminternal.DB(s).Flush())
-		require.Eventually(t, func() bool { return s.Background().Running == 0 }, 10*time.Second, time.Millisecond)
-		require.Greater(t, s.Background().Busy, before, "the flush of epoch %d", e)
+		busyGrows(before, fmt.Sprintf("the flush of epoch %d", e))
 	}
-	before := s.Background().Busy
+	_, before := s.Background()
 	require.NoError(t, s.CompactRange(context.Background(), 1, 0, 4))
-	require.Eventually(t, func() bool { return s.Background().Running == 0 }, 10*time.Second, time.Millisecond)
-	bg := s.Background()
-	require.Greater(t, bg.Busy, before, "the compaction")
-	require.Equal(t, last, bg.Written, "flushes and compactions write nothing of the store's")
-	time.Sleep(20 * time.Millisecond)
-	require.Equal(t, bg.Busy, s.Background().Busy, "idle: the clock stands")
+	busyGrows(before, "the compaction")
+	written, _ = s.Background()
+	require.Equal(t, last, written, "flushes and compactions write nothing of the store's")
+	// Idle once the compaction's end is in: the clock stands.
+	require.Eventually(t, func() bool {
+		_, b1 := s.Background()
+		time.Sleep(5 * time.Millisecond)
+		_, b2 := s.Background()
+		return b1 == b2
+	}, 10*time.Second, time.Millisecond, "idle")
 }

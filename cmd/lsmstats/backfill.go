@@ -395,8 +395,8 @@ func lsmOf(st *lsm.Store) *lsmJSON {
 	l := &lsmJSON{Flushes: m.Flush.Count, Flushing: m.Flush.NumInProgress, FlushS: m.Flush.WriteThroughput.WorkDuration.Seconds(),
 		Compactions: m.Compact.Count, Compacting: m.Compact.NumInProgress, CompactionS: m.Compact.Duration.Seconds(),
 		L0Sublevels: m.Levels[0].Sublevels}
-	bg := st.Background()
-	l.WrittenBytes, l.BusyS = bg.Written, bg.Busy.Seconds()
+	written, busy := st.Background()
+	l.WrittenBytes, l.BusyS = written, busy.Seconds()
 	return l
 }
 

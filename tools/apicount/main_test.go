@@ -39,6 +39,10 @@ import (
 // store with ErrStoreExists and says there is no backup with ErrNoBackup;
 // BackupInfo, its 7 fields, what a backup uploaded or a restore wrote) and
 // the backups' counters (Metrics.Backups, BackupBytes, BackupSweptObjects).
+// To 257 by issue 38: Store.Background, the bytes a store took in and how
+// long Pebble's flushes and compactions ran, which a backfill's ETA reads
+// at every checkpoint to price the flushes ahead (Store.Metrics, which
+// takes Pebble's mutex and walks its version, is too dear there).
 func TestContractBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list -export")
@@ -53,7 +57,7 @@ func TestContractBudget(t *testing.T) {
 		all += len(c.names) + len(c.members)
 	}
 	require.LessOrEqual(t, top, 49, "exported top-level names of stats and lsm")
-	require.LessOrEqual(t, all, 256, "exported names, methods and fields of stats and lsm")
+	require.LessOrEqual(t, all, 257, "exported names, methods and fields of stats and lsm")
 }
 
 // TestMembersFollowAliases: an alias counts the methods and fields of the
