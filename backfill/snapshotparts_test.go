@@ -420,8 +420,11 @@ func TestSnapshotPartsBadInput(t *testing.T) {
 		row, ok, err := s.Get(partMeta, 0, pk)
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.Equal(t, byte(4), row[0], "the job row's version")
+		require.Equal(t, byte(5), row[0], "the job row's version")
 		old := bytes.Clone(row)
+		// Version 5 ends with the ETA's four background figures
+		// (docs/format.md): without them the row has version 3's layout.
+		row = row[:len(row)-32]
 		row[0] = 3
 		w, err := s.NewWriter(partMeta, nil, nil)
 		require.NoError(t, err)
