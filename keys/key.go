@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"math"
 
 	"github.com/cockroachdb/errors"
@@ -195,7 +194,7 @@ func TableOf(key []byte) (uint32, bool) {
 
 // Vnode returns the vnode of a row whose encoded distribution key is distKey.
 func Vnode(distKey []byte, vnodeCount int) uint16 {
-	return uint16(crc32.ChecksumIEEE(distKey) % uint32(vnodeCount))
+	return uint16(crc32IEEE(distKey) % uint32(vnodeCount))
 }
 
 // CheckVnodeCount returns an error unless 1 <= n <= MaxVnodeCount.
