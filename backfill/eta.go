@@ -447,6 +447,11 @@ func NewETA(opts *ETAOptions) *ETA {
 	}
 	if opts != nil && opts.Resume != nil && !opts.Resume.Origin.IsZero() {
 		r := *opts.Resume
+		// The origin as the job row persists it, a wall time: a duration
+		// from it is read on the wall clock whatever the caller passed
+		// (time.Now's monotonic reading would make a replay of the
+		// records differ from the reopened job by the clocks' drift).
+		r.Origin = r.Origin.Round(0)
 		if r.Rate < 0 || math.IsNaN(r.Rate) || math.IsInf(r.Rate, 0) || r.Interval < 0 || math.IsNaN(r.Interval) || math.IsInf(r.Interval, 0) {
 			r.Rate, r.Interval = 0, 0 // not worth carrying
 		}
@@ -927,17 +932,22 @@ func (l *etaLane) push(e *ETA, t time.Time, f ETAFigure) {
 			p.aheadSecs += (p.ahead + q.ahead) / 2 * dt
 		}
 	}
-	l.hist = append(l.hist, p)
-	if len(l.hist) > etaHistoryMax {
-		// Keep the newer half, and every other point of the older one.
-		half, j := len(l.hist)/2, 0
-		for i := 0; i < half; i += 2 {
-			l.hist[j] = l.hist[i]
-			j++
-		}
-		j += copy(l.hist[j:], l.hist[half:])
-		l.hist = l.hist[:j]
+	l.hist = thinHistory(append(l.hist, p))
+}
+
+// thinHistory returns h, or once it holds more than etaHistoryMax points,
+// its newer half and every other point of its older one, in place.
+func thinHistory[T any](h []T) []T {
+	if len(h) <= etaHistoryMax {
+		return h
 	}
+	half, j := len(h)/2, 0
+	for i := 0; i < half; i += 2 {
+		h[j] = h[i]
+		j++
+	}
+	j += copy(h[j:], h[half:])
+	return h[:j]
 }
 
 // laneForecast is a lane's forecast, in seconds.

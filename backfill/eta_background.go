@@ -131,17 +131,7 @@ func (b *etaBackground) push(t time.Time) {
 	if b.t0.IsZero() {
 		b.t0 = t
 	}
-	if len(b.hist) >= etaHistoryMax {
-		// Thin the older half: every other point.
-		h := len(b.hist) / 2
-		k := 0
-		for i := 0; i < h; i += 2 {
-			b.hist[k] = b.hist[i]
-			k++
-		}
-		b.hist = append(b.hist[:k], b.hist[h:]...)
-	}
-	b.hist = append(b.hist, etaBusyPoint{t: t.Sub(b.t0).Seconds(), busy: b.busy})
+	b.hist = thinHistory(append(b.hist, etaBusyPoint{t: t.Sub(b.t0).Seconds(), busy: b.busy}))
 }
 
 // slowdown returns the share of the job's rate that background work takes

@@ -199,14 +199,6 @@ func ReplayETA(records []backfill.Record, restart, actors, actorsAfter, vnodes i
 			est = newETA(&backfill.ETAOptions{Resume: &persisted})
 		}
 		persisted = est.Resume()
-		// As the job row persists it (docs/format.md): the origin in Unix
-		// nanoseconds, without the monotonic clock reading a time.Time from
-		// time.Now carries. With it, a duration from the origin would be
-		// read on the monotonic clock here and on the wall clock in the
-		// reopened job, which differ by a few parts per million.
-		if !persisted.Origin.IsZero() {
-			persisted.Origin = time.Unix(0, persisted.Origin.UnixNano())
-		}
 		fc, err := est.Observe(o)
 		if err != nil {
 			return nil, errors.Wrapf(err, "bench: replaying record %d", i)
