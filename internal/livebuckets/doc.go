@@ -9,9 +9,10 @@
 // calibration of such rows to one settle per run). What a commit changed is
 // persisted with it (persist.go, docs/format.md): for the vnodes that
 // have bucket rows, one delta-log row of their changes of bounds and counts
-// (log.go; compressed with zstd when that is shorter, since format 3); for new vnodes, their bucket rows (meta.go), a fold; and once
-// the log outweighs a rewrite of the buckets it changed, a fold of them all
-// that deletes the log. Loading replays the log on the bucket rows.
+// (log.go; compressed with zstd when that is shorter, since format 3); for new vnodes, their bucket rows (meta.go), a fold; and while
+// the log outweighs a rewrite of the buckets it changed, a fold of the
+// vnodes whose changes reach furthest back, a sixteenth at a time, which
+// deletes the log rows no vnode needs any more. Loading replays the log on the bucket rows.
 // Published vnodes
 // carry the index that the estimates read (vnode.go, arena.go, probe.go,
 // estimate.go).

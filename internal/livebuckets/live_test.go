@@ -80,7 +80,7 @@ func TestLiveRandom(t *testing.T) {
 	m := liveModel{}
 	persisted := map[string][]byte{}
 	var notLive, unknown int // NotLive's answers on pks that are not live
-	// Commits after which log rows were persisted, full folds, reloads.
+	// Commits after which log rows were persisted, commits that deleted log rows, reloads.
 	var logged, folds, lastLogs, reloads int
 	for commit := 0; commit < 60; commit++ {
 		b := s.Begin()

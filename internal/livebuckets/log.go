@@ -31,9 +31,10 @@ import (
 // move carries the end buckets' calibration into its new frame: the change
 // of their sums says where it went; an inserted bucket starts from zero).
 // A vnode without rows yet is folded instead: its rows are written, with
-// the epoch in the first one (its base epoch). Once the log rows since the
-// last full fold hold as many bytes as a fold of every vnode they changed
-// would write, a commit folds them all and deletes the log (persist.go).
+// the epoch in the first one (its base epoch). While the log rows hold as
+// many bytes as a fold of every vnode they changed would write, commits fold
+// those vnodes, the oldest changes first, and delete the log rows no vnode
+// needs any more (persist.go).
 // Loading replays each log row on the vnodes whose base epoch is older.
 //
 // The value of live_log/<epoch u64 BE>, table after table in increasing
@@ -337,8 +338,8 @@ func (s *State) replayLog(rest, value []byte) error {
 		return errors.New("log key of a bad length")
 	}
 	epoch := binary.BigEndian.Uint64(rest)
-	if n := len(s.logs); n > 0 && s.logs[n-1] >= epoch {
-		return errors.Newf("log of epoch %d after epoch %d", epoch, s.logs[n-1])
+	if n := len(s.logs); n > 0 && s.logs[n-1].epoch >= epoch {
+		return errors.Newf("log of epoch %d after epoch %d", epoch, s.logs[n-1].epoch)
 	}
 	layout, err := decodeLogValue(value, s.format)
 	if err != nil {
@@ -352,8 +353,8 @@ func (s *State) replayLog(rest, value []byte) error {
 	if err := s.walkLog(epoch, layout, true); err != nil {
 		return err
 	}
-	s.logs = append(s.logs, epoch)
-	s.logBytes += len(logKey(epoch)) + len(value)
+	s.logs = append(s.logs, logRow{epoch, len(logKey(epoch)) + len(value)})
+	s.logBytes += s.logs[len(s.logs)-1].bytes
 	if s.format == 2 {
 		// Migrate rewrites it with a codec byte.
 		s.oldLogs = append(s.oldLogs, oldLog{epoch, slices.Clone(layout)})
@@ -456,8 +457,8 @@ func (s *State) walkLog(epoch uint64, value []byte, write bool) error {
 			live := epoch > v.base
 			apply := write && live
 			k := vkey{table, vn}
-			if apply && s.images[k] == nil {
-				s.setImage(k, slices.Clone(v.buckets))
+			if _, ok := s.images[k]; apply && !ok {
+				s.setImage(k, slices.Clone(v.buckets), epoch)
 			}
 			// The buckets the entries index: v's, or those the section's
 			// layout makes of them.

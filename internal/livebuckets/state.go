@@ -1,6 +1,7 @@
 package livebuckets
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -19,8 +20,9 @@ type State struct {
 	format uint64
 	// images are the buckets as their rows hold them, of the vnodes whose
 	// current buckets differ from those rows (changed by the log, or by
-	// rescans since the last commit), and imageBuckets their number.
-	images       map[vkey][]bucket
+	// rescans since the last commit), with the epoch of the oldest log row
+	// that holds their changes; imageBuckets is their number of buckets.
+	images       map[vkey]image
 	imageBuckets int
 	// pending are the vnodes rescans changed since the last commit, each
 	// as the last commit left it (what its rows and the log hold): the next
@@ -29,13 +31,30 @@ type State struct {
 	// leftOut are the tables whose log sections Load reads without
 	// applying them (LeaveOut).
 	leftOut map[uint32]struct{}
-	// logs are the epochs of the log rows written since the last full
-	// fold, in increasing order, and logBytes their bytes.
-	logs     []uint64
+	// logs are the log rows persisted, oldest first, and logBytes their
+	// bytes.
+	logs     []logRow
 	logBytes int
 	// oldLogs are the log rows loaded from a store of format 2, which
 	// Migrate rewrites.
 	oldLogs []oldLog
+}
+
+// image is a vnode's buckets as its rows hold them, and since the epoch
+// of the oldest log row that holds its changes since (unlogged: none yet,
+// a rescan's that the next commit logs).
+type image struct {
+	buckets []bucket
+	since   uint64
+}
+
+// unlogged is the since of an image whose changes no log row holds yet.
+const unlogged = math.MaxUint64
+
+// logRow is a persisted log row: its epoch and its bytes (key and value).
+type logRow struct {
+	epoch uint64
+	bytes int
 }
 
 // oldLog is a log row of format 2: its epoch and its layout.
@@ -47,7 +66,7 @@ type oldLog struct {
 // NewState returns an empty state whose tables have a bucket budget of
 // TableBucketBudget.
 func NewState() *State {
-	s := &State{budget: TableBucketBudget, format: 3, images: map[vkey][]bucket{}, pending: map[vkey]*liveVnode{}}
+	s := &State{budget: TableBucketBudget, format: 3, images: map[vkey]image{}, pending: map[vkey]*liveVnode{}}
 	s.setCurrent(&Snapshot{tables: map[uint32]*liveTable{}, at: time.Now()})
 	return s
 }
