@@ -295,20 +295,26 @@ func (s *State) persisted(b *Batch) {
 // buckets of the vnodes with images between them: the vnodes a commit
 // folds while the log outweighs their fold.
 func (s *State) foldDue() map[vkey]bool {
-	ks := make([]vkey, 0, len(s.images))
-	all := 0
-	for k := range s.images {
-		ks = append(ks, k)
-		all += len(s.cur.table(k.table).vnode(k.vnode).buckets)
+	type logged struct {
+		since   uint64
+		k       vkey
+		buckets int
 	}
-	slices.SortFunc(ks, func(a, b vkey) int {
-		return cmp.Or(cmp.Compare(s.images[a].since, s.images[b].since), cmp.Compare(a.table, b.table), cmp.Compare(a.vnode, b.vnode))
+	ls := make([]logged, 0, len(s.images))
+	all := 0
+	for k, img := range s.images {
+		n := len(s.cur.table(k.table).vnode(k.vnode).buckets)
+		ls = append(ls, logged{img.since, k, n})
+		all += n
+	}
+	slices.SortFunc(ls, func(a, b logged) int {
+		return cmp.Or(cmp.Compare(a.since, b.since), cmp.Compare(a.k.table, b.k.table), cmp.Compare(a.k.vnode, b.k.vnode))
 	})
 	quota := max((all+foldSpread-1)/foldSpread, 1)
 	due := map[vkey]bool{}
-	for n := 0; len(ks) > 0 && n < quota; ks = ks[1:] {
-		due[ks[0]] = true
-		n += len(s.cur.table(ks[0].table).vnode(ks[0].vnode).buckets)
+	for n := 0; len(ls) > 0 && n < quota; ls = ls[1:] {
+		due[ls[0].k] = true
+		n += ls[0].buckets
 	}
 	return due
 }
