@@ -42,9 +42,10 @@ func TestMain(m *testing.M) {
 }
 
 // crashForTest abandons a store as a crash would: the staging directory and
-// every buffer stay behind. Pebble is closed (its memtable is always empty:
-// all data arrives by ingestion) so that the directory can be reopened in
-// this process.
+// every buffer stay behind. Pebble is closed so that the directory can be
+// reopened in this process; Close does not flush, so the checkpoints
+// committed as batches since the last flush stay in the WAL alone, and the
+// reopened store replays them as it would after a crash.
 func crashForTest(s *Store) {
 	s.iters.close()
 	_ = s.tracker.Close()
