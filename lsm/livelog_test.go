@@ -185,3 +185,63 @@ func TestLiveLogCorrupt(t *testing.T) {
 	t.Logf("%d damaged log rows: %d refused, %d opened", len(values), refused, opened)
 	require.Positive(t, refused)
 }
+
+// TestLiveLogRollingFold fills an MV as a backfill does (a few rows
+// appended to every vnode at each checkpoint, with coarse buckets so that
+// the log soon outweighs their rewrite) and checks that the log's fold is
+// spread over checkpoints: log rows go at many commits, a few at a time,
+// and a store abandoned right after such a commit (its last checkpoints in
+// the WAL alone) reopens with the same statistics, which Verify finds
+// exact.
+func TestLiveLogRollingFold(t *testing.T) {
+	dir := t.TempDir()
+	opts := func() *Options { return &Options{Logger: QuietLogger(io.Discard), StatsBucketBudget: 64} }
+	s, err := Open(dir, opts())
+	require.NoError(t, err)
+	def := TableDef{ID: 1, VnodeCount: 16, PK: keys.Schema{keys.Uint64}}
+	require.NoError(t, s.CreateTable(def))
+	w, err := s.NewWriter(1, nil, nil)
+	require.NoError(t, err)
+	next := make([]uint64, def.VnodeCount)
+	var deleting, reopens int
+	last := 0
+	for e := uint64(1); e <= 400; e++ {
+		for vn := range uint16(def.VnodeCount) {
+			for range 6 {
+				next[vn]++
+				// Each vnode's pks ascend: the vnode is the pk's low bits.
+				pk := keys.AppendUint64(nil, next[vn]<<8|uint64(vn))
+				require.NoError(t, w.Insert(e, def.VnodeOf(pk), pk, []byte("a row of the MV")))
+			}
+		}
+		require.NoError(t, w.Seal(e))
+		require.NoError(t, s.Commit(e))
+		logs := len(liveLogKeys(t, s.db))
+		if logs < last {
+			deleting++
+			require.Positive(t, logs, "commit %d deleted every log row at once (%d before)", e, last)
+			if deleting%8 == 1 {
+				// Abandon the store: its unflushed checkpoints are in the
+				// WAL alone, the fold's deletes among them.
+				want := s.Stats().Live.Table(1)
+				require.NoError(t, w.Close())
+				crashForTest(s)
+				s, err = Open(dir, opts())
+				require.NoError(t, err)
+				reopens++
+				require.Equal(t, want, s.Stats().Live.Table(1), "after commit %d", e)
+				rep, err := s.Verify()
+				require.NoError(t, err)
+				require.True(t, rep.OK(), "after commit %d: %+v", e, rep)
+				w, err = s.NewWriter(1, nil, nil)
+				require.NoError(t, err)
+			}
+		}
+		last = logs
+	}
+	require.NoError(t, w.Close())
+	require.NoError(t, s.Close())
+	t.Logf("log rows deleted at %d commits of 400; %d reopens", deleting, reopens)
+	require.Greater(t, deleting, 10, "the fold is spread over commits")
+	require.Positive(t, reopens)
+}
