@@ -186,28 +186,29 @@ func TestLiveLogCorrupt(t *testing.T) {
 	require.Positive(t, refused)
 }
 
-// TestLiveLogRollingFold fills an MV as a backfill does (a few rows
+// TestLiveLogRollingFold fills an MV as a backfill does (a row or two
 // appended to every vnode at each checkpoint, with coarse buckets so that
 // the log soon outweighs their rewrite) and checks that the log's fold is
-// spread over checkpoints: log rows go at many commits, a few at a time,
-// and a store abandoned right after such a commit (its last checkpoints in
-// the WAL alone) reopens with the same statistics, which Verify finds
-// exact.
+// spread over checkpoints: log rows go at many commits, a few at a time
+// (a checkpoint this small folds a sixteenth of the buckets, or twice its
+// rows), and a store abandoned right after such a commit (its last
+// checkpoints in the WAL alone) reopens with the same statistics, which
+// Verify finds exact.
 func TestLiveLogRollingFold(t *testing.T) {
 	dir := t.TempDir()
 	opts := func() *Options { return &Options{Logger: QuietLogger(io.Discard), StatsBucketBudget: 64} }
 	s, err := Open(dir, opts())
 	require.NoError(t, err)
-	def := TableDef{ID: 1, VnodeCount: 16, PK: keys.Schema{keys.Uint64}}
+	def := TableDef{ID: 1, VnodeCount: 32, PK: keys.Schema{keys.Uint64}}
 	require.NoError(t, s.CreateTable(def))
 	w, err := s.NewWriter(1, nil, nil)
 	require.NoError(t, err)
 	next := make([]uint64, def.VnodeCount)
-	var deleting, reopens int
+	var deleting, partial, reopens int
 	last := 0
-	for e := uint64(1); e <= 400; e++ {
+	for e := uint64(1); e <= 600; e++ {
 		for vn := range uint16(def.VnodeCount) {
-			for range 6 {
+			for range 1 + e%2 {
 				next[vn]++
 				// Each vnode's pks ascend: the vnode is the pk's low bits.
 				pk := keys.AppendUint64(nil, next[vn]<<8|uint64(vn))
@@ -219,7 +220,9 @@ func TestLiveLogRollingFold(t *testing.T) {
 		logs := len(liveLogKeys(t, s.db))
 		if logs < last {
 			deleting++
-			require.Positive(t, logs, "commit %d deleted every log row at once (%d before)", e, last)
+			if logs > 0 {
+				partial++ // some rows went, not all
+			}
 			if deleting%8 == 1 {
 				// Abandon the store: its unflushed checkpoints are in the
 				// WAL alone, the fold's deletes among them.
@@ -241,7 +244,7 @@ func TestLiveLogRollingFold(t *testing.T) {
 	}
 	require.NoError(t, w.Close())
 	require.NoError(t, s.Close())
-	t.Logf("log rows deleted at %d commits of 400; %d reopens", deleting, reopens)
-	require.Greater(t, deleting, 10, "the fold is spread over commits")
+	t.Logf("log rows deleted at %d commits of 600, some of them at %d; %d reopens", deleting, partial, reopens)
+	require.Greater(t, partial, 10, "the fold is spread over commits")
 	require.Positive(t, reopens)
 }

@@ -32,6 +32,9 @@ type Batch struct {
 	// foldAll makes MetaEntries fold every vnode of the batch (a
 	// recount).
 	foldAll bool
+	// deltas counts the batch's Apply calls: a commit may fold as many
+	// buckets as it applied deltas (foldDue).
+	deltas int
 	// persist is what MetaEntries wrote, for Publish to record in the
 	// state once the commit is durable (nil: MetaEntries was not called).
 	persist *persistPlan
@@ -146,6 +149,7 @@ type Delta struct {
 // Apply adds a delta. Deltas are fastest in (table, vnode, pk) order but
 // any order is correct.
 func (b *Batch) Apply(d Delta) error {
+	b.deltas++
 	k := vkey{d.Table, d.Vnode}
 	pkKey := key8(d.PK)
 	if d.Counts == (Counts{}) && (b.lastVnode == nil || b.lastKey != k) {

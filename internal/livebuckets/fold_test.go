@@ -25,7 +25,7 @@ var foldSeed = flag.Uint64("fold-seed", 0, "seed for TestRollingFold (0: the fix
 func TestRollingFold(t *testing.T) {
 	seed := testutil.Seed(t, "fold-seed", *foldSeed)
 	r := rand.New(rand.NewPCG(seed, 11))
-	const table, vnodes, commits = 3, 64, 400
+	const table, vnodes, commits = 3, 64, 600
 	s := NewState()
 	s.SetBucketBudget(1024) // coarse buckets: a light fold, due often
 	s.AddTable(table, vnodes)
@@ -36,11 +36,13 @@ func TestRollingFold(t *testing.T) {
 	var maxRows, deletingCommits, deleted, reloads int
 	for c := uint64(1); c <= commits; c++ {
 		b := s.Begin()
+		deltas := 0
 		for vn := range uint16(vnodes) {
 			if m[vn] == nil {
 				m[vn] = map[string]int64{}
 			}
-			for range 4 + r.IntN(8) {
+			for range 1 + r.IntN(3) {
+				deltas++
 				next[vn]++
 				pk := keys.AppendUint64(nil, next[vn])
 				m[vn][string(pk)] = 100
@@ -49,6 +51,7 @@ func TestRollingFold(t *testing.T) {
 			if r.IntN(4) == 0 && next[vn] > 1 {
 				// A change behind the cursor: an update or a delete.
 				pk := keys.AppendUint64(nil, 1+r.Uint64N(next[vn]))
+				deltas++
 				if old, live := m[vn][string(pk)]; live && r.IntN(2) == 0 {
 					delete(m[vn], string(pk))
 					require.NoError(t, b.Apply(Delta{Table: table, Vnode: vn, PK: pk, Counts: Counts{-1, -old}}))
@@ -86,9 +89,17 @@ func TestRollingFold(t *testing.T) {
 		buckets := s.Current().BucketCount()
 		if c > 100 {
 			// Past the first commits, whose vnodes are new (folded whole)
-			// and tiny: no commit rewrites a large part of the rows.
+			// and tiny, a commit folds a sixteenth of the buckets or twice
+			// its deltas (foldDue), to within a vnode: each bucket a row
+			// and a delete of a bound gone at most. Never half the rows.
 			maxRows = max(maxRows, rows)
-			require.LessOrEqual(t, rows, buckets/4, "commit %d rewrote %d bucket rows of %d", c, rows, buckets)
+			widest := 0
+			for v := range uint16(vnodes) {
+				widest = max(widest, len(s.Current().table(table).vnode(v).buckets))
+			}
+			quota := max(buckets/foldSpread, 2*deltas)
+			require.LessOrEqual(t, rows, 2*(quota+widest), "commit %d of %d deltas rewrote %d bucket rows of %d", c, deltas, rows, buckets)
+			require.Less(t, rows, buckets/2, "commit %d rewrote %d bucket rows of %d", c, rows, buckets)
 		}
 		require.LessOrEqual(t, s.logBytes, 2*(s.imageBuckets+buckets/foldSpread+vnodes)*rowBytesEstimate,
 			"commit %d: a log of %d bytes for %d buckets with images", c, s.logBytes, s.imageBuckets)

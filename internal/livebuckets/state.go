@@ -35,6 +35,9 @@ type State struct {
 	// bytes.
 	logs     []logRow
 	logBytes int
+	// foldFrom is the epoch of the first commit of the round of folds in
+	// progress (persist.go), 0 between rounds.
+	foldFrom uint64
 	// oldLogs are the log rows loaded from a store of format 2, which
 	// Migrate rewrites.
 	oldLogs []oldLog
