@@ -176,8 +176,12 @@ func (b *Batch) MetaEntries(epoch uint64) []MetaEntry {
 			out = append(out, e)
 		}
 	}
-	if folding || len(plan.folded) > 0 {
+	if folding || b.foldAll {
 		// The log rows older than every vnode left with an image needs.
+		// Only a fold of vnodes with images can make more of them go: a
+		// commit that folds only new vnodes (which have none) leaves the
+		// oldest row needed where it was, and skips this walk of the
+		// images.
 		keep := uint64(unlogged)
 		folded := make(map[vkey]bool, len(plan.folded))
 		for _, k := range plan.folded {
