@@ -45,11 +45,13 @@ func (v *liveVnode) release() {
 }
 
 // placed is a vnode and its position in its table, and the sealed vnode
-// it was copied from (nil if none), whose index its own may share.
+// it was copied from (nil if none), whose index its own may share: same
+// of its first buckets are was's, or -1 if that is not known.
 type placed struct {
-	vn  uint16
-	v   *liveVnode
-	was *liveVnode
+	vn   uint16
+	v    *liveVnode
+	was  *liveVnode
+	same int
 }
 
 // pack seals copies of the vnodes ps of table t, in vnode order, into a
@@ -67,7 +69,7 @@ func pack(t *liveTable, ps []placed) {
 		n := 2*len(p.v.buckets) + 1
 		v := &structs[j]
 		*v = *p.v
-		v.sealInto(index[:n:n], p.was)
+		v.sealInto(index[:n:n], p.was, p.same)
 		index = index[n:]
 		v.arena = a
 		a.size += v.footprint()
@@ -129,7 +131,7 @@ func publishTable(t, was *liveTable, ps []placed) {
 		for vn, v := range t.vnodes {
 			if a := v.arenaOrNil(); a != nil && slices.Contains(sparse, a) {
 				v.release()
-				ps = append(ps, placed{vn: uint16(vn), v: v, was: v})
+				ps = append(ps, placed{vn: uint16(vn), v: v, was: v, same: len(v.buckets)})
 			}
 		}
 	}

@@ -38,6 +38,17 @@ type Batch struct {
 	// persist is what MetaEntries wrote, for Publish to record in the
 	// state once the commit is durable (nil: MetaEntries was not called).
 	persist *persistPlan
+	// same is, for the vnodes MetaEntries logged, how many of their first
+	// buckets are those of the published vnode they were copied from, for
+	// publish to seal them without comparing the buckets again.
+	same map[vkey]sharedPrefix
+}
+
+// sharedPrefix says that the first buckets of a batch's vnode are those of
+// was.
+type sharedPrefix struct {
+	was     *liveVnode
+	buckets int
 }
 
 // sequential remembers where the last delta of a batch landed. A commit
@@ -64,6 +75,7 @@ func (s *State) Begin() *Batch {
 		vnodes:  map[vkey]*liveVnode{},
 		seq:     sequential{bucket: -1},
 		appends: map[vkey]*appendRun{},
+		same:    map[vkey]sharedPrefix{},
 	}
 }
 
@@ -288,7 +300,11 @@ func (b *Batch) publish() {
 	b.settleAll()
 	byTable := map[uint32][]placed{}
 	for k, v := range b.vnodes {
-		byTable[k.table] = append(byTable[k.table], placed{vn: k.vnode, v: v})
+		p := placed{vn: k.vnode, v: v, same: -1}
+		if sp, ok := b.same[k]; ok && sp.was == b.s.cur.table(k.table).vnodeOrNil(k.vnode) {
+			p.same = sp.buckets
+		}
+		byTable[k.table] = append(byTable[k.table], p)
 	}
 	for id, ps := range byTable {
 		publishTable(b.next.tables[id], b.s.cur.tables[id], ps)

@@ -81,6 +81,14 @@ func quantize(u float64) float64 { return math.Round(u*posUnit) / posUnit }
 // 1/posUnit.
 func posUnits(u float64) int64 { return int64(math.Round(u * posUnit)) }
 
+// same reports whether b and o are equal, bounds and all (the same
+// slice): b == o, field by field inline, where == on the struct calls a
+// function per bucket.
+func (b *bucket) same(o *bucket) bool {
+	return b.Counts == o.Counts && b.sumPos == o.sumPos && b.lowerPtr == o.lowerPtr && b.lowerLen == o.lowerLen &&
+		b.lowerLive == o.lowerLive && b.calibrated == o.calibrated
+}
+
 // lower returns the bucket's lower bound (nil for the first bucket).
 func (b *bucket) lower() []byte { return unsafe.Slice(b.lowerPtr, b.lowerLen) }
 

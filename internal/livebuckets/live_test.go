@@ -1188,11 +1188,17 @@ func TestSealReusesIndex(t *testing.T) {
 		v.buckets, v.keys, v.cum = slices.Clone(was.buckets), slices.Clone(was.keys), nil
 		return &v
 	}
+	// Sealed with the shared buckets compared, and with their number
+	// given (as a commit's batch knows it from its log), each index must
+	// be the one a fresh seal builds.
 	seal := func(v *liveVnode, what string) {
-		v.sealInto(make([]uint64, 2*len(v.buckets)+1), was)
-		requireIndexed(t, v)
 		fresh := *v
 		fresh.seal()
+		known := *v
+		known.sealInto(make([]uint64, 2*len(v.buckets)+1), was, sameBuckets(was.buckets, v.buckets))
+		require.Equal(t, fresh.cum, known.cum, what+" (shared buckets known)")
+		v.sealInto(make([]uint64, 2*len(v.buckets)+1), was, -1)
+		requireIndexed(t, v)
 		require.Equal(t, fresh.cum, v.cum, what)
 	}
 
@@ -1216,7 +1222,8 @@ func TestSealReusesIndex(t *testing.T) {
 	// A bucket in the middle gains a row.
 	v = copyOf()
 	v.buckets[n/2].Rows++
-	require.Equal(t, n/2, v.sealedPrefix(was, int(was.q.skip)), "the buckets before the change are shared")
+	require.Equal(t, n/2, v.sealedPrefix(was, int(was.q.skip), -1), "the buckets before the change are shared")
+	require.Equal(t, n/2, sameBuckets(was.buckets, v.buckets), "the buckets before the change are equal")
 	seal(v, "a middle bucket changed")
 	require.Equal(t, was.cum[:n/2], v.cum[:n/2], "the words before the change")
 }

@@ -164,9 +164,11 @@ const (
 
 // appendLogVnode appends to dst the log section of vnode vn, as new
 // changed it from old (the vnode as the last commit left it), and reports
-// whether anything changed (else dst is returned as it was). scratch
-// holds the entries while they are counted.
-func appendLogVnode(dst []byte, scratch *[]byte, vn uint16, old, new *liveVnode) ([]byte, bool) {
+// whether anything changed (else dst is returned as it was). same is
+// sameBuckets(old.buckets, new.buckets): those buckets, bounds and all, are
+// old's and need no entry. scratch holds the entries while they are
+// counted.
+func appendLogVnode(dst []byte, scratch *[]byte, vn uint16, old, new *liveVnode, same int) ([]byte, bool) {
 	entries := (*scratch)[:0]
 	n, last := 0, -1
 	var zero bucket
@@ -186,19 +188,23 @@ func appendLogVnode(dst []byte, scratch *[]byte, vn uint16, old, new *liveVnode)
 		n, last = n+1, i
 	}
 	var removed, inserted []int
-	if sameBounds(old, new) {
-		for i := range new.buckets {
-			entry(i, &old.buckets[i])
+	if sameBounds(old, new, same) {
+		for i := same; i < len(new.buckets); i++ {
+			if !old.buckets[i].same(&new.buckets[i]) {
+				entry(i, &old.buckets[i])
+			}
 		}
 	} else {
 		// The bounds changed: walk both in order. A bound of old that new
 		// lacks is removed, a bound of new that old lacks is inserted (a
 		// bucket of zero counts, no flags, until its entry), and the
 		// buckets of the bounds both have change by entries.
-		entry(0, &old.buckets[0])
+		if same == 0 {
+			entry(0, &old.buckets[0])
+		}
 		// The bounds before the first that changed are the same slices
 		// (the batch's copy shares them): no bytes to compare there.
-		i := 1
+		i := max(same, 1)
 		for i < len(old.buckets) && i < len(new.buckets) && sameSlice(old.buckets[i].lower(), new.buckets[i].lower()) {
 			entry(i, &old.buckets[i])
 			i++

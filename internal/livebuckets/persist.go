@@ -145,8 +145,14 @@ func (b *Batch) MetaEntries(epoch uint64) []MetaEntry {
 				plan.folded = append(plan.folded, k)
 				continue
 			}
+			same := sameBuckets(old.buckets, v.buckets)
+			if !pending {
+				// old is the published vnode, which the sealed index of v
+				// shares these buckets' prefix sums with.
+				b.same[k] = sharedPrefix{was: old, buckets: same}
+			}
 			var changed bool
-			if section, changed = appendLogVnode(section, &scratch, k.vnode, old, v); changed {
+			if section, changed = appendLogVnode(section, &scratch, k.vnode, old, v, same); changed {
 				sections++
 				if img, ok := s.images[k]; !ok {
 					plan.logged[k] = old.buckets
@@ -215,7 +221,7 @@ func (b *Batch) MetaEntries(epoch uint64) []MetaEntry {
 // sameVnode reports whether v holds what old holds: bounds, anchors and
 // buckets.
 func sameVnode(old, v *liveVnode) bool {
-	if !sameBounds(old, v) || !bytes.Equal(old.minPK, v.minPK) || !bytes.Equal(old.maxPK, v.maxPK) ||
+	if !sameBounds(old, v, 0) || !bytes.Equal(old.minPK, v.minPK) || !bytes.Equal(old.maxPK, v.maxPK) ||
 		old.minLive != v.minLive || old.maxLive != v.maxLive {
 		return false
 	}
@@ -227,12 +233,27 @@ func sameVnode(old, v *liveVnode) bool {
 	return true
 }
 
-// sameBounds reports whether v has the buckets of old, bound for bound.
-func sameBounds(old, v *liveVnode) bool {
+// sameBuckets returns how many of the first buckets of a and b are equal,
+// bounds and all (the same slices: a batch's copy of a vnode shares them).
+// It is one tight pass over both, where the callers' own comparisons of
+// each bucket cost more: a commit of the interleaved order changes a few
+// buckets at the end of each vnode it touches.
+func sameBuckets(a, b []bucket) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i].same(&b[i]) {
+		i++
+	}
+	return i
+}
+
+// sameBounds reports whether v has the buckets of old, bound for bound;
+// the first same of them are known to be old's.
+func sameBounds(old, v *liveVnode, same int) bool {
 	if len(old.buckets) != len(v.buckets) {
 		return false
 	}
-	for i := 1; i < len(v.buckets); i++ {
+	for i := max(same, 1); i < len(v.buckets); i++ {
 		if !sameSlice(old.buckets[i].lower(), v.buckets[i].lower()) {
 			return false
 		}

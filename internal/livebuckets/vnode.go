@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"slices"
 
@@ -250,7 +251,7 @@ func (v *liveVnode) appendBucket(b bucket) {
 // keys and the prefix sums of its rows with each bucket's aux, in one
 // allocation.
 func (v *liveVnode) seal() {
-	v.sealInto(make([]uint64, 2*len(v.buckets)+1), nil)
+	v.sealInto(make([]uint64, 2*len(v.buckets)+1), nil, 0)
 }
 
 // sealInto builds the index of v in index. was, if not nil, is a sealed
@@ -259,8 +260,9 @@ func (v *liveVnode) seal() {
 // differs are copied from its index, since each depends only on the
 // buckets before it and on its own. A commit of the interleaved order
 // touches every vnode with a few rows at its end, and then seals only
-// those.
-func (v *liveVnode) sealInto(index []uint64, was *liveVnode) {
+// those. same, if not negative, is how many of v's first buckets are
+// was's (sameBuckets, which the batch worked out for the log).
+func (v *liveVnode) sealInto(index []uint64, was *liveVnode, same int) {
 	n := len(v.buckets)
 	skip := v.querySkip()
 	if skip == 0 {
@@ -282,7 +284,7 @@ func (v *liveVnode) sealInto(index []uint64, was *liveVnode) {
 		}
 	}
 	var sum int64
-	start := v.sealedPrefix(was, skip)
+	start := v.sealedPrefix(was, skip, same)
 	if start > 0 {
 		copy(index[n:n+start], was.cum[:start])
 		sum = int64(was.cum[start]) >> auxBits
@@ -298,21 +300,33 @@ func (v *liveVnode) sealInto(index []uint64, was *liveVnode) {
 
 // sealedPrefix returns how many of v's first buckets have the prefix sum
 // and aux in was's index that v's index would give them, v's keys past
-// skip bytes: the buckets before the first that differs from was's, but
-// not the last bucket of either (its aux reads maxLive), nor the first if
-// minLive changed (its aux reads it), nor any if was is not sealed with
-// the same skip.
-func (v *liveVnode) sealedPrefix(was *liveVnode, skip int) int {
+// skip bytes: the buckets before the first that differs from was's (same
+// of them, if not negative), but not the last bucket of either (its aux
+// reads maxLive), nor the first if minLive changed (its aux reads it), nor
+// any if was is not sealed with the same skip.
+func (v *liveVnode) sealedPrefix(was *liveVnode, skip, same int) int {
 	if was == nil || len(was.cum) != len(was.buckets)+1 || int(was.q.skip) != skip || was.minLive != v.minLive {
 		return 0
 	}
 	n := min(len(v.buckets), len(was.buckets)) - 1
+	if same >= 0 && !verifySame {
+		return min(same, n)
+	}
 	i := 0
-	for i < n && v.buckets[i] == was.buckets[i] {
+	for i < n && v.buckets[i].same(&was.buckets[i]) {
 		i++
+	}
+	if same >= 0 && min(same, n) != i {
+		panic(fmt.Sprintf("livebuckets: %d buckets said to be shared with the sealed vnode, %d are", same, i))
 	}
 	return i
 }
+
+// verifySame makes sealedPrefix compare the buckets even when it is told
+// how many are shared, and panic if that is wrong: the package's tests set
+// it (TestMain), so that every commit they make checks what the batch
+// worked out for the log against the buckets it publishes.
+var verifySame bool
 
 // anchors are a vnode's pk hints and what is derived from them.
 type anchors struct {
