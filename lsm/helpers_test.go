@@ -1,11 +1,13 @@
 package lsm
 
 import (
+	"flag"
 	"os"
 	"strconv"
 	"testing"
 
 	"github.com/lsmstats/lsmstats"
+	"github.com/lsmstats/lsmstats/internal/livebuckets"
 	"github.com/lsmstats/lsmstats/internal/s3server"
 	"github.com/lsmstats/lsmstats/internal/testutil"
 	"github.com/lsmstats/lsmstats/keys"
@@ -36,6 +38,10 @@ func TestMain(m *testing.M) {
 		}
 		testutil.ExitChild(crashChild(dir, seed))
 	}
+	// Every commit of the tests checks the buckets its log section took as
+	// unchanged against those it publishes (not while benchmarking).
+	flag.Parse()
+	livebuckets.CheckSharedBuckets(flag.Lookup("test.bench").Value.String() == "")
 	// The tests on an object store share one S3 server (internal/s3server),
 	// which RunTests stops when they end.
 	goleak.VerifyTestMain(s3server.TestingM(m))

@@ -323,10 +323,16 @@ func (v *liveVnode) sealedPrefix(was *liveVnode, skip, same int) int {
 }
 
 // verifySame makes sealedPrefix compare the buckets even when it is told
-// how many are shared, and panic if that is wrong: the package's tests set
-// it (TestMain), so that every commit they make checks what the batch
-// worked out for the log against the buckets it publishes.
+// how many are shared, and panic if that is wrong (CheckSharedBuckets).
 var verifySame bool
+
+// CheckSharedBuckets makes every seal of a commit's vnode compare the
+// vnode's buckets with those of the published vnode it was copied from,
+// and panic where the count of shared buckets that the batch worked out for
+// its log (MetaEntries) is wrong. For tests: this package's and lsm's turn
+// it on in TestMain (not while benchmarking), so that every commit they
+// make checks it. Not safe to call while a store commits.
+func CheckSharedBuckets(on bool) { verifySame = on }
 
 // anchors are a vnode's pk hints and what is derived from them.
 type anchors struct {
