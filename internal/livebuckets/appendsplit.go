@@ -124,6 +124,7 @@ func (b *Batch) defers(r *appendRun, v *liveVnode, d Delta, pkKey uint64) bool {
 // whose run is r: what Apply does, but for the end bucket's calibration.
 func (b *Batch) applyDeferred(k vkey, r *appendRun, v *liveVnode, d Delta) {
 	end := len(v.buckets) - 1
+	v.unshare(end)
 	bk := &v.buckets[end]
 	var from frame
 	if r == nil {
@@ -147,6 +148,7 @@ func (b *Batch) applyDeferred(k vkey, r *appendRun, v *liveVnode, d Delta) {
 func (b *Batch) settle(r *appendRun, v *liveVnode) {
 	r.deferred = false
 	end := len(v.buckets) - 1
+	v.unshare(end)
 	bk := &v.buckets[end]
 	v.setHints(v.minPK, slices.Clone(v.maxPK))
 	if a, c, ok := affine(r.oldFrame, v.frame(end)); ok {

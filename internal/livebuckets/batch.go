@@ -39,8 +39,8 @@ type Batch struct {
 	// state once the commit is durable (nil: MetaEntries was not called).
 	persist *persistPlan
 	// same is, for the vnodes MetaEntries logged, how many of their first
-	// buckets are those of the published vnode they were copied from, for
-	// publish to seal them without comparing the buckets again.
+	// buckets are those of the published vnode they were copied from
+	// (liveVnode.shared), for publish to seal them without comparing them.
 	same map[vkey]sharedPrefix
 }
 
@@ -112,6 +112,7 @@ func (b *Batch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
 		minPK: old.minPK, maxPK: old.maxPK, minKey: old.minKey, maxKey: old.maxKey,
 		minLive: old.minLive, maxLive: old.maxLive,
 		shortBounds: old.shortBounds, shortHints: old.shortHints, base: old.base,
+		shared: len(old.buckets),
 	}
 	t.vnodes[vnode] = v
 	b.vnodes[k] = v
@@ -221,6 +222,7 @@ func (b *Batch) Apply(d Delta) error {
 		}
 	}
 	i := b.seq.find(k, v, d.PK, pkKey)
+	v.unshare(i)
 	bk := &v.buckets[i]
 	if i == len(v.buckets)-1 {
 		b.trackAppend(k, r, bk, d, !sameSlice(was.maxPK, v.maxPK))

@@ -115,6 +115,7 @@ func (f frame) at(x []byte, k uint64) float64 {
 // within a unit of the new frame's words (a fraction 1/(hi−lo) of the
 // bucket), as fraction's own rounding. The bucket then needs no rescan.
 func (v *liveVnode) moveFrame(i int, was frame) {
+	v.unshare(i)
 	b := &v.buckets[i]
 	if !b.calibrated {
 		return

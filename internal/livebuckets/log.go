@@ -164,10 +164,11 @@ const (
 
 // appendLogVnode appends to dst the log section of vnode vn, as new
 // changed it from old (the vnode as the last commit left it), and reports
-// whether anything changed (else dst is returned as it was). same is
-// sameBuckets(old.buckets, new.buckets): those buckets, bounds and all, are
-// old's and need no entry. scratch holds the entries while they are
-// counted.
+// whether anything changed (else dst is returned as it was). The first
+// same buckets of new are old's, bounds and all, and need no entry (a
+// commit of the interleaved order changes a few buckets at the end of each
+// vnode it touches: liveVnode.shared). scratch holds the entries while
+// they are counted.
 func appendLogVnode(dst []byte, scratch *[]byte, vn uint16, old, new *liveVnode, same int) ([]byte, bool) {
 	entries := (*scratch)[:0]
 	n, last := 0, -1

@@ -21,6 +21,7 @@ func (b *Batch) Normalize() {
 		if first == len(v.buckets) {
 			continue
 		}
+		v.unshare(first - 1)     // the merges change the buckets from there on
 		out := v.buckets[:first] // the batch's own copy
 		// starts[j] is the bucket, as they were, whose lower bound out[j]
 		// has; parts[j] the parts that merges joined into out[j], in their
@@ -109,6 +110,7 @@ func (v *liveVnode) part(bk *bucket, i int) calibratedPart {
 // with rows, a negative count, or frames that do not compare leave the
 // bucket uncalibrated: it is rescanned after the commit, as before.
 func (v *liveVnode) mergeCalibration(j int, parts []calibratedPart) {
+	v.unshare(j)
 	b := &v.buckets[j]
 	now := v.frame(j)
 	var sumPos float64

@@ -145,10 +145,16 @@ func (b *Batch) MetaEntries(epoch uint64) []MetaEntry {
 				plan.folded = append(plan.folded, k)
 				continue
 			}
-			same := sameBuckets(old.buckets, v.buckets)
-			if !pending {
-				// old is the published vnode, which the sealed index of v
-				// shares these buckets' prefix sums with.
+			// v is a copy of the published vnode, whose first v.shared
+			// buckets it has untouched; a vnode that rescans changed since
+			// the last commit is logged from that commit's copy (old),
+			// compared.
+			same := min(v.shared, len(old.buckets))
+			if pending {
+				same = sameBuckets(old.buckets, v.buckets)
+			} else {
+				// The sealed index of v shares these buckets' prefix sums
+				// with old's.
 				b.same[k] = sharedPrefix{was: old, buckets: same}
 			}
 			var changed bool
@@ -234,10 +240,9 @@ func sameVnode(old, v *liveVnode) bool {
 }
 
 // sameBuckets returns how many of the first buckets of a and b are equal,
-// bounds and all (the same slices: a batch's copy of a vnode shares them).
-// It is one tight pass over both, where the callers' own comparisons of
-// each bucket cost more: a commit of the interleaved order changes a few
-// buckets at the end of each vnode it touches.
+// bounds and all (the same slices: a batch's copy of a vnode shares them):
+// for a vnode logged from another copy than the one the batch made it from
+// (a rescan's), whose shared count says nothing about it.
 func sameBuckets(a, b []bucket) int {
 	n := min(len(a), len(b))
 	i := 0

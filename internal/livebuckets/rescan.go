@@ -389,6 +389,7 @@ func (s *State) Recount(table uint32, scan func(vnode uint16, bounds [][]byte) (
 			// nothing.
 			bk := &v.buckets[i]
 			if bk.Counts != c.Counts || bk.lowerLive != (c.LowerLive && i > 0) || !bk.calibrated && c.Calibrated {
+				v.unshare(i)
 				bk.Counts, bk.lowerLive = c.Counts, c.LowerLive && i > 0
 				bk.calibrate(c)
 			}
