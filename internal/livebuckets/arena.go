@@ -119,7 +119,10 @@ func publishTable(t, was *liveTable, ps []placed) {
 	var sparse []*arena
 	for i, p := range ps {
 		old := was.vnodeOrNil(p.vn)
-		ps[i].was = old
+		ps[i].was, ps[i].same = old, -1
+		if old != nil && p.v.sharedWith == old {
+			ps[i].same = p.v.shared
+		}
 		old.release()
 		if a := old.arenaOrNil(); a != nil && 2*a.held < a.size && !slices.Contains(sparse, a) {
 			sparse = append(sparse, a)

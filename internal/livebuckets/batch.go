@@ -38,17 +38,6 @@ type Batch struct {
 	// persist is what MetaEntries wrote, for Publish to record in the
 	// state once the commit is durable (nil: MetaEntries was not called).
 	persist *persistPlan
-	// same is, for the vnodes MetaEntries logged, how many of their first
-	// buckets are those of the published vnode they were copied from
-	// (liveVnode.shared), for publish to seal them without comparing them.
-	same map[vkey]sharedPrefix
-}
-
-// sharedPrefix says that the first buckets of a batch's vnode are those of
-// was.
-type sharedPrefix struct {
-	was     *liveVnode
-	buckets int
 }
 
 // sequential remembers where the last delta of a batch landed. A commit
@@ -75,7 +64,6 @@ func (s *State) Begin() *Batch {
 		vnodes:  map[vkey]*liveVnode{},
 		seq:     sequential{bucket: -1},
 		appends: map[vkey]*appendRun{},
-		same:    map[vkey]sharedPrefix{},
 	}
 }
 
@@ -112,7 +100,7 @@ func (b *Batch) vnode(table uint32, vnode uint16) (*liveVnode, error) {
 		minPK: old.minPK, maxPK: old.maxPK, minKey: old.minKey, maxKey: old.maxKey,
 		minLive: old.minLive, maxLive: old.maxLive,
 		shortBounds: old.shortBounds, shortHints: old.shortHints, base: old.base,
-		shared: len(old.buckets),
+		shared: len(old.buckets), sharedWith: old,
 	}
 	t.vnodes[vnode] = v
 	b.vnodes[k] = v
@@ -302,11 +290,7 @@ func (b *Batch) publish() {
 	b.settleAll()
 	byTable := map[uint32][]placed{}
 	for k, v := range b.vnodes {
-		p := placed{vn: k.vnode, v: v, same: -1}
-		if sp, ok := b.same[k]; ok && sp.was == b.s.cur.table(k.table).vnodeOrNil(k.vnode) {
-			p.same = sp.buckets
-		}
-		byTable[k.table] = append(byTable[k.table], p)
+		byTable[k.table] = append(byTable[k.table], placed{vn: k.vnode, v: v})
 	}
 	for id, ps := range byTable {
 		publishTable(b.next.tables[id], b.s.cur.tables[id], ps)

@@ -145,20 +145,11 @@ func (b *Batch) MetaEntries(epoch uint64) []MetaEntry {
 				plan.folded = append(plan.folded, k)
 				continue
 			}
-			// v is a copy of the published vnode, whose first v.shared
-			// buckets it has untouched; a vnode that rescans changed since
-			// the last commit is logged from that commit's copy (old),
-			// compared.
-			same := min(v.shared, len(old.buckets))
-			if pending {
-				same = sameBuckets(old.buckets, v.buckets)
-			} else {
-				// The sealed index of v shares these buckets' prefix sums
-				// with old's.
-				b.same[k] = sharedPrefix{was: old, buckets: same}
-			}
+			// v is a copy of the published vnode; one that rescans changed
+			// since the last commit is logged from that commit's copy (old),
+			// whose buckets v's are compared with.
 			var changed bool
-			if section, changed = appendLogVnode(section, &scratch, k.vnode, old, v, same); changed {
+			if section, changed = appendLogVnode(section, &scratch, k.vnode, old, v, v.sharedBuckets(old)); changed {
 				sections++
 				if img, ok := s.images[k]; !ok {
 					plan.logged[k] = old.buckets

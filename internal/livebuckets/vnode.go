@@ -151,12 +151,22 @@ type liveVnode struct {
 	// rows of later epochs hold what commits changed since.
 	base uint64
 	// shared, in a batch's copy of a vnode, is how many of its first
-	// buckets are known to be those of the vnode it was copied from,
-	// untouched: the copy starts with all of them, and every change of a
-	// bucket lowers it to that bucket's index (unshare). MetaEntries's log
-	// section and the sealed index start after them, without comparing
-	// the buckets. 0 (nothing known) anywhere else.
-	shared int
+	// buckets are known to be those of sharedWith, the vnode it was copied
+	// from, untouched: the copy starts with all of them, and every change
+	// of a bucket lowers it to that bucket's index (unshare). The log
+	// section and the sealed index start after them, without comparing the
+	// buckets (sharedBuckets). 0 and nil anywhere else.
+	shared     int
+	sharedWith *liveVnode
+}
+
+// sharedBuckets returns how many of v's first buckets are old's: v.shared
+// if v is a batch's copy of old, else by comparing them.
+func (v *liveVnode) sharedBuckets(old *liveVnode) int {
+	if v.sharedWith == old {
+		return min(v.shared, len(old.buckets))
+	}
+	return sameBuckets(old.buckets, v.buckets)
 }
 
 // unshare records that bucket i of a batch's copy of a vnode changes, and
@@ -275,7 +285,7 @@ func (v *liveVnode) seal() {
 // those. same, if not negative, is how many of v's first buckets are
 // was's (liveVnode.shared, which the batch's log section relied on too).
 func (v *liveVnode) sealInto(index []uint64, was *liveVnode, same int) {
-	v.shared = 0 // a published vnode is no batch's copy
+	v.shared, v.sharedWith = 0, nil // a published vnode is no batch's copy
 	n := len(v.buckets)
 	skip := v.querySkip()
 	if skip == 0 {
