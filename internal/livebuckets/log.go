@@ -191,9 +191,7 @@ func appendLogVnode(dst []byte, scratch *[]byte, vn uint16, old, new *liveVnode,
 	var removed, inserted []int
 	if sameBounds(old, new, same) {
 		for i := same; i < len(new.buckets); i++ {
-			if !old.buckets[i].same(&new.buckets[i]) {
-				entry(i, &old.buckets[i])
-			}
+			entry(i, &old.buckets[i])
 		}
 	} else {
 		// The bounds changed: walk both in order. A bound of old that new
