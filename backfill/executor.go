@@ -908,13 +908,15 @@ func (r *aheadRows) start(pk []byte, plan uint64) {
 func (r *aheadRows) take(plan uint64) { r.slabs[r.cur].plan = plan }
 
 // add appends a row read, copying its pk and value into the current slab.
-// A full slab is replaced by one twice the size of this read's bytes so
-// far, and the rows in the old one stay valid.
+// A full slab is replaced by one a quarter larger than this read's bytes
+// so far (the reads of a vnode are about the same size, so a slab grows a
+// few times and then serves them all), and the rows in the old one stay
+// valid.
 func (r *aheadRows) add(op RowOp) {
 	sl := &r.slabs[r.cur]
 	if n := len(op.PK) + len(op.Row); len(sl.b)+n > cap(sl.b) {
 		read := len(sl.b) - r.base
-		sl.b = make([]byte, 0, max(2*(read+n), 512))
+		sl.b = make([]byte, 0, max((read+n)*5/4, 512))
 		r.base = 0
 	}
 	k := len(sl.b)
