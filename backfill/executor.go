@@ -542,7 +542,7 @@ func (a *Actor) readPlan(ctx context.Context) error {
 	quota := a.cfg.BarrierRows
 	// fill buffers at least n rows of a stream's vnode after its last row:
 	// the rows read ahead by an earlier plan if they hold any, else read
-	// from the snapshot (factor times n in the interleaved order).
+	// from the snapshot (more in the interleaved order: aheadRows).
 	fill := func(s *stream, n int) error {
 		st := &a.vnodes[s.i]
 		ra := a.aheadOf(s.i)
@@ -584,7 +584,9 @@ func (a *Actor) readPlan(ctx context.Context) error {
 		}
 		it := its[u]
 		if a.cfg.Order == Interleaved {
-			n *= ra.grow(s.i)
+			// n is a round's worth of rows and two more (readPlan's
+			// share); read factor rounds' worth.
+			n += (ra.grow(s.i) - 1) * max(1, n-2)
 		}
 		ra.start(after, a.plans)
 		for len(ra.rows) < n {
@@ -774,12 +776,12 @@ type stream struct {
 // pk (touch); an op above the range changes nothing the rows say, and one
 // below it is below the cursor, forwarded.
 //
-// The read goes on past the plan's share by a factor that doubles each time
-// the rows served their plans to the last one and halves each time an op
-// cut rows off, between 1 and maxAhead: under churn a vnode reads about
-// what it takes, without churn one seek serves maxAhead barriers.
-// A vnode holds at most maxAhead times its share of rows, in two slabs of
-// its own.
+// The read takes as many rounds' worth of rows as its factor, which
+// doubles each time the rows served their plans to the last one and halves
+// each time an op cut rows off, between 1 and maxAhead: under churn a vnode
+// reads about what it takes, without churn one seek serves maxAhead
+// barriers. So an actor holds at most maxAhead barriers' rows and two per
+// vnode, in two slabs per vnode.
 type aheadRows struct {
 	from      []byte
 	fromStart bool
@@ -827,7 +829,8 @@ func (a *Actor) aheadOf(i int) *aheadRows {
 	return r
 }
 
-// maxAhead is the largest factor of a vnode's read over its share.
+// maxAhead is the largest factor of a vnode's read: the rounds' worth of
+// rows it reads.
 const maxAhead = 8
 
 // after returns the rows above pk (nil: all), if the rows are valid and
