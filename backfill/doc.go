@@ -16,9 +16,10 @@
 // state (the Actor type says how). The quota comes from one vnode after
 // another (VnodeOrder, the default: the upstream in storage order, the MV
 // written as appends), or from every unfinished vnode in turn, as
-// RisingWave reads (Interleaved: two to three times the cost per row on an
-// embedded store, where there is no remote latency for the interleaving
-// to hide). Every n-th barrier is a checkpoint: the
+// RisingWave reads (Interleaved: about one and a half times the CPU per
+// row on an embedded store, where there is no remote latency for the
+// interleaving to hide; each vnode's read serves several barriers, so
+// that a barrier does not seek into every vnode). Every n-th barrier is a checkpoint: the
 // store commits the epoch, and everything above is durable together.
 // Under Run, an actor reads the next barrier's snapshot rows, and writes
 // them into the MV, as soon as it has acknowledged a barrier

@@ -69,8 +69,8 @@ const (
 	// Interleaved reads one row of each unfinished vnode in turn, like
 	// RisingWave's select_all over one stream per vnode: every vnode
 	// advances together, and the MV receives rows of all of them at each
-	// checkpoint. On an embedded store it costs two to three times as
-	// much per row (docs/design.md, "Snapshot order").
+	// checkpoint. On an embedded store it costs about one and a half
+	// times as much CPU per row (docs/design.md, "Snapshot order").
 	Interleaved
 )
 
