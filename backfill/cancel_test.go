@@ -83,14 +83,16 @@ func TestRunCancelled(t *testing.T) {
 
 // TestCancelPhase cancels a job's context exactly in each phase of a step
 // (the job's OnPhase hook cancels on entering it, at a random occurrence
-// after the backfill started), through Run and through Step. Each must
+// after the backfill started), through Run and through Step, and through
+// Run without a Score, whose checkpoints commit beside the next step (the
+// cancel may find a commit in flight). Each must
 // return context.Canceled within a second of the cancel, Close must return
 // within a second after it, and no goroutine of the job may be left
 // behind. The job then reopens and finishes with the MV equal to the
 // upstream table.
 func TestCancelPhase(t *testing.T) {
 	seed := testSeed(t)
-	for _, method := range []string{"run", "step"} {
+	for _, method := range []string{"run", "step", "run-pipelined"} {
 		for pi, phase := range []string{"upstream", "backfill", "commit", "progress"} {
 			t.Run(fmt.Sprintf("method=%s/phase=%s", method, phase), func(t *testing.T) {
 				defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
@@ -105,10 +107,14 @@ func TestCancelPhase(t *testing.T) {
 				open := func(onPhase func(string)) *backfill.Job {
 					g, err := workload.New(p)
 					require.NoError(t, err)
+					score := backfilltest.Oracles(genjob.Oracle{G: g})
+					if method == "run-pipelined" {
+						score = nil
+					}
 					j, err := backfill.OpenJob(backfill.JobConfig{
 						Store: s, Upstream: p.TableDef(1), MV: 2, State: 3, Meta: 4,
 						Actors: 1 + r.IntN(3), ChunkSize: 32, BarrierRows: 64, CheckpointEvery: 1 + r.IntN(2),
-						Source: genjob.Source{G: g}, Score: backfilltest.Oracles(genjob.Oracle{G: g}), OnPhase: onPhase,
+						Source: genjob.Source{G: g}, Score: score, OnPhase: onPhase,
 					})
 					require.NoError(t, err)
 					return j
@@ -129,7 +135,7 @@ func TestCancelPhase(t *testing.T) {
 				})
 				done := make(chan error, 1)
 				go func() {
-					if method == "run" {
+					if method != "step" {
 						_, err := j.Run(ctx)
 						done <- err
 						return

@@ -20,7 +20,10 @@
 // row on an embedded store, where there is no remote latency for the
 // interleaving to hide; each vnode's read serves several barriers, so
 // that a barrier does not seek into every vnode). Every n-th barrier is a checkpoint: the
-// store commits the epoch, and everything above is durable together.
+// store commits the epoch, and everything above is durable together. Under
+// Run the commit runs beside the next step (the upstream's next ops and
+// barrier), as Hummock syncs an epoch while the next one runs, and the
+// checkpoint's record comes once it landed (Job.Run says when).
 // Under Run, an actor reads the next barrier's snapshot rows, and writes
 // them into the MV, as soon as it has acknowledged a barrier
 // (Barrier.ReadAhead), so that this work overlaps the job's commit instead

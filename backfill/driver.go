@@ -49,7 +49,10 @@ type Driver struct {
 	// record already delivered) whether to stop the job there and open it
 	// again at once; ok false goes on. Nil means no restart. A job
 	// reopened after it finished runs its TailSteps again, so a Restart
-	// that keeps saying yes never lets Run end: count the restarts.
+	// that keeps saying yes never lets Run end: count the restarts. With
+	// Restart set, each checkpoint commits before the next step starts
+	// (not beside it, as Job.Run's do), so that a restart stops the job
+	// right after the checkpoint it was asked at.
 	Restart func(Record) (r Restart, ok bool)
 
 	// OnEnd, if set, is called with the job once it finished and ran its
@@ -173,20 +176,21 @@ func (d *Driver) Run(ctx context.Context) (Result, error) {
 		}
 		runCtx, cancel := context.WithCancel(ctx)
 		var restart *Restart
-		run, err := j.runUntil(runCtx, func(r Record) bool {
-			if d.Restart == nil {
-				return false
+		var stop func(Record) bool // nil: no restart to ask, so Run's commits may pipeline
+		if d.Restart != nil {
+			stop = func(r Record) bool {
+				rs, ok := d.Restart(r)
+				if !ok {
+					return false
+				}
+				restart = &rs
+				if rs.Kind == RestartCancel {
+					cancel() // the actors reading ahead see it
+				}
+				return true
 			}
-			rs, ok := d.Restart(r)
-			if !ok {
-				return false
-			}
-			restart = &rs
-			if rs.Kind == RestartCancel {
-				cancel() // the actors reading ahead see it
-			}
-			return true
-		})
+		}
+		run, err := j.runUntil(runCtx, stop)
 		cancel()
 		if err != nil {
 			return res, errors.CombineErrors(err, j.Close())

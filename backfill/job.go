@@ -156,6 +156,12 @@ type JobConfig struct {
 	// runs in the step, with the step's ctx, while a snapshot backfill's
 	// snapshot is still pinned; its error fails the step.
 	Score func(ctx context.Context, rec *Record) error
+	// ScoreLate says that Score takes a checkpoint's record after the
+	// source gave the next step's ops (it scores from what it kept of the
+	// checkpoint, not from the source as it is), so that Run may commit a
+	// checkpoint beside the next step with Score set too. Without Score,
+	// Run does so regardless.
+	ScoreLate bool
 	// TailSteps is the number of upstream steps after the job finished
 	// before Run returns; 0 means 2.
 	TailSteps int
@@ -173,6 +179,10 @@ type JobConfig struct {
 	// OnPhase, if set, is called when the pipeline enters a phase of a step:
 	// "upstream" (writing the step's ops), "backfill" (actors handling the
 	// barrier: snapshot reads, forwarding, state), "commit", "progress".
+	// Where Run's commits run beside the next step (Run),
+	// "commit" is the wait for the last checkpoint's commit, after the
+	// barrier of the step it ran beside, and "progress" that checkpoint's
+	// record.
 	OnPhase func(phase string)
 	// KeepRecords makes Run return the record of every checkpoint
 	// (Result.Records), for tests and short jobs. A record holds the state
@@ -310,6 +320,12 @@ type Job struct {
 
 	// stopped is the error that stopped a step: the job must be reopened.
 	stopped error
+
+	// pipeline lets Run's checkpoints commit beside the next step
+	// (pipelines); inflight is the checkpoint whose commit runs, nil if
+	// none.
+	pipeline bool
+	inflight *inflightCommit
 
 	// A snapshot backfill's phase, snapshot epoch and its live rows per
 	// upstream (of the job's vnodes), the log store's table, vnode count
@@ -457,7 +473,7 @@ func OpenJob(cfg JobConfig) (_ *Job, err error) {
 		if err := j.startActors(false); err != nil {
 			return nil, err
 		}
-		rec, err := j.progress(context.Background(), s.CommittedEpoch())
+		rec, err := j.progress(context.Background(), s.CommittedEpoch(), j.srcStep, j.barrier, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -904,34 +920,67 @@ type Result struct {
 // barrier; each actor runs in its own goroutine. Steps before the backfill
 // only load the upstream table. Run returns when the job has finished and
 // TailSteps more steps ran, or when ctx is done.
+//
+// A checkpoint's commit runs beside the next step, and its record (Score,
+// OnCheckpoint, Result) comes once the commit landed, during that step:
+// in an arrangement backfill whose Score, if any, sets ScoreLate, until a
+// checkpoint at which every actor finished. Each checkpoint is durable
+// whole all the same, and a crash leaves the last one that landed
+// (docs/design.md, "Commits beside the next step").
 func (j *Job) Run(ctx context.Context) (Result, error) { return j.runUntil(ctx, nil) }
 
 // runUntil is Run, which also returns, with no error, after a checkpoint whose
 // record stop (if set) returns true for (Driver's restarts).
+//
+// Without stop, a checkpoint's commit runs beside the next step (see
+// pipelines); with it, every checkpoint commits before the next step
+// starts, so that the job stops right after the checkpoint stop names.
 func (j *Job) runUntil(ctx context.Context, stop func(Record) bool) (Result, error) {
 	var res Result
 	defer j.stopActors()
+	j.pipeline = stop == nil
+	defer func() { j.pipeline = false }()
+	add := func(rec Record) {
+		res.Checkpoints++
+		res.Last = rec
+		if j.cfg.KeepRecords {
+			res.Records = append(res.Records, rec)
+		}
+	}
+loop:
 	for !j.finished || j.tail < j.cfg.TailSteps {
 		if err := ctx.Err(); err != nil {
+			if j.inflight != nil {
+				// The checkpoint may have landed, its record untold: the
+				// job's state is behind its store, as after a failed step.
+				err = errors.CombineErrors(err, j.dropInflight())
+				j.stopped = err
+			}
 			return res, err
 		}
-		rec, ok, err := j.runStep(ctx, true)
+		recs, err := j.runStep(ctx, true)
 		if err != nil {
 			return res, err
 		}
-		if ok {
-			res.Checkpoints++
-			res.Last = rec
-			if j.cfg.KeepRecords {
-				res.Records = append(res.Records, rec)
-			}
+		for _, rec := range recs {
+			add(rec)
 			if stop != nil && stop(rec) {
-				break
+				break loop
 			}
 		}
 		if j.finished {
 			j.tail++
 		}
+	}
+	if j.inflight != nil {
+		// Not reached while the pipeline stops at a finishing checkpoint
+		// (pipelines); kept so that no commit outlives Run.
+		rec, err := j.landInflight(ctx)
+		if err != nil {
+			j.stopped = err
+			return res, err
+		}
+		add(rec)
 	}
 	res.Epoch, res.Finished = j.store.CommittedEpoch(), j.finished
 	return res, nil
@@ -947,7 +996,11 @@ func (j *Job) onPhase(p string) {
 // it ended in a checkpoint of the job, whose record is returned.
 func (j *Job) Step(ctx context.Context) (rec Record, ok bool, err error) {
 	defer j.stopActors()
-	return j.runStep(ctx, false)
+	recs, err := j.runStep(ctx, false)
+	if err != nil || len(recs) == 0 {
+		return Record{}, false, err
+	}
+	return recs[len(recs)-1], true, nil // one: a Step's commit is its own
 }
 
 // spawnActors starts one goroutine per actor.
@@ -991,11 +1044,14 @@ func (j *Job) stopActors() {
 // when it returns. Whatever the phase, the error is ctx's own. readAhead
 // (Run's steps) lets the actors read the next barrier's rows while the
 // step commits (Barrier.ReadAhead).
-func (j *Job) runStep(ctx context.Context, readAhead bool) (Record, bool, error) {
+func (j *Job) runStep(ctx context.Context, readAhead bool) ([]Record, error) {
 	if j.stopped != nil {
-		return Record{}, false, errors.Wrapf(ErrStopped, "%v", j.stopped)
+		return nil, errors.Wrapf(ErrStopped, "%v", j.stopped)
 	}
-	rec, ok, err := j.step1(ctx, readAhead)
+	recs, err := j.step1(ctx, readAhead)
+	if err != nil {
+		err = errors.CombineErrors(err, j.dropInflight())
+	}
 	if err != nil && ctx.Err() != nil {
 		// The actors' acks wrap ctx's error with their ids; a cancelled
 		// step returns the cancellation itself.
@@ -1003,9 +1059,9 @@ func (j *Job) runStep(ctx context.Context, readAhead bool) (Record, bool, error)
 	}
 	if err != nil {
 		j.stopped = err
-		return Record{}, false, err
+		return nil, err
 	}
-	return rec, ok, nil
+	return recs, nil
 }
 
 // ErrStopped is a Run or Step of a job whose earlier step failed or was
@@ -1017,14 +1073,14 @@ var ErrStopped = errors.New("lsmstats/backfill: the job stopped in a step (faile
 // looks at its context.
 const cancelCheckOps = 1024
 
-func (j *Job) step1(ctx context.Context, readAhead bool) (Record, bool, error) {
+func (j *Job) step1(ctx context.Context, readAhead bool) ([]Record, error) {
 	if err := ctx.Err(); err != nil {
-		return Record{}, false, err
+		return nil, err
 	}
 	if !j.started && j.srcStep+1 >= j.backfillStep() {
 		j.started = true
 		if err := j.startActors(true); err != nil {
-			return Record{}, false, err
+			return nil, err
 		}
 	}
 	if j.started && j.inputs == nil {
@@ -1035,17 +1091,17 @@ func (j *Job) step1(ctx context.Context, readAhead bool) (Record, bool, error) {
 	j.onPhase("upstream")
 	ops, err := j.cfg.Source.Next(ctx)
 	if err != nil {
-		return Record{}, false, errors.Wrapf(err, "lsmstats/backfill: source step %d", j.srcStep+1)
+		return nil, errors.Wrapf(err, "lsmstats/backfill: source step %d", j.srcStep+1)
 	}
 	j.srcStep++
 	if ops, err = j.writeUpstream(ctx, epoch, ops); err != nil {
-		return Record{}, false, err
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Record{}, false, err
+		return nil, err
 	}
 	if ops, err = j.route(epoch, ops); err != nil {
-		return Record{}, false, err
+		return nil, err
 	}
 	checkpoint := true
 	if j.started {
@@ -1053,59 +1109,142 @@ func (j *Job) step1(ctx context.Context, readAhead bool) (Record, bool, error) {
 		checkpoint = j.barriers%j.cfg.CheckpointEvery == 0
 		j.onPhase("backfill")
 		if err := j.runActors(ops, Barrier{Prev: epoch, Curr: epoch + 1, Checkpoint: checkpoint, ReadAhead: readAhead}); err != nil {
-			return Record{}, false, err
+			return nil, err
 		}
 		if checkpoint {
 			j.barrier++
 		}
 	}
+	// The last checkpoint's commit ran beside this step's upstream ops and
+	// barrier: its record comes now, before this step's metadata, which
+	// persists the high-water marks that record set.
+	var recs []Record
+	if j.inflight != nil {
+		rec, err := j.landInflight(ctx)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, rec)
+	}
 	if err := j.writeMeta(epoch); err != nil {
-		return Record{}, false, err
+		return nil, err
 	}
 	for _, u := range j.ups {
 		if err := u.writer.Seal(epoch); err != nil {
-			return Record{}, false, err
+			return nil, err
 		}
 	}
 	if j.logW != nil {
 		if err := j.writeAccounts(epoch); err != nil {
-			return Record{}, false, err
+			return nil, err
 		}
 		if err := j.logW.Seal(epoch); err != nil {
-			return Record{}, false, err
+			return nil, err
 		}
 	}
 	if !checkpoint {
-		return Record{}, false, ctx.Err()
+		return recs, ctx.Err()
 	}
 	if err := ctx.Err(); err != nil {
-		return Record{}, false, err
+		return nil, err
+	}
+	if reports := j.tracker.freeze(); j.pipelines(readAhead, reports) {
+		c := &inflightCommit{epoch: epoch, step: j.srcStep, barrier: j.barrier, reports: reports, done: make(chan error, 1)}
+		go func() { c.done <- j.store.Commit(epoch) }()
+		j.inflight = c
+		return recs, nil
 	}
 	j.onPhase("commit")
 	if err := j.store.Commit(epoch); err != nil {
-		return Record{}, false, err
+		return nil, err
 	}
 	j.logUncommitted = 0
 	j.step = j.srcStep
 	if err := ctx.Err(); err != nil {
-		return Record{}, false, err
+		return nil, err
 	}
 	if !j.started {
-		return Record{}, false, nil
+		return recs, nil
 	}
 	j.onPhase("progress")
-	rec, err := j.progress(ctx, epoch)
+	rec, err := j.progress(ctx, epoch, j.srcStep, j.barrier, nil)
+	if rec, err = j.checkpointed(ctx, rec, err); err != nil {
+		return nil, err
+	}
+	return append(recs, rec), nil
+}
+
+// checkpointed completes the record of a committed checkpoint: the job's
+// last figures, its rate changes, OnCheckpoint.
+func (j *Job) checkpointed(ctx context.Context, rec Record, err error) (Record, error) {
 	if err == nil {
 		j.setLast(rec) // the checkpoint is committed: its figures stand
 		err = ctx.Err()
 	}
-	if err == nil {
-		j.applyRateChanges(rec)
+	if err != nil {
+		return Record{}, err
 	}
-	if err == nil && j.cfg.OnCheckpoint != nil {
+	j.applyRateChanges(rec)
+	if j.cfg.OnCheckpoint != nil {
 		j.cfg.OnCheckpoint(rec)
 	}
-	return rec, err == nil, err
+	return rec, nil
+}
+
+// inflightCommit is a checkpoint whose Store.Commit runs on a goroutine of
+// its own while the job runs the next step (pipelines), with what its
+// record needs: the source step and barrier count it ended, and the
+// actors' reports at its epoch, which the next barrier replaces.
+type inflightCommit struct {
+	epoch, step, barrier uint64
+	reports              reportsAt
+	done                 chan error
+}
+
+// pipelines reports whether a checkpoint of Run commits beside the next
+// step, as Hummock syncs an epoch while the next one runs: the commit is
+// the longest part of a step of the interleaved order (every vnode's
+// buckets sealed anew), and the actors' barrier work and the next step's
+// upstream ops need not wait for it. The writers keep the next epoch
+// apart, the actors' snapshots read their replicated tables, and the next
+// commit waits for this one; the record comes at the next step, from the
+// reports frozen here and the statistics of this commit.
+//
+// Only where the record can come one step late: an arrangement backfill
+// run without restarts asked (runUntil's stop), whose Score, if any,
+// takes late records (JobConfig.ScoreLate; another reads the store and
+// the source as they are at the checkpoint); and not at a checkpoint
+// where every actor finished, whose record decides whether the job goes
+// on (its tail steps then commit one by one as well).
+func (j *Job) pipelines(readAhead bool, reports reportsAt) bool {
+	return readAhead && j.pipeline && j.started && !j.finished && (j.cfg.Score == nil || j.cfg.ScoreLate) &&
+		j.cfg.Mode != ModeSnapshot && !reports.finished()
+}
+
+// landInflight waits for the commit in flight and returns its record.
+func (j *Job) landInflight(ctx context.Context) (Record, error) {
+	c := j.inflight
+	j.inflight = nil
+	j.onPhase("commit")
+	if err := <-c.done; err != nil {
+		return Record{}, err
+	}
+	j.step = c.step
+	j.onPhase("progress")
+	rec, err := j.progress(ctx, c.epoch, c.step, c.barrier, c.reports)
+	return j.checkpointed(ctx, rec, err)
+}
+
+// dropInflight waits for the commit in flight, if any, whose record a
+// failed or cancelled step leaves untold: the checkpoint may be durable
+// all the same, as after a crash.
+func (j *Job) dropInflight() error {
+	c := j.inflight
+	if c == nil {
+		return nil
+	}
+	j.inflight = nil
+	return <-c.done
 }
 
 // runActors sends the step's chunks (by vnode, in chunks of ChunkSize, update
@@ -1267,8 +1406,10 @@ func (j *Job) highWater() []Figure {
 }
 
 // progress computes the figures and the truth at a committed checkpoint
-// epoch, which every actor reported.
-func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
+// epoch, which ended source step step and was checkpoint barrier of the
+// job, from the actors' reports at it: reports if frozen (a pipelined
+// commit's), else as they stand.
+func (j *Job) progress(ctx context.Context, epoch, step, barrier uint64, reports reportsAt) (Record, error) {
 	st := j.store.Stats()
 	if st.PhysicalErr != nil {
 		// The physical statistics lag behind the checkpoint (reading a new
@@ -1281,11 +1422,17 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 		st = j.store.Stats()
 	}
 	ph := j.phaseInput()
-	p, err := j.tracker.PhaseProgress(epoch, st, ph)
+	var p Progress
+	var err error
+	if reports != nil {
+		p, err = j.tracker.progressAt(reports, epoch, st, ph)
+	} else {
+		p, err = j.tracker.PhaseProgress(epoch, st, ph)
+	}
 	if err != nil {
 		return Record{}, err
 	}
-	rec := Record{Barrier: j.barrier, Epoch: epoch, Step: j.srcStep, Time: time.Now(), Truth: -1, Figures: p.Figures, Finished: p.Finished,
+	rec := Record{Barrier: barrier, Epoch: epoch, Step: step, Time: time.Now(), Truth: -1, Figures: p.Figures, Finished: p.Finished,
 		Vnodes: p.Vnodes, Estimates: p.Estimates, RateLimit: j.RateLimit(), Upstreams: p.Upstreams}
 	if ph != nil {
 		rec.Phase, rec.LogConsumed, rec.LogPending = ph.Phase.String(), ph.LogConsumed, uint64(ph.logPending(st))
@@ -1303,7 +1450,7 @@ func (j *Job) progress(ctx context.Context, epoch uint64) (Record, error) {
 	}
 	if p.Finished && !j.finished {
 		j.finished = true
-		j.sourceFinished(j.srcStep)
+		j.sourceFinished(step)
 	}
 	rec.Background = j.background()
 	rec.ETA = j.observeETA(rec)

@@ -432,8 +432,47 @@ func (t *ProgressTracker) Progress(epoch uint64, st stats.Snapshot) (Progress, e
 func (t *ProgressTracker) PhaseProgress(epoch uint64, st stats.Snapshot, ph *PhaseInput) (Progress, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := Progress{Epoch: epoch, Finished: len(t.reports) > 0}
+	return t.progress(t.reports, epoch, st, ph)
+}
+
+// reportsAt is the actors' reports as they stand: copies that later
+// reports leave alone (a report's states are never changed, only
+// replaced), for the figures of a checkpoint whose commit ends after the
+// actors reported the next barrier (Job's pipelined commits).
+type reportsAt map[int]*report
+
+func (t *ProgressTracker) freeze() reportsAt {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(reportsAt, len(t.reports))
 	for id, rep := range t.reports {
+		c := *rep
+		out[id] = &c
+	}
+	return out
+}
+
+// finished reports whether every actor reported all its vnodes finished.
+func (r reportsAt) finished() bool {
+	for _, rep := range r {
+		if !rep.finished {
+			return false
+		}
+	}
+	return len(r) > 0
+}
+
+// progressAt is PhaseProgress from reports frozen earlier.
+func (t *ProgressTracker) progressAt(reports reportsAt, epoch uint64, st stats.Snapshot, ph *PhaseInput) (Progress, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.progress(reports, epoch, st, ph)
+}
+
+// progress is PhaseProgress from reports, under t.mu.
+func (t *ProgressTracker) progress(reports map[int]*report, epoch uint64, st stats.Snapshot, ph *PhaseInput) (Progress, error) {
+	p := Progress{Epoch: epoch, Finished: len(reports) > 0}
+	for id, rep := range reports {
 		if rep.epoch != epoch {
 			return p, errors.Newf("lsmstats/backfill: progress at epoch %d: actor %d last reported epoch %d", epoch, id, rep.epoch)
 		}

@@ -254,11 +254,14 @@ func (s *timedSource) Resume(at backfill.Position) error {
 func (s *timedSource) Next(ctx context.Context) ([]backfill.RowOp, error) {
 	var ops []backfill.RowOp
 	var err error
+	if s.truth != nil && s.step+1 >= s.BackfillStep() {
+		s.truth.prime()
+	}
 	s.h.time(func() { ops, err = s.Source.Next(ctx) })
 	if err == nil {
 		s.step++
 		if s.truth != nil {
-			s.truth.observe(ops)
+			s.truth.observe(s.step, ops)
 		}
 	}
 	for _, op := range ops {
@@ -438,6 +441,7 @@ func newSession(cfg Config, tally *truthTally) (*Session, backfill.JobConfig, er
 			// first figure (Job.Initial).
 			return sess.truth.score(r, sess.Job == nil)
 		}
+		jc.ScoreLate = true // the scorer orders records and steps (truthScorer.observe)
 	default:
 		// The job knows no truth: the run scores each checkpoint.
 		truth := backfilltest.Truth{Store: s, LogStore: jc.LogStore}
@@ -579,7 +583,9 @@ type Summary struct {
 	// LoadLSM and BackfillLSM are the bytes Pebble wrote in each phase.
 	LoadLSM, BackfillLSM LSMWrites
 	// LoadCommits and BackfillCommits are the latencies of the
-	// checkpoints' commits (Store.Commit) in each phase.
+	// checkpoints' commits (Store.Commit) in each phase: the time the
+	// job's steps spent in them, which for a commit that ran beside the
+	// next step (a backfill without restarts) is the wait for its end.
 	LoadCommits, BackfillCommits []time.Duration
 	// StateBytesPerBarrier is the backfill state bytes (pk and row) written
 	// per checkpoint barrier: all state written up to the last checkpoint
@@ -813,6 +819,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			s.runClosers() // before the driver closes the job
 			return nil
 		},
+	}
+	if cfg.RestartAt <= 0 {
+		d.Restart = nil // none to ask for: the job's commits may pipeline (backfill.JobConfig.ScoreLate)
 	}
 	_, err := d.Run(ctx)
 	return sum, err

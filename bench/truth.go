@@ -143,6 +143,7 @@ type countOp struct {
 // truthTask is one piece of a scorer's work: the ops of a step, or a
 // checkpoint to score (with the snapshots pinned for it, for a scan).
 type truthTask struct {
+	step uint64 // the step of ops
 	ops  []countOp
 	rec  *backfill.Record
 	pins []*lsm.Snapshot // per upstream table, then the log store's
@@ -170,6 +171,7 @@ type truthScorer struct {
 
 	mu     sync.Mutex
 	queue  []*truthTask
+	held   *truthTask // the last step's ops, until hold or score queues them
 	closed bool
 	err    error // the first error of the goroutine
 	wake   chan struct{}
@@ -217,10 +219,29 @@ func (s *truthScorer) push(t *truthTask) {
 	}
 }
 
+// prime copies the model's counts, if not yet copied: the source calls it
+// before it gives the backfill's steps, so that the copy is at the step
+// before them whatever step the first score is of.
+func (s *truthScorer) prime() {
+	if s.scan() || s.counts != nil {
+		return
+	}
+	start := time.Now()
+	cpu := cpuOf(func() {
+		for _, g := range s.gens {
+			s.counts = append(s.counts, g.Counts())
+		}
+	})
+	s.tally.add(time.Since(start), cpu)
+}
+
 // observe queues the live-row changes of a step's ops for the model's
 // copy, once it exists (before the first score, the copy taken then holds
-// them).
-func (s *truthScorer) observe(ops []backfill.RowOp) {
+// them). They wait in held for the next step or score: a job whose
+// commits pipeline (backfill.JobConfig.ScoreLate) scores a checkpoint
+// after the source gave the next step, and its truth is of the model
+// before that step's ops.
+func (s *truthScorer) observe(step uint64, ops []backfill.RowOp) {
 	if s.scan() || s.counts == nil {
 		return
 	}
@@ -236,7 +257,37 @@ func (s *truthScorer) observe(ops []backfill.RowOp) {
 		out = append(out, countOp{upstream: op.Upstream, vnode: op.Vnode, id: id, insert: op.Kind == backfill.Insert})
 	}
 	if len(out) > 0 {
-		s.push(&truthTask{ops: out})
+		s.hold(&truthTask{step: step, ops: out})
+	}
+}
+
+// hold keeps t, a step's ops, and queues the ops it kept before.
+func (s *truthScorer) hold(t *truthTask) {
+	s.mu.Lock()
+	prev := s.held
+	s.held = t
+	s.mu.Unlock()
+	if prev != nil {
+		s.push(prev)
+	}
+}
+
+// queueScore queues a record's task r with the ops held: those of a later
+// step than the record's after it, others before it.
+func (s *truthScorer) queueScore(r *truthTask) {
+	s.mu.Lock()
+	h := s.held
+	s.held = nil
+	s.mu.Unlock()
+	switch {
+	case h == nil:
+		s.push(r)
+	case h.step > r.rec.Step:
+		s.push(r)
+		s.push(h)
+	default:
+		s.push(h)
+		s.push(r)
 	}
 }
 
@@ -279,7 +330,7 @@ func (s *truthScorer) score(rec *backfill.Record, reopened bool) error {
 		})
 		s.tally.add(time.Since(start), cpu)
 	}
-	s.push(t)
+	s.queueScore(t)
 	return nil
 }
 
@@ -386,6 +437,13 @@ func (s *truthScorer) truthOf(t *truthTask) (TruthResult, error) {
 // close waits for the work queued, stops the goroutine and returns its
 // first error. Safe to call more than once.
 func (s *truthScorer) close() error {
+	s.mu.Lock()
+	h := s.held
+	s.held = nil
+	s.mu.Unlock()
+	if h != nil {
+		s.push(h)
+	}
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
