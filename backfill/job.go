@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/lsmstats/lsmstats/keys"
 	"github.com/lsmstats/lsmstats/lsm"
+	"github.com/lsmstats/lsmstats/stats"
 	"golang.org/x/time/rate"
 )
 
@@ -1149,8 +1150,16 @@ func (j *Job) step1(ctx context.Context, readAhead bool) ([]Record, error) {
 		return nil, err
 	}
 	if reports := j.tracker.freeze(); j.pipelines(readAhead, reports) {
-		c := &inflightCommit{epoch: epoch, step: j.srcStep, barrier: j.barrier, reports: reports, done: make(chan error, 1)}
-		go func() { c.done <- j.store.Commit(epoch) }()
+		c := &inflightCommit{epoch: epoch, step: j.srcStep, barrier: j.barrier, ph: j.phaseInput(), done: make(chan error, 1)}
+		go func() {
+			err := j.store.Commit(epoch)
+			if err == nil {
+				// The figures too: the job's next commit waits for this
+				// record, so they stay off the path between two commits.
+				c.p, c.st, err = j.figures(epoch, reports, c.ph)
+			}
+			c.done <- err
+		}()
 		j.inflight = c
 		return recs, nil
 	}
@@ -1192,12 +1201,15 @@ func (j *Job) checkpointed(ctx context.Context, rec Record, err error) (Record, 
 }
 
 // inflightCommit is a checkpoint whose Store.Commit runs on a goroutine of
-// its own while the job runs the next step (pipelines), with what its
-// record needs: the source step and barrier count it ended, and the
-// actors' reports at its epoch, which the next barrier replaces.
+// its own while the job runs the next step (pipelines), followed by its
+// figures (from the actors' reports at its epoch, which the next barrier
+// replaces), with what the rest of its record needs: the source step and
+// barrier count it ended. p and st are the goroutine's until done.
 type inflightCommit struct {
 	epoch, step, barrier uint64
-	reports              reportsAt
+	ph                   *PhaseInput
+	p                    Progress
+	st                   stats.Snapshot
 	done                 chan error
 }
 
@@ -1231,7 +1243,7 @@ func (j *Job) landInflight(ctx context.Context) (Record, error) {
 	}
 	j.step = c.step
 	j.onPhase("progress")
-	rec, err := j.progress(ctx, c.epoch, c.step, c.barrier, c.reports)
+	rec, err := j.record(ctx, c.p, c.st, c.ph, c.epoch, c.step, c.barrier)
 	return j.checkpointed(ctx, rec, err)
 }
 
@@ -1410,6 +1422,19 @@ func (j *Job) highWater() []Figure {
 // job, from the actors' reports at it: reports if frozen (a pipelined
 // commit's), else as they stand.
 func (j *Job) progress(ctx context.Context, epoch, step, barrier uint64, reports reportsAt) (Record, error) {
+	ph := j.phaseInput()
+	p, st, err := j.figures(epoch, reports, ph)
+	if err != nil {
+		return Record{}, err
+	}
+	return j.record(ctx, p, st, ph, epoch, step, barrier)
+}
+
+// figures computes the estimators' figures at a committed checkpoint
+// epoch from the store's statistics, with the actors' reports frozen at it
+// (nil: as they stand). It touches no state of the job's own, so a
+// pipelined commit's goroutine computes them beside the next step.
+func (j *Job) figures(epoch uint64, reports reportsAt, ph *PhaseInput) (Progress, stats.Snapshot, error) {
 	st := j.store.Stats()
 	if st.PhysicalErr != nil {
 		// The physical statistics lag behind the checkpoint (reading a new
@@ -1417,11 +1442,10 @@ func (j *Job) progress(ctx context.Context, epoch, step, barrier uint64, reports
 		// checkpoint's, and one shown now could exceed what a restart
 		// computes. Refresh them, or fail the step.
 		if err := j.store.RefreshStats(); err != nil {
-			return Record{}, errors.Wrapf(err, "lsmstats/backfill: physical statistics of epoch %d", epoch)
+			return Progress{}, st, errors.Wrapf(err, "lsmstats/backfill: physical statistics of epoch %d", epoch)
 		}
 		st = j.store.Stats()
 	}
-	ph := j.phaseInput()
 	var p Progress
 	var err error
 	if reports != nil {
@@ -1429,9 +1453,12 @@ func (j *Job) progress(ctx context.Context, epoch, step, barrier uint64, reports
 	} else {
 		p, err = j.tracker.PhaseProgress(epoch, st, ph)
 	}
-	if err != nil {
-		return Record{}, err
-	}
+	return p, st, err
+}
+
+// record makes the record of a checkpoint from its figures p (statistics
+// st, phase input ph), and hands it to the ETA and to Score.
+func (j *Job) record(ctx context.Context, p Progress, st stats.Snapshot, ph *PhaseInput, epoch, step, barrier uint64) (Record, error) {
 	rec := Record{Barrier: barrier, Epoch: epoch, Step: step, Time: time.Now(), Truth: -1, Figures: p.Figures, Finished: p.Finished,
 		Vnodes: p.Vnodes, Estimates: p.Estimates, RateLimit: j.RateLimit(), Upstreams: p.Upstreams}
 	if ph != nil {
