@@ -175,7 +175,10 @@ type JobConfig struct {
 	// estimate once, on its own goroutine, before it returns. The job
 	// does not time its estimators; a benchmark does it here (bench's
 	// progress CPU per checkpoint), and may set the figures' Time and CPU
-	// in the records it hands on.
+	// in the records it hands on. Where Run's commits run beside the next
+	// step (Run), it runs on the commit's goroutine, while the job's
+	// goroutine runs that step (and OnPhase), and before the checkpoint's
+	// OnCheckpoint.
 	OnEstimate func(approach string, estimate func())
 	// OnPhase, if set, is called when the pipeline enters a phase of a step:
 	// "upstream" (writing the step's ops), "backfill" (actors handling the
