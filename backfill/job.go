@@ -1449,13 +1449,7 @@ func (j *Job) figures(epoch uint64, reports reportsAt, ph *PhaseInput) (Progress
 		}
 		st = j.store.Stats()
 	}
-	var p Progress
-	var err error
-	if reports != nil {
-		p, err = j.tracker.progressAt(reports, epoch, st, ph)
-	} else {
-		p, err = j.tracker.PhaseProgress(epoch, st, ph)
-	}
+	p, err := j.tracker.progressAt(reports, epoch, st, ph)
 	return p, st, err
 }
 

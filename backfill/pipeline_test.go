@@ -49,26 +49,7 @@ func TestPipelinedCommits(t *testing.T) {
 						})
 						require.NoError(t, err)
 						defer j.Close()
-						if stepped {
-							for {
-								rec, ok, err := j.Step(context.Background())
-								require.NoError(t, err)
-								if ok {
-									recs = append(recs, rec)
-									if rec.Finished {
-										break
-									}
-								}
-							}
-						} else {
-							res, err := j.Run(context.Background())
-							require.NoError(t, err)
-							require.True(t, res.Finished)
-							require.Equal(t, len(res.Records), res.Checkpoints)
-							recs = res.Records
-						}
-						require.NoError(t, j.Compare())
-						return recs, late
+						return runToEnd(t, j, stepped), late
 					}
 					piped, late := run(false)
 					stepped, steppedLate := run(true)

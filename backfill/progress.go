@@ -430,9 +430,7 @@ func (t *ProgressTracker) Progress(epoch uint64, st stats.Snapshot) (Progress, e
 // (nil: an arrangement backfill): the job finished only once every vnode
 // finished and it joined the upstream.
 func (t *ProgressTracker) PhaseProgress(epoch uint64, st stats.Snapshot, ph *PhaseInput) (Progress, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.progress(t.reports, epoch, st, ph)
+	return t.progressAt(nil, epoch, st, ph)
 }
 
 // reportsAt is the actors' reports as they stand: copies that later
@@ -462,15 +460,14 @@ func (r reportsAt) finished() bool {
 	return len(r) > 0
 }
 
-// progressAt is PhaseProgress from reports frozen earlier.
+// progressAt is PhaseProgress from reports frozen earlier (nil: the
+// reports as they stand).
 func (t *ProgressTracker) progressAt(reports reportsAt, epoch uint64, st stats.Snapshot, ph *PhaseInput) (Progress, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.progress(reports, epoch, st, ph)
-}
-
-// progress is PhaseProgress from reports, under t.mu.
-func (t *ProgressTracker) progress(reports map[int]*report, epoch uint64, st stats.Snapshot, ph *PhaseInput) (Progress, error) {
+	if reports == nil {
+		reports = t.reports
+	}
 	p := Progress{Epoch: epoch, Finished: len(reports) > 0}
 	for id, rep := range reports {
 		if rep.epoch != epoch {

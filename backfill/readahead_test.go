@@ -60,6 +60,34 @@ func TestReadAheadJobKinds(t *testing.T) {
 	}
 }
 
+// runToEnd runs j to its end, by a Step loop up to the finished record or
+// by Run (KeepRecords set), and returns its records once its MV equals
+// its upstream.
+func runToEnd(t *testing.T, j *backfill.Job, stepped bool) []backfill.Record {
+	t.Helper()
+	var recs []backfill.Record
+	if stepped {
+		for {
+			rec, ok, err := j.Step(context.Background())
+			require.NoError(t, err)
+			if ok {
+				recs = append(recs, rec)
+				if rec.Finished {
+					break
+				}
+			}
+		}
+	} else {
+		res, err := j.Run(context.Background())
+		require.NoError(t, err)
+		require.True(t, res.Finished)
+		require.Equal(t, len(res.Records), res.Checkpoints)
+		recs = res.Records
+	}
+	require.NoError(t, j.Compare())
+	return recs
+}
+
 // requireReadAheadSame runs the job open makes (on a store of its own,
 // KeepRecords set) twice: by Run, whose actors read ahead, and by a Step
 // loop, whose actors read at each barrier. Both must have the same phase,
@@ -70,26 +98,7 @@ func requireReadAheadSame(t *testing.T, open func(t *testing.T) *backfill.Job) {
 	run := func(stepped bool) []backfill.Record {
 		j := open(t)
 		defer j.Close()
-		var recs []backfill.Record
-		if stepped {
-			for {
-				rec, ok, err := j.Step(context.Background())
-				require.NoError(t, err)
-				if ok {
-					recs = append(recs, rec)
-					if rec.Finished {
-						break
-					}
-				}
-			}
-		} else {
-			res, err := j.Run(context.Background())
-			require.NoError(t, err)
-			require.True(t, res.Finished)
-			recs = res.Records
-		}
-		require.NoError(t, j.Compare())
-		return recs
+		return runToEnd(t, j, stepped)
 	}
 	ahead, stepped := run(false), run(true)
 	require.Greater(t, len(stepped), 10, "checkpoints")

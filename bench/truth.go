@@ -261,13 +261,18 @@ func (s *truthScorer) observe(step uint64, ops []backfill.RowOp) {
 	}
 }
 
-// hold keeps t, a step's ops, and queues the ops it kept before.
-func (s *truthScorer) hold(t *truthTask) {
+// swapHeld holds t (nil: nothing) and returns the ops it held before.
+func (s *truthScorer) swapHeld(t *truthTask) *truthTask {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	prev := s.held
 	s.held = t
-	s.mu.Unlock()
-	if prev != nil {
+	return prev
+}
+
+// hold keeps t, a step's ops, and queues the ops it kept before.
+func (s *truthScorer) hold(t *truthTask) {
+	if prev := s.swapHeld(t); prev != nil {
 		s.push(prev)
 	}
 }
@@ -275,11 +280,7 @@ func (s *truthScorer) hold(t *truthTask) {
 // queueScore queues a record's task r with the ops held: those of a later
 // step than the record's after it, others before it.
 func (s *truthScorer) queueScore(r *truthTask) {
-	s.mu.Lock()
-	h := s.held
-	s.held = nil
-	s.mu.Unlock()
-	switch {
+	switch h := s.swapHeld(nil); {
 	case h == nil:
 		s.push(r)
 	case h.step > r.rec.Step:
@@ -321,14 +322,8 @@ func (s *truthScorer) score(rec *backfill.Record, reopened bool) error {
 			}
 			t.pins = append(t.pins, p)
 		}
-	} else if s.counts == nil {
-		start := time.Now()
-		cpu := cpuOf(func() {
-			for _, g := range s.gens {
-				s.counts = append(s.counts, g.Counts())
-			}
-		})
-		s.tally.add(time.Since(start), cpu)
+	} else {
+		s.prime() // a reopened job's first figure comes before any step
 	}
 	s.queueScore(t)
 	return nil
@@ -437,11 +432,7 @@ func (s *truthScorer) truthOf(t *truthTask) (TruthResult, error) {
 // close waits for the work queued, stops the goroutine and returns its
 // first error. Safe to call more than once.
 func (s *truthScorer) close() error {
-	s.mu.Lock()
-	h := s.held
-	s.held = nil
-	s.mu.Unlock()
-	if h != nil {
+	if h := s.swapHeld(nil); h != nil {
 		s.push(h)
 	}
 	s.mu.Lock()
